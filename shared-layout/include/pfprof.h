@@ -1,0 +1,253 @@
+/* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
+/*
+ * pfprof: per-process page-fault profiler, user-space ABI.
+ *
+ * This header is the single source of truth for everything the pfprof
+ * module and its monitor share: the layout of the memory area mapped from
+ * /dev/pfprof, the two synchronization protocols run over it, and the
+ * ioctl numbers.  The Rust mirror lives in shared-layout/src/abi.rs and a
+ * test compiles this file to prove the two agree.
+ *
+ * The area
+ * --------
+ * One region of PFPROF_AREA_SIZE(pages) bytes: a control page followed by
+ * data pages.  The control page starts with struct pfprof_area; the data
+ * pages are an array of slot_count struct pfprof_sample.  Every offset in
+ * the area is relative to its start; no field holds an address, because an
+ * address means nothing on the other side of the mapping.
+ *
+ * The producer (the module's sampler, or the user-space producer that plays
+ * its role on a memfd) writes samples; the consumer (the monitor) reads them.
+ * Both count samples with monotonic 64-bit sequence numbers starting at 0
+ * when the consumer selects a mode; the slot of sequence s is
+ * s % slot_count.  A sequence number never wraps in practice (2^64 samples).
+ *
+ * Trust
+ * -----
+ * The consumer can write every byte of the area.  The module therefore
+ * keeps its own write sequence, mode, geometry and cancellation state in
+ * kernel memory and only ever *publishes* them here; it never derives an
+ * address, a length or a loop bound from a value it reads back.  A hostile
+ * consumer can spoil its own samples and nothing else.  The words the
+ * module must read (semaphore counts, the lock, the read cursor) are read
+ * once with READ_ONCE()/cmpxchg() and only decide whether to write a slot
+ * or to wait - and every wait is bounded.
+ *
+ * Strict protocol (PFPROF_MODE_STRICT): no sample is ever lost
+ * ---------------------------------------------------------------
+ *   full.count  = samples written and not yet taken by the consumer
+ *   empty.count = free slots; full.count + empty.count == slot_count
+ *
+ *   producer, per sample:            consumer, per batch:
+ *     down(empty)                      k = down_all(full)   (k >= 1)
+ *     lock                             lock
+ *     slots[seq % n] = sample          copy slots [rseq, rseq + k)
+ *     write_seq = ++seq                read_seq = rseq += k
+ *     unlock                           unlock
+ *     up(full)                         up(empty, k)
+ *
+ * down() is a compare-and-swap loop on count that never lets it go below
+ * zero; down_all() takes every unit available at once (a semaphore down by
+ * k), which is still the strict design and far cheaper per sample.
+ *
+ * Sleeping and waking use the waiters word of each semaphore (Dekker
+ * pattern, both sides sequentially consistent):
+ *
+ *   side that must wait:                side that posts:
+ *     store waiters = 1                   count += k        (full barrier)
+ *     full barrier                        if xchg(waiters, 0) != 0:
+ *     if count > 0 or canceled:               wake the other side
+ *         waiters = 0; retry
+ *     sleep while waiters == 1
+ *
+ * Either the waiter sees the new count, or the poster sees waiters == 1 and
+ * wakes it; cancellation sets canceled and then does the same xchg, so a
+ * sleeper never misses it.  In user space "sleep" is FUTEX_WAIT on the
+ * waiters word (expected value 1) and "wake" is FUTEX_WAKE.  With the
+ * module, the consumer sleeps in PFPROF_IOC_WAIT_FULL (the module wakes it
+ * on every up(full) and at cancellation from its own wait queue, whatever
+ * full.waiters says) and wakes a producer sleeping on empty with
+ * PFPROF_IOC_WAKE_PRODUCER when it finds empty.waiters set.  The module
+ * never trusts empty.waiters to be honoured: it sleeps at most one period
+ * at a time and re-checks, so a consumer that never wakes it cannot hang it.
+ *
+ * While the producer waits for a free slot its fault and CPU counters keep
+ * accumulating; the next sample it writes covers the longer interval, so
+ * counts are conserved.  The time spent waiting is added to blocked_ns.
+ *
+ * Relaxed protocol (PFPROF_MODE_RELAXED): the producer never blocks
+ * ----------------------------------------------------------------
+ *   producer, per sample:            consumer, per drain:
+ *     lock                             lock
+ *     slots[seq % n] = sample          w = write_seq; c = canceled
+ *     if seq >= read_seq + n:          unlock
+ *         overwritten++                start = max(r, w - n)
+ *     write_seq = ++seq                lost += start - r
+ *     unlock                           copy slots [start, w)
+ *                                      lock
+ *                                      w2 = write_seq
+ *                                      read_seq = w
+ *                                      unlock
+ *                                      samples s < w2 - n were overwritten
+ *                                      while being copied: drop, lost++
+ *                                      r = w
+ *
+ * The producer writes a slot only while holding the lock and advances
+ * write_seq in the same critical section, so once the consumer holds the
+ * lock again every write that could have touched its copy is complete and
+ * counted in w2: a torn sample is always detected.  The consumer's count of
+ * lost samples is exact; the producer's overwritten counter is advisory
+ * (it depends on read_seq, which the consumer writes).
+ *
+ * The lock
+ * --------
+ * A test-and-set word: 0 free, otherwise the owner (PFPROF_LOCK_PRODUCER or
+ * PFPROF_LOCK_CONSUMER).  Taken with xchg (acquire), released with a store
+ * (release).  The producer never waits on it without bound: it tries for a
+ * short, fixed time and otherwise defers the sample to its next period
+ * (counting it in deferred), so a consumer that dies holding the lock cannot
+ * hang the sampler.  The consumer may spin, yield or sleep.
+ *
+ * Ending
+ * ------
+ * When every registered process is gone and its last sample is written, the
+ * producer sets canceled (release) and wakes both sides.  The consumer takes
+ * what is left and stops when it sees canceled (acquire) and nothing ready.
+ *
+ * Cache lines
+ * -----------
+ * Fields the producer writes, fields the consumer writes, the lock, and each
+ * semaphore sit on separate 64-byte lines so that the two sides do not
+ * invalidate each other's lines for data they do not share.
+ */
+#ifndef _UAPI_LINUX_PFPROF_H
+#define _UAPI_LINUX_PFPROF_H
+
+#include <linux/ioctl.h>
+#include <linux/types.h>
+
+#define PFPROF_MAGIC		0x46504650u	/* "PFPF" in little-endian memory */
+#define PFPROF_ABI_VERSION	1u
+
+#define PFPROF_DEVICE_PATH	"/dev/pfprof"
+#define PFPROF_PROC_PATH	"/proc/pfprof/status"
+
+/* Modes, selected by the consumer with PFPROF_IOC_SET_MODE. */
+#define PFPROF_MODE_NONE	0u	/* no consumer attached yet */
+#define PFPROF_MODE_STRICT	1u
+#define PFPROF_MODE_RELAXED	2u
+
+/* Values of the lock word. */
+#define PFPROF_LOCK_FREE	0u
+#define PFPROF_LOCK_PRODUCER	1u
+#define PFPROF_LOCK_CONSUMER	2u
+
+#define PFPROF_CACHELINE_SIZE	64
+#define PFPROF_PAGE_SIZE	4096
+/* The control page; the first slot starts right after it. */
+#define PFPROF_DATA_OFFSET	PFPROF_PAGE_SIZE
+/* Size of an area of the given number of pages, control page included. */
+#define PFPROF_AREA_SIZE(pages)	((__u64)(pages) * PFPROF_PAGE_SIZE)
+
+/*
+ * One sample: what every registered process did during one period, summed.
+ * Written only by the producer, only inside a slot it owns.
+ */
+struct pfprof_sample {
+	__u64 jiffies;	/* producer clock (header hz) when the period ended */
+	__u64 minor;	/* minor faults during the period */
+	__u64 major;	/* major faults during the period */
+	__u64 cpu_ns;	/* CPU time (user + system) during the period, ns */
+};
+
+/* A counting semaphore both sides operate on atomically. */
+struct pfprof_sem {
+	__u32 count;	/* units available; never below zero */
+	__u32 waiters;	/* 1 while the side that downs it may be asleep */
+};
+
+/*
+ * The control page.  "P" marks a field only the producer writes, "C" one
+ * only the consumer writes, "PC" one both change with atomic operations.
+ * The producer initializes every field when the consumer selects a mode.
+ */
+struct pfprof_area {
+	/* Line 0, P, constant for the whole session: describes the area. */
+	__u32 magic;		/* PFPROF_MAGIC */
+	__u32 abi_version;	/* PFPROF_ABI_VERSION */
+	__u32 mode;		/* PFPROF_MODE_* */
+	__u32 sample_size;	/* sizeof(struct pfprof_sample) */
+	__u64 area_size;	/* bytes, control page included */
+	__u64 data_offset;	/* offset of slot 0: PFPROF_DATA_OFFSET */
+	__u64 slot_count;	/* (area_size - data_offset) / sample_size */
+	__u32 hz;		/* ticks per second of sample.jiffies */
+	__u32 period_ms;	/* sampling period */
+	__u64 reserved0[2];
+
+	/* Line 1, P: progress and counters. */
+	__u64 write_seq;	/* samples written this session; store-release */
+	__u64 overwritten;	/* relaxed: samples overwritten unread (advisory) */
+	__u64 blocked_ns;	/* strict: time spent waiting for a free slot */
+	__u64 deferred;		/* periods whose sample waited: lock held by the consumer */
+	__u32 canceled;		/* 1: no more samples; store-release after the last */
+	__u32 reserved1;
+	__u64 reserved2[3];
+
+	/* Line 2, C: the consumer's progress. */
+	__u64 read_seq;		/* samples consumed; store-release */
+	__u64 reserved3[7];
+
+	/* Line 3, PC: the shared lock, PFPROF_LOCK_*. */
+	__u32 lock;
+	__u32 reserved4[15];
+
+	/* Line 4, PC: strict only, samples ready; the consumer downs it. */
+	struct pfprof_sem full;
+	__u64 reserved5[7];
+
+	/* Line 5, PC: strict only, free slots; the producer downs it. */
+	struct pfprof_sem empty;
+	__u64 reserved6[7];
+};
+
+/*
+ * PFPROF_IOC_INFO: the handshake.  User space sets abi_version to the
+ * version it speaks and every other field to zero; the module answers with
+ * its own version and the geometry, and fails with -EPROTO (abi_version
+ * still set to its own) when it does not speak the caller's version.
+ * Non-zero flags or reserved fields fail with -EINVAL.
+ */
+struct pfprof_info {
+	__u32 abi_version;	/* in: caller's; out: module's */
+	__u32 flags;		/* must be 0 */
+	__u64 area_size;	/* out: the one length mmap accepts, at offset 0 */
+	__u64 slot_count;	/* out */
+	__u32 sample_size;	/* out */
+	__u32 hz;		/* out */
+	__u32 period_ms;	/* out */
+	__u32 reserved0;	/* must be 0 */
+	__u64 reserved[3];	/* must be 0 */
+};
+
+#define PFPROF_IOC_MAGIC	0xB8
+
+#define PFPROF_IOC_INFO		_IOWR(PFPROF_IOC_MAGIC, 0x00, struct pfprof_info)
+/*
+ * The argument points to a __u32: PFPROF_MODE_STRICT or PFPROF_MODE_RELAXED
+ * (anything else: -EINVAL).  Starts a session:
+ * the module reinitializes the whole control page (sequence numbers,
+ * semaphores, lock, counters, canceled).  Faults taken by registered
+ * processes before a session starts are reported in its first sample.
+ */
+#define PFPROF_IOC_SET_MODE	_IOW(PFPROF_IOC_MAGIC, 0x01, __u32)
+/*
+ * Strict consumer: sleep until full.count > 0 or the session is canceled.
+ * The argument points to a __u32 timeout in milliseconds, 0 for none.  Returns 0 when
+ * either holds, -ETIMEDOUT when the timeout passed, -EINTR on a signal,
+ * -EINVAL outside a strict session.
+ */
+#define PFPROF_IOC_WAIT_FULL	_IOW(PFPROF_IOC_MAGIC, 0x02, __u32)
+/* Strict consumer: wake the producer if it sleeps waiting for a free slot. */
+#define PFPROF_IOC_WAKE_PRODUCER _IO(PFPROF_IOC_MAGIC, 0x03)
+
+#endif /* _UAPI_LINUX_PFPROF_H */
