@@ -1,0 +1,86 @@
+//! `work`: the workload generator of the original assignment. Allocates MiB of memory and
+//! makes random (R) or local (L) accesses to it, iteration after iteration.
+
+use std::process::ExitCode;
+use std::thread;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use monitor::procstat;
+use monitor::registration::{self, RegistrationError};
+use monitor::workload::{Pattern, Workload};
+
+#[derive(Parser)]
+#[command(version, about, long_about = None)]
+struct Args {
+    /// Memory to allocate, in MiB (1 to 1024).
+    #[arg(value_parser = clap::value_parser!(u16).range(1..=1024))]
+    mib: u16,
+    /// R: random accesses over the whole buffer; L: accesses with locality.
+    pattern: Pattern,
+    /// Memory accesses per iteration.
+    accesses: u64,
+    /// Number of iterations.
+    #[arg(default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    iterations: u32,
+    /// Pause between iterations, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    sleep_ms: u64,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("work: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> anyhow::Result<()> {
+    let pid = std::process::id();
+    let registered = register_if_loaded(pid);
+    let mut workload = Workload::new(usize::from(args.mib));
+    let mut checksum = 0;
+    for i in 0..args.iterations {
+        if i > 0 {
+            thread::sleep(Duration::from_millis(args.sleep_ms));
+        }
+        checksum ^= workload.iterate(args.pattern, args.accesses);
+    }
+    let counters = procstat::read_self().context("reading this process's fault counters")?;
+    if registered {
+        registration::unregister(pid)
+            .with_context(|| format!("unregistering process {pid} from pfprof"))?;
+    }
+    eprintln!(
+        "work: {} iterations of {} accesses to {} MiB done (checksum {checksum}): \
+         {} minor faults, {} major faults, {} ms CPU",
+        args.iterations,
+        args.accesses,
+        args.mib,
+        counters.minor,
+        counters.major,
+        counters.cpu_ns / 1_000_000
+    );
+    Ok(())
+}
+
+/// Registers with the pfprof module when it is loaded. Returns whether this process must
+/// unregister itself: not when someone else (`monitor run`) registered it already.
+fn register_if_loaded(pid: u32) -> bool {
+    if !registration::available() {
+        return false;
+    }
+    match registration::register(pid) {
+        Ok(()) => true,
+        Err(RegistrationError::AlreadyRegistered(_)) => false,
+        Err(e) => {
+            eprintln!("work: warning: running unprofiled, registration failed: {e}");
+            false
+        }
+    }
+}

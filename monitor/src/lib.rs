@@ -1,0 +1,8 @@
+//! pfprof's monitor and workload generator: everything but argument parsing and error
+//! reporting, which live in the binaries.
+
+pub mod plot;
+pub mod procstat;
+pub mod registration;
+pub mod report;
+pub mod workload;

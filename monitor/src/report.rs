@@ -1,0 +1,369 @@
+//! Turning samples into rows (CSV or JSON Lines), running totals and the summary.
+
+use std::fmt;
+use std::io::{self, Write};
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::Serialize;
+use shared_layout::abi::Sample;
+
+/// Output format of the sample rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Csv,
+    Jsonl,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("format must be csv or jsonl, not {0:?}")]
+pub struct ParseFormatError(String);
+
+impl FromStr for Format {
+    type Err = ParseFormatError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "csv" => Ok(Format::Csv),
+            "jsonl" => Ok(Format::Jsonl),
+            _ => Err(ParseFormatError(s.to_owned())),
+        }
+    }
+}
+
+/// One output row: a sample's per-period deltas placed on the profile's time axis.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Row {
+    /// Milliseconds since the first sample.
+    pub time_ms: u64,
+    pub jiffies: u64,
+    pub minor: u64,
+    pub major: u64,
+    pub cpu_ns: u64,
+    /// CPU time over the period the sample covers: 1.0 is one CPU fully busy.
+    pub cpu_util: f64,
+    /// Length of that period, ns (not an output column).
+    #[serde(skip)]
+    pub period_ns: u64,
+}
+
+/// Places samples on a time axis: the producer's clock ticks at `hz`, and a sample covers
+/// the time since the previous one (longer than a period when samples were merged).
+#[derive(Clone, Debug)]
+pub struct Timeline {
+    hz: u64,
+    period_ns: u64,
+    first: Option<u64>,
+    previous: Option<u64>,
+}
+
+impl Timeline {
+    pub fn new(hz: u32, period_ms: u32) -> Self {
+        Timeline {
+            hz: u64::from(hz.max(1)),
+            period_ns: u64::from(period_ms.max(1)) * 1_000_000,
+            first: None,
+            previous: None,
+        }
+    }
+
+    pub fn row(&mut self, s: &Sample) -> Row {
+        let first = *self.first.get_or_insert(s.jiffies);
+        let period_ns = match self.previous.replace(s.jiffies) {
+            Some(p) if s.jiffies > p => self.ticks_to_ns(s.jiffies - p),
+            _ => self.period_ns,
+        };
+        Row {
+            time_ms: self.ticks_to_ns(s.jiffies.saturating_sub(first)) / 1_000_000,
+            jiffies: s.jiffies,
+            minor: s.minor,
+            major: s.major,
+            cpu_ns: s.cpu_ns,
+            cpu_util: s.cpu_ns as f64 / period_ns as f64,
+            period_ns,
+        }
+    }
+
+    fn ticks_to_ns(&self, ticks: u64) -> u64 {
+        (u128::from(ticks) * 1_000_000_000 / u128::from(self.hz)) as u64
+    }
+}
+
+/// Writes rows in the chosen format. Once the reader has gone away (a closed pipe, as in
+/// `monitor | head`) further rows are dropped silently: that is not an error.
+pub struct RowWriter<W: Write> {
+    out: W,
+    format: Format,
+    closed: bool,
+}
+
+impl<W: Write> RowWriter<W> {
+    /// Writes the CSV header right away.
+    pub fn new(out: W, format: Format) -> io::Result<Self> {
+        let mut w = RowWriter { out, format, closed: false };
+        if format == Format::Csv {
+            w.guard(|out| writeln!(out, "time_ms,jiffies,minor,major,cpu_ns,cpu_util"))?;
+        }
+        Ok(w)
+    }
+
+    pub fn write(&mut self, row: &Row) -> io::Result<()> {
+        let format = self.format;
+        self.guard(|out| match format {
+            Format::Csv => writeln!(
+                out,
+                "{},{},{},{},{},{:.4}",
+                row.time_ms, row.jiffies, row.minor, row.major, row.cpu_ns, row.cpu_util
+            ),
+            Format::Jsonl => {
+                serde_json::to_writer(&mut *out, row).map_err(io::Error::from)?;
+                out.write_all(b"\n")
+            }
+        })
+    }
+
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.guard(|out| out.flush())
+    }
+
+    /// Whether the reader went away.
+    pub fn closed(&self) -> bool {
+        self.closed
+    }
+
+    fn guard(&mut self, f: impl FnOnce(&mut W) -> io::Result<()>) -> io::Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        match f(&mut self.out) {
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(())
+            }
+            other => other,
+        }
+    }
+}
+
+/// Running totals over every row, for the summary and the status line.
+#[derive(Clone, Debug, Default)]
+pub struct Totals {
+    pub samples: u64,
+    pub minor: u64,
+    pub major: u64,
+    pub cpu_ns: u64,
+    /// Time covered by the samples, ns.
+    pub covered_ns: u64,
+    pub peak_minor_rate: f64,
+    pub peak_major_rate: f64,
+    pub lost: u64,
+}
+
+impl Totals {
+    pub fn add(&mut self, row: &Row) {
+        self.samples += 1;
+        self.minor += row.minor;
+        self.major += row.major;
+        self.cpu_ns += row.cpu_ns;
+        self.covered_ns += row.period_ns;
+        let secs = row.period_ns as f64 / 1e9;
+        self.peak_minor_rate = self.peak_minor_rate.max(row.minor as f64 / secs);
+        self.peak_major_rate = self.peak_major_rate.max(row.major as f64 / secs);
+    }
+
+    fn rate(&self, count: u64) -> f64 {
+        if self.covered_ns == 0 {
+            0.0
+        } else {
+            count as f64 * 1e9 / self.covered_ns as f64
+        }
+    }
+
+    pub fn mean_minor_rate(&self) -> f64 {
+        self.rate(self.minor)
+    }
+
+    pub fn mean_major_rate(&self) -> f64 {
+        self.rate(self.major)
+    }
+
+    /// Mean CPU utilization over the covered time: 1.0 is one CPU fully busy.
+    pub fn cpu_util(&self) -> f64 {
+        self.rate(self.cpu_ns) / 1e9
+    }
+
+    /// The live status line (no newline).
+    pub fn status_line(&self) -> String {
+        format!(
+            "{:>8.1} s  {:>6} samples  minor {:>10.0}/s  major {:>8.0}/s  cpu {:>5.1}%  lost {}",
+            self.covered_ns as f64 / 1e9,
+            self.samples,
+            self.mean_minor_rate(),
+            self.mean_major_rate(),
+            self.cpu_util() * 100.0,
+            self.lost
+        )
+    }
+}
+
+/// Everything the summary reports.
+pub struct Summary<'a> {
+    pub backend: &'a str,
+    pub mode: &'a str,
+    pub totals: &'a Totals,
+    pub blocked: Duration,
+    pub deferred: u64,
+    /// The profiled command's own accounting (`monitor run`): wait4() rusage and status.
+    pub child: Option<ChildReport>,
+}
+
+/// What wait4() said about the command `monitor run` started.
+#[derive(Clone, Copy, Debug)]
+pub struct ChildReport {
+    pub minor: u64,
+    pub major: u64,
+    pub cpu_ns: u64,
+    pub status: ExitStatus,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitStatus {
+    Exited(i32),
+    Signaled(i32),
+}
+
+impl ExitStatus {
+    /// The exit code a shell would report for this status.
+    pub fn code(self) -> u8 {
+        match self {
+            ExitStatus::Exited(c) => (c & 0xff) as u8,
+            ExitStatus::Signaled(s) => (128 + s).clamp(0, 255) as u8,
+        }
+    }
+}
+
+impl fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExitStatus::Exited(c) => write!(f, "exited with status {c}"),
+            ExitStatus::Signaled(s) => write!(f, "killed by signal {s}"),
+        }
+    }
+}
+
+impl fmt::Display for Summary<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = self.totals;
+        writeln!(f, "pfprof summary ({} backend, {} mode)", self.backend, self.mode)?;
+        writeln!(f, "  samples            {:>14}", t.samples)?;
+        writeln!(f, "  duration           {:>14.3} s", t.covered_ns as f64 / 1e9)?;
+        writeln!(f, "  minor faults       {:>14}", t.minor)?;
+        writeln!(f, "  major faults       {:>14}", t.major)?;
+        writeln!(
+            f,
+            "  minor fault rate   {:>14.1} /s mean {:>14.1} /s peak",
+            t.mean_minor_rate(),
+            t.peak_minor_rate
+        )?;
+        writeln!(
+            f,
+            "  major fault rate   {:>14.1} /s mean {:>14.1} /s peak",
+            t.mean_major_rate(),
+            t.peak_major_rate
+        )?;
+        writeln!(
+            f,
+            "  CPU time           {:>14.3} s ({:.1}% of one CPU)",
+            t.cpu_ns as f64 / 1e9,
+            t.cpu_util() * 100.0
+        )?;
+        writeln!(f, "  samples lost       {:>14}", t.lost)?;
+        writeln!(f, "  producer blocked   {:>14.3} s", self.blocked.as_secs_f64())?;
+        write!(f, "  samples deferred   {:>14}", self.deferred)?;
+        if let Some(c) = &self.child {
+            write!(
+                f,
+                "\n  command rusage     {:>14} minor, {} major, {:.3} s CPU; {}",
+                c.minor,
+                c.major,
+                c.cpu_ns as f64 / 1e9,
+                c.status
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(jiffies: u64, minor: u64, cpu_ns: u64) -> Sample {
+        Sample { jiffies, minor, major: 0, cpu_ns }
+    }
+
+    #[test]
+    fn timeline_starts_at_zero_and_measures_each_period_from_the_previous_sample() {
+        let mut t = Timeline::new(1000, 50);
+        let a = t.row(&sample(5000, 1, 25_000_000));
+        let b = t.row(&sample(5150, 1, 75_000_000));
+        assert_eq!((a.time_ms, a.period_ns), (0, 50_000_000));
+        assert_eq!((b.time_ms, b.period_ns), (150, 150_000_000));
+        assert!((a.cpu_util - 0.5).abs() < 1e-9);
+        assert!((b.cpu_util - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn csv_rows_follow_the_header_columns() {
+        let mut buf = Vec::new();
+        let mut w = RowWriter::new(&mut buf, Format::Csv).unwrap();
+        let row = Timeline::new(250, 50).row(&sample(100, 7, 1));
+        w.write(&row).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        assert_eq!(text, "time_ms,jiffies,minor,major,cpu_ns,cpu_util\n0,100,7,0,1,0.0000\n");
+    }
+
+    #[test]
+    fn jsonl_rows_use_the_csv_column_names() {
+        let mut buf = Vec::new();
+        let mut w = RowWriter::new(&mut buf, Format::Jsonl).unwrap();
+        w.write(&Timeline::new(1000, 50).row(&sample(1, 2, 3))).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&buf).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        let mut expected = ["time_ms", "jiffies", "minor", "major", "cpu_ns", "cpu_util"];
+        expected.sort_unstable();
+        let mut keys = keys;
+        keys.sort_unstable();
+        assert_eq!(keys, expected);
+    }
+
+    struct ClosedPipe;
+    impl Write for ClosedPipe {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            Err(io::ErrorKind::BrokenPipe.into())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Err(io::ErrorKind::BrokenPipe.into())
+        }
+    }
+
+    #[test]
+    fn a_closed_pipe_silences_the_writer_instead_of_failing() {
+        let mut w = RowWriter::new(ClosedPipe, Format::Csv).unwrap();
+        assert!(w.closed());
+        w.write(&Timeline::new(1000, 50).row(&sample(1, 2, 3))).unwrap();
+        w.flush().unwrap();
+    }
+
+    #[test]
+    fn totals_report_mean_and_peak_rates_over_the_covered_time() {
+        let mut t = Timeline::new(1000, 100);
+        let mut totals = Totals::default();
+        totals.add(&t.row(&sample(100, 10, 0)));
+        totals.add(&t.row(&sample(200, 30, 100_000_000)));
+        assert_eq!(totals.minor, 40);
+        assert!((totals.mean_minor_rate() - 200.0).abs() < 1e-9);
+        assert!((totals.peak_minor_rate - 300.0).abs() < 1e-9);
+        assert!((totals.cpu_util() - 0.5).abs() < 1e-9);
+    }
+}
