@@ -1,1 +1,22 @@
-pub fn placeholder() {}
+//! pfprof's kernel/user ABI, mirrored from `include/pfprof.h`, and both ring
+//! protocols over any mapping of the area (a memfd here, `/dev/pfprof` with
+//! the module).
+
+pub mod abi;
+mod area;
+mod error;
+mod lock;
+mod mode;
+#[cfg(not(loom))]
+pub mod producer;
+pub mod relaxed;
+mod sem;
+pub mod strict;
+mod sync;
+pub mod wait;
+
+pub use abi::Sample;
+pub use area::{Area, Counters};
+pub use error::{LayoutError, ProtocolError};
+pub use mode::{Mode, ParseModeError};
+pub use strict::Push;

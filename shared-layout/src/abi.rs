@@ -1,0 +1,221 @@
+//! `#[repr(C)]` mirror of `include/pfprof.h`, the single source of truth.
+//!
+//! Every size and field offset is asserted at compile time below, and
+//! `tests/layout.rs` compiles the real header to prove the two agree.
+
+use core::mem::{offset_of, size_of};
+
+pub const MAGIC: u32 = 0x4650_4650;
+pub const ABI_VERSION: u32 = 1;
+
+pub const DEVICE_PATH: &str = "/dev/pfprof";
+pub const PROC_PATH: &str = "/proc/pfprof/status";
+
+pub const MODE_NONE: u32 = 0;
+pub const MODE_STRICT: u32 = 1;
+pub const MODE_RELAXED: u32 = 2;
+
+pub const LOCK_FREE: u32 = 0;
+pub const LOCK_PRODUCER: u32 = 1;
+pub const LOCK_CONSUMER: u32 = 2;
+
+pub const CACHELINE_SIZE: u64 = 64;
+pub const PAGE_SIZE: u64 = 4096;
+/// Offset of slot 0: the control page comes first.
+pub const DATA_OFFSET: u64 = PAGE_SIZE;
+
+/// `PFPROF_AREA_SIZE(pages)`: bytes of an area of `pages` pages, control page included.
+pub const fn area_size(pages: u64) -> u64 {
+    pages * PAGE_SIZE
+}
+
+/// `struct pfprof_sample`: one period, summed over every registered process.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Sample {
+    pub jiffies: u64,
+    pub minor: u64,
+    pub major: u64,
+    pub cpu_ns: u64,
+}
+
+/// `struct pfprof_sem`: a counting semaphore both sides operate on atomically.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sem {
+    pub count: u32,
+    pub waiters: u32,
+}
+
+/// `struct pfprof_area`: the control page. Never read through a reference:
+/// the other side writes it concurrently; see [`crate::Area`] for access.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AreaHeader {
+    pub magic: u32,
+    pub abi_version: u32,
+    pub mode: u32,
+    pub sample_size: u32,
+    pub area_size: u64,
+    pub data_offset: u64,
+    pub slot_count: u64,
+    pub hz: u32,
+    pub period_ms: u32,
+    pub reserved0: [u64; 2],
+
+    pub write_seq: u64,
+    pub overwritten: u64,
+    pub blocked_ns: u64,
+    pub deferred: u64,
+    pub canceled: u32,
+    pub reserved1: u32,
+    pub reserved2: [u64; 3],
+
+    pub read_seq: u64,
+    pub reserved3: [u64; 7],
+
+    pub lock: u32,
+    pub reserved4: [u32; 15],
+
+    pub full: Sem,
+    pub reserved5: [u64; 7],
+
+    pub empty: Sem,
+    pub reserved6: [u64; 7],
+}
+
+/// `struct pfprof_info`: the `PFPROF_IOC_INFO` handshake.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Info {
+    pub abi_version: u32,
+    pub flags: u32,
+    pub area_size: u64,
+    pub slot_count: u64,
+    pub sample_size: u32,
+    pub hz: u32,
+    pub period_ms: u32,
+    pub reserved0: u32,
+    pub reserved: [u64; 3],
+}
+
+// The asm-generic ioctl encoding (x86, arm, arm64, riscv, ...) and the one
+// powerpc, mips and sparc use, as in include/uapi/asm-generic/ioctl.h and
+// arch/*/include/uapi/asm/ioctl.h.
+#[cfg(not(any(
+    target_arch = "powerpc",
+    target_arch = "powerpc64",
+    target_arch = "mips",
+    target_arch = "mips64",
+    target_arch = "sparc",
+    target_arch = "sparc64"
+)))]
+mod ioc_arch {
+    pub const SIZEBITS: u32 = 14;
+    pub const NONE: u32 = 0;
+    pub const WRITE: u32 = 1;
+    pub const READ: u32 = 2;
+}
+#[cfg(any(
+    target_arch = "powerpc",
+    target_arch = "powerpc64",
+    target_arch = "mips",
+    target_arch = "mips64",
+    target_arch = "sparc",
+    target_arch = "sparc64"
+))]
+mod ioc_arch {
+    pub const SIZEBITS: u32 = 13;
+    pub const NONE: u32 = 1;
+    pub const WRITE: u32 = 4;
+    pub const READ: u32 = 2;
+}
+
+const IOC_NRSHIFT: u32 = 0;
+const IOC_TYPESHIFT: u32 = 8;
+const IOC_SIZESHIFT: u32 = 16;
+const IOC_DIRSHIFT: u32 = IOC_SIZESHIFT + ioc_arch::SIZEBITS;
+
+/// `_IOC(dir, type, nr, size)`.
+pub const fn ioc(dir: u32, ty: u32, nr: u32, size: usize) -> u32 {
+    assert!(size < (1 << ioc_arch::SIZEBITS), "ioctl argument too large");
+    assert!(ty < 256 && nr < 256);
+    (dir << IOC_DIRSHIFT)
+        | ((size as u32) << IOC_SIZESHIFT)
+        | (ty << IOC_TYPESHIFT)
+        | (nr << IOC_NRSHIFT)
+}
+
+/// `_IO(type, nr)`.
+pub const fn io(ty: u32, nr: u32) -> u32 {
+    ioc(ioc_arch::NONE, ty, nr, 0)
+}
+
+/// `_IOR(type, nr, T)` with `size` = `sizeof(T)`.
+pub const fn ior(ty: u32, nr: u32, size: usize) -> u32 {
+    ioc(ioc_arch::READ, ty, nr, size)
+}
+
+/// `_IOW(type, nr, T)` with `size` = `sizeof(T)`.
+pub const fn iow(ty: u32, nr: u32, size: usize) -> u32 {
+    ioc(ioc_arch::WRITE, ty, nr, size)
+}
+
+/// `_IOWR(type, nr, T)` with `size` = `sizeof(T)`.
+pub const fn iowr(ty: u32, nr: u32, size: usize) -> u32 {
+    ioc(ioc_arch::READ | ioc_arch::WRITE, ty, nr, size)
+}
+
+pub const IOC_MAGIC: u32 = 0xB8;
+pub const IOC_INFO: u32 = iowr(IOC_MAGIC, 0x00, size_of::<Info>());
+pub const IOC_SET_MODE: u32 = iow(IOC_MAGIC, 0x01, size_of::<u32>());
+pub const IOC_WAIT_FULL: u32 = iow(IOC_MAGIC, 0x02, size_of::<u32>());
+pub const IOC_WAKE_PRODUCER: u32 = io(IOC_MAGIC, 0x03);
+
+/// Byte offset of slot `index` in the area.
+pub const fn slot_offset(index: u64) -> u64 {
+    DATA_OFFSET + index * size_of::<Sample>() as u64
+}
+
+/// Slots an area of `pages` pages holds.
+pub const fn slots_in(pages: u64) -> u64 {
+    (area_size(pages) - DATA_OFFSET) / size_of::<Sample>() as u64
+}
+
+macro_rules! assert_layout {
+    ($ty:ty, size $size:expr, align $align:expr, { $($field:ident: $off:expr),* $(,)? }) => {
+        const _: () = assert!(size_of::<$ty>() == $size);
+        const _: () = assert!(core::mem::align_of::<$ty>() == $align);
+        $(const _: () = assert!(offset_of!($ty, $field) == $off);)*
+    };
+}
+
+assert_layout!(Sample, size 32, align 8, {
+    jiffies: 0, minor: 8, major: 16, cpu_ns: 24,
+});
+assert_layout!(Sem, size 8, align 4, { count: 0, waiters: 4 });
+assert_layout!(AreaHeader, size 384, align 8, {
+    magic: 0, abi_version: 4, mode: 8, sample_size: 12,
+    area_size: 16, data_offset: 24, slot_count: 32, hz: 40, period_ms: 44, reserved0: 48,
+    write_seq: 64, overwritten: 72, blocked_ns: 80, deferred: 88,
+    canceled: 96, reserved1: 100, reserved2: 104,
+    read_seq: 128, reserved3: 136,
+    lock: 192, reserved4: 196,
+    full: 256, reserved5: 264,
+    empty: 320, reserved6: 328,
+});
+assert_layout!(Info, size 64, align 8, {
+    abi_version: 0, flags: 4, area_size: 8, slot_count: 16,
+    sample_size: 24, hz: 28, period_ms: 32, reserved0: 36, reserved: 40,
+});
+
+// Producer, consumer, lock and each semaphore on their own cache line.
+const _: () = assert!(offset_of!(AreaHeader, write_seq) as u64 % CACHELINE_SIZE == 0);
+const _: () = assert!(offset_of!(AreaHeader, read_seq) as u64 % CACHELINE_SIZE == 0);
+const _: () = assert!(offset_of!(AreaHeader, lock) as u64 % CACHELINE_SIZE == 0);
+const _: () = assert!(offset_of!(AreaHeader, full) as u64 % CACHELINE_SIZE == 0);
+const _: () = assert!(offset_of!(AreaHeader, empty) as u64 % CACHELINE_SIZE == 0);
+// The control page holds the header; slots are 8-aligned and tile the data pages.
+const _: () = assert!(size_of::<AreaHeader>() as u64 <= DATA_OFFSET);
+const _: () = assert!(DATA_OFFSET % 8 == 0);
+const _: () = assert!(PAGE_SIZE % size_of::<Sample>() as u64 == 0);

@@ -1,0 +1,112 @@
+//! The user-space producer that plays the module's role on a memfd area.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::abi::Sample;
+use crate::relaxed::RelaxedProducer;
+use crate::strict::{Push, StrictProducer};
+use crate::sync::Ordering;
+use crate::wait::FutexWaiter;
+use crate::{Area, Mode, ProtocolError};
+
+/// How long `finish` waits before retrying a sample the lock refused.
+const LOCK_RETRY: Duration = Duration::from_millis(1);
+
+enum Side {
+    Strict(StrictProducer<FutexWaiter>),
+    Relaxed(RelaxedProducer),
+}
+
+/// What [`Producer::finish`] managed before it canceled the session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// Every recorded count reached the ring.
+    Flushed,
+    /// The deadline passed first; this merged sample was never written.
+    Unflushed(Sample),
+}
+
+/// Accumulates per-period deltas; a period whose sample cannot be written (ring full in
+/// strict mode, lock held) is merged into the next one, exactly as the module does, so
+/// counts are conserved. Used by the monitor's procfs backend, tests and benches.
+pub struct Producer {
+    area: Arc<Area>,
+    side: Side,
+    /// Counts recorded but not yet written: merged into the next sample.
+    pending: Option<Sample>,
+    /// How long a strict push may wait for a free slot: one period, as the module.
+    slot_wait: Duration,
+}
+
+impl Producer {
+    pub fn new(area: Arc<Area>) -> Producer {
+        let side = match area.mode() {
+            Mode::Strict => Side::Strict(StrictProducer::new(Arc::clone(&area), FutexWaiter)),
+            Mode::Relaxed => Side::Relaxed(RelaxedProducer::new(Arc::clone(&area))),
+        };
+        let slot_wait = Duration::from_millis(area.period_ms().into());
+        Producer {
+            area,
+            side,
+            pending: None,
+            slot_wait,
+        }
+    }
+
+    /// Record one period's `delta` (its `jiffies` is the period's end) and try
+    /// to write it together with whatever earlier periods could not be
+    /// written. `Full` and `LockBusy` mean it waits for the next period.
+    pub fn record(&mut self, delta: Sample) -> Result<Push, ProtocolError> {
+        let sample = match self.pending.take() {
+            None => delta,
+            Some(p) => Sample {
+                jiffies: delta.jiffies,
+                minor: p.minor + delta.minor,
+                major: p.major + delta.major,
+                cpu_ns: p.cpu_ns + delta.cpu_ns,
+            },
+        };
+        let pushed = self.push(sample, Some(self.slot_wait))?;
+        if pushed != Push::Written {
+            self.pending = Some(sample);
+        }
+        if pushed == Push::LockBusy {
+            self.area.deferred().fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(pushed)
+    }
+
+    /// Counts recorded but not yet in the ring.
+    pub fn pending(&self) -> Option<Sample> {
+        self.pending
+    }
+
+    /// Write what is pending (retrying until `deadline`), then cancel the
+    /// session and wake both sides.
+    pub fn finish(mut self, deadline: Instant) -> Result<Finish, ProtocolError> {
+        while let Some(sample) = self.pending {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                break;
+            };
+            match self.push(sample, Some(left))? {
+                Push::Written => self.pending = None,
+                Push::LockBusy => std::thread::sleep(LOCK_RETRY.min(left)),
+                Push::Full => {}
+                Push::Canceled => break,
+            }
+        }
+        match &mut self.side {
+            Side::Strict(p) => p.cancel()?,
+            Side::Relaxed(p) => p.cancel()?,
+        }
+        Ok(self.pending.map_or(Finish::Flushed, Finish::Unflushed))
+    }
+
+    fn push(&mut self, sample: Sample, timeout: Option<Duration>) -> Result<Push, ProtocolError> {
+        match &mut self.side {
+            Side::Strict(p) => p.push(sample, timeout),
+            Side::Relaxed(p) => p.push(sample),
+        }
+    }
+}

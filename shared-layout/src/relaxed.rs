@@ -1,0 +1,120 @@
+//! The relaxed protocol: monotonic cursors under the lock; the producer never
+//! blocks and overwrites the oldest samples, the consumer counts exactly what
+//! it lost (pfprof.h, "Relaxed protocol").
+
+use std::sync::Arc;
+
+use crate::abi::Sample;
+use crate::lock::{lock_consumer, try_lock_producer};
+use crate::strict::check_mode;
+pub use crate::strict::Push;
+use crate::sync::Ordering;
+use crate::{Area, Mode, ProtocolError};
+
+/// What one [`RelaxedConsumer::drain`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Drain {
+    /// Samples appended to the output.
+    pub received: usize,
+    /// Samples overwritten before they could be copied, or while they were.
+    pub lost: u64,
+    /// The producer canceled the session and everything it wrote is accounted for.
+    pub ended: bool,
+}
+
+/// The consumer of the relaxed protocol.
+pub struct RelaxedConsumer {
+    area: Arc<Area>,
+    /// Our own copy of read_seq: we are its only writer.
+    read_seq: u64,
+}
+
+impl RelaxedConsumer {
+    pub fn new(area: Arc<Area>) -> Self {
+        let read_seq = area.read_seq().load(Ordering::Acquire);
+        RelaxedConsumer { area, read_seq }
+    }
+
+    /// Snapshot the cursors under the lock, copy without it, then detect under
+    /// the lock again which copied slots the producer reused meanwhile.
+    pub fn drain(&mut self, out: &mut Vec<Sample>) -> Result<Drain, ProtocolError> {
+        let area = &*self.area;
+        check_mode(area, Mode::Relaxed)?;
+        let n = area.slot_count();
+        let r = self.read_seq;
+        let (w, canceled) = {
+            let _lock = lock_consumer(area);
+            let canceled = area.canceled().load(Ordering::Acquire) != 0;
+            (area.write_seq().load(Ordering::Acquire), canceled)
+        };
+        if w < r {
+            return Err(ProtocolError::CursorOutOfRange {
+                write_seq: w,
+                read_seq: r,
+            });
+        }
+        let start = r.max(w.saturating_sub(n));
+        let mut lost = start - r;
+        let first = out.len();
+        out.extend((start..w).map(|seq| area.read_slot(seq)));
+        let w2 = {
+            let _lock = lock_consumer(area);
+            let w2 = area.write_seq().load(Ordering::Acquire);
+            area.read_seq().store(w, Ordering::Release);
+            w2
+        };
+        // Sample s shares its slot with s + n: every s < w2 - n may be torn.
+        let torn = w2.saturating_sub(n).clamp(start, w) - start;
+        out.drain(first..first + torn as usize);
+        lost += torn;
+        self.read_seq = w;
+        Ok(Drain {
+            received: (w - start - torn) as usize,
+            lost,
+            ended: canceled,
+        })
+    }
+}
+
+/// The producer of the relaxed protocol (the module's role, in user space).
+pub struct RelaxedProducer {
+    area: Arc<Area>,
+    /// Our own write_seq: published, never read back.
+    write_seq: u64,
+}
+
+impl RelaxedProducer {
+    pub fn new(area: Arc<Area>) -> Self {
+        let write_seq = area.write_seq().load(Ordering::Acquire);
+        RelaxedProducer { area, write_seq }
+    }
+
+    /// lock, write the slot (overwriting the oldest when the ring is full),
+    /// publish write_seq, unlock. Never blocks: a held lock gives `LockBusy`.
+    pub fn push(&mut self, sample: Sample) -> Result<Push, ProtocolError> {
+        let area = &*self.area;
+        check_mode(area, Mode::Relaxed)?;
+        if area.canceled().load(Ordering::Acquire) != 0 {
+            return Ok(Push::Canceled);
+        }
+        let Some(_lock) = try_lock_producer(area) else {
+            return Ok(Push::LockBusy);
+        };
+        let seq = self.write_seq;
+        area.write_slot(seq, &sample);
+        // Advisory: read_seq is the consumer's word and may hold anything.
+        let read_seq = area.read_seq().load(Ordering::Relaxed);
+        if seq >= read_seq.saturating_add(area.slot_count()) {
+            area.overwritten().fetch_add(1, Ordering::Relaxed);
+        }
+        self.write_seq = seq + 1;
+        area.write_seq().store(self.write_seq, Ordering::Release);
+        Ok(Push::Written)
+    }
+
+    /// Set `canceled` after the last sample. Nobody sleeps in relaxed mode.
+    pub fn cancel(&mut self) -> Result<(), ProtocolError> {
+        self.area.canceled().store(1, Ordering::SeqCst);
+        Ok(())
+    }
+}

@@ -1,0 +1,229 @@
+//! The strict protocol: full/empty counting semaphores and the lock; no
+//! sample is ever lost or duplicated (pfprof.h, "Strict protocol").
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::abi::Sample;
+use crate::lock::{lock_consumer, try_lock_producer};
+use crate::sem::{deadline, post, sleep_on, try_down, try_down_all, Slept};
+use crate::sync::Ordering;
+use crate::wait::{SemKind, Waiter};
+use crate::{Area, Mode, ProtocolError};
+
+/// What [`StrictConsumer::take`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Take {
+    /// This many samples were appended.
+    Samples(usize),
+    TimedOut,
+    /// The producer canceled the session and every sample has been taken.
+    Ended,
+}
+
+/// What [`StrictConsumer::take_one`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TakeOne {
+    Sample(Sample),
+    TimedOut,
+    Ended,
+}
+
+/// What a producer's push did with its sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Push {
+    Written,
+    /// Timed out waiting for a free slot; the sample was not written.
+    Full,
+    /// The bounded lock try failed; the sample was not written.
+    LockBusy,
+    /// The session is canceled; the sample was not written.
+    Canceled,
+}
+
+pub(crate) fn check_mode(area: &Area, expected: Mode) -> Result<(), ProtocolError> {
+    match area.mode() {
+        actual if actual == expected => Ok(()),
+        actual => Err(ProtocolError::WrongMode { expected, actual }),
+    }
+}
+
+/// The consumer of the strict protocol.
+pub struct StrictConsumer<W: Waiter> {
+    area: Arc<Area>,
+    waiter: W,
+    /// Our own copy of read_seq: we are its only writer.
+    read_seq: u64,
+}
+
+impl<W: Waiter> StrictConsumer<W> {
+    pub fn new(area: Arc<Area>, waiter: W) -> Self {
+        let read_seq = area.read_seq().load(Ordering::Acquire);
+        StrictConsumer {
+            area,
+            waiter,
+            read_seq,
+        }
+    }
+
+    /// down_all(full): take every ready sample (appended to `out`), sleeping while none is
+    /// ready, at most `timeout`. Ended = canceled and nothing left.
+    pub fn take(
+        &mut self,
+        out: &mut Vec<Sample>,
+        timeout: Option<Duration>,
+    ) -> Result<Take, ProtocolError> {
+        let k = match self.down(timeout, try_down_all)? {
+            Down::Got(k) => k,
+            Down::TimedOut => return Ok(Take::TimedOut),
+            Down::Ended => return Ok(Take::Ended),
+        };
+        out.reserve(k as usize);
+        self.copy_out(k, |sample| out.push(sample))?;
+        Ok(Take::Samples(k as usize))
+    }
+
+    /// down(full) by one: exactly one sample per down/lock/unlock/up (the per-sample design).
+    pub fn take_one(&mut self, timeout: Option<Duration>) -> Result<TakeOne, ProtocolError> {
+        let down_one = |area: &Area, sem| u32::from(try_down(area, sem));
+        match self.down(timeout, down_one)? {
+            Down::Got(_) => {
+                let mut taken = Sample::default();
+                self.copy_out(1, |sample| taken = sample)?;
+                Ok(TakeOne::Sample(taken))
+            }
+            Down::TimedOut => Ok(TakeOne::TimedOut),
+            Down::Ended => Ok(TakeOne::Ended),
+        }
+    }
+
+    /// Down `full` with `try_take`, sleeping while it gets nothing. After
+    /// `canceled` it looks once more: the producer cancels after its last up.
+    fn down(
+        &self,
+        timeout: Option<Duration>,
+        try_take: impl Fn(&Area, SemKind) -> u32,
+    ) -> Result<Down, ProtocolError> {
+        check_mode(&self.area, Mode::Strict)?;
+        let deadline = deadline(timeout);
+        loop {
+            let k = try_take(&self.area, SemKind::Full);
+            if k > 0 {
+                return Ok(Down::Got(k));
+            }
+            if self.area.canceled().load(Ordering::Acquire) != 0 {
+                return match try_take(&self.area, SemKind::Full) {
+                    0 => Ok(Down::Ended),
+                    k => Ok(Down::Got(k)),
+                };
+            }
+            if let Slept::TimedOut = sleep_on(&self.area, &self.waiter, SemKind::Full, deadline)? {
+                return Ok(Down::TimedOut);
+            }
+        }
+    }
+
+    /// lock, copy slots [read_seq, read_seq + k), publish read_seq, unlock, up(empty, k).
+    fn copy_out(&mut self, k: u32, mut sink: impl FnMut(Sample)) -> Result<(), ProtocolError> {
+        let area = &*self.area;
+        if u64::from(k) > area.slot_count() {
+            return Err(ProtocolError::CountOutOfRange {
+                sem: SemKind::Full,
+                count: k,
+                slots: area.slot_count(),
+            });
+        }
+        let start = self.read_seq;
+        let end = start + u64::from(k);
+        {
+            let _lock = lock_consumer(area);
+            let write_seq = area.write_seq().load(Ordering::Acquire);
+            if write_seq < end {
+                return Err(ProtocolError::CursorOutOfRange {
+                    write_seq,
+                    read_seq: end,
+                });
+            }
+            for seq in start..end {
+                sink(area.read_slot(seq));
+            }
+            area.read_seq().store(end, Ordering::Release);
+        }
+        self.read_seq = end;
+        post(area, &self.waiter, SemKind::Empty, k)?;
+        Ok(())
+    }
+}
+
+enum Down {
+    Got(u32),
+    TimedOut,
+    Ended,
+}
+
+/// The producer of the strict protocol (the module's role, in user space).
+pub struct StrictProducer<W: Waiter> {
+    area: Arc<Area>,
+    waiter: W,
+    /// Our own write_seq: published, never read back.
+    write_seq: u64,
+}
+
+impl<W: Waiter> StrictProducer<W> {
+    pub fn new(area: Arc<Area>, waiter: W) -> Self {
+        let write_seq = area.write_seq().load(Ordering::Acquire);
+        StrictProducer {
+            area,
+            waiter,
+            write_seq,
+        }
+    }
+
+    /// down(empty) (sleeping while full, bounded by `timeout`), lock, write, unlock, up(full).
+    /// Time spent sleeping for a slot is added to `blocked_ns`.
+    pub fn push(
+        &mut self,
+        sample: Sample,
+        timeout: Option<Duration>,
+    ) -> Result<Push, ProtocolError> {
+        let area = &*self.area;
+        check_mode(area, Mode::Strict)?;
+        let deadline = deadline(timeout);
+        let mut blocked_since: Option<Instant> = None;
+        let refused = loop {
+            if area.canceled().load(Ordering::Acquire) != 0 {
+                break Some(Push::Canceled);
+            }
+            if try_down(area, SemKind::Empty) {
+                break None;
+            }
+            blocked_since.get_or_insert_with(Instant::now);
+            if let Slept::TimedOut = sleep_on(area, &self.waiter, SemKind::Empty, deadline)? {
+                break Some(Push::Full);
+            }
+        };
+        if let Some(since) = blocked_since {
+            let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            area.blocked_ns().fetch_add(ns, Ordering::Relaxed);
+        }
+        if let Some(refused) = refused {
+            return Ok(refused);
+        }
+        let Some(lock) = try_lock_producer(area) else {
+            // Give the slot back: the caller retries or defers the sample.
+            post(area, &self.waiter, SemKind::Empty, 1)?;
+            return Ok(Push::LockBusy);
+        };
+        area.write_slot(self.write_seq, &sample);
+        self.write_seq += 1;
+        area.write_seq().store(self.write_seq, Ordering::Release);
+        drop(lock);
+        post(area, &self.waiter, SemKind::Full, 1)?;
+        Ok(Push::Written)
+    }
+
+    /// Set `canceled` after the last sample and wake the consumer.
+    pub fn cancel(&mut self) -> Result<(), ProtocolError> {
+        Ok(self.area.cancel(&self.waiter)?)
+    }
+}
