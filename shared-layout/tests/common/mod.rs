@@ -1,0 +1,51 @@
+//! Helpers the protocol tests share.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use shared_layout::{Area, Mode, Sample};
+
+pub fn area(slots: u64, mode: Mode) -> Arc<Area> {
+    Arc::new(Area::create_memfd_with_slots(slots, mode, 100, 50).expect("memfd area"))
+}
+
+/// Sample number `seq`: every word is derived from it, so a sample whose
+/// words come from two different writes (a torn copy) is detectable.
+pub fn numbered(seq: u64) -> Sample {
+    Sample {
+        jiffies: seq,
+        minor: seq.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        major: !seq,
+        cpu_ns: seq.rotate_left(17) ^ 0xA5A5_A5A5_A5A5_A5A5,
+    }
+}
+
+/// The sequence number of `sample`, after checking it is not torn.
+pub fn sequence_of(sample: &Sample) -> u64 {
+    assert_eq!(*sample, numbered(sample.jiffies), "torn sample");
+    sample.jiffies
+}
+
+/// Join `handle`, failing the test instead of hanging if it takes too long.
+pub fn join_within<T>(handle: JoinHandle<T>, limit: Duration, what: &str) -> T {
+    let start = Instant::now();
+    while !handle.is_finished() {
+        assert!(start.elapsed() < limit, "{what} did not return within {limit:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    handle.join().expect("thread panicked")
+}
+
+/// CPU time the calling thread has used.
+pub fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the call to fill.
+    let ret = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(ret, 0);
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
