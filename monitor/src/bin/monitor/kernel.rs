@@ -1,0 +1,121 @@
+//! The kernel backend: the pfprof module samples, this process only consumes.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use anyhow::Context;
+use monitor::child;
+use monitor::registration::{self, RegistrationError};
+use monitor::source::Source;
+use shared_layout::device::{Device, DeviceError};
+
+use crate::session::{self, Backend, Settings, SignalState};
+use crate::{usage, Usage, UsageContext};
+
+/// The processes `monitor` registered itself, unregistered when the user stops.
+struct Kernel {
+    registered: Vec<u32>,
+    period: Duration,
+}
+
+impl Backend for Kernel {
+    fn stop(&mut self) -> anyhow::Result<()> {
+        // The module writes their last sample and ends the session once nobody else is
+        // registered; otherwise the grace period runs out and we take what is ready.
+        for pid in self.registered.drain(..) {
+            match registration::unregister(pid) {
+                Ok(()) | Err(RegistrationError::NotRegistered(_) | RegistrationError::NoSuchProcess(_)) => {}
+                Err(e) => return Err(e).with_context(|| format!("unregistering process {pid}")),
+            }
+        }
+        Ok(())
+    }
+
+    fn grace(&self) -> Duration {
+        3 * self.period + Duration::from_millis(500)
+    }
+}
+
+impl Drop for Kernel {
+    fn drop(&mut self) {
+        // On an error path: leave no process registered behind us.
+        let _ = self.stop();
+    }
+}
+
+/// The module's errors the user can act on: not loaded, no permission, ABI mismatch, busy.
+fn device_error(e: DeviceError) -> anyhow::Error {
+    let actionable = matches!(
+        e,
+        DeviceError::NotLoaded { .. }
+            | DeviceError::PermissionDenied { .. }
+            | DeviceError::AbiMismatch { .. }
+            | DeviceError::Busy { .. }
+    );
+    let hint = "cannot use the pfprof module (--backend procfs works without it)";
+    let e = anyhow::Error::new(e);
+    if actionable {
+        e.context(Usage(hint.into()))
+    } else {
+        e.context(hint)
+    }
+}
+
+fn register(pid: u32) -> anyhow::Result<()> {
+    registration::register(pid).usage_context(|| {
+        format!("cannot profile process {pid}: check the pid with `ps -p {pid}` and that it is yours")
+    })
+}
+
+pub fn profile(
+    mut settings: Settings,
+    pids: &[u32],
+    command: Option<Vec<OsString>>,
+    period_ms: Option<u32>,
+) -> anyhow::Result<u8> {
+    let device = Device::open().map_err(device_error)?;
+    let info = device.info();
+    if let Some(ms) = period_ms.filter(|&ms| ms != info.period_ms) {
+        return Err(usage(format!(
+            "the module samples every {} ms: --period-ms {ms} needs the procfs backend, \
+             or reload the module with period_ms={ms}",
+            info.period_ms
+        )));
+    }
+    let area = device.start(settings.mode).map_err(device_error)?;
+    let source = Source::new(area.clone(), device.waiter(), settings.interval);
+    let signals = SignalState::install()?;
+
+    let mut backend = Kernel {
+        registered: Vec::new(),
+        period: Duration::from_millis(info.period_ms.into()),
+    };
+    for &pid in pids {
+        register(pid)?;
+        backend.registered.push(pid);
+    }
+    let reaper = match &command {
+        Some(argv) => {
+            // The child registers itself between fork and exec: no fault is missed.
+            let pid = child::spawn(argv, true).usage_context(|| {
+                "check the command name, and that you may write /proc/pfprof/status".into()
+            })?;
+            signals.forward_to(pid);
+            // The module sees the exit once the child is reaped and ends the session.
+            Some(session::reap(pid, &signals, |_| {})?)
+        }
+        None => {
+            if pids.is_empty() {
+                eprintln!(
+                    "monitor: waiting for processes to register (echo \"R $$\" > /proc/pfprof/status)"
+                );
+            }
+            None
+        }
+    };
+
+    let outcome = session::consume(&mut settings, &area, source, &signals, &mut backend)?;
+    let (child, code) = session::child_outcome(reaper, outcome.stopped)?;
+    session::finish(&settings, &area, &outcome, child)?;
+    Ok(code)
+}

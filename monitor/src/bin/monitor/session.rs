@@ -1,0 +1,276 @@
+//! What both backends share: the output, the consumer loop, signals, and the summary.
+
+use std::fs::File;
+use std::io::{self, BufWriter, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use monitor::child;
+use monitor::plot;
+use monitor::procstat::Counters;
+use monitor::report::{ChildReport, ExitStatus, Format, Row, RowWriter, Summary, Timeline, Totals};
+use monitor::source::Source;
+use shared_layout::wait::Waiter;
+use shared_layout::{Area, Mode};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+use crate::UsageContext;
+
+/// How long the consumer waits for samples at most before it looks at signals again.
+const POLL: Duration = Duration::from_millis(200);
+/// How often the live status line is redrawn.
+const STATUS_EVERY: Duration = Duration::from_millis(250);
+
+/// The user's choices that do not depend on the backend, with the output already open.
+pub struct Settings {
+    pub backend: String,
+    pub mode: Mode,
+    pub interval: Duration,
+    writer: RowWriter<BufWriter<Box<dyn Write>>>,
+    plot: Option<PathBuf>,
+}
+
+impl Settings {
+    /// Opens the output and creates the plot file now, so an unwritable path fails before
+    /// anything is profiled.
+    pub fn open(
+        backend: String,
+        mode: Mode,
+        format: Format,
+        output: Option<&Path>,
+        plot: Option<&Path>,
+        interval: Duration,
+    ) -> anyhow::Result<Settings> {
+        let out: Box<dyn Write> = match output {
+            Some(path) => Box::new(File::create(path).usage_context(|| {
+                format!("cannot write the output file {}: choose another --output", path.display())
+            })?),
+            None => Box::new(io::stdout()),
+        };
+        if let Some(path) = plot {
+            File::create(path).usage_context(|| {
+                format!("cannot write the plot file {}: choose another --plot", path.display())
+            })?;
+        }
+        let writer = RowWriter::new(BufWriter::new(out), format).context("writing the output")?;
+        Ok(Settings {
+            backend,
+            mode,
+            interval,
+            writer,
+            plot: plot.map(Path::to_path_buf),
+        })
+    }
+}
+
+/// SIGINT and SIGTERM: counted, and forwarded to the command `monitor run` started.
+#[derive(Clone)]
+pub struct SignalState {
+    received: Arc<AtomicUsize>,
+    child: Arc<AtomicU32>,
+}
+
+impl SignalState {
+    pub fn install() -> anyhow::Result<SignalState> {
+        let received = Arc::new(AtomicUsize::new(0));
+        let child = Arc::new(AtomicU32::new(0));
+        let mut signals =
+            Signals::new([SIGINT, SIGTERM]).context("installing the SIGINT/SIGTERM handlers")?;
+        let (r, c) = (Arc::clone(&received), Arc::clone(&child));
+        thread::Builder::new()
+            .name("pfprof-signals".into())
+            .spawn(move || {
+                for signal in signals.forever() {
+                    let pid = c.load(Ordering::Acquire);
+                    // The first signal goes to the command, which then ends the session
+                    // with its exit; it may already have had SIGINT from the terminal.
+                    if pid != 0 && r.load(Ordering::Acquire) == 0 {
+                        let _ = child::signal(pid, signal);
+                    }
+                    r.fetch_add(1, Ordering::AcqRel);
+                }
+            })
+            .context("starting the signal thread")?;
+        Ok(SignalState { received, child })
+    }
+
+    /// Forward the first signal to `pid` from now on (0: nobody).
+    pub fn forward_to(&self, pid: u32) {
+        self.child.store(pid, Ordering::Release);
+    }
+
+    fn received(&self) -> usize {
+        self.received.load(Ordering::Acquire)
+    }
+
+    fn forwarding(&self) -> bool {
+        self.child.load(Ordering::Acquire) != 0
+    }
+}
+
+/// The backend's part in the consumer loop.
+pub trait Backend {
+    /// The user asked to stop: make the producer write its last sample and end the
+    /// session (the loop keeps draining until it ends, for at most `grace`).
+    fn stop(&mut self) -> anyhow::Result<()>;
+    /// How long, after [`Backend::stop`], the session may take to end before the loop
+    /// takes what is ready and quits anyway.
+    fn grace(&self) -> Duration;
+}
+
+/// What the consumer loop gathered.
+pub struct Outcome {
+    pub totals: Totals,
+    rows: Vec<Row>,
+    /// The user stopped the profile (a signal we did not just forward).
+    pub stopped: bool,
+}
+
+/// Takes samples from `source` until the producer ends the session (or the user stops
+/// it), writing every row as it arrives.
+pub fn consume<W: Waiter>(
+    settings: &mut Settings,
+    area: &Area,
+    mut source: Source<W>,
+    signals: &SignalState,
+    backend: &mut dyn Backend,
+) -> anyhow::Result<Outcome> {
+    let mut timeline = Timeline::new(area.hz(), area.period_ms());
+    let mut totals = Totals::default();
+    let mut rows = Vec::new();
+    let mut batch = Vec::new();
+    let status = io::stderr().is_terminal();
+    let mut last_status = Instant::now();
+    let mut handled_signals = 0;
+    let mut give_up: Option<Instant> = None;
+    loop {
+        let b = match give_up {
+            Some(deadline) if Instant::now() >= deadline => {
+                let mut b = source.drain_now(&mut batch)?;
+                b.ended = true;
+                b
+            }
+            _ => source.next(&mut batch, POLL)?,
+        };
+        totals.lost += b.lost;
+        for sample in batch.drain(..) {
+            let row = timeline.row(&sample);
+            totals.add(&row);
+            settings.writer.write(&row).context("writing a sample")?;
+            if settings.plot.is_some() {
+                rows.push(row);
+            }
+        }
+        settings.writer.flush().context("writing the samples")?;
+        if status && last_status.elapsed() >= STATUS_EVERY {
+            eprint!("\r{}\x1b[K", totals.status_line());
+            last_status = Instant::now();
+        }
+        if b.ended {
+            break;
+        }
+        let received = signals.received();
+        if received > handled_signals {
+            handled_signals = received;
+            // A command we started got the first signal: its exit ends the session.
+            // Otherwise, or at the second signal, end it ourselves.
+            if give_up.is_none() && !(signals.forwarding() && received == 1) {
+                backend.stop()?;
+                give_up = Some(Instant::now() + backend.grace());
+            }
+        }
+    }
+    if status {
+        eprint!("\r\x1b[K");
+    }
+    Ok(Outcome { totals, rows, stopped: give_up.is_some() })
+}
+
+/// Writes the plot and prints the summary on stderr.
+pub fn finish(
+    settings: &Settings,
+    area: &Area,
+    outcome: &Outcome,
+    child: Option<ChildReport>,
+) -> anyhow::Result<()> {
+    let caption = format!(
+        "pfprof: {} backend, {} mode, {} ms period",
+        settings.backend,
+        settings.mode,
+        area.period_ms()
+    );
+    if let Some(path) = &settings.plot {
+        plot::write(path, &outcome.rows, &caption)
+            .with_context(|| format!("writing the plot to {}", path.display()))?;
+    }
+    let counters = area.counters();
+    let mode = settings.mode.to_string();
+    let summary = Summary {
+        backend: &settings.backend,
+        mode: &mode,
+        totals: &outcome.totals,
+        blocked: Duration::from_nanos(counters.blocked_ns),
+        deferred: counters.deferred,
+        child,
+    };
+    eprintln!("{summary}");
+    Ok(())
+}
+
+/// A thread that reaps the command `monitor run` started with wait4(), stops forwarding
+/// signals to its pid, and hands its final counts to `on_exit`.
+pub fn reap(
+    pid: u32,
+    signals: &SignalState,
+    on_exit: impl FnOnce(Counters) + Send + 'static,
+) -> anyhow::Result<JoinHandle<io::Result<ChildReport>>> {
+    let signals = signals.clone();
+    thread::Builder::new()
+        .name("pfprof-reaper".into())
+        .spawn(move || {
+            let result = child::wait(pid);
+            // Never signal a pid that may now belong to someone else.
+            signals.forward_to(0);
+            let (status, totals) = result?;
+            on_exit(totals);
+            Ok(ChildReport {
+                minor: totals.minor,
+                major: totals.major,
+                cpu_ns: totals.cpu_ns,
+                status,
+            })
+        })
+        .context("starting the thread that waits for the command")
+}
+
+/// How long a stopped profile waits for the command to exit after the signal.
+const EXIT_WAIT: Duration = Duration::from_secs(1);
+
+/// The command's rusage and the exit code `monitor` ends with: the command's own, or
+/// 130 (interrupted) when the user stopped the profile and the command kept running.
+pub fn child_outcome(
+    reaper: Option<JoinHandle<io::Result<ChildReport>>>,
+    stopped: bool,
+) -> anyhow::Result<(Option<ChildReport>, u8)> {
+    let Some(reaper) = reaper else {
+        return Ok((None, 0));
+    };
+    let waited = Instant::now();
+    while stopped && !reaper.is_finished() {
+        if waited.elapsed() >= EXIT_WAIT {
+            eprintln!("monitor: warning: stopped before the command ended; it is still running");
+            return Ok((None, ExitStatus::Signaled(libc::SIGINT).code()));
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    let report = reaper
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        .context("waiting for the command")?;
+    Ok((Some(report), report.status.code()))
+}

@@ -1,0 +1,184 @@
+//! The procfs backend's producer: a thread that reads `/proc/<pid>/stat` of every profiled
+//! process each period and feeds the per-period deltas to a [`Producer`] on a memfd area,
+//! playing the module's role in the very same protocol.
+
+use std::collections::HashMap;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use shared_layout::abi::Sample;
+use shared_layout::producer::{Finish, Producer};
+use shared_layout::{Area, ProtocolError};
+
+use crate::procstat::{self, Counters, StatError};
+
+/// The clock of the samples' `jiffies`: milliseconds since the sampler started.
+pub const HZ: u32 = 1000;
+
+/// How long the last sample may wait for a free slot before the session is canceled anyway.
+const FINISH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A process to profile and what to count from.
+#[derive(Clone, Copy, Debug)]
+pub struct Target {
+    pub pid: u32,
+    /// Counters already accounted for: zero for a child we forked (it is profiled from
+    /// its first instruction), the counters at attach time for `--pid`.
+    pub baseline: Counters,
+    /// Our own child: its exit is reported with [`Event::Exited`] and its last counts
+    /// come from wait4(), so /proc vanishing is not the end of it.
+    pub child: bool,
+}
+
+/// What the sampler is told from outside.
+#[derive(Clone, Copy, Debug)]
+pub enum Event {
+    /// A child was reaped; `totals` is its wait4() rusage.
+    Exited { pid: u32, totals: Counters },
+    /// Write the last sample and end the session now.
+    Stop,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SamplerError {
+    #[error(transparent)]
+    Stat(#[from] StatError),
+    #[error("feeding the ring: {0}")]
+    Protocol(#[from] ProtocolError),
+}
+
+/// How the session ended.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SamplerReport {
+    /// Counts that could not be written before the session was canceled (the consumer
+    /// stopped taking samples); zero when every count reached the ring.
+    pub unflushed: Sample,
+}
+
+pub struct Sampler {
+    events: Sender<Event>,
+    thread: JoinHandle<Result<SamplerReport, SamplerError>>,
+}
+
+impl Sampler {
+    /// Starts sampling `targets` every `period` into `area`.
+    pub fn spawn(area: Arc<Area>, targets: Vec<Target>, period: Duration) -> std::io::Result<Sampler> {
+        let (events, rx) = mpsc::channel();
+        let thread = thread::Builder::new()
+            .name("pfprof-sampler".into())
+            .spawn(move || run(Producer::new(area), targets, period, &rx))?;
+        Ok(Sampler { events, thread })
+    }
+
+    /// A handle to send [`Event`]s from other threads.
+    pub fn events(&self) -> Sender<Event> {
+        self.events.clone()
+    }
+
+    /// Waits for the sampler to end (every process gone, or [`Event::Stop`]).
+    pub fn join(self) -> Result<SamplerReport, SamplerError> {
+        drop(self.events);
+        self.thread.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    }
+}
+
+struct Profiled {
+    seen: Counters,
+    child: bool,
+}
+
+fn run(
+    mut producer: Producer,
+    targets: Vec<Target>,
+    period: Duration,
+    events: &Receiver<Event>,
+) -> Result<SamplerReport, SamplerError> {
+    let origin = Instant::now();
+    let jiffies = || origin.elapsed().as_millis() as u64;
+    let mut procs: HashMap<u32, Profiled> = targets
+        .into_iter()
+        .map(|t| (t.pid, Profiled { seen: t.baseline, child: t.child }))
+        .collect();
+    // Counts of processes that left since the last sample.
+    let mut pending = Sample::default();
+    let mut next = origin + period;
+
+    // Whatever happens, the session must end canceled, or the consumer waits forever.
+    let outcome = (|| -> Result<(), SamplerError> {
+        loop {
+            match events.recv_timeout(next.saturating_duration_since(Instant::now())) {
+                Ok(Event::Exited { pid, totals }) => {
+                    if let Some(p) = procs.remove(&pid) {
+                        add(&mut pending, delta(p.seen, totals));
+                    }
+                    if procs.is_empty() {
+                        return Ok(());
+                    }
+                }
+                Ok(Event::Stop) | Err(RecvTimeoutError::Disconnected) => {
+                    poll(&mut procs, &mut pending)?;
+                    return Ok(());
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    next += period;
+                    poll(&mut procs, &mut pending)?;
+                    if procs.is_empty() {
+                        return Ok(());
+                    }
+                    pending.jiffies = jiffies();
+                    producer.record(std::mem::take(&mut pending))?;
+                }
+            }
+        }
+    })();
+    // The last sample: whatever the processes did since the previous one.
+    pending.jiffies = jiffies();
+    let recorded = producer.record(pending);
+    let finished = producer.finish(Instant::now() + FINISH_TIMEOUT);
+    outcome?;
+    recorded?;
+    Ok(SamplerReport {
+        unflushed: match finished? {
+            Finish::Flushed => Sample::default(),
+            Finish::Unflushed(s) => s,
+        },
+    })
+}
+
+/// Adds what every process did since it was last read to `pending`; forgets processes
+/// that are gone, except children, whose final counts wait4() will bring.
+fn poll(procs: &mut HashMap<u32, Profiled>, pending: &mut Sample) -> Result<(), StatError> {
+    let mut gone = Vec::new();
+    for (&pid, p) in procs.iter_mut() {
+        match procstat::read(pid) {
+            Ok(now) => {
+                add(pending, delta(p.seen, now));
+                p.seen = now;
+            }
+            Err(StatError::NoSuchProcess(_)) if !p.child => gone.push(pid),
+            Err(StatError::NoSuchProcess(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    for pid in gone {
+        procs.remove(&pid);
+    }
+    Ok(())
+}
+
+/// `now - seen`, never negative: stat's tick-granular CPU time can trail rusage's.
+fn delta(seen: Counters, now: Counters) -> Counters {
+    Counters {
+        minor: now.minor.saturating_sub(seen.minor),
+        major: now.major.saturating_sub(seen.major),
+        cpu_ns: now.cpu_ns.saturating_sub(seen.cpu_ns),
+    }
+}
+
+fn add(s: &mut Sample, c: Counters) {
+    s.minor += c.minor;
+    s.major += c.major;
+    s.cpu_ns += c.cpu_ns;
+}
