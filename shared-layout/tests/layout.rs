@@ -145,7 +145,11 @@ fn facts() -> Vec<Fact> {
     number(&mut f, "PFPROF_PAGE_SIZE", abi::PAGE_SIZE);
     number(&mut f, "PFPROF_DATA_OFFSET", abi::DATA_OFFSET);
     for pages in [1, 2, 129, 1 << 20] {
-        number(&mut f, &format!("PFPROF_AREA_SIZE({pages})"), abi::area_size(pages));
+        number(
+            &mut f,
+            &format!("PFPROF_AREA_SIZE({pages})"),
+            abi::area_size(pages),
+        );
     }
     number(&mut f, "PFPROF_IOC_MAGIC", abi::IOC_MAGIC);
     number(&mut f, "PFPROF_IOC_INFO", abi::IOC_INFO);
@@ -186,7 +190,11 @@ fn run_c(program: &str) -> BTreeMap<usize, String> {
         .arg(&binary)
         .status()
         .unwrap_or_else(|e| panic!("running {cc} failed (install gcc and linux-libc-dev): {e}"));
-    assert!(status.success(), "{cc} could not compile {}", source.display());
+    assert!(
+        status.success(),
+        "{cc} could not compile {}",
+        source.display()
+    );
     let output = Command::new(&binary).output().unwrap();
     assert!(output.status.success());
     String::from_utf8(output.stdout)
@@ -203,7 +211,11 @@ fn run_c(program: &str) -> BTreeMap<usize, String> {
 fn every_size_offset_constant_and_ioctl_number_matches_the_c_header() {
     let facts = facts();
     let c_values = run_c(&c_program(&facts));
-    assert_eq!(c_values.len(), facts.len(), "the C program printed every fact");
+    assert_eq!(
+        c_values.len(),
+        facts.len(),
+        "the C program printed every fact"
+    );
     let mismatches: Vec<String> = facts
         .iter()
         .enumerate()

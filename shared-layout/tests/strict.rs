@@ -63,7 +63,11 @@ fn take_until_ended(consumer: &mut StrictConsumer<FutexWaiter>) -> Vec<Sample> {
 fn assert_exactly_in_order(received: &[Sample], count: u64) {
     assert_eq!(received.len() as u64, count, "received as many as produced");
     for (expected, sample) in (0..count).zip(received) {
-        assert_eq!(sequence_of(sample), expected, "in order, no gap, no duplicate");
+        assert_eq!(
+            sequence_of(sample),
+            expected,
+            "in order, no gap, no duplicate"
+        );
     }
 }
 
@@ -128,7 +132,10 @@ fn strict_consumer_blocked_on_an_empty_ring_uses_almost_no_cpu() {
     assert_eq!(producer.push(numbered(0), None).unwrap(), Push::Written);
     let (cpu, waited, woken, out) = join_within(waiting, LIMIT, "the consumer");
     assert!(waited >= Duration::from_millis(500), "waited {waited:?}");
-    assert!(cpu < Duration::from_millis(20), "used {cpu:?} of CPU waiting");
+    assert!(
+        cpu < Duration::from_millis(20),
+        "used {cpu:?} of CPU waiting"
+    );
     assert_eq!((woken, out), (Take::Samples(1), vec![numbered(0)]));
 }
 
@@ -179,15 +186,27 @@ fn strict_push_times_out_on_a_full_ring_and_keeps_its_sample() {
     let mut producer = StrictProducer::new(Arc::clone(&area), FutexWaiter);
     let timeout = Some(Duration::from_millis(20));
     for seq in 0..2 {
-        assert_eq!(producer.push(numbered(seq), timeout).unwrap(), Push::Written);
+        assert_eq!(
+            producer.push(numbered(seq), timeout).unwrap(),
+            Push::Written
+        );
     }
     assert_eq!(producer.push(numbered(2), timeout).unwrap(), Push::Full);
     assert!(area.counters().blocked_ns >= 20_000_000);
     let mut consumer = StrictConsumer::new(Arc::clone(&area), FutexWaiter);
-    assert_eq!(consumer.take_one(timeout).unwrap(), TakeOne::Sample(numbered(0)));
+    assert_eq!(
+        consumer.take_one(timeout).unwrap(),
+        TakeOne::Sample(numbered(0))
+    );
     assert_eq!(producer.push(numbered(2), timeout).unwrap(), Push::Written);
     let mut received = Vec::new();
-    assert_eq!(consumer.take(&mut received, timeout).unwrap(), Take::Samples(2));
+    assert_eq!(
+        consumer.take(&mut received, timeout).unwrap(),
+        Take::Samples(2)
+    );
     assert_eq!(received, [numbered(1), numbered(2)]);
-    assert_eq!(consumer.take(&mut received, timeout).unwrap(), Take::TimedOut);
+    assert_eq!(
+        consumer.take(&mut received, timeout).unwrap(),
+        Take::TimedOut
+    );
 }

@@ -32,7 +32,10 @@ pub fn sequence_of(sample: &Sample) -> u64 {
 pub fn join_within<T>(handle: JoinHandle<T>, limit: Duration, what: &str) -> T {
     let start = Instant::now();
     while !handle.is_finished() {
-        assert!(start.elapsed() < limit, "{what} did not return within {limit:?}");
+        assert!(
+            start.elapsed() < limit,
+            "{what} did not return within {limit:?}"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     handle.join().expect("thread panicked")

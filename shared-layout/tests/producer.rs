@@ -1,0 +1,167 @@
+//! The user-space producer playing the module's role: it never blocks on a
+//! lock the consumer holds, and whatever it cannot write it merges into a
+//! later sample, so no fault and no nanosecond is lost.
+
+mod common;
+
+use std::mem::offset_of;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{area, join_within};
+use memmap2::MmapRaw;
+use shared_layout::abi::{AreaHeader, LOCK_CONSUMER, LOCK_FREE};
+use shared_layout::producer::{Finish, Producer};
+use shared_layout::relaxed::RelaxedConsumer;
+use shared_layout::strict::{StrictConsumer, Take};
+use shared_layout::wait::FutexWaiter;
+use shared_layout::{Area, Mode, Push, Sample};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn delta(period: u64) -> Sample {
+    Sample {
+        jiffies: period * 5,
+        minor: period + 1,
+        major: period % 3,
+        cpu_ns: 1_000_000 + period,
+    }
+}
+
+/// What the consumer must see in total once every delta is written.
+fn totals(samples: &[Sample]) -> (u64, u64, u64) {
+    samples.iter().fold((0, 0, 0), |(mi, ma, ns), s| {
+        (mi + s.minor, ma + s.major, ns + s.cpu_ns)
+    })
+}
+
+/// A second mapping of the same memfd: what another process (here, a
+/// consumer that dies holding the lock) would see.
+fn second_mapping(area: &Area) -> MmapRaw {
+    let fd = area
+        .memfd()
+        .expect("memfd area")
+        .try_clone_to_owned()
+        .unwrap();
+    MmapRaw::map_raw(&fd).unwrap()
+}
+
+fn lock_word(map: &MmapRaw) -> &AtomicU32 {
+    // SAFETY: the lock word is in bounds and 4-aligned in the page-aligned
+    // mapping, which outlives the reference; both sides access it atomically.
+    unsafe { AtomicU32::from_ptr(map.as_mut_ptr().add(offset_of!(AreaHeader, lock)).cast()) }
+}
+
+fn drain_all(area: &Arc<Area>) -> Vec<Sample> {
+    let mut out = Vec::new();
+    match area.mode() {
+        Mode::Strict => {
+            let mut consumer = StrictConsumer::new(Arc::clone(area), FutexWaiter);
+            while let Take::Samples(_) = consumer.take(&mut out, Some(Duration::ZERO)).unwrap() {}
+        }
+        Mode::Relaxed => {
+            let drain = RelaxedConsumer::new(Arc::clone(area))
+                .drain(&mut out)
+                .unwrap();
+            assert_eq!(drain.lost, 0);
+        }
+    }
+    out
+}
+
+#[test]
+fn producer_defers_without_blocking_while_a_dead_consumer_holds_the_lock_and_conserves_counts() {
+    for mode in [Mode::Strict, Mode::Relaxed] {
+        let area = area(8, mode);
+        let dead_consumer = second_mapping(&area);
+        lock_word(&dead_consumer).store(LOCK_CONSUMER, Ordering::Release);
+
+        let mut producer = Producer::new(Arc::clone(&area));
+        let deltas: Vec<Sample> = (0..20).map(delta).collect();
+        let start = Instant::now();
+        for d in &deltas {
+            assert_eq!(producer.record(*d).unwrap(), Push::LockBusy, "{mode}");
+        }
+        // 20 bounded lock tries, nowhere near the 50 ms a single period lasts.
+        assert!(
+            start.elapsed() < Duration::from_millis(500),
+            "{mode}: blocked"
+        );
+        assert_eq!(area.counters().deferred, 20, "{mode}");
+        assert_eq!(area.counters().write_seq, 0, "{mode}");
+
+        lock_word(&dead_consumer).store(LOCK_FREE, Ordering::Release);
+        let last = delta(20);
+        assert_eq!(producer.record(last).unwrap(), Push::Written, "{mode}");
+        let received = drain_all(&area);
+        assert_eq!(received.len(), 1, "{mode}: the deferred periods merged");
+        assert_eq!(
+            received[0].jiffies, last.jiffies,
+            "{mode}: stamped with the last period"
+        );
+        let all: Vec<Sample> = deltas.iter().copied().chain([last]).collect();
+        let sample = &received[0];
+        assert_eq!(
+            (sample.minor, sample.major, sample.cpu_ns),
+            totals(&all),
+            "{mode}"
+        );
+    }
+}
+
+#[test]
+fn producer_merges_periods_while_the_strict_ring_is_full_and_finish_flushes_them() {
+    let area = Arc::new(Area::create_memfd_with_slots(2, Mode::Strict, 100, 5).unwrap());
+    let mut producer = Producer::new(Arc::clone(&area));
+    let deltas: Vec<Sample> = (0..10).map(delta).collect();
+    let pushed: Vec<Push> = deltas
+        .iter()
+        .map(|d| producer.record(*d).unwrap())
+        .collect();
+    assert_eq!(pushed[..2], [Push::Written, Push::Written]);
+    assert!(pushed[2..].iter().all(|p| *p == Push::Full), "{pushed:?}");
+    // Each refused period waited one period (5 ms) for a slot.
+    assert!(area.counters().blocked_ns >= 8 * 5_000_000);
+    assert_eq!(
+        area.counters().deferred,
+        0,
+        "a full ring is waited on, not deferred"
+    );
+
+    let mut consumer = StrictConsumer::new(Arc::clone(&area), FutexWaiter);
+    let taking = thread::spawn(move || {
+        let mut out = Vec::new();
+        while consumer.take(&mut out, Some(LIMIT)).unwrap() != Take::Ended {}
+        out
+    });
+    let finish = producer.finish(Instant::now() + LIMIT).unwrap();
+    assert_eq!(finish, Finish::Flushed);
+    let received = join_within(taking, LIMIT, "the consumer");
+    assert_eq!(received.len(), 3, "two periods, then the eight merged ones");
+    assert_eq!(received[2].jiffies, deltas[9].jiffies);
+    assert_eq!(totals(&received), totals(&deltas));
+    assert!(area.counters().canceled);
+}
+
+#[test]
+fn producer_finish_gives_up_at_its_deadline_and_returns_what_it_could_not_write() {
+    let area = Arc::new(Area::create_memfd_with_slots(1, Mode::Strict, 100, 1).unwrap());
+    let mut producer = Producer::new(Arc::clone(&area));
+    assert_eq!(producer.record(delta(0)).unwrap(), Push::Written);
+    assert_eq!(producer.record(delta(1)).unwrap(), Push::Full);
+    assert_eq!(producer.record(delta(2)).unwrap(), Push::Full);
+    let finish = producer
+        .finish(Instant::now() + Duration::from_millis(20))
+        .unwrap();
+    let merged = Sample {
+        jiffies: delta(2).jiffies,
+        minor: delta(1).minor + delta(2).minor,
+        major: delta(1).major + delta(2).major,
+        cpu_ns: delta(1).cpu_ns + delta(2).cpu_ns,
+    };
+    assert_eq!(finish, Finish::Unflushed(merged));
+    assert!(area.counters().canceled);
+    assert_eq!(drain_all(&area), [delta(0)]);
+}

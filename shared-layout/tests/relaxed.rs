@@ -1,0 +1,95 @@
+//! The relaxed protocol: the producer never waits for the consumer, and the
+//! consumer accounts for every sample exactly once, as received or as lost.
+
+mod common;
+
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use common::{area, join_within, numbered, sequence_of};
+use rand::Rng;
+use shared_layout::relaxed::{RelaxedConsumer, RelaxedProducer};
+use shared_layout::{Mode, Push};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+#[test]
+fn relaxed_consumer_slower_than_its_producer_gets_increasing_untorn_samples_and_counts_every_loss()
+{
+    const SAMPLES: u64 = 1_000_000;
+    let area = area(8, Mode::Relaxed);
+    let mut producer = RelaxedProducer::new(Arc::clone(&area));
+    let producing = thread::spawn(move || {
+        let mut written = 0u64;
+        let mut busy = 0u64;
+        while written < SAMPLES {
+            match producer.push(numbered(written)).unwrap() {
+                Push::Written => written += 1,
+                Push::LockBusy => busy += 1,
+                other => panic!("relaxed push returned {other:?}"),
+            }
+        }
+        producer.cancel().unwrap();
+        (written, busy)
+    });
+
+    let mut consumer = RelaxedConsumer::new(Arc::clone(&area));
+    let mut rng = rand::thread_rng();
+    let (mut received, mut lost, mut drains) = (0u64, 0u64, 0u64);
+    let mut last: Option<u64> = None;
+    let mut batch = Vec::new();
+    loop {
+        batch.clear();
+        let drain = consumer.drain(&mut batch).unwrap();
+        drains += 1;
+        assert_eq!(drain.received, batch.len());
+        for sample in &batch {
+            let seq = sequence_of(sample);
+            assert!(last.map_or(true, |l| seq > l), "{seq} after {last:?}");
+            last = Some(seq);
+        }
+        received += batch.len() as u64;
+        lost += drain.lost;
+        if drain.ended {
+            break;
+        }
+        // Slower than the producer: it laps the ring between drains.
+        thread::sleep(Duration::from_micros(rng.gen_range(0..300)));
+    }
+    let (produced, _busy) = join_within(producing, LIMIT, "the producer");
+    assert_eq!(
+        received + lost,
+        produced,
+        "received {received}, lost {lost}"
+    );
+    assert!(lost > 0, "the producer lapped the consumer");
+    assert!(
+        received > drains,
+        "the consumer got more than one sample per drain"
+    );
+    assert_eq!(last, Some(produced - 1), "the last sample is never lost");
+    let counters = area.counters();
+    assert_eq!(
+        (counters.write_seq, counters.read_seq),
+        (produced, produced)
+    );
+}
+
+#[test]
+fn relaxed_consumer_reports_exactly_the_samples_overwritten_before_it_drained() {
+    let area = area(4, Mode::Relaxed);
+    let mut producer = RelaxedProducer::new(Arc::clone(&area));
+    let mut consumer = RelaxedConsumer::new(Arc::clone(&area));
+    for seq in 0..10 {
+        assert_eq!(producer.push(numbered(seq)).unwrap(), Push::Written);
+    }
+    let mut out = Vec::new();
+    let drain = consumer.drain(&mut out).unwrap();
+    assert_eq!((drain.received, drain.lost, drain.ended), (4, 6, false));
+    assert_eq!(out, (6..10).map(numbered).collect::<Vec<_>>());
+    assert_eq!(area.counters().overwritten, 6);
+    producer.cancel().unwrap();
+    let drain = consumer.drain(&mut out).unwrap();
+    assert_eq!((drain.received, drain.lost, drain.ended), (0, 0, true));
+}
