@@ -4,6 +4,8 @@
 
 pub mod abi;
 mod area;
+#[cfg(not(loom))]
+pub mod device;
 mod error;
 mod lock;
 mod mode;

@@ -1,0 +1,250 @@
+//! The kernel side: `/dev/pfprof`, served by pfprof.ko.
+//!
+//! [`Device::open`] does the `PFPROF_IOC_INFO` handshake, [`Device::start`]
+//! selects a mode (which starts a session: the module reinitializes the
+//! control page) and maps the area, and [`DeviceWaiter`] sleeps and wakes
+//! through the module's ioctls instead of futexes: the producer is the
+//! module's sampler, which sleeps in the kernel.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use memmap2::MmapOptions;
+
+use crate::abi::{self, Info};
+use crate::wait::{SemKind, WaitError, Waiter};
+use crate::{Area, LayoutError, Mode};
+
+/// Why the device cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    #[error("{} does not exist: load the module first (insmod pfprof.ko, or modprobe pfprof after a DKMS install)", path.display())]
+    NotLoaded { path: PathBuf },
+    #[error("permission denied opening {}: install the udev rule kmod/99-pfprof.rules or run as root", path.display())]
+    PermissionDenied { path: PathBuf },
+    #[error("the module speaks ABI version {module}, this build speaks {ours}: build the monitor and the module from the same source")]
+    AbiMismatch { ours: u32, module: u32 },
+    #[error("{} is busy: another monitor is attached (one at a time)", path.display())]
+    Busy { path: PathBuf },
+    #[error("the module's answer is inconsistent: {0}")]
+    BadInfo(&'static str),
+    #[error("the area the module mapped is not usable: {0}")]
+    Layout(#[from] LayoutError),
+    #[error("{op} on {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+}
+
+/// An open `/dev/pfprof` (the module allows one at a time). Closing it
+/// (dropping it, its waiters and every [`Area`] it mapped) ends the session.
+pub struct Device {
+    file: Arc<File>,
+    path: PathBuf,
+    info: Info,
+}
+
+fn ioctl<T>(file: &File, request: u32, arg: *mut T) -> io::Result<()> {
+    // SAFETY: `request` is one of pfprof.h's ioctls and `arg` points to the
+    // live value of the type its encoding names (or is null for _IO).
+    let ret = unsafe { libc::ioctl(file.as_raw_fd(), request as _, arg) };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+impl Device {
+    /// Opens [`abi::DEVICE_PATH`].
+    pub fn open() -> Result<Device, DeviceError> {
+        Device::open_path(Path::new(abi::DEVICE_PATH))
+    }
+
+    /// Opens the device at `path` and checks that the module speaks our ABI.
+    pub fn open_path(path: &Path) -> Result<Device, DeviceError> {
+        let path = path.to_path_buf();
+        let file = match OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(f) => f,
+            Err(e) => {
+                return Err(match e.raw_os_error() {
+                    Some(libc::ENOENT | libc::ENXIO | libc::ENODEV) => {
+                        DeviceError::NotLoaded { path }
+                    }
+                    Some(libc::EACCES | libc::EPERM) => DeviceError::PermissionDenied { path },
+                    Some(libc::EBUSY) => DeviceError::Busy { path },
+                    _ => DeviceError::Io {
+                        op: "open",
+                        path,
+                        source: e,
+                    },
+                })
+            }
+        };
+
+        let mut info = Info {
+            abi_version: abi::ABI_VERSION,
+            ..Info::default()
+        };
+        match ioctl(&file, abi::IOC_INFO, &mut info) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EPROTO) => {
+                return Err(DeviceError::AbiMismatch {
+                    ours: abi::ABI_VERSION,
+                    module: info.abi_version,
+                })
+            }
+            Err(e) => {
+                return Err(DeviceError::Io {
+                    op: "PFPROF_IOC_INFO",
+                    path,
+                    source: e,
+                })
+            }
+        }
+        if info.sample_size as usize != size_of::<abi::Sample>() {
+            return Err(DeviceError::BadInfo("sample_size differs from ours"));
+        }
+        if info.area_size <= abi::DATA_OFFSET || info.area_size % abi::PAGE_SIZE != 0 {
+            return Err(DeviceError::BadInfo(
+                "area_size is not whole pages beyond the control page",
+            ));
+        }
+        Ok(Device {
+            file: Arc::new(file),
+            path,
+            info,
+        })
+    }
+
+    /// What the module answered in the handshake.
+    pub fn info(&self) -> Info {
+        self.info
+    }
+
+    /// Starts a session in `mode` and maps its area. Faults the registered
+    /// processes took before are reported in the session's first sample.
+    pub fn start(&self, mode: Mode) -> Result<Arc<Area>, DeviceError> {
+        let mut raw = mode.as_raw();
+        ioctl(&self.file, abi::IOC_SET_MODE, &mut raw)
+            .map_err(|e| self.io("PFPROF_IOC_SET_MODE", e))?;
+        let len = usize::try_from(self.info.area_size)
+            .map_err(|_| DeviceError::BadInfo("area_size does not fit in memory"))?;
+        let map = MmapOptions::new()
+            .len(len)
+            .map_raw(&*self.file)
+            .map_err(|e| self.io("mmap", e))?;
+        Ok(Arc::new(Area::attach(map)?))
+    }
+
+    /// The waiter a strict consumer of this device sleeps and wakes with.
+    pub fn waiter(&self) -> DeviceWaiter {
+        DeviceWaiter {
+            file: Arc::clone(&self.file),
+        }
+    }
+
+    fn io(&self, op: &'static str, source: io::Error) -> DeviceError {
+        DeviceError::Io {
+            op,
+            path: self.path.clone(),
+            source,
+        }
+    }
+}
+
+/// Sleeps in `PFPROF_IOC_WAIT_FULL` and wakes the module's sampler with
+/// `PFPROF_IOC_WAKE_PRODUCER`: only the consumer's side of the protocol
+/// runs in user space.
+#[derive(Clone)]
+pub struct DeviceWaiter {
+    file: Arc<File>,
+}
+
+/// The ioctl's timeout: whole milliseconds, rounded up, 0 for none.
+fn timeout_ms(timeout: Option<Duration>) -> u32 {
+    match timeout {
+        None => 0,
+        Some(t) => {
+            let ms = t.as_nanos().div_ceil(1_000_000).max(1);
+            u32::try_from(ms).unwrap_or(u32::MAX)
+        }
+    }
+}
+
+impl Waiter for DeviceWaiter {
+    fn wait(&self, _area: &Area, sem: SemKind, timeout: Option<Duration>) -> Result<(), WaitError> {
+        if sem == SemKind::Empty {
+            return Err(WaitError::Io(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the module is the producer: user space never waits for a free slot",
+            )));
+        }
+        let mut ms = timeout_ms(timeout);
+        match ioctl(&self.file, abi::IOC_WAIT_FULL, &mut ms) {
+            Ok(()) => Ok(()),
+            Err(e) => match e.raw_os_error() {
+                // The caller re-checks the count and canceled either way.
+                Some(libc::ETIMEDOUT) => Ok(()),
+                Some(libc::EINTR) => Err(WaitError::Interrupted),
+                _ => Err(WaitError::Io(e)),
+            },
+        }
+    }
+
+    fn wake(&self, _area: &Area, sem: SemKind) -> Result<(), WaitError> {
+        match sem {
+            SemKind::Empty => ioctl(
+                &self.file,
+                abi::IOC_WAKE_PRODUCER,
+                std::ptr::null_mut::<u8>(),
+            )
+            .map_err(WaitError::Io),
+            // Only the consumer sleeps on full, and the module wakes it on
+            // every up(full) whatever full.waiters says.
+            SemKind::Full => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_device_reports_that_the_module_is_not_loaded() {
+        let err = Device::open_path(Path::new("/nonexistent/pfprof")).err();
+        assert!(
+            matches!(err, Some(DeviceError::NotLoaded { .. })),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn a_file_that_is_not_the_device_fails_the_handshake() {
+        let err = Device::open_path(Path::new("/dev/null")).err();
+        assert!(
+            matches!(
+                err,
+                Some(DeviceError::Io {
+                    op: "PFPROF_IOC_INFO",
+                    ..
+                })
+            ),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn wait_timeouts_round_up_to_whole_milliseconds() {
+        assert_eq!(timeout_ms(None), 0);
+        assert_eq!(timeout_ms(Some(Duration::ZERO)), 1);
+        assert_eq!(timeout_ms(Some(Duration::from_micros(1500))), 2);
+        assert_eq!(timeout_ms(Some(Duration::from_secs(u64::MAX))), u32::MAX);
+    }
+}

@@ -1,0 +1,333 @@
+//! /dev/pfprof driven by hand: what the module refuses, and a consumer that
+//! writes garbage where the protocol expects counters.
+
+use std::fs::{File, OpenOptions};
+use std::mem::offset_of;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use memmap2::{MmapOptions, MmapRaw};
+use shared_layout::abi::{self, AreaHeader, Info};
+use shared_layout::device::{Device, DeviceError};
+use shared_layout::strict::{StrictConsumer, Take};
+use shared_layout::Mode;
+
+use crate::kmod::{self, Profiled};
+use crate::Env;
+
+pub fn raw_open() -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(abi::DEVICE_PATH)
+        .context("opening /dev/pfprof")
+}
+
+/// One ioctl; Err(errno) on failure.
+pub fn ioctl<T>(file: &File, request: u32, arg: *mut T) -> std::result::Result<(), i32> {
+    // SAFETY: the tests pass pointers to live values of the size the request
+    // encodes; the module must cope with the rest.
+    let ret = unsafe { libc::ioctl(file.as_raw_fd(), request as _, arg) };
+    if ret < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(-1));
+    }
+    Ok(())
+}
+
+pub fn set_mode(file: &File, mode: u32) -> std::result::Result<(), i32> {
+    let mut mode = mode;
+    ioctl(file, abi::IOC_SET_MODE, &mut mode)
+}
+
+fn info(file: &File, input: Info) -> (std::result::Result<(), i32>, Info) {
+    let mut info = input;
+    (ioctl(file, abi::IOC_INFO, &mut info), info)
+}
+
+fn handshake() -> Info {
+    Info {
+        abi_version: abi::ABI_VERSION,
+        ..Info::default()
+    }
+}
+
+/// mmap(len, offset) of the device: Ok(()) (unmapped again) or the errno.
+fn try_mmap(file: &File, len: u64, offset: u64) -> std::result::Result<(), i32> {
+    // SAFETY: a fresh shared mapping of the device, unmapped right away.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            offset as libc::off_t,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(-1));
+    }
+    // SAFETY: we just mapped exactly this.
+    unsafe { libc::munmap(p, len as usize) };
+    Ok(())
+}
+
+/// The whole area mapped, accessed word by word like a (hostile) consumer.
+pub struct Mapping {
+    map: MmapRaw,
+}
+
+impl Mapping {
+    pub fn new(file: &File) -> Result<Mapping> {
+        let (ret, info) = info(file, handshake());
+        ret.map_err(|e| anyhow::anyhow!("PFPROF_IOC_INFO: errno {e}"))?;
+        let map = MmapOptions::new()
+            .len(info.area_size as usize)
+            .map_raw(file)
+            .context("mapping /dev/pfprof")?;
+        Ok(Mapping { map })
+    }
+
+    fn word32(&self, offset: usize) -> &AtomicU32 {
+        assert!(offset.is_multiple_of(4) && offset + 4 <= self.map.len());
+        // SAFETY: in bounds and aligned (checked above); the mapping lives as
+        // long as `self`, and the module only touches it atomically too.
+        unsafe { AtomicU32::from_ptr(self.map.as_mut_ptr().add(offset).cast()) }
+    }
+
+    fn word64(&self, offset: usize) -> &AtomicU64 {
+        assert!(offset.is_multiple_of(8) && offset + 8 <= self.map.len());
+        // SAFETY: as in word32.
+        unsafe { AtomicU64::from_ptr(self.map.as_mut_ptr().add(offset).cast()) }
+    }
+
+    /// Takes the shared lock as the consumer (the module holds it briefly).
+    pub fn lock_as_consumer(&self) -> Result<()> {
+        let lock = self.word32(offset_of!(AreaHeader, lock));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while lock
+            .compare_exchange(
+                abi::LOCK_FREE,
+                abi::LOCK_CONSUMER,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .is_err()
+        {
+            ensure!(
+                Instant::now() < deadline,
+                "the producer never released the lock"
+            );
+            std::hint::spin_loop();
+        }
+        Ok(())
+    }
+
+    pub fn deferred(&self) -> u64 {
+        self.word64(offset_of!(AreaHeader, deferred))
+            .load(Ordering::Acquire)
+    }
+
+    /// Overwrites every word of the area with `rng`'s output.
+    fn scribble(&self, rng: &mut u64) {
+        for offset in (0..self.map.len()).step_by(8) {
+            *rng ^= *rng << 13;
+            *rng ^= *rng >> 7;
+            *rng ^= *rng << 17;
+            self.word64(offset).store(*rng, Ordering::Relaxed);
+        }
+    }
+}
+
+fn expect_errno(what: &str, got: std::result::Result<(), i32>, errno: i32) -> Result<()> {
+    ensure!(
+        got == Err(errno),
+        "{what}: expected errno {errno}, got {got:?}"
+    );
+    Ok(())
+}
+
+pub fn device_refuses_bad_mmaps_bad_ioctls_and_a_second_opener(env: &Env) -> Result<()> {
+    let module = kmod::insmod(env, &[])?;
+    {
+        let file = raw_open()?;
+        let second = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(abi::DEVICE_PATH);
+        expect_errno(
+            "second open",
+            second.map(drop).map_err(|e| e.raw_os_error().unwrap_or(-1)),
+            libc::EBUSY,
+        )?;
+        ensure!(
+            matches!(Device::open(), Err(DeviceError::Busy { .. })),
+            "Device::open of a busy device is not DeviceError::Busy"
+        );
+
+        // The handshake.
+        let (ret, got) = info(&file, handshake());
+        ensure!(ret.is_ok(), "INFO: {ret:?}");
+        let size = abi::area_size(128);
+        ensure!(got.area_size == size, "area_size {}", got.area_size);
+        ensure!(
+            got.slot_count == abi::slots_in(128),
+            "slot_count {}",
+            got.slot_count
+        );
+        ensure!(
+            got.sample_size == 32 && got.period_ms == 50 && got.hz > 0,
+            "{got:?}"
+        );
+        let (ret, got) = info(
+            &file,
+            Info {
+                abi_version: 99,
+                ..Info::default()
+            },
+        );
+        expect_errno("INFO with version 99", ret, libc::EPROTO)?;
+        ensure!(
+            got.abi_version == abi::ABI_VERSION,
+            "EPROTO did not return the module's version"
+        );
+        for (what, bad) in [
+            (
+                "flags",
+                Info {
+                    flags: 1,
+                    ..handshake()
+                },
+            ),
+            (
+                "reserved0",
+                Info {
+                    reserved0: 1,
+                    ..handshake()
+                },
+            ),
+            (
+                "reserved[2]",
+                Info {
+                    reserved: [0, 0, 1],
+                    ..handshake()
+                },
+            ),
+        ] {
+            expect_errno(
+                &format!("INFO with {what} set"),
+                info(&file, bad).0,
+                libc::EINVAL,
+            )?;
+        }
+
+        // Mode selection and the strict-only ioctls.
+        let mut ms = 20u32;
+        expect_errno(
+            "WAIT_FULL before a session",
+            ioctl(&file, abi::IOC_WAIT_FULL, &mut ms),
+            libc::EINVAL,
+        )?;
+        expect_errno(
+            "WAKE_PRODUCER before a session",
+            ioctl(&file, abi::IOC_WAKE_PRODUCER, std::ptr::null_mut::<u8>()),
+            libc::EINVAL,
+        )?;
+        for bad in [abi::MODE_NONE, 3, u32::MAX] {
+            expect_errno(
+                &format!("SET_MODE {bad}"),
+                set_mode(&file, bad),
+                libc::EINVAL,
+            )?;
+        }
+        set_mode(&file, abi::MODE_RELAXED).map_err(|e| anyhow::anyhow!("SET_MODE relaxed: {e}"))?;
+        expect_errno(
+            "WAIT_FULL in relaxed",
+            ioctl(&file, abi::IOC_WAIT_FULL, &mut ms),
+            libc::EINVAL,
+        )?;
+        set_mode(&file, abi::MODE_STRICT).map_err(|e| anyhow::anyhow!("SET_MODE strict: {e}"))?;
+        expect_errno(
+            "WAIT_FULL with nothing to wait for",
+            ioctl(&file, abi::IOC_WAIT_FULL, &mut ms),
+            libc::ETIMEDOUT,
+        )?;
+        ensure!(ioctl(&file, abi::IOC_WAKE_PRODUCER, std::ptr::null_mut::<u8>()).is_ok());
+        for unknown in [
+            abi::io(abi::IOC_MAGIC, 0x04),
+            abi::io(0x42, 0x00),
+            abi::IOC_INFO + 1,
+        ] {
+            expect_errno(
+                &format!("ioctl {unknown:#x}"),
+                ioctl(&file, unknown, std::ptr::null_mut::<u8>()),
+                libc::ENOTTY,
+            )?;
+        }
+
+        // Exactly one mapping shape.
+        let page = abi::PAGE_SIZE;
+        expect_errno(
+            "mmap at offset one page",
+            try_mmap(&file, size - page, page),
+            libc::EINVAL,
+        )?;
+        expect_errno(
+            "mmap one page short",
+            try_mmap(&file, size - page, 0),
+            libc::EINVAL,
+        )?;
+        expect_errno(
+            "mmap one page long",
+            try_mmap(&file, size + page, 0),
+            libc::EINVAL,
+        )?;
+        ensure!(
+            try_mmap(&file, size, 0).is_ok(),
+            "the exact mapping was refused"
+        );
+    }
+    // Closed: a new opener gets a working device.
+    let dev = Device::open().context("reopening after close")?;
+    let area = dev.start(Mode::Strict)?;
+    ensure!(area.slot_count() == abi::slots_in(128));
+    drop((area, dev));
+    module.unload()
+}
+
+pub fn consumer_scribbling_over_the_control_page_cannot_hurt_the_module(env: &Env) -> Result<()> {
+    let module = kmod::insmod(env, &["period_ms=1", "buffer_pages=2"])?;
+    let mut churn = Profiled::spawn(&["churn"])?;
+    kmod::register(churn.pid)?;
+    churn.go()?;
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    for mode in [abi::MODE_STRICT, abi::MODE_RELAXED, 0] {
+        let file = raw_open()?;
+        if mode != 0 {
+            set_mode(&file, mode).map_err(|e| anyhow::anyhow!("SET_MODE {mode}: {e}"))?;
+        }
+        let map = Mapping::new(&file)?;
+        let until = Instant::now() + Duration::from_millis(700);
+        while Instant::now() < until {
+            map.scribble(&mut rng);
+            thread::sleep(Duration::from_millis(1));
+        }
+    }
+    // The module still serves a well-behaved monitor.
+    let dev = Device::open()?;
+    let area = dev.start(Mode::Strict)?;
+    let mut consumer = StrictConsumer::new(area, dev.waiter());
+    let mut samples = Vec::new();
+    let took = consumer.take(&mut samples, Some(Duration::from_secs(5)))?;
+    ensure!(
+        matches!(took, Take::Samples(n) if n > 0),
+        "no sample after the scribbling: {took:?}"
+    );
+    drop((consumer, dev));
+    churn.go()?;
+    churn.reap()?;
+    module.unload()
+}

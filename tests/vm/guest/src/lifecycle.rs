@@ -1,0 +1,201 @@
+//! Loading, unloading, and the monitors that die badly.
+
+use std::path::Path;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use shared_layout::abi;
+use shared_layout::device::Device;
+use shared_layout::strict::{StrictConsumer, Take};
+use shared_layout::Mode;
+
+use crate::kmod::{self, Profiled};
+use crate::Env;
+
+fn files_exist() -> (bool, bool) {
+    (
+        Path::new(abi::PROC_PATH).exists(),
+        Path::new(abi::DEVICE_PATH).exists(),
+    )
+}
+
+pub fn module_loads_and_unloads_repeatedly_and_its_files_come_and_go(env: &Env) -> Result<()> {
+    for round in 0..5 {
+        ensure!(
+            files_exist() == (false, false),
+            "round {round}: files exist before insmod"
+        );
+        let module = kmod::insmod(env, &[])?;
+        ensure!(kmod::is_loaded());
+        ensure!(
+            files_exist() == (true, true),
+            "round {round}: (proc, dev) after insmod = {:?}",
+            files_exist()
+        );
+        ensure!(
+            kmod::registered()?.is_empty(),
+            "a fresh module lists registrations"
+        );
+        module.unload()?;
+        ensure!(
+            !kmod::is_loaded(),
+            "round {round}: still loaded after rmmod"
+        );
+        ensure!(
+            !Path::new("/proc/pfprof").exists(),
+            "round {round}: /proc/pfprof survived rmmod"
+        );
+        ensure!(
+            !Path::new(abi::DEVICE_PATH).exists(),
+            "round {round}: /dev/pfprof survived rmmod"
+        );
+    }
+    Ok(())
+}
+
+pub fn module_refuses_out_of_range_parameters_at_load(env: &Env) -> Result<()> {
+    for bad in [
+        "period_ms=0",
+        "period_ms=10001",
+        "buffer_pages=0",
+        "buffer_pages=1",
+        "buffer_pages=65537",
+        "period_ms=-1",
+        "buffer_pages=lots",
+    ] {
+        if kmod::try_insmod(env, &[bad])?.is_ok() {
+            bail!("insmod {bad} succeeded");
+        }
+        ensure!(!kmod::is_loaded(), "{bad}: module loaded anyway");
+        ensure!(files_exist() == (false, false), "{bad}: files left behind");
+    }
+    for good in [
+        ["period_ms=1", "buffer_pages=2"],
+        ["period_ms=10000", "buffer_pages=4096"],
+    ] {
+        let module = kmod::insmod(env, &good)?;
+        let dev = Device::open()?;
+        let info = dev.info();
+        ensure!(
+            format!("period_ms={}", info.period_ms) == good[0]
+                && format!("buffer_pages={}", info.area_size / abi::PAGE_SIZE) == good[1],
+            "{good:?}: module reports {info:?}"
+        );
+        drop(dev);
+        module.unload()?;
+    }
+    Ok(())
+}
+
+pub fn sigkilled_monitor_holding_the_lock_does_not_stop_the_sampler(env: &Env) -> Result<()> {
+    let module = kmod::insmod(env, &["period_ms=5"])?;
+    let mut sleeper = Profiled::spawn(&["faults", "0", "0"])?;
+    kmod::register(sleeper.pid)?;
+
+    let mut monitor = Profiled::spawn_raw(&["hold-lock"], None)?;
+    let line = monitor.read_line()?;
+    ensure!(line == "locked", "hold-lock child said {line:?}");
+    // The sampler keeps going: every period's sample is deferred, not waited for.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut deferred = 0;
+    while deferred < 10 {
+        ensure!(Instant::now() < deadline, "deferred stuck at {deferred}");
+        let line = monitor.read_line()?;
+        deferred = line
+            .strip_prefix("deferred ")
+            .with_context(|| format!("hold-lock child said {line:?}"))?
+            .parse()?;
+    }
+    monitor.kill()?;
+    monitor.reap()?;
+
+    // The lock dies with its session: a new monitor attaches and gets samples.
+    let dev = Device::open().context("attaching after the killed monitor")?;
+    let area = dev.start(Mode::Strict)?;
+    let mut consumer = StrictConsumer::new(area.clone(), dev.waiter());
+    let mut samples = Vec::new();
+    let took = consumer.take(&mut samples, Some(Duration::from_secs(5)))?;
+    ensure!(
+        matches!(took, Take::Samples(n) if n > 0),
+        "new monitor got {took:?}"
+    );
+    // Leaving ends the session: the consumer sees the end.
+    kmod::unregister(sleeper.pid)?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match consumer.take(&mut samples, Some(Duration::from_secs(1)))? {
+            Take::Ended => break,
+            _ => ensure!(Instant::now() < deadline, "the session never ended"),
+        }
+    }
+    ensure!(
+        area.counters().deferred == 0,
+        "the new session inherited deferred"
+    );
+    drop((consumer, area, dev));
+    sleeper.go()?;
+    sleeper.reap()?;
+    module.unload()
+}
+
+pub fn consumer_blocked_in_wait_full_is_released_by_sigkill_and_the_module_unloads(
+    env: &Env,
+) -> Result<()> {
+    let module = kmod::insmod(env, &[])?;
+    let mut waiter = Profiled::spawn_raw(&["wait-full"], None)?;
+    let line = waiter.read_line()?;
+    ensure!(line == "waiting", "wait-full child said {line:?}");
+    thread::sleep(Duration::from_millis(200));
+    // While it is open, the module is pinned.
+    ensure!(
+        kmod::try_rmmod()?.is_err(),
+        "rmmod succeeded with the device open"
+    );
+    let (state, _) = kmod::stat(waiter.pid)?;
+    ensure!(
+        state == 'S',
+        "the consumer is not asleep in WAIT_FULL (state {state})"
+    );
+    waiter.kill()?;
+    let reaped = waiter.reap()?;
+    ensure!(
+        libc::WIFSIGNALED(reaped.status) && libc::WTERMSIG(reaped.status) == libc::SIGKILL,
+        "consumer status {:#x}",
+        reaped.status
+    );
+    module.unload()
+}
+
+pub fn module_unloads_with_processes_registered_and_the_sampler_blocked(env: &Env) -> Result<()> {
+    let module = kmod::insmod(env, &["period_ms=1", "buffer_pages=2"])?;
+    let mut sleeper = Profiled::spawn(&["faults", "0", "0"])?;
+    kmod::register(sleeper.pid)?;
+    let dev = Device::open()?;
+    let area = dev.start(Mode::Strict)?;
+    // Nobody consumes: the ring fills and the sampler blocks on empty.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while area.counters().write_seq < area.slot_count() || area.counters().blocked_ns == 0 {
+        ensure!(
+            Instant::now() < deadline,
+            "the ring never filled: {:?}",
+            area.counters()
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    ensure!(
+        area.counters().write_seq == area.slot_count(),
+        "wrote past a full ring"
+    );
+    drop((area, dev));
+    ensure!(kmod::registered()? == [sleeper.pid], "registration lost");
+    module.unload()?;
+    sleeper.go()?;
+    let reaped = sleeper.reap()?;
+    ensure!(
+        reaped.status == 0,
+        "the profiled child failed: {:#x}",
+        reaped.status
+    );
+    Ok(())
+}

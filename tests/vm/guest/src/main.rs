@@ -1,0 +1,133 @@
+//! pfprof's kernel-module tests. tests/vm/run.sh boots a Debian kernel under
+//! qemu with this binary (static) and pfprof.ko in the initramfs; /init runs
+//!
+//!     pfprof-guest --module /pfprof.ko [FILTER...]
+//!
+//! which runs every test whose name contains one of the filters (all without
+//! one), prints `ok   <name>` or `FAIL <name>: <why>` per test and
+//! `N passed, M failed`, and exits non-zero if any failed. The same binary
+//! plays the processes the tests profile (`pfprof-guest child ...`).
+
+mod child;
+mod device;
+mod kmod;
+mod lifecycle;
+mod registration;
+mod sampling;
+
+use std::panic::{self, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+
+/// What every test gets: where the module is.
+pub struct Env {
+    pub module: PathBuf,
+}
+
+type Test = fn(&Env) -> Result<()>;
+
+const TESTS: &[(&str, Test)] = &[
+    (
+        "module_loads_and_unloads_repeatedly_and_its_files_come_and_go",
+        lifecycle::module_loads_and_unloads_repeatedly_and_its_files_come_and_go,
+    ),
+    (
+        "module_refuses_out_of_range_parameters_at_load",
+        lifecycle::module_refuses_out_of_range_parameters_at_load,
+    ),
+    (
+        "registration_lists_and_unregisters_a_process",
+        registration::registration_lists_and_unregisters_a_process,
+    ),
+    (
+        "every_malformed_or_refused_command_gets_its_errno_and_the_module_lives_on",
+        registration::every_malformed_or_refused_command_gets_its_errno_and_the_module_lives_on,
+    ),
+    (
+        "device_refuses_bad_mmaps_bad_ioctls_and_a_second_opener",
+        device::device_refuses_bad_mmaps_bad_ioctls_and_a_second_opener,
+    ),
+    (
+        "every_minor_fault_of_a_threaded_child_lands_in_exactly_one_sample",
+        sampling::every_minor_fault_of_a_threaded_child_lands_in_exactly_one_sample,
+    ),
+    (
+        "faults_before_the_session_starts_reach_its_first_sample",
+        sampling::faults_before_the_session_starts_reach_its_first_sample,
+    ),
+    (
+        "strict_mode_with_a_slow_consumer_on_a_small_ring_loses_nothing",
+        sampling::strict_mode_with_a_slow_consumer_on_a_small_ring_loses_nothing,
+    ),
+    (
+        "relaxed_consumer_sleeping_past_a_wrap_accounts_for_every_sample",
+        sampling::relaxed_consumer_sleeping_past_a_wrap_accounts_for_every_sample,
+    ),
+    (
+        "sigkilled_monitor_holding_the_lock_does_not_stop_the_sampler",
+        lifecycle::sigkilled_monitor_holding_the_lock_does_not_stop_the_sampler,
+    ),
+    (
+        "consumer_blocked_in_wait_full_is_released_by_sigkill_and_the_module_unloads",
+        lifecycle::consumer_blocked_in_wait_full_is_released_by_sigkill_and_the_module_unloads,
+    ),
+    (
+        "module_unloads_with_processes_registered_and_the_sampler_blocked",
+        lifecycle::module_unloads_with_processes_registered_and_the_sampler_blocked,
+    ),
+    (
+        "consumer_scribbling_over_the_control_page_cannot_hurt_the_module",
+        device::consumer_scribbling_over_the_control_page_cannot_hurt_the_module,
+    ),
+];
+
+fn run(env: &Env, filters: &[String]) -> ExitCode {
+    let (mut passed, mut failed) = (0, 0);
+    for (name, test) in TESTS {
+        if !filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())) {
+            continue;
+        }
+        // Every test starts without the module and leaves it unloaded.
+        let outcome = kmod::ensure_unloaded()
+            .and_then(|()| {
+                panic::catch_unwind(AssertUnwindSafe(|| test(env)))
+                    .unwrap_or_else(|_| bail!("panicked"))
+            })
+            .and_then(|()| kmod::ensure_unloaded().context("the test left the module loaded"));
+        match outcome {
+            Ok(()) => {
+                println!("ok   {name}");
+                passed += 1;
+            }
+            Err(e) => {
+                println!("FAIL {name}: {e:#}");
+                failed += 1;
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    if failed == 0 && passed > 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("child") => child::main(&args[1..]),
+        Some("--module") if args.len() >= 2 => {
+            let env = Env {
+                module: PathBuf::from(&args[1]),
+            };
+            run(&env, &args[2..])
+        }
+        _ => {
+            eprintln!("usage: pfprof-guest --module PATH/pfprof.ko [FILTER...]");
+            ExitCode::from(2)
+        }
+    }
+}

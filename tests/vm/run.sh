@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The VM test: build pfprof.ko against Debian's cloud kernel headers, build the
+# guest test binary statically, boot that kernel under qemu (TCG) with an
+# initramfs holding both, run the tests inside and report.
+#
+#   tests/vm/run.sh [--keep] [FILTER...]
+#
+# FILTER: run only tests whose name contains one of these substrings.
+# --keep: keep the work directory (initramfs, console log) and print its path.
+# Needs: linux-image-cloud-amd64 linux-headers-cloud-amd64 qemu-system-x86
+#        busybox-static cpio, and a Rust toolchain with x86_64-unknown-linux-gnu.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+keep=0
+filters=()
+for arg in "$@"; do
+	case $arg in
+	--keep) keep=1 ;;
+	-h | --help) sed -n '2,12p' "$0"; exit 0 ;;
+	*) filters+=("$arg") ;;
+	esac
+done
+
+die() { echo "run.sh: $*" >&2; exit 2; }
+
+# The kernel: newest cloud-amd64 image that has headers, found by glob.
+kver=
+for img in /boot/vmlinuz-*-cloud-amd64; do
+	[[ -e $img ]] || continue
+	v=${img#/boot/vmlinuz-}
+	[[ -d /usr/src/linux-headers-$v ]] && kver=$v
+done
+[[ -n $kver ]] || die "no /boot/vmlinuz-*-cloud-amd64 with matching /usr/src/linux-headers-*: apt-get install linux-image-cloud-amd64 linux-headers-cloud-amd64"
+[[ -r /boot/vmlinuz-$kver ]] || die "/boot/vmlinuz-$kver is not readable"
+busybox=$(command -v busybox) || die "busybox not found: apt-get install busybox-static"
+file -L "$busybox" 2>/dev/null | grep -q 'statically linked' ||
+	ldd "$busybox" 2>&1 | grep -q 'not a dynamic' || die "$busybox is not static: apt-get install busybox-static"
+command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found: apt-get install qemu-system-x86"
+command -v cpio >/dev/null || die "cpio not found: apt-get install cpio"
+
+work=$(mktemp -d /tmp/pfprof-vm.XXXXXX)
+cleanup() { if ((keep)); then echo "run.sh: kept $work"; else rm -rf "$work"; fi; }
+trap cleanup EXIT
+
+echo "run.sh: kernel $kver"
+
+# The module, built out of tree in a copy so the source tree stays clean.
+mkdir -p "$work/kmod"
+cp "$repo"/kmod/{Kbuild,Makefile,*.c,*.h} "$work/kmod/"
+mkdir -p "$work/kmod/include"
+cp "$repo/shared-layout/include/pfprof.h" "$work/kmod/include/"
+make -s -C "$work/kmod" KDIR="/usr/src/linux-headers-$kver" >"$work/kmod-build.log" 2>&1 ||
+	{ cat "$work/kmod-build.log"; die "module build failed"; }
+if grep -E 'warning:|error:' "$work/kmod-build.log"; then
+	die "module build is not warning-free"
+fi
+
+# The guest tests, static so the initramfs needs no libc.
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$repo/target}
+RUSTFLAGS="-C target-feature=+crt-static" cargo build -q --release \
+	--manifest-path "$repo/Cargo.toml" -p pfprof-vm-guest \
+	--target x86_64-unknown-linux-gnu
+guest=$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/pfprof-guest
+
+# The initramfs: busybox, /init, the module and the test binary.
+root=$work/root
+mkdir -p "$root"/{bin,dev,proc,sys,tmp}
+cp "$busybox" "$root/bin/busybox"
+cp "$repo/tests/vm/initramfs/init" "$root/init"
+cp "$work/kmod/pfprof.ko" "$root/pfprof.ko"
+cp "$guest" "$root/pfprof-guest"
+printf '%s\n' "${filters[*]-}" >"$root/test-filter"
+(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$work/initramfs.cpio.gz"
+
+# Boot.  TCG: nested KVM is not available (or hangs) on CI machines.
+log=$work/console.log
+set +e
+timeout --foreground 900 qemu-system-x86_64 -accel tcg -m 1G -smp 2 \
+	-nographic -no-reboot -kernel "/boot/vmlinuz-$kver" \
+	-initrd "$work/initramfs.cpio.gz" \
+	-append "console=ttyS0 panic=-1 slub_debug=FZPU loglevel=4 rdinit=/init" \
+	</dev/null 2>&1 | tr -d '\r' | tee "$log" | grep --line-buffered -E '^(ok   |FAIL )'
+qemu_rc=${PIPESTATUS[0]}
+set -e
+
+if ((qemu_rc == 124)); then
+	echo "run.sh: the VM did not finish within 900 s" >&2
+fi
+
+# The guest's verdict and its counts.
+summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -1 || true)
+verdict=$(sed -n 's/^PFPROF-VERDICT \([0-9]*\)$/\1/p' "$log" | tail -1)
+passed=0 failed=1
+if [[ -n $summary ]]; then
+	read -r passed _ failed _ <<<"$summary"
+fi
+[[ $verdict == 0 ]] || { [[ -z $summary ]] || ((failed > 0)) || failed=1; }
+
+# The kernel must not have complained, whatever the tests saw.
+if grep -E 'BUG[: ]|WARNING:|Oops|KASAN|general protection|Kernel panic|INFO: task .* blocked|=====+$|Redzone|Poison overwritten|Object padding|slab error' "$log" \
+	| grep -v '^PFPROF-' >"$work/kernel-complaints.txt"; then
+	echo "FAIL kernel log is free of BUG, WARNING, Oops and slub reports:"
+	sed 's/^/    /' "$work/kernel-complaints.txt"
+	failed=$((failed + 1))
+else
+	echo "ok   kernel log is free of BUG, WARNING, Oops and slub reports"
+	passed=$((passed + 1))
+fi
+
+echo "$passed passed, $failed failed"
+((failed == 0)) && [[ $verdict == 0 ]]
