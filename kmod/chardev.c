@@ -40,7 +40,8 @@ static int pfprof_dev_release(struct inode *inode, struct file *file)
 
 static int pfprof_dev_mmap(struct file *file, struct vm_area_struct *vma)
 {
-	if (vma->vm_pgoff != 0 ||
+	/* A private copy would not be shared with the sampler. */
+	if (!(vma->vm_flags & VM_SHARED) || vma->vm_pgoff != 0 ||
 	    vma->vm_end - vma->vm_start != pfprof_ring_size())
 		return -EINVAL;
 	/* Sets VM_DONTEXPAND | VM_DONTDUMP: the area never grows or dumps. */

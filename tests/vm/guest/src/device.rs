@@ -54,15 +54,19 @@ fn handshake() -> Info {
     }
 }
 
-/// mmap(len, offset) of the device: Ok(()) (unmapped again) or the errno.
+/// A shared mmap(len, offset) of the device: Ok(()) (unmapped again) or the errno.
 fn try_mmap(file: &File, len: u64, offset: u64) -> std::result::Result<(), i32> {
-    // SAFETY: a fresh shared mapping of the device, unmapped right away.
+    try_mmap_flags(file, len, offset, libc::MAP_SHARED)
+}
+
+fn try_mmap_flags(file: &File, len: u64, offset: u64, flags: i32) -> std::result::Result<(), i32> {
+    // SAFETY: a fresh mapping of the device, unmapped right away.
     let p = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
             len as usize,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
+            flags,
             file.as_raw_fd(),
             offset as libc::off_t,
         )
@@ -283,6 +287,11 @@ pub fn device_refuses_bad_mmaps_bad_ioctls_and_a_second_opener(env: &Env) -> Res
         expect_errno(
             "mmap one page long",
             try_mmap(&file, size + page, 0),
+            libc::EINVAL,
+        )?;
+        expect_errno(
+            "private mmap",
+            try_mmap_flags(&file, size, 0, libc::MAP_PRIVATE),
             libc::EINVAL,
         )?;
         ensure!(

@@ -199,3 +199,34 @@ pub fn module_unloads_with_processes_registered_and_the_sampler_blocked(env: &En
     );
     Ok(())
 }
+
+pub fn consumer_sleeping_in_wait_full_wakes_when_the_last_process_leaves(env: &Env) -> Result<()> {
+    // A period far longer than the test: only the unregistration can end it.
+    let module = kmod::insmod(env, &["period_ms=10000"])?;
+    let mut sleeper = Profiled::spawn(&["faults", "0", "0"])?;
+    kmod::register(sleeper.pid)?;
+    let mut consumer = Profiled::spawn_raw(&["wait-full"], None)?;
+    let line = consumer.read_line()?;
+    ensure!(line == "waiting", "wait-full child said {line:?}");
+    thread::sleep(Duration::from_millis(200));
+    let (state, _) = kmod::stat(consumer.pid)?;
+    ensure!(
+        state == 'S',
+        "the consumer is not asleep in WAIT_FULL (state {state})"
+    );
+
+    let left = Instant::now();
+    kmod::unregister(sleeper.pid)?;
+    let line = consumer.read_line()?;
+    ensure!(
+        left.elapsed() < Duration::from_secs(5),
+        "the consumer woke only after {:?}",
+        left.elapsed()
+    );
+    // One sample: the last process's final change, then the end.
+    ensure!(line == "ended 1", "consumer said {line:?}");
+    let reaped = consumer.reap()?;
+    ensure!(reaped.status == 0, "consumer status {:#x}", reaped.status);
+    sleeper.reap()?;
+    module.unload()
+}

@@ -74,6 +74,10 @@ const TESTS: &[(&str, Test)] = &[
         lifecycle::consumer_blocked_in_wait_full_is_released_by_sigkill_and_the_module_unloads,
     ),
     (
+        "consumer_sleeping_in_wait_full_wakes_when_the_last_process_leaves",
+        lifecycle::consumer_sleeping_in_wait_full_wakes_when_the_last_process_leaves,
+    ),
+    (
         "module_unloads_with_processes_registered_and_the_sampler_blocked",
         lifecycle::module_unloads_with_processes_registered_and_the_sampler_blocked,
     ),
