@@ -16,10 +16,13 @@ use memmap2::{MmapOptions, MmapRaw};
 use crate::abi::{self, AreaHeader, Sample, Sem};
 use crate::sync::{fence, AtomicU32, AtomicU64, Ordering};
 use crate::wait::{SemKind, WaitError, Waiter};
-use crate::{LayoutError, Mode};
+#[cfg(not(loom))]
+use crate::LayoutError;
+use crate::Mode;
 
 const SAMPLE_SIZE: u64 = size_of::<Sample>() as u64;
 /// Semaphore counts are 32-bit, and `empty` starts at the slot count.
+#[cfg(not(loom))]
 const MAX_SLOTS: u64 = u32::MAX as u64;
 
 /// The area's progress counters, as the producer and consumer published them.

@@ -64,11 +64,14 @@ pub(crate) fn sleep_on<W: Waiter>(
             _ => return Ok(Slept::TimedOut),
         },
     };
+    // Read-modify-writes rather than stores: the same on x86 (a SeqCst store
+    // is an xchg there), and they keep the word's modification order a chain
+    // that loom can model exactly.
     let waiters = area.sem_waiters(sem);
-    waiters.store(1, SeqCst);
+    waiters.swap(1, SeqCst);
     fence(SeqCst);
     if area.sem_count(sem).load(SeqCst) > 0 || area.canceled().load(SeqCst) != 0 {
-        waiters.store(0, SeqCst);
+        waiters.swap(0, SeqCst);
         return Ok(Slept::Retry);
     }
     waiter.wait(area, sem, timeout)?;

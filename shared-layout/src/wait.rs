@@ -76,3 +76,34 @@ impl Waiter for FutexWaiter {
         Ok(())
     }
 }
+
+/// The futex, modeled for loom: FUTEX_WAIT checks the word and sleeps in one
+/// step with respect to FUTEX_WAKE, so a lost wake-up is a deadlock loom finds.
+#[cfg(loom)]
+#[derive(Clone, Default)]
+pub struct ModelFutex {
+    kernel: loom::sync::Arc<(loom::sync::Mutex<u64>, loom::sync::Condvar)>,
+}
+
+#[cfg(loom)]
+impl Waiter for ModelFutex {
+    fn wait(&self, area: &Area, sem: SemKind, _timeout: Option<Duration>) -> Result<(), WaitError> {
+        let (wakes, woken) = &*self.kernel;
+        let mut wakes = wakes.lock().expect("model futex lock");
+        if area.sem_waiters(sem).load(crate::sync::Ordering::SeqCst) != 1 {
+            return Ok(());
+        }
+        let seen = *wakes;
+        while *wakes == seen {
+            wakes = woken.wait(wakes).expect("model futex lock");
+        }
+        Ok(())
+    }
+
+    fn wake(&self, _area: &Area, _sem: SemKind) -> Result<(), WaitError> {
+        let (wakes, woken) = &*self.kernel;
+        *wakes.lock().expect("model futex lock") += 1;
+        woken.notify_all();
+        Ok(())
+    }
+}

@@ -1,5 +1,6 @@
 //! Compiles a C program against the real `include/pfprof.h` and checks that
 //! every size, field offset, constant and ioctl number agrees with `abi.rs`.
+#![cfg(not(loom))]
 
 use std::collections::BTreeMap;
 use std::mem::{offset_of, size_of};

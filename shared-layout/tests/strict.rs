@@ -1,5 +1,6 @@
 //! The strict protocol over a memfd with futex waits: nothing lost, nothing
 //! duplicated, no busy waiting, cancellation releases both sides.
+#![cfg(not(loom))]
 
 mod common;
 
