@@ -22,7 +22,7 @@ const PAGE: usize = 4096;
 pub fn main(args: &[String]) -> ExitCode {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let result = match args.as_slice() {
-        ["faults", pages, threads] => faults(pages, threads),
+        ["faults", pages, threads, then] => faults(pages, threads, then),
         ["churn"] => churn(),
         ["hold-lock"] => hold_lock(),
         ["wait-full"] => wait_full(),
@@ -102,11 +102,17 @@ fn ready_then_wait_for_go() -> Result<()> {
 }
 
 /// Touches `pages` fresh pages split over the main thread and `threads`
-/// threads that exit before it does, says `done` and exits at the next byte
-/// (or when stdin closes).
-fn faults(pages: &str, threads: &str) -> Result<()> {
+/// threads that exit before it does, says `done`, and then either exits at
+/// once (`exit`: its last faults reach only the final sample) or stays,
+/// faulting no more, until the next byte or the end of stdin (`stay`).
+fn faults(pages: &str, threads: &str, then: &str) -> Result<()> {
     let pages: usize = pages.parse()?;
     let threads: usize = threads.parse()?;
+    let stay = match then {
+        "stay" => true,
+        "exit" => false,
+        _ => bail!("faults: expected exit or stay, got {then:?}"),
+    };
     let mem = Fresh::new(pages)?;
     ready_then_wait_for_go()?;
     let share = pages / (threads + 1);
@@ -117,14 +123,15 @@ fn faults(pages: &str, threads: &str) -> Result<()> {
         }
     });
     mem.touch(threads * share..pages);
-    // Stay (registered, faulting no more) until told to exit.
     let mut out = std::io::stdout().lock();
     out.write_all(b"done\n")?;
     out.flush()?;
-    let mut byte = [0u8; 1];
-    std::io::stdin()
-        .read(&mut byte)
-        .context("waiting for exit")?;
+    if stay {
+        let mut byte = [0u8; 1];
+        std::io::stdin()
+            .read(&mut byte)
+            .context("waiting for exit")?;
+    }
     Ok(())
 }
 

@@ -90,7 +90,7 @@ pub fn module_refuses_out_of_range_parameters_at_load(env: &Env) -> Result<()> {
 
 pub fn sigkilled_monitor_holding_the_lock_does_not_stop_the_sampler(env: &Env) -> Result<()> {
     let module = kmod::insmod(env, &["period_ms=5"])?;
-    let mut sleeper = Profiled::spawn(&["faults", "0", "0"])?;
+    let mut sleeper = Profiled::spawn(&["faults", "0", "0", "stay"])?;
     kmod::register(sleeper.pid)?;
 
     let mut monitor = Profiled::spawn_raw(&["hold-lock"], None)?;
@@ -169,7 +169,7 @@ pub fn consumer_blocked_in_wait_full_is_released_by_sigkill_and_the_module_unloa
 
 pub fn module_unloads_with_processes_registered_and_the_sampler_blocked(env: &Env) -> Result<()> {
     let module = kmod::insmod(env, &["period_ms=1", "buffer_pages=2"])?;
-    let mut sleeper = Profiled::spawn(&["faults", "0", "0"])?;
+    let mut sleeper = Profiled::spawn(&["faults", "0", "0", "stay"])?;
     kmod::register(sleeper.pid)?;
     let dev = Device::open()?;
     let area = dev.start(Mode::Strict)?;
@@ -203,7 +203,7 @@ pub fn module_unloads_with_processes_registered_and_the_sampler_blocked(env: &En
 pub fn consumer_sleeping_in_wait_full_wakes_when_the_last_process_leaves(env: &Env) -> Result<()> {
     // A period far longer than the test: only the unregistration can end it.
     let module = kmod::insmod(env, &["period_ms=10000"])?;
-    let mut sleeper = Profiled::spawn(&["faults", "0", "0"])?;
+    let mut sleeper = Profiled::spawn(&["faults", "0", "0", "stay"])?;
     kmod::register(sleeper.pid)?;
     let mut consumer = Profiled::spawn_raw(&["wait-full"], None)?;
     let line = consumer.read_line()?;

@@ -15,8 +15,8 @@ const NOBODY: u32 = 65534;
 
 pub fn registration_lists_and_unregisters_a_process(env: &Env) -> Result<()> {
     let module = kmod::insmod(env, &[])?;
-    let mut a = Profiled::spawn(&["faults", "0", "0"])?;
-    let mut b = Profiled::spawn(&["faults", "0", "0"])?;
+    let mut a = Profiled::spawn(&["faults", "0", "0", "stay"])?;
+    let mut b = Profiled::spawn(&["faults", "0", "0", "stay"])?;
     kmod::register(a.pid)?;
     kmod::register(b.pid)?;
     ensure!(
@@ -59,7 +59,7 @@ pub fn every_malformed_or_refused_command_gets_its_errno_and_the_module_lives_on
     env: &Env,
 ) -> Result<()> {
     let module = kmod::insmod(env, &[])?;
-    let mut target = Profiled::spawn(&["faults", "0", "0"])?;
+    let mut target = Profiled::spawn(&["faults", "0", "0", "stay"])?;
     let pid = target.pid;
     let long = format!("R {pid}{}", " ".repeat(64));
     let cases: Vec<(Vec<u8>, i32)> = vec![

@@ -71,7 +71,7 @@ pub fn every_minor_fault_of_a_threaded_child_lands_in_exactly_one_sample(env: &E
     let (dev, area) = start(Mode::Strict)?;
     let mut consumer = StrictConsumer::new(area, dev.waiter());
 
-    let mut child = Profiled::spawn(&["faults", &PAGES.to_string(), "3"])?;
+    let mut child = Profiled::spawn(&["faults", &PAGES.to_string(), "3", "exit"])?;
     let before = child.wait_asleep()?;
     kmod::register(child.pid)?;
     thread::sleep(Duration::from_millis(200));
@@ -112,7 +112,7 @@ pub fn every_minor_fault_of_a_threaded_child_lands_in_exactly_one_sample(env: &E
 pub fn faults_before_the_session_starts_reach_its_first_sample(env: &Env) -> Result<()> {
     const PAGES: u64 = 2000;
     let module = kmod::insmod(env, &["period_ms=10"])?;
-    let mut child = Profiled::spawn(&["faults", &PAGES.to_string(), "0"])?;
+    let mut child = Profiled::spawn(&["faults", &PAGES.to_string(), "0", "stay"])?;
     let before = child.wait_asleep()?;
     kmod::register(child.pid)?;
     child.go()?;
