@@ -378,8 +378,8 @@ impl Area {
 
     fn slot_word(&self, seq: u64, word: usize) -> &AtomicU64 {
         // slot_count was validated against the mapping's length.
-        let slot = (seq % self.slot_count) as usize;
-        self.word64(abi::DATA_OFFSET as usize + slot * SAMPLE_SIZE as usize + word * 8)
+        let offset = abi::slot_offset(seq % self.slot_count) as usize;
+        self.word64(offset + word * size_of::<u64>())
     }
 
     fn h32(&self, offset: usize) -> &AtomicU32 {
