@@ -99,46 +99,30 @@ pub struct Info {
     pub reserved: [u64; 3],
 }
 
-// The asm-generic ioctl encoding (x86, arm, arm64, riscv, ...) and the one
-// powerpc, mips and sparc use, as in include/uapi/asm-generic/ioctl.h and
+// The asm-generic ioctl encoding (x86, arm, arm64, riscv, ...), or the one
+// powerpc, mips and sparc use: include/uapi/asm-generic/ioctl.h and
 // arch/*/include/uapi/asm/ioctl.h.
-#[cfg(not(any(
+const IOC_THREE_DIR_BITS: bool = cfg!(any(
     target_arch = "powerpc",
     target_arch = "powerpc64",
     target_arch = "mips",
     target_arch = "mips64",
     target_arch = "sparc",
     target_arch = "sparc64"
-)))]
-mod ioc_arch {
-    pub const SIZEBITS: u32 = 14;
-    pub const NONE: u32 = 0;
-    pub const WRITE: u32 = 1;
-    pub const READ: u32 = 2;
-}
-#[cfg(any(
-    target_arch = "powerpc",
-    target_arch = "powerpc64",
-    target_arch = "mips",
-    target_arch = "mips64",
-    target_arch = "sparc",
-    target_arch = "sparc64"
-))]
-mod ioc_arch {
-    pub const SIZEBITS: u32 = 13;
-    pub const NONE: u32 = 1;
-    pub const WRITE: u32 = 4;
-    pub const READ: u32 = 2;
-}
+));
+const IOC_SIZEBITS: u32 = if IOC_THREE_DIR_BITS { 13 } else { 14 };
+const IOC_NONE: u32 = if IOC_THREE_DIR_BITS { 1 } else { 0 };
+const IOC_WRITE: u32 = if IOC_THREE_DIR_BITS { 4 } else { 1 };
+const IOC_READ: u32 = 2;
 
 const IOC_NRSHIFT: u32 = 0;
 const IOC_TYPESHIFT: u32 = 8;
 const IOC_SIZESHIFT: u32 = 16;
-const IOC_DIRSHIFT: u32 = IOC_SIZESHIFT + ioc_arch::SIZEBITS;
+const IOC_DIRSHIFT: u32 = IOC_SIZESHIFT + IOC_SIZEBITS;
 
 /// `_IOC(dir, type, nr, size)`.
 pub const fn ioc(dir: u32, ty: u32, nr: u32, size: usize) -> u32 {
-    assert!(size < (1 << ioc_arch::SIZEBITS), "ioctl argument too large");
+    assert!(size < (1 << IOC_SIZEBITS), "ioctl argument too large");
     assert!(ty < 256 && nr < 256);
     (dir << IOC_DIRSHIFT)
         | ((size as u32) << IOC_SIZESHIFT)
@@ -148,22 +132,22 @@ pub const fn ioc(dir: u32, ty: u32, nr: u32, size: usize) -> u32 {
 
 /// `_IO(type, nr)`.
 pub const fn io(ty: u32, nr: u32) -> u32 {
-    ioc(ioc_arch::NONE, ty, nr, 0)
+    ioc(IOC_NONE, ty, nr, 0)
 }
 
 /// `_IOR(type, nr, T)` with `size` = `sizeof(T)`.
 pub const fn ior(ty: u32, nr: u32, size: usize) -> u32 {
-    ioc(ioc_arch::READ, ty, nr, size)
+    ioc(IOC_READ, ty, nr, size)
 }
 
 /// `_IOW(type, nr, T)` with `size` = `sizeof(T)`.
 pub const fn iow(ty: u32, nr: u32, size: usize) -> u32 {
-    ioc(ioc_arch::WRITE, ty, nr, size)
+    ioc(IOC_WRITE, ty, nr, size)
 }
 
 /// `_IOWR(type, nr, T)` with `size` = `sizeof(T)`.
 pub const fn iowr(ty: u32, nr: u32, size: usize) -> u32 {
-    ioc(ioc_arch::READ | ioc_arch::WRITE, ty, nr, size)
+    ioc(IOC_READ | IOC_WRITE, ty, nr, size)
 }
 
 pub const IOC_MAGIC: u32 = 0xB8;

@@ -31,50 +31,48 @@ fn model(test: impl Fn() + Sync + Send + 'static) {
     builder.check(test);
 }
 
-/// Push `count` samples (retrying a refused lock), then cancel.
-fn strict_producer(area: &Arc<Area>, futex: &ModelFutex, count: u64) -> thread::JoinHandle<()> {
-    let mut producer = StrictProducer::new(Arc::clone(area), futex.clone());
-    thread::spawn(move || {
-        for seq in 0..count {
-            loop {
-                match producer.push(numbered(seq), None).unwrap() {
-                    Push::Written => break,
-                    Push::LockBusy => thread::yield_now(),
-                    other => panic!("push returned {other:?}"),
-                }
-            }
-        }
-        producer.cancel().unwrap();
-    })
-}
-
-#[test]
-fn strict_batches_deliver_every_sample_once_in_order_under_every_interleaving() {
-    model(|| {
+/// One producer pushing 3 samples into the 2-slot ring (retrying a refused
+/// lock) and cancelling, against a consumer running `consume` until the end.
+fn strict_model(consume: fn(&mut StrictConsumer<ModelFutex>) -> Vec<Sample>) {
+    model(move || {
         let area = Arc::new(Area::model(SLOTS, Mode::Strict));
         let futex = ModelFutex::default();
-        let producer = strict_producer(&area, &futex, 3);
-        let mut consumer = StrictConsumer::new(Arc::clone(&area), futex);
-        let mut received = Vec::new();
-        while consumer.take(&mut received, None).unwrap() != Take::Ended {}
-        producer.join().unwrap();
+        let mut producer = StrictProducer::new(Arc::clone(&area), futex.clone());
+        let producing = thread::spawn(move || {
+            for seq in 0..3 {
+                loop {
+                    match producer.push(numbered(seq), None).unwrap() {
+                        Push::Written => break,
+                        Push::LockBusy => thread::yield_now(),
+                        other => panic!("push returned {other:?}"),
+                    }
+                }
+            }
+            producer.cancel().unwrap();
+        });
+        let received = consume(&mut StrictConsumer::new(Arc::clone(&area), futex));
+        producing.join().unwrap();
         assert_eq!(received, (0..3).map(numbered).collect::<Vec<_>>());
     });
 }
 
 #[test]
+fn strict_batches_deliver_every_sample_once_in_order_under_every_interleaving() {
+    strict_model(|consumer| {
+        let mut received = Vec::new();
+        while consumer.take(&mut received, None).unwrap() != Take::Ended {}
+        received
+    });
+}
+
+#[test]
 fn strict_single_takes_deliver_every_sample_once_in_order_under_every_interleaving() {
-    model(|| {
-        let area = Arc::new(Area::model(SLOTS, Mode::Strict));
-        let futex = ModelFutex::default();
-        let producer = strict_producer(&area, &futex, 3);
-        let mut consumer = StrictConsumer::new(Arc::clone(&area), futex);
+    strict_model(|consumer| {
         let mut received = Vec::new();
         while let TakeOne::Sample(sample) = consumer.take_one(None).unwrap() {
             received.push(sample);
         }
-        producer.join().unwrap();
-        assert_eq!(received, (0..3).map(numbered).collect::<Vec<_>>());
+        received
     });
 }
 
