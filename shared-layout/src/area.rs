@@ -62,6 +62,12 @@ struct Mem {
     slot_count: u64,
 }
 
+// Shared between the threads of a side through `Arc<Area>`.
+const _: () = {
+    const fn shareable<T: Send + Sync>() {}
+    shareable::<Area>();
+};
+
 impl Area {
     /// Consumer side: take over a mapping whose header a producer initialized,
     /// after checking magic, version, mode and geometry against its length.

@@ -78,7 +78,7 @@ impl<W: Waiter> StrictConsumer<W> {
             Down::TimedOut => return Ok(Take::TimedOut),
             Down::Ended => return Ok(Take::Ended),
         };
-        out.reserve(k as usize);
+        // No reserve(k) up front: k is only trusted once copy_out checked it.
         self.copy_out(k, |sample| out.push(sample))?;
         Ok(Take::Samples(k as usize))
     }

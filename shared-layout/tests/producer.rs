@@ -6,13 +6,12 @@
 mod common;
 
 use std::mem::offset_of;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{area, join_within};
-use memmap2::MmapRaw;
+use common::{area, join_within, second_mapping, word32};
 use shared_layout::abi::{AreaHeader, LOCK_CONSUMER, LOCK_FREE};
 use shared_layout::producer::{Finish, Producer};
 use shared_layout::relaxed::RelaxedConsumer;
@@ -38,23 +37,6 @@ fn totals(samples: &[Sample]) -> (u64, u64, u64) {
     })
 }
 
-/// A second mapping of the same memfd: what another process (here, a
-/// consumer that dies holding the lock) would see.
-fn second_mapping(area: &Area) -> MmapRaw {
-    let fd = area
-        .memfd()
-        .expect("memfd area")
-        .try_clone_to_owned()
-        .unwrap();
-    MmapRaw::map_raw(&fd).unwrap()
-}
-
-fn lock_word(map: &MmapRaw) -> &AtomicU32 {
-    // SAFETY: the lock word is in bounds and 4-aligned in the page-aligned
-    // mapping, which outlives the reference; both sides access it atomically.
-    unsafe { AtomicU32::from_ptr(map.as_mut_ptr().add(offset_of!(AreaHeader, lock)).cast()) }
-}
-
 fn drain_all(area: &Arc<Area>) -> Vec<Sample> {
     let mut out = Vec::new();
     match area.mode() {
@@ -77,7 +59,8 @@ fn producer_defers_without_blocking_while_a_dead_consumer_holds_the_lock_and_con
     for mode in [Mode::Strict, Mode::Relaxed] {
         let area = area(8, mode);
         let dead_consumer = second_mapping(&area);
-        lock_word(&dead_consumer).store(LOCK_CONSUMER, Ordering::Release);
+        word32(&dead_consumer, offset_of!(AreaHeader, lock))
+            .store(LOCK_CONSUMER, Ordering::Release);
 
         let mut producer = Producer::new(Arc::clone(&area));
         let deltas: Vec<Sample> = (0..20).map(delta).collect();
@@ -93,7 +76,7 @@ fn producer_defers_without_blocking_while_a_dead_consumer_holds_the_lock_and_con
         assert_eq!(area.counters().deferred, 20, "{mode}");
         assert_eq!(area.counters().write_seq, 0, "{mode}");
 
-        lock_word(&dead_consumer).store(LOCK_FREE, Ordering::Release);
+        word32(&dead_consumer, offset_of!(AreaHeader, lock)).store(LOCK_FREE, Ordering::Release);
         let last = delta(20);
         assert_eq!(producer.record(last).unwrap(), Push::Written, "{mode}");
         let received = drain_all(&area);

@@ -4,15 +4,20 @@
 
 mod common;
 
+use std::mem::offset_of;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{area, join_within, numbered, sequence_of, thread_cpu_time};
+use common::{
+    area, join_within, numbered, second_mapping, sequence_of, thread_cpu_time, word32, word64,
+};
 use rand::Rng;
+use shared_layout::abi::AreaHeader;
 use shared_layout::strict::{Push, StrictConsumer, StrictProducer, Take, TakeOne};
 use shared_layout::wait::FutexWaiter;
-use shared_layout::{Area, Mode, Sample};
+use shared_layout::{Area, Mode, ProtocolError, Sample};
 
 const SAMPLES: u64 = 1_000_000;
 const LIMIT: Duration = Duration::from_secs(60);
@@ -209,5 +214,48 @@ fn strict_push_times_out_on_a_full_ring_and_keeps_its_sample() {
     assert_eq!(
         consumer.take(&mut received, timeout).unwrap(),
         Take::TimedOut
+    );
+}
+
+#[test]
+fn strict_consumer_refuses_a_full_count_larger_than_the_ring_instead_of_reading_past_it() {
+    let area = area(4, Mode::Strict);
+    let scribbler = second_mapping(&area);
+    let full_count = offset_of!(AreaHeader, full);
+    word32(&scribbler, full_count).store(1_000_000, Ordering::SeqCst);
+    let mut consumer = StrictConsumer::new(Arc::clone(&area), FutexWaiter);
+    let mut out = Vec::new();
+    let err = consumer.take(&mut out, STUCK).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ProtocolError::CountOutOfRange {
+                count: 1_000_000,
+                slots: 4,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(out.is_empty());
+}
+
+#[test]
+fn strict_consumer_refuses_samples_the_producer_never_published() {
+    let area = area(4, Mode::Strict);
+    let scribbler = second_mapping(&area);
+    word32(&scribbler, offset_of!(AreaHeader, full)).store(2, Ordering::SeqCst);
+    word64(&scribbler, offset_of!(AreaHeader, write_seq)).store(1, Ordering::SeqCst);
+    let mut consumer = StrictConsumer::new(Arc::clone(&area), FutexWaiter);
+    let err = consumer.take(&mut Vec::new(), STUCK).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ProtocolError::CursorOutOfRange {
+                write_seq: 1,
+                read_seq: 2
+            }
+        ),
+        "{err}"
     );
 }

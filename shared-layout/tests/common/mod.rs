@@ -1,10 +1,12 @@
 //! Helpers the protocol tests share.
 #![allow(dead_code)] // each test binary uses its own subset
 
+use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use memmap2::MmapRaw;
 use shared_layout::{Area, Mode, Sample};
 
 pub fn area(slots: u64, mode: Mode) -> Arc<Area> {
@@ -51,4 +53,30 @@ pub fn thread_cpu_time() -> Duration {
     let ret = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     assert_eq!(ret, 0);
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// A second mapping of the same memfd: what another process (a consumer that
+/// dies holding the lock, or one that scribbles over the header) would see.
+pub fn second_mapping(area: &Area) -> MmapRaw {
+    let fd = area
+        .memfd()
+        .expect("memfd area")
+        .try_clone_to_owned()
+        .unwrap();
+    MmapRaw::map_raw(&fd).unwrap()
+}
+
+/// The 32-bit word at `offset` of the control page.
+pub fn word32(map: &MmapRaw, offset: usize) -> &AtomicU32 {
+    assert!(offset + 4 <= 4096 && offset % 4 == 0);
+    // SAFETY: in bounds and 4-aligned in the page-aligned mapping, which
+    // outlives the reference; both sides access the word atomically.
+    unsafe { AtomicU32::from_ptr(map.as_mut_ptr().add(offset).cast()) }
+}
+
+/// The 64-bit word at `offset` of the control page.
+pub fn word64(map: &MmapRaw, offset: usize) -> &AtomicU64 {
+    assert!(offset + 8 <= 4096 && offset % 8 == 0);
+    // SAFETY: as in `word32`, 8-aligned.
+    unsafe { AtomicU64::from_ptr(map.as_mut_ptr().add(offset).cast()) }
 }
