@@ -143,10 +143,15 @@ impl Tally {
 
     /// `blocked_ns`: the strict producer's time waiting for a free slot, from the area.
     fn report(&self, id: &str, blocked_ns: Option<u64>) {
+        if self.samples == 0 {
+            return; // filtered out
+        }
         let per_k = |n: u64| n as f64 * 1000.0 / self.samples.max(1) as f64;
         let mut line = format!(
-            "  {id}: per 1000 samples: producer slept {:.1}, consumer slept {:.1}, \
-             preempted {:.1}",
+            "  {id}: {} samples in {:.2?}; per 1000: producer slept {:.1}, \
+             consumer slept {:.1}, preempted {:.1}",
+            self.samples,
+            self.elapsed,
             per_k(self.producer.slept),
             per_k(self.consumer.slept),
             per_k(self.producer.preempted + self.consumer.preempted),
