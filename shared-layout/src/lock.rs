@@ -4,15 +4,14 @@
 //! owner's value intact, released with a store (release).
 
 use crate::abi::{LOCK_CONSUMER, LOCK_FREE, LOCK_PRODUCER};
-use crate::sync::{backoff, spin_hint, Ordering};
+use std::time::Duration;
+
+use crate::sync::{backoff, Ordering, SpinBudget};
 use crate::Area;
 
-/// How many times the producer tries before it defers its sample: a few
-/// microseconds, since the consumer holds the lock only to copy a batch.
-#[cfg(not(loom))]
-const PRODUCER_TRIES: u32 = 1000;
-#[cfg(loom)]
-const PRODUCER_TRIES: u32 = 1;
+/// How long the producer tries before it defers its sample, as the module
+/// does (PFPROF_LOCK_SPIN_NS): the consumer holds the lock only to copy a batch.
+const PRODUCER_SPIN: Duration = Duration::from_micros(10);
 
 fn try_lock(area: &Area, owner: u32) -> bool {
     let word = area.lock_word();
@@ -33,18 +32,18 @@ pub(crate) fn lock_consumer(area: &Area) -> Guard<'_> {
     Guard { area }
 }
 
-/// The producer's lock: a bounded number of tries, `None` when still held,
+/// The producer's lock: tried for [`PRODUCER_SPIN`], `None` when still held,
 /// so that a consumer that died holding it cannot hang the producer.
 pub(crate) fn try_lock_producer(area: &Area) -> Option<Guard<'_>> {
-    for attempt in 0..PRODUCER_TRIES {
-        if attempt > 0 {
-            spin_hint();
-        }
+    let budget = SpinBudget::start(PRODUCER_SPIN);
+    loop {
         if try_lock(area, LOCK_PRODUCER) {
             return Some(Guard { area });
         }
+        if budget.spent() {
+            return None;
+        }
     }
-    None
 }
 
 /// Releases the lock when dropped.

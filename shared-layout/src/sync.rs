@@ -7,12 +7,36 @@ pub(crate) use std::sync::atomic::Ordering;
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64};
 
-/// One step of a bounded or unbounded busy wait.
-pub(crate) fn spin_hint() {
-    #[cfg(loom)]
-    loom::thread::yield_now();
+/// A bounded busy wait: it lasts `limit`, or under loom (where time means
+/// nothing) a single attempt.
+pub(crate) struct SpinBudget {
     #[cfg(not(loom))]
-    std::hint::spin_loop();
+    until: std::time::Instant,
+}
+
+impl SpinBudget {
+    pub(crate) fn start(limit: std::time::Duration) -> SpinBudget {
+        #[cfg(loom)]
+        let _ = limit;
+        SpinBudget {
+            #[cfg(not(loom))]
+            until: std::time::Instant::now() + limit,
+        }
+    }
+
+    /// Whether the budget is used up; otherwise pause before the next attempt.
+    pub(crate) fn spent(&self) -> bool {
+        #[cfg(loom)]
+        return true;
+        #[cfg(not(loom))]
+        {
+            let spent = std::time::Instant::now() >= self.until;
+            if !spent {
+                std::hint::spin_loop();
+            }
+            spent
+        }
+    }
 }
 
 /// Back off after `round` failed attempts: spin, then yield, then sleep a
