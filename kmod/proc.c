@@ -33,26 +33,28 @@
 struct pfprof_proc {
 	struct list_head node;
 	struct task_struct *leader;	/* referenced: keeps ->signal alive */
-	struct pid *pid;		/* referenced: the tgid, for lookups */
+	struct pid *pid;		/* referenced: the tgid, for listing */
 	struct pfprof_totals base;	/* totals at registration */
 	struct pfprof_totals seen;	/* totals the sampler last accounted */
 };
 
 static struct proc_dir_entry *pfprof_proc_dir;
 
-/* Protects the list, nr_registered and pending. */
+/* Protects the list, pfprof_nr (also read locklessly) and pending. */
 static DEFINE_MUTEX(pfprof_reg_lock);
 static LIST_HEAD(pfprof_procs);
 static unsigned int pfprof_nr;
 static struct pfprof_totals pfprof_pending;
 
+/* Totals only grow; a smaller reading (never expected) adds nothing. */
 static u64 pfprof_advance(u64 *seen, u64 now)
 {
-	u64 delta = now > *seen ? now - *seen : 0;
+	u64 old = *seen;
 
-	if (now > *seen)
-		*seen = now;
-	return delta;
+	if (now <= old)
+		return 0;
+	*seen = now;
+	return now - old;
 }
 
 /* Adds what @p did since the sampler last looked to pending. */
@@ -70,7 +72,7 @@ static bool pfprof_account(struct pfprof_proc *p)
 static void pfprof_proc_free(struct pfprof_proc *p)
 {
 	list_del(&p->node);
-	pfprof_nr--;
+	WRITE_ONCE(pfprof_nr, pfprof_nr - 1);
 	put_pid(p->pid);
 	put_task_struct(p->leader);
 	kfree(p);
@@ -111,12 +113,16 @@ void pfprof_reg_settle(const struct pfprof_totals *delivered)
 	mutex_unlock(&pfprof_reg_lock);
 }
 
+/*
+ * The signal struct identifies the process: the leader's task_struct does
+ * not, since a thread that execs becomes the new leader.
+ */
 static struct pfprof_proc *pfprof_find(struct task_struct *leader)
 {
 	struct pfprof_proc *p;
 
 	list_for_each_entry(p, &pfprof_procs, node) {
-		if (p->leader == leader)
+		if (p->leader->signal == leader->signal)
 			return p;
 	}
 	return NULL;
@@ -160,23 +166,30 @@ static int pfprof_lookup(pid_t nr, struct pid **pidp,
 {
 	struct task_struct *leader;
 	struct pid *pid;
+	int ret;
 
 	pid = find_get_pid(nr);
 	if (!pid)
 		return -ESRCH;
+	/* Only a thread group's leader is attached to its tgid. */
 	leader = get_pid_task(pid, PIDTYPE_TGID);
 	if (!leader) {
-		put_pid(pid);
-		return -ESRCH;
+		ret = -ESRCH;
+		goto err_put_pid;
 	}
 	if (!pfprof_may_read(leader)) {
-		put_task_struct(leader);
-		put_pid(pid);
-		return -EPERM;
+		ret = -EPERM;
+		goto err_put_task;
 	}
 	*pidp = pid;
 	*leaderp = leader;
 	return 0;
+
+err_put_task:
+	put_task_struct(leader);
+err_put_pid:
+	put_pid(pid);
+	return ret;
 }
 
 static int pfprof_register(pid_t nr)
@@ -193,7 +206,7 @@ static int pfprof_register(pid_t nr)
 	p = kzalloc(sizeof(*p), GFP_KERNEL);
 	if (!p) {
 		ret = -ENOMEM;
-		goto err_put;
+		goto err_put_refs;
 	}
 	p->leader = leader;
 	p->pid = pid;
@@ -210,7 +223,7 @@ static int pfprof_register(pid_t nr)
 	}
 	p->seen = p->base;
 	list_add_tail(&p->node, &pfprof_procs);
-	pfprof_nr++;
+	WRITE_ONCE(pfprof_nr, pfprof_nr + 1);
 	mutex_unlock(&pfprof_reg_lock);
 
 	pfprof_sampler_kick();
@@ -219,7 +232,7 @@ static int pfprof_register(pid_t nr)
 err_unlock:
 	mutex_unlock(&pfprof_reg_lock);
 	kfree(p);
-err_put:
+err_put_refs:
 	put_task_struct(leader);
 	put_pid(pid);
 	return ret;
