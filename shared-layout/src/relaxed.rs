@@ -44,6 +44,8 @@ impl RelaxedConsumer {
         let r = self.read_seq;
         let (w, canceled) = {
             let _lock = lock_consumer(area);
+            // canceled first: it is set after the last write_seq, so once it
+            // reads 1 the write_seq read next is final.
             let canceled = area.canceled().load(Ordering::Acquire) != 0;
             (area.write_seq().load(Ordering::Acquire), canceled)
         };
