@@ -54,8 +54,8 @@
  * pattern, both sides sequentially consistent):
  *
  *   side that must wait:                side that posts:
- *     store waiters = 1                   count += k        (full barrier)
- *     full barrier                        if xchg(waiters, 0) != 0:
+ *     xchg(waiters, 1)                    count += k        (full barrier)
+ *     (a full barrier)                    if xchg(waiters, 0) != 0:
  *     if count > 0 or canceled:               wake the other side
  *         waiters = 0; retry
  *     sleep while waiters == 1
@@ -102,7 +102,8 @@
  * The lock
  * --------
  * A test-and-set word: 0 free, otherwise the owner (PFPROF_LOCK_PRODUCER or
- * PFPROF_LOCK_CONSUMER).  Taken with xchg (acquire), released with a store
+ * PFPROF_LOCK_CONSUMER).  Taken with cmpxchg(FREE -> owner) (acquire), so
+ * a failed attempt never overwrites the owner; released with a store
  * (release).  The producer never waits on it without bound: it tries for a
  * short, fixed time and otherwise defers the sample to its next period
  * (counting it in deferred), so a consumer that dies holding the lock cannot
