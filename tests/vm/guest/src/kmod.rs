@@ -143,7 +143,15 @@ pub struct Profiled {
 
 pub struct Reaped {
     pub minflt: u64,
+    /// utime + stime, nanoseconds (each truncated to microseconds by wait4).
+    pub cpu_ns: u64,
     pub status: i32,
+}
+
+/// CPU time (sum_exec_runtime, ns) of a process's main thread.
+pub fn main_thread_cpu_ns(pid: u32) -> Result<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/schedstat"))?;
+    Ok(text.split(' ').next().context("empty schedstat")?.parse()?)
 }
 
 impl Profiled {
@@ -227,8 +235,10 @@ impl Profiled {
             std::io::Error::last_os_error()
         );
         self.reaped = true;
+        let ns = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000_000 + tv.tv_usec as u64 * 1000;
         Ok(Reaped {
             minflt: ru.ru_minflt as u64,
+            cpu_ns: ns(ru.ru_utime) + ns(ru.ru_stime),
             status,
         })
     }

@@ -50,8 +50,8 @@ const TESTS: &[(&str, Test)] = &[
         device::device_refuses_bad_mmaps_bad_ioctls_and_a_second_opener,
     ),
     (
-        "every_minor_fault_of_a_threaded_child_lands_in_exactly_one_sample",
-        sampling::every_minor_fault_of_a_threaded_child_lands_in_exactly_one_sample,
+        "every_fault_and_cpu_nanosecond_of_a_threaded_child_lands_in_one_sample",
+        sampling::every_fault_and_cpu_nanosecond_of_a_threaded_child_lands_in_one_sample,
     ),
     (
         "faults_before_the_session_starts_reach_its_first_sample",

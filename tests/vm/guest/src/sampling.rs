@@ -65,7 +65,9 @@ fn start(mode: Mode) -> Result<(Device, Arc<Area>)> {
     Ok((dev, area))
 }
 
-pub fn every_minor_fault_of_a_threaded_child_lands_in_exactly_one_sample(env: &Env) -> Result<()> {
+pub fn every_fault_and_cpu_nanosecond_of_a_threaded_child_lands_in_one_sample(
+    env: &Env,
+) -> Result<()> {
     const PAGES: u64 = 3000;
     let module = kmod::insmod(env, &["period_ms=10"])?;
     let (dev, area) = start(Mode::Strict)?;
@@ -73,6 +75,8 @@ pub fn every_minor_fault_of_a_threaded_child_lands_in_exactly_one_sample(env: &E
 
     let mut child = Profiled::spawn(&["faults", &PAGES.to_string(), "3", "exit"])?;
     let before = child.wait_asleep()?;
+    // Single-threaded and asleep: its main thread's CPU time is the process's.
+    let cpu_before = kmod::main_thread_cpu_ns(child.pid)?;
     kmod::register(child.pid)?;
     thread::sleep(Duration::from_millis(200));
     // Sampling reads the counters without touching them.
@@ -100,6 +104,14 @@ pub fn every_minor_fault_of_a_threaded_child_lands_in_exactly_one_sample(env: &E
     ensure!(
         got == expected,
         "samples sum to {got} minor faults, wait4 says {expected}"
+    );
+    // CPU time in nanoseconds, the same clock wait4 reports (which only
+    // truncates utime and stime to microseconds each).
+    let cpu: u64 = samples.iter().map(|s| s.cpu_ns).sum();
+    let cpu_expected = reaped.cpu_ns - cpu_before;
+    ensure!(
+        cpu <= cpu_expected + 2_000 && cpu + 2_000 > cpu_expected,
+        "samples sum to {cpu} ns of CPU, wait4 says {cpu_expected} ns"
     );
     ensure!(
         kmod::registered()?.is_empty(),
