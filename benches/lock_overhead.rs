@@ -278,28 +278,40 @@ fn strict_take_all(
 fn relaxed_group(c: &mut Criterion) {
     let mut group = c.benchmark_group("lock_overhead/relaxed");
     group.throughput(Throughput::Elements(1));
-    for (ring, label) in RINGS {
-        let id = format!("batched/{label}");
-        let area = area(ring, Mode::Relaxed);
-        let mut producer = RelaxedProducer::new(Arc::clone(&area));
-        let mut consumer = RelaxedConsumer::new(Arc::clone(&area));
-        let mut out = Vec::with_capacity(area.slot_count() as usize);
-        let mut next = 0;
-        let mut tally = Tally::default();
-        group.bench_function(&id, |b| {
-            b.iter_custom(|iters| {
-                let first = next;
-                next += iters;
-                let mut lost = 0;
-                let run = two_threads(
-                    || relaxed_push_all(&mut producer, first..first + iters),
-                    || lost = relaxed_drain_until(&mut consumer, &mut out, iters),
-                );
-                tally.lost += lost;
-                tally.add(iters, &run)
+    // paced: the bench's producer waits for room before it pushes, as rtrb's does, so every
+    // sample arrives and the rate is the protocol's. unpaced: it never waits, as the module
+    // does; the consumer then loses what it cannot keep up with (printed as "lost").
+    for paced in [true, false] {
+        for (ring, label) in RINGS {
+            let name = if paced { "batched" } else { "batched_unpaced" };
+            let id = format!("{name}/{label}");
+            let area = area(ring, Mode::Relaxed);
+            let mut producer = RelaxedProducer::new(Arc::clone(&area));
+            let mut consumer = RelaxedConsumer::new(Arc::clone(&area));
+            let mut out = Vec::with_capacity(area.slot_count() as usize);
+            let mut next = 0;
+            let mut tally = Tally::default();
+            group.bench_function(&id, |b| {
+                b.iter_custom(|iters| {
+                    let seqs = next..next + iters;
+                    next += iters;
+                    let mut lost = 0;
+                    let run = two_threads(
+                        || {
+                            if paced {
+                                relaxed_push_paced(&mut producer, &area, seqs);
+                            } else {
+                                relaxed_push_all(&mut producer, seqs);
+                            }
+                        },
+                        || lost = relaxed_drain_until(&mut consumer, &mut out, iters),
+                    );
+                    tally.lost += lost;
+                    tally.add(iters, &run)
+                });
             });
-        });
-        tally.report(&format!("relaxed/{id}"), None);
+            tally.report(&format!("relaxed/{id}"), None);
+        }
     }
 
     // One drain of a full default ring by itself: compare with plain_copy.
@@ -330,6 +342,20 @@ fn relaxed_group(c: &mut Criterion) {
 
 fn relaxed_push_all(producer: &mut RelaxedProducer, seqs: std::ops::Range<u64>) {
     for seq in seqs {
+        while producer.push(sample(seq)).expect("relaxed push") == Push::LockBusy {}
+    }
+}
+
+/// Like [`relaxed_push_all`], but first waits (spinning) until the consumer's read_seq
+/// leaves a free slot, rereading it only when the ring looks full, as rtrb does.
+fn relaxed_push_paced(producer: &mut RelaxedProducer, area: &Area, seqs: std::ops::Range<u64>) {
+    let slots = area.slot_count();
+    let mut read_seq = area.counters().read_seq;
+    for seq in seqs {
+        while seq >= read_seq + slots {
+            std::hint::spin_loop();
+            read_seq = area.counters().read_seq;
+        }
         while producer.push(sample(seq)).expect("relaxed push") == Push::LockBusy {}
     }
 }
