@@ -340,3 +340,44 @@ pub fn consumer_scribbling_over_the_control_page_cannot_hurt_the_module(env: &En
     churn.reap()?;
     module.unload()
 }
+
+/// poll(2) on the device: the revents it reports within `timeout_ms`.
+fn poll(file: &File, timeout_ms: i32) -> Result<i16> {
+    let mut fds = libc::pollfd {
+        fd: file.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let ret = unsafe { libc::poll(&mut fds, 1, timeout_ms) };
+    ensure!(ret >= 0, "poll: {}", std::io::Error::last_os_error());
+    Ok(fds.revents)
+}
+
+pub fn poll_reports_ready_samples_and_the_end_of_the_session(env: &Env) -> Result<()> {
+    let module = kmod::insmod(env, &["period_ms=10"])?;
+    let file = raw_open()?;
+    set_mode(&file, abi::MODE_RELAXED).map_err(|e| anyhow::anyhow!("SET_MODE: {e}"))?;
+    let idle = poll(&file, 100)?;
+    ensure!(idle == 0, "poll with nothing registered: {idle:#x}");
+
+    let mut sleeper = Profiled::spawn(&["faults", "0", "0", "stay"])?;
+    kmod::register(sleeper.pid)?;
+    let ready = poll(&file, 5000)?;
+    ensure!(
+        ready == libc::POLLIN,
+        "poll with samples written: {ready:#x}"
+    );
+
+    kmod::unregister(sleeper.pid)?;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while poll(&file, 1000)? & libc::POLLHUP == 0 {
+        ensure!(
+            Instant::now() < deadline,
+            "no POLLHUP after the last process left"
+        );
+    }
+    drop(file);
+    sleeper.reap()?;
+    module.unload()
+}

@@ -50,6 +50,10 @@ const TESTS: &[(&str, Test)] = &[
         device::device_refuses_bad_mmaps_bad_ioctls_and_a_second_opener,
     ),
     (
+        "poll_reports_ready_samples_and_the_end_of_the_session",
+        device::poll_reports_ready_samples_and_the_end_of_the_session,
+    ),
+    (
         "every_fault_and_cpu_nanosecond_of_a_threaded_child_lands_in_one_sample",
         sampling::every_fault_and_cpu_nanosecond_of_a_threaded_child_lands_in_one_sample,
     ),
