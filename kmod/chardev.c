@@ -44,7 +44,12 @@ static int pfprof_dev_mmap(struct file *file, struct vm_area_struct *vma)
 	if (!(vma->vm_flags & VM_SHARED) || vma->vm_pgoff != 0 ||
 	    vma->vm_end - vma->vm_start != pfprof_ring_size())
 		return -EINVAL;
-	/* Sets VM_DONTEXPAND | VM_DONTDUMP: the area never grows or dumps. */
+	/*
+	 * The monitor's children do not inherit the ring: when the monitor
+	 * exits, the session ends.  remap_vmalloc_range() adds VM_DONTEXPAND
+	 * and VM_DONTDUMP.
+	 */
+	vma->vm_flags |= VM_DONTCOPY;
 	return remap_vmalloc_range(vma, pfprof_ring_area(), 0);
 }
 

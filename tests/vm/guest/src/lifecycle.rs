@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use shared_layout::abi;
-use shared_layout::device::Device;
+use shared_layout::device::{Device, DeviceError};
 use shared_layout::strict::{StrictConsumer, Take};
 use shared_layout::Mode;
 
@@ -228,5 +228,126 @@ pub fn consumer_sleeping_in_wait_full_wakes_when_the_last_process_leaves(env: &E
     let reaped = consumer.reap()?;
     ensure!(reaped.status == 0, "consumer status {:#x}", reaped.status);
     sleeper.reap()?;
+    module.unload()
+}
+
+/// The sampler kthread's pid.
+fn sampler_pid() -> Result<u32> {
+    for entry in std::fs::read_dir("/proc")? {
+        let entry = entry?;
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
+            continue;
+        };
+        if std::fs::read_to_string(entry.path().join("comm"))
+            .is_ok_and(|c| c.trim() == "pfprof-sampler")
+        {
+            return Ok(pid);
+        }
+    }
+    bail!("no pfprof-sampler thread")
+}
+
+/// How often it has gone to sleep: once per period while it samples.
+fn wakeups(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .context("no voluntary_ctxt_switches")?;
+    Ok(line.trim().parse()?)
+}
+
+pub fn sampler_sleeps_without_a_timer_while_nobody_is_registered(env: &Env) -> Result<()> {
+    let module = kmod::insmod(env, &["period_ms=1"])?;
+    let sampler = sampler_pid()?;
+    let quiet = |when: &str| -> Result<()> {
+        let before = wakeups(sampler)?;
+        thread::sleep(Duration::from_millis(500));
+        let after = wakeups(sampler)?;
+        ensure!(
+            after == before,
+            "{when}: the sampler woke {} times",
+            after - before
+        );
+        Ok(())
+    };
+    quiet("after load")?;
+
+    let mut sleeper = Profiled::spawn(&["faults", "0", "0", "stay"])?;
+    kmod::register(sleeper.pid)?;
+    let before = wakeups(sampler)?;
+    thread::sleep(Duration::from_millis(500));
+    let ticks = wakeups(sampler)? - before;
+    ensure!(
+        ticks >= 20,
+        "only {ticks} sampler wake-ups in 500 ms at a 1 ms period"
+    );
+
+    kmod::unregister(sleeper.pid)?;
+    thread::sleep(Duration::from_millis(100));
+    quiet("after the last process left")?;
+    sleeper.reap()?;
+    module.unload()
+}
+
+pub fn registrations_and_sessions_churning_at_once_leave_the_kernel_clean(env: &Env) -> Result<()> {
+    let module = kmod::insmod(env, &["period_ms=1", "buffer_pages=2"])?;
+    let until = Instant::now() + Duration::from_secs(4);
+    thread::scope(|s| -> Result<()> {
+        // Processes come, fault, register, leave by U or by exiting.
+        let registrar = s.spawn(|| -> Result<u32> {
+            let mut round = 0u32;
+            while Instant::now() < until {
+                let mut p = Profiled::spawn(&["faults", "64", "2", "exit"])?;
+                kmod::register(p.pid)?;
+                p.go()?;
+                if round.is_multiple_of(2) {
+                    // Racing its exit: either errno is fine, nothing else is.
+                    match kmod::write_status(format!("U {}\n", p.pid).as_bytes()) {
+                        Ok(()) | Err(libc::ENOENT) | Err(libc::ESRCH) => {}
+                        Err(e) => bail!("U racing exit: errno {e}"),
+                    }
+                }
+                p.reap()?;
+                round += 1;
+            }
+            Ok(round)
+        });
+        // Monitors come, pick a mode, read a little, and go.
+        let mut round = 0u32;
+        while Instant::now() < until {
+            // A child being spawned holds our descriptor until its exec.
+            let dev = match Device::open() {
+                Ok(dev) => dev,
+                Err(DeviceError::Busy { .. }) => {
+                    thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
+                Err(e) => bail!("open: {e}"),
+            };
+            let mode = if round.is_multiple_of(2) {
+                Mode::Strict
+            } else {
+                Mode::Relaxed
+            };
+            let area = dev.start(mode)?;
+            if mode == Mode::Strict {
+                let mut c = StrictConsumer::new(area, dev.waiter());
+                c.take(&mut Vec::new(), Some(Duration::from_millis(20)))?;
+            } else {
+                thread::sleep(Duration::from_millis(20));
+                shared_layout::relaxed::RelaxedConsumer::new(area).drain(&mut Vec::new())?;
+            }
+            round += 1;
+        }
+        let registered = registrar
+            .join()
+            .map_err(|_| anyhow::anyhow!("registrar panicked"))??;
+        ensure!(
+            registered >= 5 && round >= 5,
+            "too little churn: {registered} processes, {round} sessions"
+        );
+        Ok(())
+    })?;
     module.unload()
 }

@@ -82,6 +82,14 @@ const TESTS: &[(&str, Test)] = &[
         lifecycle::consumer_sleeping_in_wait_full_wakes_when_the_last_process_leaves,
     ),
     (
+        "sampler_sleeps_without_a_timer_while_nobody_is_registered",
+        lifecycle::sampler_sleeps_without_a_timer_while_nobody_is_registered,
+    ),
+    (
+        "registrations_and_sessions_churning_at_once_leave_the_kernel_clean",
+        lifecycle::registrations_and_sessions_churning_at_once_leave_the_kernel_clean,
+    ),
+    (
         "module_unloads_with_processes_registered_and_the_sampler_blocked",
         lifecycle::module_unloads_with_processes_registered_and_the_sampler_blocked,
     ),
