@@ -92,6 +92,9 @@ verdict=$(sed -n 's/^PFPROF-VERDICT \([0-9]*\)$/\1/p' "$log" | tail -1)
 passed=0 failed=1
 if [[ -n $summary ]]; then
 	read -r passed _ failed _ <<<"$summary"
+else
+	echo "FAIL the guest did not finish its tests; the console's last lines:"
+	tail -n 30 "$log" | sed 's/^/    /'
 fi
 [[ $verdict == 0 ]] || { [[ -z $summary ]] || ((failed > 0)) || failed=1; }
 

@@ -123,8 +123,12 @@ fn run(env: &Env, filters: &[String]) -> ExitCode {
             }
         }
     }
+    if passed + failed == 0 {
+        println!("FAIL no test name contains any of {filters:?}");
+        failed = 1;
+    }
     println!("{passed} passed, {failed} failed");
-    if failed == 0 && passed > 0 {
+    if failed == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
