@@ -14,7 +14,7 @@ use crate::report::ExitStatus;
 pub enum SpawnError {
     #[error("no command given")]
     NoCommand,
-    #[error("cannot run {command:?}: {source}")]
+    #[error("cannot run {command:?}")]
     Spawn {
         command: OsString,
         #[source]

@@ -12,7 +12,7 @@ use crate::report::Row;
 pub enum PlotError {
     #[error("drawing the plot: {0}")]
     Draw(String),
-    #[error("writing the plot: {0}")]
+    #[error("writing the plot")]
     Write(#[source] io::Error),
 }
 
@@ -129,12 +129,23 @@ mod tests {
     fn the_plot_is_an_svg_document_with_its_caption_and_axis_labels() {
         let mut t = Timeline::new(1000, 50);
         let rows: Vec<Row> = (1..=40)
-            .map(|i| t.row(&Sample { jiffies: i * 50, minor: i, major: i % 3, cpu_ns: 1 }))
+            .map(|i| {
+                t.row(&Sample {
+                    jiffies: i * 50,
+                    minor: i,
+                    major: i % 3,
+                    cpu_ns: 1,
+                })
+            })
             .collect();
         let svg = render(&rows, "procfs backend, strict mode").unwrap();
         assert!(svg.starts_with("<svg"));
         assert!(svg.trim_end().ends_with("</svg>"));
-        for text in ["procfs backend, strict mode", "time (s)", "accumulated minor faults"] {
+        for text in [
+            "procfs backend, strict mode",
+            "time (s)",
+            "accumulated minor faults",
+        ] {
             assert!(svg.contains(text), "missing {text:?}");
         }
     }

@@ -24,12 +24,20 @@ pub enum StatError {
     PermissionDenied(u32),
     #[error("/proc/{0}/stat has an unexpected format")]
     Malformed(u32),
-    #[error("reading /proc/{0}/stat: {1}")]
+    #[error("reading /proc/{0}/stat")]
     Io(u32, #[source] io::Error),
 }
 
+/// A process's counters and whether it has exited (a zombie nobody reaped yet: its
+/// counters are final).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stat {
+    pub counters: Counters,
+    pub exited: bool,
+}
+
 /// Reads the counters of `pid`.
-pub fn read(pid: u32) -> Result<Counters, StatError> {
+pub fn read(pid: u32) -> Result<Stat, StatError> {
     let text = fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| match e.kind() {
         // ESRCH: the process exited between open and read.
         ErrorKind::NotFound => StatError::NoSuchProcess(pid),
@@ -42,20 +50,24 @@ pub fn read(pid: u32) -> Result<Counters, StatError> {
 
 /// Reads the calling process's own counters.
 pub fn read_self() -> Result<Counters, StatError> {
-    read(std::process::id())
+    Ok(read(std::process::id())?.counters)
 }
 
 /// Parses a stat line; `ns_per_tick` converts utime and stime from clock ticks.
-pub fn parse(text: &str, ns_per_tick: u64) -> Option<Counters> {
+pub fn parse(text: &str, ns_per_tick: u64) -> Option<Stat> {
     // comm (field 2) may contain spaces and parentheses: fields resume after the last ')'.
     let rest = &text[text.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
     // fields[0] is field 3 (state); minflt is field 10, majflt 12, utime 14, stime 15.
     let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
-    Some(Counters {
-        minor: field(10)?,
-        major: field(12)?,
-        cpu_ns: (field(14)? + field(15)?) * ns_per_tick,
+    Some(Stat {
+        counters: Counters {
+            minor: field(10)?,
+            major: field(12)?,
+            cpu_ns: (field(14)? + field(15)?) * ns_per_tick,
+        },
+        // Z: zombie, X: dead.
+        exited: matches!(*fields.first()?, "Z" | "X"),
     })
 }
 
@@ -79,11 +91,22 @@ mod tests {
     fn parse_takes_faults_and_cpu_time_after_a_comm_with_spaces_and_parens() {
         let line = "42 (a (b) c) S 1 42 42 0 -1 4194560 1000 5 7 0 30 20 0 0 20 0 1 0 \
                     100 1000000 200 18446744073709551615";
-        let c = parse(line, 10_000_000).unwrap();
+        let s = parse(line, 10_000_000).unwrap();
         assert_eq!(
-            c,
-            Counters { minor: 1000, major: 7, cpu_ns: 50 * 10_000_000 }
+            s.counters,
+            Counters {
+                minor: 1000,
+                major: 7,
+                cpu_ns: 50 * 10_000_000
+            }
         );
+        assert!(!s.exited);
+    }
+
+    #[test]
+    fn parse_sees_that_a_zombie_has_exited() {
+        let line = "42 (x) Z 1 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 100 0 0 0";
+        assert!(parse(line, 1).unwrap().exited);
     }
 
     #[test]

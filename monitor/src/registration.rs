@@ -18,7 +18,7 @@ pub enum RegistrationError {
     AlreadyRegistered(u32),
     #[error("process {0} is not registered")]
     NotRegistered(u32),
-    #[error("writing {PROC_PATH}: {1}")]
+    #[error("writing {PROC_PATH}")]
     Io(u32, #[source] io::Error),
 }
 

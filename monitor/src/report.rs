@@ -98,13 +98,22 @@ pub struct RowWriter<W: Write> {
 }
 
 impl<W: Write> RowWriter<W> {
-    /// Writes the CSV header right away.
-    pub fn new(out: W, format: Format) -> io::Result<Self> {
-        let mut w = RowWriter { out, format, closed: false };
-        if format == Format::Csv {
-            w.guard(|out| writeln!(out, "time_ms,jiffies,minor,major,cpu_ns,cpu_util"))?;
+    pub fn new(out: W, format: Format) -> Self {
+        RowWriter {
+            out,
+            format,
+            closed: false,
         }
-        Ok(w)
+    }
+
+    /// The CSV header row (JSON Lines has none).
+    pub fn header(&mut self) -> io::Result<()> {
+        match self.format {
+            Format::Csv => {
+                self.guard(|out| writeln!(out, "time_ms,jiffies,minor,major,cpu_ns,cpu_util"))
+            }
+            Format::Jsonl => Ok(()),
+        }
     }
 
     pub fn write(&mut self, row: &Row) -> io::Result<()> {
@@ -254,9 +263,17 @@ impl fmt::Display for ExitStatus {
 impl fmt::Display for Summary<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let t = self.totals;
-        writeln!(f, "pfprof summary ({} backend, {} mode)", self.backend, self.mode)?;
+        writeln!(
+            f,
+            "pfprof summary ({} backend, {} mode)",
+            self.backend, self.mode
+        )?;
         writeln!(f, "  samples            {:>14}", t.samples)?;
-        writeln!(f, "  duration           {:>14.3} s", t.covered_ns as f64 / 1e9)?;
+        writeln!(
+            f,
+            "  duration           {:>14.3} s",
+            t.covered_ns as f64 / 1e9
+        )?;
         writeln!(f, "  minor faults       {:>14}", t.minor)?;
         writeln!(f, "  major faults       {:>14}", t.major)?;
         writeln!(
@@ -278,7 +295,11 @@ impl fmt::Display for Summary<'_> {
             t.cpu_util() * 100.0
         )?;
         writeln!(f, "  samples lost       {:>14}", t.lost)?;
-        writeln!(f, "  producer blocked   {:>14.3} s", self.blocked.as_secs_f64())?;
+        writeln!(
+            f,
+            "  producer blocked   {:>14.3} s",
+            self.blocked.as_secs_f64()
+        )?;
         write!(f, "  samples deferred   {:>14}", self.deferred)?;
         if let Some(c) = &self.child {
             write!(
@@ -299,7 +320,12 @@ mod tests {
     use super::*;
 
     fn sample(jiffies: u64, minor: u64, cpu_ns: u64) -> Sample {
-        Sample { jiffies, minor, major: 0, cpu_ns }
+        Sample {
+            jiffies,
+            minor,
+            major: 0,
+            cpu_ns,
+        }
     }
 
     #[test]
@@ -316,18 +342,24 @@ mod tests {
     #[test]
     fn csv_rows_follow_the_header_columns() {
         let mut buf = Vec::new();
-        let mut w = RowWriter::new(&mut buf, Format::Csv).unwrap();
+        let mut w = RowWriter::new(&mut buf, Format::Csv);
+        w.header().unwrap();
         let row = Timeline::new(250, 50).row(&sample(100, 7, 1));
         w.write(&row).unwrap();
         let text = String::from_utf8(buf).unwrap();
-        assert_eq!(text, "time_ms,jiffies,minor,major,cpu_ns,cpu_util\n0,100,7,0,1,0.0000\n");
+        assert_eq!(
+            text,
+            "time_ms,jiffies,minor,major,cpu_ns,cpu_util\n0,100,7,0,1,0.0000\n"
+        );
     }
 
     #[test]
     fn jsonl_rows_use_the_csv_column_names() {
         let mut buf = Vec::new();
-        let mut w = RowWriter::new(&mut buf, Format::Jsonl).unwrap();
-        w.write(&Timeline::new(1000, 50).row(&sample(1, 2, 3))).unwrap();
+        let mut w = RowWriter::new(&mut buf, Format::Jsonl);
+        w.header().unwrap();
+        w.write(&Timeline::new(1000, 50).row(&sample(1, 2, 3)))
+            .unwrap();
         let v: serde_json::Value = serde_json::from_slice(&buf).unwrap();
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
         let mut expected = ["time_ms", "jiffies", "minor", "major", "cpu_ns", "cpu_util"];
@@ -349,9 +381,11 @@ mod tests {
 
     #[test]
     fn a_closed_pipe_silences_the_writer_instead_of_failing() {
-        let mut w = RowWriter::new(ClosedPipe, Format::Csv).unwrap();
+        let mut w = RowWriter::new(ClosedPipe, Format::Csv);
+        w.header().unwrap();
         assert!(w.closed());
-        w.write(&Timeline::new(1000, 50).row(&sample(1, 2, 3))).unwrap();
+        w.write(&Timeline::new(1000, 50).row(&sample(1, 2, 3)))
+            .unwrap();
         w.flush().unwrap();
     }
 

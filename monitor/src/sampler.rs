@@ -45,7 +45,7 @@ pub enum Event {
 pub enum SamplerError {
     #[error(transparent)]
     Stat(#[from] StatError),
-    #[error("feeding the ring: {0}")]
+    #[error("feeding the ring")]
     Protocol(#[from] ProtocolError),
 }
 
@@ -64,7 +64,11 @@ pub struct Sampler {
 
 impl Sampler {
     /// Starts sampling `targets` every `period` into `area`.
-    pub fn spawn(area: Arc<Area>, targets: Vec<Target>, period: Duration) -> std::io::Result<Sampler> {
+    pub fn spawn(
+        area: Arc<Area>,
+        targets: Vec<Target>,
+        period: Duration,
+    ) -> std::io::Result<Sampler> {
         let (events, rx) = mpsc::channel();
         let thread = thread::Builder::new()
             .name("pfprof-sampler".into())
@@ -80,7 +84,9 @@ impl Sampler {
     /// Waits for the sampler to end (every process gone, or [`Event::Stop`]).
     pub fn join(self) -> Result<SamplerReport, SamplerError> {
         drop(self.events);
-        self.thread.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        self.thread
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     }
 }
 
@@ -99,7 +105,15 @@ fn run(
     let jiffies = || origin.elapsed().as_millis() as u64;
     let mut procs: HashMap<u32, Profiled> = targets
         .into_iter()
-        .map(|t| (t.pid, Profiled { seen: t.baseline, child: t.child }))
+        .map(|t| {
+            (
+                t.pid,
+                Profiled {
+                    seen: t.baseline,
+                    child: t.child,
+                },
+            )
+        })
         .collect();
     // Counts of processes that left since the last sample.
     let mut pending = Sample::default();
@@ -153,9 +167,13 @@ fn poll(procs: &mut HashMap<u32, Profiled>, pending: &mut Sample) -> Result<(), 
     let mut gone = Vec::new();
     for (&pid, p) in procs.iter_mut() {
         match procstat::read(pid) {
-            Ok(now) => {
-                add(pending, delta(p.seen, now));
-                p.seen = now;
+            Ok(stat) => {
+                add(pending, delta(p.seen, stat.counters));
+                p.seen = stat.counters;
+                // A zombie's counters are final; its parent may never reap it.
+                if stat.exited && !p.child {
+                    gone.push(pid);
+                }
             }
             Err(StatError::NoSuchProcess(_)) if !p.child => gone.push(pid),
             Err(StatError::NoSuchProcess(_)) => {}

@@ -46,10 +46,18 @@ impl<W: Waiter> Source<W> {
 
     /// Appends the next samples to `out`, waiting at most `max_wait` for them (so the
     /// caller can react to signals and refresh its status line).
-    pub fn next(&mut self, out: &mut Vec<Sample>, max_wait: Duration) -> Result<Batch, ProtocolError> {
+    pub fn next(
+        &mut self,
+        out: &mut Vec<Sample>,
+        max_wait: Duration,
+    ) -> Result<Batch, ProtocolError> {
         match self {
             Source::Strict(consumer) => strict_take(consumer, out, Some(max_wait)),
-            Source::Relaxed { consumer, interval, next } => {
+            Source::Relaxed {
+                consumer,
+                interval,
+                next,
+            } => {
                 let now = Instant::now();
                 if now < *next {
                     thread::sleep(max_wait.min(*next - now));
@@ -78,14 +86,23 @@ fn strict_take<W: Waiter>(
     timeout: Option<Duration>,
 ) -> Result<Batch, ProtocolError> {
     match consumer.take(out, timeout) {
-        Ok(take) => Ok(Batch { lost: 0, ended: take == Take::Ended }),
+        Ok(take) => Ok(Batch {
+            lost: 0,
+            ended: take == Take::Ended,
+        }),
         // A signal (SIGINT, SIGTERM) woke us: the caller decides what to do about it.
         Err(ProtocolError::Wait(WaitError::Interrupted)) => Ok(Batch::default()),
         Err(e) => Err(e),
     }
 }
 
-fn relaxed_drain(consumer: &mut RelaxedConsumer, out: &mut Vec<Sample>) -> Result<Batch, ProtocolError> {
+fn relaxed_drain(
+    consumer: &mut RelaxedConsumer,
+    out: &mut Vec<Sample>,
+) -> Result<Batch, ProtocolError> {
     let drain = consumer.drain(out)?;
-    Ok(Batch { lost: drain.lost, ended: drain.ended })
+    Ok(Batch {
+        lost: drain.lost,
+        ended: drain.ended,
+    })
 }

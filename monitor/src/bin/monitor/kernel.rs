@@ -24,7 +24,9 @@ impl Backend for Kernel {
         // registered; otherwise the grace period runs out and we take what is ready.
         for pid in self.registered.drain(..) {
             match registration::unregister(pid) {
-                Ok(()) | Err(RegistrationError::NotRegistered(_) | RegistrationError::NoSuchProcess(_)) => {}
+                Ok(())
+                | Err(RegistrationError::NotRegistered(_) | RegistrationError::NoSuchProcess(_)) => {
+                }
                 Err(e) => return Err(e).with_context(|| format!("unregistering process {pid}")),
             }
         }
@@ -63,7 +65,9 @@ fn device_error(e: DeviceError) -> anyhow::Error {
 
 fn register(pid: u32) -> anyhow::Result<()> {
     registration::register(pid).usage_context(|| {
-        format!("cannot profile process {pid}: check the pid with `ps -p {pid}` and that it is yours")
+        format!(
+            "cannot profile process {pid}: check the pid with `ps -p {pid}` and that it is yours"
+        )
     })
 }
 
@@ -98,7 +102,7 @@ pub fn profile(
         Some(argv) => {
             // The child registers itself between fork and exec: no fault is missed.
             let pid = child::spawn(argv, true).usage_context(|| {
-                "check the command name, and that you may write /proc/pfprof/status".into()
+                "cannot start the command (check its name, its permissions and that you may write /proc/pfprof/status)".into()
             })?;
             signals.forward_to(pid);
             // The module sees the exit once the child is reaped and ends the session.

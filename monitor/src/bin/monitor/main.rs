@@ -139,7 +139,8 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("monitor: error: {e:#}");
-            let is_usage = e.chain().any(|c| c.is::<Usage>()) || e.downcast_ref::<Usage>().is_some();
+            let is_usage =
+                e.chain().any(|c| c.is::<Usage>()) || e.downcast_ref::<Usage>().is_some();
             ExitCode::from(if is_usage { 2 } else { 1 })
         }
     }

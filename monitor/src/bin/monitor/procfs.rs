@@ -56,8 +56,15 @@ pub fn profile(
         .iter()
         .map(|&pid| {
             let baseline = procstat::read(pid)
-                .usage_context(|| format!("cannot profile process {pid}: check the pid with `ps -p {pid}`"))?;
-            Ok(Target { pid, baseline, child: false })
+                .usage_context(|| {
+                    format!("cannot profile process {pid}: check the pid with `ps -p {pid}`")
+                })?
+                .counters;
+            Ok(Target {
+                pid,
+                baseline,
+                child: false,
+            })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
 
@@ -72,16 +79,22 @@ pub fn profile(
 
     let child_pid = match &command {
         Some(argv) => {
-            let pid = child::spawn(argv, false)
-                .usage_context(|| "check the command name and its permissions".into())?;
+            let pid = child::spawn(argv, false).usage_context(|| {
+                "cannot start the command (check its name and permissions)".into()
+            })?;
             signals.forward_to(pid);
             // Counted from zero: the kernel zeroes a process's counters at fork.
-            targets.push(Target { pid, baseline: Counters::default(), child: true });
+            targets.push(Target {
+                pid,
+                baseline: Counters::default(),
+                child: true,
+            });
             Some(pid)
         }
         None => None,
     };
-    let sampler = Sampler::spawn(Arc::clone(&area), targets, period).context("starting the sampler")?;
+    let sampler =
+        Sampler::spawn(Arc::clone(&area), targets, period).context("starting the sampler")?;
     let reaper = child_pid
         .map(|pid| {
             let events = sampler.events();
@@ -92,7 +105,10 @@ pub fn profile(
         })
         .transpose()?;
 
-    let mut backend = Procfs { events: sampler.events(), period };
+    let mut backend = Procfs {
+        events: sampler.events(),
+        period,
+    };
     let outcome = session::consume(&mut settings, &area, source, &signals, &mut backend);
     if outcome.is_err() {
         backend.stop()?;

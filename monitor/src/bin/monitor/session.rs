@@ -48,16 +48,22 @@ impl Settings {
     ) -> anyhow::Result<Settings> {
         let out: Box<dyn Write> = match output {
             Some(path) => Box::new(File::create(path).usage_context(|| {
-                format!("cannot write the output file {}: choose another --output", path.display())
+                format!(
+                    "cannot write the output file {}: choose another --output",
+                    path.display()
+                )
             })?),
             None => Box::new(io::stdout()),
         };
         if let Some(path) = plot {
             File::create(path).usage_context(|| {
-                format!("cannot write the plot file {}: choose another --plot", path.display())
+                format!(
+                    "cannot write the plot file {}: choose another --plot",
+                    path.display()
+                )
             })?;
         }
-        let writer = RowWriter::new(BufWriter::new(out), format).context("writing the output")?;
+        let writer = RowWriter::new(BufWriter::new(out), format);
         Ok(Settings {
             backend,
             mode,
@@ -148,6 +154,7 @@ pub fn consume<W: Waiter>(
     let mut last_status = Instant::now();
     let mut handled_signals = 0;
     let mut give_up: Option<Instant> = None;
+    settings.writer.header().context("writing the output")?;
     loop {
         let b = match give_up {
             Some(deadline) if Instant::now() >= deadline => {
@@ -188,7 +195,11 @@ pub fn consume<W: Waiter>(
     if status {
         eprint!("\r\x1b[K");
     }
-    Ok(Outcome { totals, rows, stopped: give_up.is_some() })
+    Ok(Outcome {
+        totals,
+        rows,
+        stopped: give_up.is_some(),
+    })
 }
 
 /// Writes the plot and prints the summary on stderr.

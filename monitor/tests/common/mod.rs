@@ -1,0 +1,97 @@
+//! Helpers shared by the monitor's integration tests: they drive the real binaries.
+
+#![allow(dead_code)] // each test crate uses its own subset
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+pub const MONITOR: &str = env!("CARGO_BIN_EXE_monitor");
+pub const WORK: &str = env!("CARGO_BIN_EXE_work");
+
+/// A fresh, empty scratch directory for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pfprof-monitor-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+pub fn monitor(args: &[&str]) -> Output {
+    Command::new(MONITOR)
+        .args(args)
+        .output()
+        .expect("monitor runs")
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// One CSV row, as the monitor writes them.
+#[derive(Debug, Clone, Copy)]
+pub struct Row {
+    pub time_ms: u64,
+    pub jiffies: u64,
+    pub minor: u64,
+    pub major: u64,
+    pub cpu_ns: u64,
+    pub cpu_util: f64,
+}
+
+/// Parses the monitor's CSV, checking the header.
+pub fn parse_csv(text: &str) -> Vec<Row> {
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("time_ms,jiffies,minor,major,cpu_ns,cpu_util")
+    );
+    lines
+        .map(|line| {
+            let f: Vec<&str> = line.split(',').collect();
+            assert_eq!(f.len(), 6, "row {line:?}");
+            Row {
+                time_ms: f[0].parse().unwrap(),
+                jiffies: f[1].parse().unwrap(),
+                minor: f[2].parse().unwrap(),
+                major: f[3].parse().unwrap(),
+                cpu_ns: f[4].parse().unwrap(),
+                cpu_util: f[5].parse().unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// The number after `label` in the summary, e.g. `summary_value(s, "samples")`.
+pub fn summary_value(stderr: &str, label: &str) -> u64 {
+    let line = stderr
+        .lines()
+        .find(|l| l.trim_start().starts_with(label))
+        .unwrap_or_else(|| panic!("no {label:?} in summary:\n{stderr}"));
+    line[line.find(label).unwrap() + label.len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|_| panic!("no number in {line:?}"))
+}
+
+/// What `work` says about itself when done: (minor, major) from its own /proc/self/stat.
+pub fn work_self_report(stderr: &str) -> (u64, u64) {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("work: "))
+        .expect("work's report");
+    let number_before = |what: &str| -> u64 {
+        let end = line.find(what).unwrap();
+        line[..end]
+            .split_whitespace()
+            .last()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    (
+        number_before(" minor faults"),
+        number_before(" major faults"),
+    )
+}

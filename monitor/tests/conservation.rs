@@ -1,0 +1,126 @@
+//! Counts are conserved: every fault the command took is in exactly one sample, whatever
+//! the protocol, however slowly the consumer reads.
+
+mod common;
+
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+use monitor::child;
+use monitor::sampler::{self, Event, Sampler, Target};
+use monitor::source::Source;
+use shared_layout::wait::FutexWaiter;
+use shared_layout::{Area, Mode, Sample};
+
+fn conserved_in(mode: &str) {
+    let out = monitor(&[
+        "run",
+        "--backend",
+        "procfs",
+        "--mode",
+        mode,
+        "--interval",
+        "200ms",
+        "--format",
+        "csv",
+        "--",
+        WORK,
+        "64",
+        "R",
+        "20000",
+        "3",
+        "--sleep-ms",
+        "100",
+    ]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let rows = parse_csv(&String::from_utf8(out.stdout).unwrap());
+    let minor: u64 = rows.iter().map(|r| r.minor).sum();
+    let major: u64 = rows.iter().map(|r| r.major).sum();
+    // The monitor's own view of the command: wait4() rusage.
+    assert_eq!(minor, summary_value(&err, "command rusage"), "{err}");
+    let rusage_major: u64 = {
+        let line = err.lines().find(|l| l.contains("command rusage")).unwrap();
+        line.split(", ")
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(major, rusage_major, "{err}");
+    // The command's view of itself, read just before it exited: only the exit path
+    // (a few pages) may come after it.
+    let (work_minor, _) = work_self_report(&err);
+    assert!(
+        minor >= work_minor,
+        "the profile lost faults: {minor} < {work_minor}"
+    );
+    assert!(
+        minor - work_minor < 200,
+        "the profile invented faults: {minor} vs {work_minor}"
+    );
+    assert!(work_minor > 20_000, "work did not touch its memory: {err}");
+}
+
+#[test]
+fn the_minor_column_sums_to_the_commands_rusage_in_strict_mode() {
+    conserved_in("strict");
+}
+
+#[test]
+fn the_minor_column_sums_to_the_commands_rusage_in_relaxed_mode() {
+    conserved_in("relaxed");
+}
+
+#[test]
+fn a_two_slot_strict_ring_and_a_slow_consumer_lose_no_fault() {
+    // The producer finds the ring full most periods: it merges those periods into the
+    // next sample and waits (blocked_ns) instead of dropping anything.
+    let area = Arc::new(Area::create_memfd_with_slots(2, Mode::Strict, sampler::HZ, 10).unwrap());
+    let argv = [WORK, "32", "R", "3000", "6", "--sleep-ms", "30"].map(Into::into);
+    let pid = child::spawn(&argv, false).unwrap();
+    let sampler = Sampler::spawn(
+        Arc::clone(&area),
+        vec![Target {
+            pid,
+            baseline: Default::default(),
+            child: true,
+        }],
+        Duration::from_millis(10),
+    )
+    .unwrap();
+    let events = sampler.events();
+    let reaper = thread::spawn(move || {
+        let (status, totals) = child::wait(pid).unwrap();
+        events.send(Event::Exited { pid, totals }).unwrap();
+        (status, totals)
+    });
+
+    let mut source = Source::new(Arc::clone(&area), FutexWaiter, Duration::from_secs(1));
+    let mut samples: Vec<Sample> = Vec::new();
+    loop {
+        thread::sleep(Duration::from_millis(40));
+        if source
+            .next(&mut samples, Duration::from_millis(100))
+            .unwrap()
+            .ended
+        {
+            break;
+        }
+    }
+    let report = sampler.join().unwrap();
+    let (_, totals) = reaper.join().unwrap();
+    assert_eq!(report.unflushed, Sample::default());
+    assert_eq!(samples.iter().map(|s| s.minor).sum::<u64>(), totals.minor);
+    assert_eq!(samples.iter().map(|s| s.major).sum::<u64>(), totals.major);
+    assert_eq!(samples.iter().map(|s| s.cpu_ns).sum::<u64>(), totals.cpu_ns);
+    assert!(
+        area.counters().blocked_ns > 0,
+        "the ring never filled: the test proves nothing"
+    );
+}
