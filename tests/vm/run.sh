@@ -54,12 +54,13 @@ if grep -E 'warning:|error:' "$work/kmod-build.log"; then
 	die "module build is not warning-free"
 fi
 
-# The guest tests, static so the initramfs needs no libc.
+# The guest tests and the user's binaries (monitor, work), static so the
+# initramfs needs no libc.
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$repo/target}
 RUSTFLAGS="-C target-feature=+crt-static" cargo build -q --release \
-	--manifest-path "$repo/Cargo.toml" -p pfprof-vm-guest \
+	--manifest-path "$repo/Cargo.toml" -p pfprof-vm-guest -p monitor \
 	--target x86_64-unknown-linux-gnu
-guest=$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/pfprof-guest
+bins=$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release
 
 # The initramfs: busybox, /init, the module and the test binary.
 root=$work/root
@@ -67,7 +68,8 @@ mkdir -p "$root"/{bin,dev,proc,sys,tmp}
 cp "$busybox" "$root/bin/busybox"
 cp "$repo/tests/vm/initramfs/init" "$root/init"
 cp "$work/kmod/pfprof.ko" "$root/pfprof.ko"
-cp "$guest" "$root/pfprof-guest"
+cp "$bins/pfprof-guest" "$root/pfprof-guest"
+cp "$bins/monitor" "$bins/work" "$root/bin/"
 printf '%s\n' "${filters[*]-}" >"$root/test-filter"
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$work/initramfs.cpio.gz"
 

@@ -10,6 +10,7 @@
 
 mod child;
 mod device;
+mod e2e;
 mod kmod;
 mod lifecycle;
 mod registration;
@@ -88,6 +89,10 @@ const TESTS: &[(&str, Test)] = &[
     (
         "registrations_and_sessions_churning_at_once_leave_the_kernel_clean",
         lifecycle::registrations_and_sessions_churning_at_once_leave_the_kernel_clean,
+    ),
+    (
+        "monitor_profiles_work_through_the_module_in_both_modes",
+        e2e::monitor_profiles_work_through_the_module_in_both_modes,
     ),
     (
         "module_unloads_with_processes_registered_and_the_sampler_blocked",

@@ -1,0 +1,83 @@
+//! The real monitor and work binaries (from the monitor crate) against the
+//! real module: what a user runs.
+
+use std::process::Command;
+
+use anyhow::{ensure, Context, Result};
+
+use crate::kmod;
+use crate::Env;
+
+/// Sum of the `minor` column and the number of rows of a monitor CSV.
+fn csv_minor(text: &str) -> Result<(u64, usize)> {
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().context("empty CSV")?.split(',').collect();
+    let col = header
+        .iter()
+        .position(|h| *h == "minor")
+        .with_context(|| format!("no minor column in {header:?}"))?;
+    let (mut sum, mut rows) = (0, 0);
+    for line in lines {
+        let field = line
+            .split(',')
+            .nth(col)
+            .with_context(|| format!("short row {line:?}"))?;
+        sum += field
+            .parse::<u64>()
+            .with_context(|| format!("row {line:?}"))?;
+        rows += 1;
+    }
+    Ok((sum, rows))
+}
+
+pub fn monitor_profiles_work_through_the_module_in_both_modes(env: &Env) -> Result<()> {
+    let module = kmod::insmod(env, &["period_ms=10"])?;
+    for mode in ["strict", "relaxed"] {
+        let csv = format!("/tmp/samples-{mode}.csv");
+        // 8 MiB, 4000 random accesses 5 times: most of its 2048 pages fault.
+        let out = Command::new("/bin/monitor")
+            .args([
+                "run",
+                "--backend",
+                "kernel",
+                "--mode",
+                mode,
+                "--interval",
+                "100ms",
+            ])
+            .args([
+                "-o",
+                &csv,
+                "--",
+                "work",
+                "8",
+                "R",
+                "4000",
+                "5",
+                "--sleep-ms",
+                "50",
+            ])
+            .output()
+            .context("running /bin/monitor")?;
+        ensure!(
+            out.status.success(),
+            "monitor --mode {mode} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        let (minor, rows) = csv_minor(&std::fs::read_to_string(&csv)?)?;
+        ensure!(
+            rows >= 10,
+            "--mode {mode}: only {rows} samples for a half-second run"
+        );
+        ensure!(
+            minor >= 1000,
+            "--mode {mode}: only {minor} minor faults for 8 MiB touched"
+        );
+        ensure!(
+            kmod::registered()?.is_empty(),
+            "work is still registered after {mode}"
+        );
+    }
+    module.unload()
+}
