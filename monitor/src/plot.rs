@@ -22,6 +22,7 @@ fn draw_err<E: std::fmt::Display>(e: E) -> PlotError {
 
 const WIDTH: u32 = 1000;
 const HEIGHT: u32 = 760;
+const FONT: &str = "sans-serif";
 
 /// Renders `rows` as an SVG document. `caption` names the backend and mode.
 pub fn render(rows: &[Row], caption: &str) -> Result<String, PlotError> {
@@ -29,7 +30,7 @@ pub fn render(rows: &[Row], caption: &str) -> Result<String, PlotError> {
     {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
         root.fill(&WHITE).map_err(draw_err)?;
-        let root = root.titled(caption, ("sans-serif", 22)).map_err(draw_err)?;
+        let root = root.titled(caption, (FONT, 24)).map_err(draw_err)?;
         let (upper, lower) = root.split_vertically(HEIGHT * 3 / 5);
 
         // Time of each row's end in seconds, and running totals.
@@ -50,20 +51,24 @@ pub fn render(rows: &[Row], caption: &str) -> Result<String, PlotError> {
 
         let mut faults = ChartBuilder::on(&upper)
             .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(80)
-            .right_y_label_area_size(80)
+            .x_label_area_size(50)
+            .y_label_area_size(90)
+            .right_y_label_area_size(90)
             .build_cartesian_2d(0.0..t_max, 0.0..minor_max)
             .map_err(draw_err)?
             .set_secondary_coord(0.0..t_max, 0.0..major_max);
         faults
             .configure_mesh()
+            .label_style((FONT, 14))
+            .axis_desc_style((FONT, 16))
             .x_desc("time (s)")
             .y_desc("accumulated minor faults")
             .draw()
             .map_err(draw_err)?;
         faults
             .configure_secondary_axes()
+            .label_style((FONT, 14))
+            .axis_desc_style((FONT, 16))
             .y_desc("accumulated major faults")
             .draw()
             .map_err(draw_err)?;
@@ -86,6 +91,7 @@ pub fn render(rows: &[Row], caption: &str) -> Result<String, PlotError> {
         faults
             .configure_series_labels()
             .position(SeriesLabelPosition::UpperLeft)
+            .label_font((FONT, 14))
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .draw()
@@ -93,12 +99,14 @@ pub fn render(rows: &[Row], caption: &str) -> Result<String, PlotError> {
 
         let mut cpu = ChartBuilder::on(&lower)
             .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(80)
-            .right_y_label_area_size(80)
+            .x_label_area_size(50)
+            .y_label_area_size(90)
+            .right_y_label_area_size(90)
             .build_cartesian_2d(0.0..t_max, 0.0..util_max)
             .map_err(draw_err)?;
         cpu.configure_mesh()
+            .label_style((FONT, 14))
+            .axis_desc_style((FONT, 16))
             .x_desc("time (s)")
             .y_desc("CPU utilization (% of one CPU)")
             .draw()

@@ -128,6 +128,9 @@ fn run(
                         add(&mut pending, delta(p.seen, totals));
                     }
                     if procs.is_empty() {
+                        // The last sample ends on the period boundary like every other,
+                        // not a moment after the previous one (a rate spike).
+                        thread::sleep(next.saturating_duration_since(Instant::now()));
                         return Ok(());
                     }
                 }
