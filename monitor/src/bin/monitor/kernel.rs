@@ -8,6 +8,7 @@ use monitor::child;
 use monitor::registration::{self, RegistrationError};
 use monitor::source::Source;
 use shared_layout::device::{Device, DeviceError};
+use shared_layout::LayoutError;
 
 use crate::session::{self, Backend, Settings, SignalState};
 use crate::{usage, Usage, UsageContext};
@@ -53,6 +54,7 @@ fn device_error(e: DeviceError) -> anyhow::Error {
             | DeviceError::PermissionDenied { .. }
             | DeviceError::AbiMismatch { .. }
             | DeviceError::Busy { .. }
+            | DeviceError::Layout(LayoutError::VersionMismatch { .. })
     );
     let hint = "cannot use the pfprof module (--backend procfs works without it)";
     let e = anyhow::Error::new(e);
