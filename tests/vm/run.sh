@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The VM test: build pfprof.ko against Debian's cloud kernel headers, build the
-# guest test binary statically, boot that kernel under qemu (TCG) with an
-# initramfs holding both, run the tests inside and report.
+# guest tests and the monitor and work binaries statically, boot that kernel
+# under qemu (TCG) with an initramfs holding them, run the tests inside and
+# report one line per test and "N passed, M failed"; exit 0 only if all passed
+# and the kernel log has no BUG, WARNING, Oops or slub report.
 #
 #   tests/vm/run.sh [--keep] [FILTER...]
 #
 # FILTER: run only tests whose name contains one of these substrings.
 # --keep: keep the work directory (initramfs, console log) and print its path.
+# Environment: CARGO_TARGET_DIR (default: target/), PFPROF_VM_TIMEOUT (s, 300).
 # Needs: linux-image-cloud-amd64 linux-headers-cloud-amd64 qemu-system-x86
 #        busybox-static cpio, and a Rust toolchain with x86_64-unknown-linux-gnu.
 set -euo pipefail
@@ -19,7 +22,7 @@ filters=()
 for arg in "$@"; do
 	case $arg in
 	--keep) keep=1 ;;
-	-h | --help) sed -n '2,12p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,14p' "$0"; exit 0 ;;
 	*) filters+=("$arg") ;;
 	esac
 done
