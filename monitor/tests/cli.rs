@@ -121,6 +121,14 @@ fn sigint_stops_an_attached_profile_with_every_sample_written_and_the_summary() 
     let rows = parse_csv(&String::from_utf8(out.stdout).unwrap());
     assert!(rows.len() >= 5, "{} rows", rows.len());
     assert_eq!(summary_value(&err, "samples "), rows.len() as u64);
+    // --period-ms 20: samples 20 ms apart on the 1 kHz procfs clock.
+    let mut gaps: Vec<u64> = rows
+        .windows(2)
+        .map(|w| w[1].jiffies - w[0].jiffies)
+        .collect();
+    gaps.sort_unstable();
+    let median = gaps[gaps.len() / 2];
+    assert!((19..=22).contains(&median), "median gap {median} ms");
 }
 
 #[test]

@@ -169,3 +169,22 @@ fn run(options: Options, command: Option<Vec<OsString>>) -> anyhow::Result<u8> {
         _ => procfs::profile(settings, &options.pids, command, options.period_ms),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_seconds_or_milliseconds() {
+        assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+    }
+
+    #[test]
+    fn durations_must_be_positive_numbers() {
+        for bad in ["0s", "-1s", "fast", "", "1h"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -33,6 +33,8 @@ pub struct Settings {
     pub interval: Duration,
     writer: RowWriter<BufWriter<Box<dyn Write>>>,
     plot: Option<PathBuf>,
+    /// Draw the live status line: stderr is a terminal the rows do not also go to.
+    status_line: bool,
 }
 
 impl Settings {
@@ -64,12 +66,14 @@ impl Settings {
             })?;
         }
         let writer = RowWriter::new(BufWriter::new(out), format);
+        let rows_on_terminal = output.is_none() && io::stdout().is_terminal();
         Ok(Settings {
             backend,
             mode,
             interval,
             writer,
             plot: plot.map(Path::to_path_buf),
+            status_line: io::stderr().is_terminal() && !rows_on_terminal,
         })
     }
 }
@@ -150,7 +154,7 @@ pub fn consume<W: Waiter>(
     let mut totals = Totals::default();
     let mut rows = Vec::new();
     let mut batch = Vec::new();
-    let status = io::stderr().is_terminal();
+    let status = settings.status_line;
     let mut last_status = Instant::now();
     let mut handled_signals = 0;
     let mut give_up: Option<Instant> = None;
