@@ -23,6 +23,10 @@ use crate::session::Settings;
     name = "monitor",
     version,
     about = "Per-process page-fault profiler: minor and major faults and CPU time every period",
+    after_help = "Examples:\n  \
+        monitor run --output prof.csv --plot prof.svg -- work 256 R 50000\n  \
+        monitor --pid 1234 --mode relaxed --interval 500ms\n\n\
+        Samples go to standard output (or --output), the summary to standard error.",
     args_conflicts_with_subcommands = true
 )]
 struct Cli {
@@ -54,15 +58,15 @@ struct Options {
     /// /dev/pfprof exists.
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     backend: Backend,
-    /// Profile this process too (repeatable).
+    /// Profile process PID (repeatable).
     #[arg(long = "pid", value_name = "PID")]
     pids: Vec<u32>,
     /// Write samples to FILE instead of standard output.
     #[arg(long, short, value_name = "FILE")]
     output: Option<PathBuf>,
-    /// Format of the samples.
-    #[arg(long, default_value = "csv", value_parser = ["csv", "jsonl"])]
-    format: String,
+    /// Format of the samples: csv or jsonl (JSON Lines, same keys as the CSV columns).
+    #[arg(long, default_value = "csv", value_name = "csv|jsonl")]
+    format: Format,
     /// Also draw the profile as an SVG: accumulated faults and CPU utilization over time.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
@@ -152,14 +156,10 @@ fn run(options: Options, command: Option<Vec<OsString>>) -> anyhow::Result<u8> {
         Backend::Auto => Backend::Procfs,
         chosen => chosen,
     };
-    let format: Format = options
-        .format
-        .parse()
-        .usage_context(|| "choose --format csv or --format jsonl".into())?;
     let settings = Settings::open(
         backend.to_string(),
         options.mode,
-        format,
+        options.format,
         options.output.as_deref(),
         options.plot.as_deref(),
         options.interval,
