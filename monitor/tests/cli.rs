@@ -158,7 +158,7 @@ fn a_closed_stdout_pipe_is_not_an_error() {
 
 #[test]
 fn the_plot_is_a_well_formed_svg_naming_backend_mode_and_axes() {
-    let dir = scratch("plot");
+    let dir = Scratch::new("plot");
     let svg = dir.join("profile.svg");
     let csv = dir.join("profile.csv");
     let out = profile_work(
@@ -219,7 +219,7 @@ fn an_unknown_pid_is_reported_with_exit_code_2() {
 
 #[test]
 fn an_unwritable_output_fails_before_the_command_runs() {
-    let dir = scratch("unwritable");
+    let dir = Scratch::new("unwritable");
     let marker = dir.join("ran");
     let out = monitor(&[
         "run",
@@ -242,10 +242,27 @@ fn an_unwritable_output_fails_before_the_command_runs() {
 
 #[test]
 fn permission_denied_on_the_output_is_reported_with_exit_code_2() {
-    let dir = scratch("readonly");
-    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o555)).unwrap();
-    let path = dir.join("prof.csv");
-    let mut cmd = Command::new(MONITOR);
+    use std::os::unix::fs::PermissionsExt;
+
+    let dir = Scratch::new("readonly");
+    let readonly = dir.join("readonly");
+    std::fs::create_dir(&readonly).unwrap();
+    std::fs::set_permissions(&readonly, PermissionsExt::from_mode(0o555)).unwrap();
+    let path = readonly.join("prof.csv");
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut cmd = if root {
+        // root writes anywhere: run as nobody, from a copy nobody can reach wherever
+        // the build directory is.
+        std::fs::set_permissions(dir.path(), PermissionsExt::from_mode(0o755)).unwrap();
+        let copy = dir.join("monitor");
+        std::fs::copy(MONITOR, &copy).unwrap();
+        let mut cmd = Command::new(copy);
+        cmd.uid(65534).gid(65534);
+        cmd
+    } else {
+        Command::new(MONITOR)
+    };
     cmd.args([
         "run",
         "--backend",
@@ -255,14 +272,10 @@ fn permission_denied_on_the_output_is_reported_with_exit_code_2() {
         "--",
         "true",
     ]);
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        // root writes anywhere: be nobody to meet the permission check.
-        cmd.uid(65534).gid(65534);
-    }
     let out = cmd.output().unwrap();
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("cannot write the output file"), "{err}");
     assert!(err.contains("Permission denied"), "{err}");
 }
 
