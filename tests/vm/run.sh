@@ -15,6 +15,8 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=tests/vm/lib.sh
+. "$repo/tests/vm/lib.sh"
 # A hung guest (a deadlock in the module) fails the run after this long.
 vm_timeout=${PFPROF_VM_TIMEOUT:-300}
 keep=0
@@ -27,63 +29,28 @@ for arg in "$@"; do
 	esac
 done
 
-die() { echo "run.sh: $*" >&2; exit 2; }
-
-# The kernel: the newest cloud-amd64 image that has headers, found by glob.
-kver=$(for img in /boot/vmlinuz-*-cloud-amd64; do
-	v=${img#/boot/vmlinuz-}
-	if [[ -e $img && -d /usr/src/linux-headers-$v ]]; then echo "$v"; fi
-done | sort -V | tail -n 1)
-[[ -n $kver ]] || die "no /boot/vmlinuz-*-cloud-amd64 with matching /usr/src/linux-headers-*: apt-get install linux-image-cloud-amd64 linux-headers-cloud-amd64"
-[[ -r /boot/vmlinuz-$kver ]] || die "/boot/vmlinuz-$kver is not readable"
-busybox=$(command -v busybox) || die "busybox not found: apt-get install busybox-static"
-# ldd fails on a static binary; the initramfs has no libc for a dynamic one.
-if ldd "$busybox" >/dev/null 2>&1; then die "$busybox is not static: apt-get install busybox-static"; fi
-command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found: apt-get install qemu-system-x86"
-command -v cpio >/dev/null || die "cpio not found: apt-get install cpio"
+vm_check_host
 
 work=$(mktemp -d /tmp/pfprof-vm.XXXXXX)
 cleanup() { if ((keep)); then echo "run.sh: kept $work"; else rm -rf "$work"; fi; }
 trap cleanup EXIT
 
-echo "run.sh: kernel $kver"
+echo "run.sh: kernel $vm_kver"
 
-# The module, built from the same self-contained tree DKMS gets, so the
-# source tree stays clean and the DKMS layout is tested too.
-make -s -C "$repo/kmod" dkms-src DKMS_SRC="$work/kmod"
-make -s -C "$work/kmod" KDIR="/usr/src/linux-headers-$kver" W=1 >"$work/kmod-build.log" 2>&1 ||
-	{ cat "$work/kmod-build.log"; die "module build failed"; }
-if grep -E 'warning:|error:' "$work/kmod-build.log"; then
-	die "module build is not warning-free"
-fi
+vm_build_module "$work"
+vm_build_static -p pfprof-vm-guest -p monitor
 
-# The guest tests and the user's binaries (monitor, work), static so the
-# initramfs needs no libc.
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$repo/target}
-RUSTFLAGS="-C target-feature=+crt-static" cargo build -q --release \
-	--manifest-path "$repo/Cargo.toml" -p pfprof-vm-guest -p monitor \
-	--target x86_64-unknown-linux-gnu
-bins=$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release
-
-# The initramfs: busybox, /init, the module and the test binary.
+# The initramfs: busybox, /init, the module, monitor, work and the guest tests.
 root=$work/root
-mkdir -p "$root"/{bin,dev,proc,sys,tmp}
-cp "$busybox" "$root/bin/busybox"
-cp "$repo/tests/vm/initramfs/init" "$root/init"
-cp "$work/kmod/pfprof.ko" "$root/pfprof.ko"
-cp "$bins/pfprof-guest" "$root/pfprof-guest"
-cp "$bins/monitor" "$bins/work" "$root/bin/"
+vm_stage_root "$root" "$repo/tests/vm/initramfs/init" "$work"
+cp "$vm_bins/pfprof-guest" "$root/pfprof-guest"
 printf '%s\n' "${filters[*]-}" >"$root/test-filter"
-(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$work/initramfs.cpio.gz"
+vm_pack "$root" "$work/initramfs.cpio.gz"
 
-# Boot.  TCG: nested KVM is not available (or hangs) on CI machines.
 log=$work/console.log
 set +e
-timeout --foreground "$vm_timeout" qemu-system-x86_64 -accel tcg -m 1G -smp 2 \
-	-nographic -no-reboot -kernel "/boot/vmlinuz-$kver" \
-	-initrd "$work/initramfs.cpio.gz" \
-	-append "console=ttyS0 panic=-1 slub_debug=FZPU loglevel=4 rdinit=/init" \
-	</dev/null 2>&1 | tr -d '\r' | tee "$log" | grep --line-buffered -E '^(ok   |FAIL )'
+vm_boot "$work/initramfs.cpio.gz" "$log" "$vm_timeout" 1G "slub_debug=FZPU loglevel=4" |
+	grep --line-buffered -E '^(ok   |FAIL )'
 qemu_rc=${PIPESTATUS[0]}
 set -e
 
