@@ -11,9 +11,12 @@
 mod child;
 mod device;
 mod e2e;
+mod fuzz;
+mod klog;
 mod kmod;
 mod lifecycle;
 mod registration;
+mod rng;
 mod sampling;
 
 use std::panic::{self, AssertUnwindSafe};
@@ -28,6 +31,12 @@ pub struct Env {
 }
 
 type Test = fn(&Env) -> Result<()>;
+
+/// A figure a test measured (what docs/reliability.md reports), printed
+/// above its verdict line.
+pub fn figure(text: &str) {
+    println!("  | {text}");
+}
 
 const TESTS: &[(&str, Test)] = &[
     (
@@ -102,6 +111,10 @@ const TESTS: &[(&str, Test)] = &[
         "consumer_scribbling_over_the_control_page_cannot_hurt_the_module",
         device::consumer_scribbling_over_the_control_page_cannot_hurt_the_module,
     ),
+    (
+        "proc_file_survives_fuzzing_and_registers_exactly_what_valid_commands_asked",
+        fuzz::proc_file_survives_fuzzing_and_registers_exactly_what_valid_commands_asked,
+    ),
 ];
 
 fn run(env: &Env, filters: &[String]) -> ExitCode {
@@ -140,10 +153,24 @@ fn run(env: &Env, filters: &[String]) -> ExitCode {
     }
 }
 
+/// The processes the hardening tests run: `pfprof-guest hardening-child <mode> ...`.
+fn hardening_child(args: &[String]) -> ExitCode {
+    let result = match args.first().map(String::as_str) {
+        Some("in-new-pid-ns") => fuzz::in_new_pid_ns(&args[1..]),
+        Some("fuzz") => fuzz::fuzz_main().map(|()| ExitCode::SUCCESS),
+        _ => Err(anyhow::anyhow!("unknown hardening-child mode {args:?}")),
+    };
+    result.unwrap_or_else(|e| {
+        eprintln!("hardening-child: {e:#}");
+        ExitCode::FAILURE
+    })
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("child") => child::main(&args[1..]),
+        Some("hardening-child") => hardening_child(&args[1..]),
         Some("--module") if args.len() >= 2 => {
             let env = Env {
                 module: PathBuf::from(&args[1]),
