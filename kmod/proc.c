@@ -319,8 +319,13 @@ static int pfprof_status_show(struct seq_file *m, void *v)
 
 	mutex_lock(&pfprof_reg_lock);
 	list_for_each_entry(p, &pfprof_procs, node) {
+		/* Pids are the reader's; one it cannot name is not listed. */
+		pid_t nr = pid_vnr(p->pid);
+
+		if (!nr)
+			continue;
 		pfprof_read_totals(p->leader, &now);
-		seq_printf(m, "%d %llu %llu %llu\n", pid_vnr(p->pid),
+		seq_printf(m, "%d %llu %llu %llu\n", nr,
 			   now.minor - p->base.minor, now.major - p->base.major,
 			   now.cpu_ns - p->base.cpu_ns);
 	}
