@@ -65,12 +65,26 @@ fn device_error(e: DeviceError) -> anyhow::Error {
     }
 }
 
-fn register(pid: u32) -> anyhow::Result<()> {
-    registration::register(pid).usage_context(|| {
-        format!(
-            "cannot profile process {pid}: check the pid with `ps -p {pid}` and that it is yours"
-        )
-    })
+/// Registers `pid` with `register` and adds it to `registered`, the processes to
+/// unregister at the end. A process that registered itself (`work` does) is profiled as
+/// it is, and stays registered: it unregisters itself.
+fn register_with(
+    registered: &mut Vec<u32>,
+    pid: u32,
+    register: impl FnOnce(u32) -> Result<(), RegistrationError>,
+) -> anyhow::Result<()> {
+    match register(pid) {
+        Ok(()) => registered.push(pid),
+        Err(RegistrationError::AlreadyRegistered(_)) => {}
+        Err(e) => {
+            return Err(e).usage_context(|| {
+                format!(
+                    "cannot profile process {pid}: check the pid with `ps -p {pid}` and that it is yours"
+                )
+            })
+        }
+    }
+    Ok(())
 }
 
 pub fn profile(
@@ -97,8 +111,7 @@ pub fn profile(
         period: Duration::from_millis(info.period_ms.into()),
     };
     for &pid in pids {
-        register(pid)?;
-        backend.registered.push(pid);
+        register_with(&mut backend.registered, pid, registration::register)?;
     }
     let reaper = match &command {
         Some(argv) => {
@@ -124,4 +137,37 @@ pub fn profile(
     let (child, code) = session::child_outcome(reaper, outcome.stopped)?;
     session::finish(&settings, &area, &outcome, child)?;
     Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_that_registered_itself_is_profiled_and_left_registered() {
+        let mut registered = Vec::new();
+        register_with(&mut registered, 42, |pid| {
+            Err(RegistrationError::AlreadyRegistered(pid))
+        })
+        .unwrap();
+        assert!(registered.is_empty());
+    }
+
+    #[test]
+    fn a_process_we_registered_is_unregistered_at_the_end() {
+        let mut registered = Vec::new();
+        register_with(&mut registered, 42, |_| Ok(())).unwrap();
+        assert_eq!(registered, [42]);
+    }
+
+    #[test]
+    fn a_process_that_cannot_be_registered_is_a_usage_error() {
+        let mut registered = Vec::new();
+        let err = register_with(&mut registered, 42, |pid| {
+            Err(RegistrationError::NoSuchProcess(pid))
+        })
+        .unwrap_err();
+        assert!(err.is::<Usage>(), "{err:#}");
+        assert!(registered.is_empty());
+    }
 }
