@@ -3,7 +3,6 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use anyhow::Context;
 use monitor::child;
 use monitor::registration::{self, RegistrationError};
 use monitor::source::Source;
@@ -23,15 +22,7 @@ impl Backend for Kernel {
     fn stop(&mut self) -> anyhow::Result<()> {
         // The module writes their last sample and ends the session once nobody else is
         // registered; otherwise the grace period runs out and we take what is ready.
-        for pid in self.registered.drain(..) {
-            match registration::unregister(pid) {
-                Ok(())
-                | Err(RegistrationError::NotRegistered(_) | RegistrationError::NoSuchProcess(_)) => {
-                }
-                Err(e) => return Err(e).with_context(|| format!("unregistering process {pid}")),
-            }
-        }
-        Ok(())
+        unregister_all(&mut self.registered, registration::unregister)
     }
 
     fn grace(&self) -> Duration {
@@ -44,6 +35,27 @@ impl Drop for Kernel {
         // On an error path: leave no process registered behind us.
         let _ = self.stop();
     }
+}
+
+/// Unregisters every pid in `registered` with `unregister`, even after one fails (none
+/// may stay registered behind us), and returns the first error.
+fn unregister_all(
+    registered: &mut Vec<u32>,
+    mut unregister: impl FnMut(u32) -> Result<(), RegistrationError>,
+) -> anyhow::Result<()> {
+    let mut first_error = None;
+    for pid in registered.drain(..) {
+        match unregister(pid) {
+            Ok(())
+            | Err(RegistrationError::NotRegistered(_) | RegistrationError::NoSuchProcess(_)) => {}
+            Err(e) => {
+                first_error.get_or_insert_with(|| {
+                    anyhow::Error::new(e).context(format!("unregistering process {pid}"))
+                });
+            }
+        }
+    }
+    first_error.map_or(Ok(()), Err)
 }
 
 /// The module's errors the user can act on: not loaded, no permission, ABI mismatch, busy.
@@ -169,5 +181,33 @@ mod tests {
         .unwrap_err();
         assert!(err.is::<Usage>(), "{err:#}");
         assert!(registered.is_empty());
+    }
+
+    #[test]
+    fn every_process_is_unregistered_even_after_a_failure_and_the_first_error_is_returned() {
+        let mut registered = vec![1, 2, 3];
+        let mut tried = Vec::new();
+        let err = unregister_all(&mut registered, |pid| {
+            tried.push(pid);
+            match pid {
+                1 => Err(RegistrationError::PermissionDenied),
+                2 => Err(RegistrationError::NotLoaded),
+                _ => Ok(()),
+            }
+        })
+        .unwrap_err();
+        assert_eq!(tried, [1, 2, 3]);
+        assert!(registered.is_empty());
+        assert_eq!(err.to_string(), "unregistering process 1");
+    }
+
+    #[test]
+    fn processes_that_are_gone_or_unregistered_already_are_not_an_error() {
+        let mut registered = vec![1, 2];
+        unregister_all(&mut registered, |pid| match pid {
+            1 => Err(RegistrationError::NoSuchProcess(pid)),
+            _ => Err(RegistrationError::NotRegistered(pid)),
+        })
+        .unwrap();
     }
 }
