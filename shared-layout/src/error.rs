@@ -40,6 +40,8 @@ pub enum ProtocolError {
     },
     #[error("write_seq {write_seq} is behind the consumer's position {read_seq}: the area is corrupt or a new session started")]
     CursorOutOfRange { write_seq: u64, read_seq: u64 },
+    #[error("write_seq {write_seq} cannot advance: the area is corrupt")]
+    SequenceOverflow { write_seq: u64 },
     #[error(transparent)]
     Wait(#[from] WaitError),
 }

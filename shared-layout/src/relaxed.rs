@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use crate::abi::Sample;
 use crate::lock::{lock_consumer, try_lock_producer};
-use crate::strict::check_mode;
 pub use crate::strict::Push;
+use crate::strict::{check_mode, next_seq};
 use crate::sync::Ordering;
 use crate::{Area, Mode, ProtocolError};
 
@@ -96,6 +96,7 @@ impl RelaxedProducer {
     pub fn push(&mut self, sample: Sample) -> Result<Push, ProtocolError> {
         let area = &*self.area;
         check_mode(area, Mode::Relaxed)?;
+        let next_seq = next_seq(self.write_seq)?;
         if area.canceled().load(Ordering::Acquire) != 0 {
             return Ok(Push::Canceled);
         }
@@ -109,7 +110,7 @@ impl RelaxedProducer {
         if seq >= read_seq.saturating_add(area.slot_count()) {
             area.overwritten().fetch_add(1, Ordering::Relaxed);
         }
-        self.write_seq = seq + 1;
+        self.write_seq = next_seq;
         area.write_seq().store(self.write_seq, Ordering::Release);
         Ok(Push::Written)
     }

@@ -48,6 +48,14 @@ pub(crate) fn check_mode(area: &Area, expected: Mode) -> Result<(), ProtocolErro
     }
 }
 
+/// The sequence number after `write_seq`, which a producer read from the area once:
+/// a hostile value must not wrap (or panic).
+pub(crate) fn next_seq(write_seq: u64) -> Result<u64, ProtocolError> {
+    write_seq
+        .checked_add(1)
+        .ok_or(ProtocolError::SequenceOverflow { write_seq })
+}
+
 /// The consumer of the strict protocol.
 pub struct StrictConsumer<W: Waiter> {
     area: Arc<Area>,
@@ -134,22 +142,23 @@ impl<W: Waiter> StrictConsumer<W> {
             });
         }
         let start = self.read_seq;
-        let end = start + u64::from(k);
+        // read_seq came from the area: a hostile value must not wrap.
+        let end = start.checked_add(u64::from(k));
         {
             let _lock = lock_consumer(area);
             let write_seq = area.write_seq().load(Ordering::Acquire);
-            if write_seq < end {
+            let Some(end) = end.filter(|&end| end <= write_seq) else {
                 return Err(ProtocolError::CursorOutOfRange {
                     write_seq,
-                    read_seq: end,
+                    read_seq: end.unwrap_or(start),
                 });
-            }
+            };
             for seq in start..end {
                 sink(area.read_slot(seq));
             }
             area.read_seq().store(end, Ordering::Release);
+            self.read_seq = end;
         }
-        self.read_seq = end;
         post(area, &self.waiter, SemKind::Empty, k)?;
         Ok(())
     }
@@ -188,6 +197,7 @@ impl<W: Waiter> StrictProducer<W> {
     ) -> Result<Push, ProtocolError> {
         let area = &*self.area;
         check_mode(area, Mode::Strict)?;
+        let next_seq = next_seq(self.write_seq)?;
         let deadline = deadline(timeout);
         let mut blocked_since: Option<Instant> = None;
         let refused = loop {
@@ -215,7 +225,7 @@ impl<W: Waiter> StrictProducer<W> {
             return Ok(Push::LockBusy);
         };
         area.write_slot(self.write_seq, &sample);
-        self.write_seq += 1;
+        self.write_seq = next_seq;
         area.write_seq().store(self.write_seq, Ordering::Release);
         drop(lock);
         post(area, &self.waiter, SemKind::Full, 1)?;

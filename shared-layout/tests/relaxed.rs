@@ -4,14 +4,17 @@
 
 mod common;
 
+use std::mem::offset_of;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use common::{area, join_within, numbered, sequence_of};
+use common::{area, join_within, numbered, second_mapping, sequence_of, word64};
 use rand::Rng;
+use shared_layout::abi::AreaHeader;
 use shared_layout::relaxed::{RelaxedConsumer, RelaxedProducer};
-use shared_layout::{Mode, Push};
+use shared_layout::{Mode, ProtocolError, Push};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -93,4 +96,23 @@ fn relaxed_consumer_reports_exactly_the_samples_overwritten_before_it_drained() 
     producer.cancel().unwrap();
     let drain = consumer.drain(&mut out).unwrap();
     assert_eq!((drain.received, drain.lost, drain.ended), (0, 0, true));
+}
+
+#[test]
+fn relaxed_producer_refuses_a_write_seq_that_cannot_advance_instead_of_overflowing() {
+    let area = area(4, Mode::Relaxed);
+    let scribbler = second_mapping(&area);
+    word64(&scribbler, offset_of!(AreaHeader, write_seq)).store(u64::MAX, Ordering::SeqCst);
+    let mut producer = RelaxedProducer::new(Arc::clone(&area));
+    let err = producer.push(numbered(0)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ProtocolError::SequenceOverflow {
+                write_seq: u64::MAX
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(area.counters().write_seq, u64::MAX);
 }

@@ -259,3 +259,46 @@ fn strict_consumer_refuses_samples_the_producer_never_published() {
         "{err}"
     );
 }
+
+#[test]
+fn strict_consumer_refuses_a_read_seq_that_would_wrap_instead_of_overflowing() {
+    const WRAPPING: u64 = u64::MAX - 1;
+    let area = area(4, Mode::Strict);
+    let scribbler = second_mapping(&area);
+    word64(&scribbler, offset_of!(AreaHeader, read_seq)).store(WRAPPING, Ordering::SeqCst);
+    word32(&scribbler, offset_of!(AreaHeader, full)).store(4, Ordering::SeqCst);
+    let mut consumer = StrictConsumer::new(Arc::clone(&area), FutexWaiter);
+    let mut out = Vec::new();
+    let err = consumer.take(&mut out, STUCK).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ProtocolError::CursorOutOfRange {
+                read_seq: WRAPPING,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(out.is_empty());
+}
+
+#[test]
+fn strict_producer_refuses_a_write_seq_that_cannot_advance_and_keeps_its_slot() {
+    let area = area(4, Mode::Strict);
+    let scribbler = second_mapping(&area);
+    word64(&scribbler, offset_of!(AreaHeader, write_seq)).store(u64::MAX, Ordering::SeqCst);
+    let mut producer = StrictProducer::new(Arc::clone(&area), FutexWaiter);
+    let err = producer.push(numbered(0), STUCK).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ProtocolError::SequenceOverflow {
+                write_seq: u64::MAX
+            }
+        ),
+        "{err}"
+    );
+    let empty = word32(&scribbler, offset_of!(AreaHeader, empty));
+    assert_eq!(empty.load(Ordering::SeqCst), 4, "no free slot was taken");
+}
