@@ -140,6 +140,12 @@ void pfprof_ring_start(u32 mode)
 void pfprof_ring_stop(void)
 {
 	mutex_lock(&ring.lock);
+	/*
+	 * The next opener may be another user and may map the area before it
+	 * starts a session: leave it nothing of this one.  No mapping is left:
+	 * each holds the file, so release() runs after the last munmap().
+	 */
+	memset(ring.area, 0, ring.size);
 	WRITE_ONCE(ring.mode, PFPROF_MODE_NONE);
 	WRITE_ONCE(ring.generation, ring.generation + 1);
 	mutex_unlock(&ring.lock);
@@ -258,7 +264,23 @@ static enum pfprof_put pfprof_put_relaxed(const struct pfprof_sample *s)
 	return PFPROF_PUT_DONE;
 }
 
-enum pfprof_put pfprof_ring_put(const struct pfprof_sample *sample)
+/* End the session: nothing follows the sample just written. */
+static void pfprof_cancel_locked(struct pfprof_area *a)
+{
+	WRITE_ONCE(ring.canceled, true);
+	/* Pairs with the consumer's acquire: last sample first. */
+	smp_store_release(&a->canceled, 1);
+	xchg(&a->full.waiters, 0);
+}
+
+/*
+ * Offer @sample to the running session.  @last: nobody was registered when
+ * it was collected, so once it is written the session ends - in the same
+ * critical section, so that the cancellation can only reach the session
+ * that received the sample, never one started after it.  A registration
+ * that slipped in since the collection keeps the session going.
+ */
+enum pfprof_put pfprof_ring_put(const struct pfprof_sample *sample, bool last)
 {
 	enum pfprof_put ret;
 
@@ -269,7 +291,11 @@ enum pfprof_put pfprof_ring_put(const struct pfprof_sample *sample)
 		ret = pfprof_put_strict(sample);
 	else
 		ret = pfprof_put_relaxed(sample);
+	if (ret == PFPROF_PUT_DONE && last && !pfprof_nr_registered())
+		pfprof_cancel_locked(ring.area);
 	mutex_unlock(&ring.lock);
+	if (ret == PFPROF_PUT_DONE && last)
+		wake_up_interruptible(&ring.consumer_wq);
 	return ret;
 }
 
@@ -283,9 +309,11 @@ static bool pfprof_empty_ready(unsigned int gen)
  * Strict, ring full: sleep until the consumer frees a slot, the session
  * changes, the sampler is stopped, or @timeout passes.  The consumer wakes
  * us with WAKE_PRODUCER when it sees empty.waiters set; we never rely on
- * it.  Called from the sampler only.
+ * it.  Called from the sampler only.  Returns whether it slept: a count
+ * that is back before we sleep may be a consumer flipping it to keep us
+ * busy, so the caller then waits out its period instead of retrying.
  */
-void pfprof_ring_wait_empty(long timeout)
+bool pfprof_ring_wait_empty(long timeout)
 {
 	struct pfprof_area *a = ring.area;
 	unsigned int gen;
@@ -295,7 +323,7 @@ void pfprof_ring_wait_empty(long timeout)
 	gen = ring.generation;
 	if (ring.mode != PFPROF_MODE_STRICT || ring.canceled) {
 		mutex_unlock(&ring.lock);
-		return;
+		return false;
 	}
 	WRITE_ONCE(a->empty.waiters, 1);
 	/* Pairs with the consumer's barrier between up(empty) and xchg. */
@@ -303,7 +331,7 @@ void pfprof_ring_wait_empty(long timeout)
 	if (READ_ONCE(a->empty.count)) {
 		WRITE_ONCE(a->empty.waiters, 0);
 		mutex_unlock(&ring.lock);
-		return;
+		return false;
 	}
 	mutex_unlock(&ring.lock);
 
@@ -318,22 +346,7 @@ void pfprof_ring_wait_empty(long timeout)
 		WRITE_ONCE(a->blocked_ns, ring.blocked_ns);
 	}
 	mutex_unlock(&ring.lock);
-}
-
-/* The last process is gone and its last sample written: end the session. */
-void pfprof_ring_cancel(void)
-{
-	struct pfprof_area *a = ring.area;
-
-	mutex_lock(&ring.lock);
-	if (ring.mode != PFPROF_MODE_NONE && !ring.canceled) {
-		WRITE_ONCE(ring.canceled, true);
-		/* Pairs with the consumer's acquire: last sample first. */
-		smp_store_release(&a->canceled, 1);
-		xchg(&a->full.waiters, 0);
-	}
-	mutex_unlock(&ring.lock);
-	wake_up_interruptible(&ring.consumer_wq);
+	return true;
 }
 
 static bool pfprof_full_ready(unsigned int gen)

@@ -117,18 +117,17 @@ static int pfprof_sampler_fn(void *unused)
 		sample.minor = pending.minor;
 		sample.major = pending.major;
 		sample.cpu_ns = pending.cpu_ns;
-		switch (pfprof_ring_put(&sample)) {
+		switch (pfprof_ring_put(&sample, draining)) {
 		case PFPROF_PUT_DONE:
 			pfprof_reg_settle(&pending);
-			if (draining) {
-				pfprof_ring_cancel();
-				draining = false;
-			}
+			draining = false;
 			break;
 		case PFPROF_PUT_FULL:
-			/* Counts keep accumulating while we wait for a slot. */
-			pfprof_ring_wait_empty(period);
-			retry = true;
+			/*
+			 * Counts keep accumulating while we wait for a slot;
+			 * retry at once only after a real sleep.
+			 */
+			retry = pfprof_ring_wait_empty(period);
 			break;
 		case PFPROF_PUT_NO_SESSION:
 		case PFPROF_PUT_DEFERRED:
