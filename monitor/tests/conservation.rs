@@ -83,7 +83,7 @@ fn a_two_slot_strict_ring_and_a_slow_consumer_lose_no_fault() {
     // next sample and waits (blocked_ns) instead of dropping anything.
     let area = Arc::new(Area::create_memfd_with_slots(2, Mode::Strict, sampler::HZ, 10).unwrap());
     let argv = [WORK, "32", "R", "3000", "6", "--sleep-ms", "30"].map(Into::into);
-    let pid = child::spawn(&argv, false).unwrap();
+    let pid = child::spawn(&argv).unwrap();
     let sampler = Sampler::spawn(
         Arc::clone(&area),
         vec![Target {

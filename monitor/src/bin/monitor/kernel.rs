@@ -114,23 +114,31 @@ pub fn profile(
             info.period_ms
         )));
     }
-    let area = device.start(settings.mode).map_err(device_error)?;
-    let source = Source::new(area.clone(), device.waiter(), settings.interval);
     let signals = SignalState::install()?;
-
     let mut backend = Kernel {
         registered: Vec::new(),
         period: Duration::from_millis(info.period_ms.into()),
     };
+    // Everything is registered before the session starts: the module ends a session
+    // when its last registered process leaves, which an unrelated one could do before
+    // ours registered. Faults taken before the start reach the first sample.
     for &pid in pids {
         register_with(&mut backend.registered, pid, registration::register)?;
     }
-    let reaper = match &command {
-        Some(argv) => {
-            // The child registers itself between fork and exec: no fault is missed.
-            let pid = child::spawn(argv, true).usage_context(|| {
-                "cannot start the command (check its name, its permissions and that you may write /proc/pfprof/status)".into()
-            })?;
+    let cannot_start = || {
+        "cannot start the command (check its name, its permissions and that you may write /proc/pfprof/status)".to_owned()
+    };
+    // The child registers itself between fork and exec and waits there: no fault is
+    // missed. Dropped on an error below, it never runs.
+    let held = command
+        .as_deref()
+        .map(|argv| child::spawn_held(argv, true).usage_context(cannot_start))
+        .transpose()?;
+    let area = device.start(settings.mode).map_err(device_error)?;
+    let source = Source::new(area.clone(), device.waiter(), settings.interval);
+    let reaper = match held {
+        Some(held) => {
+            let pid = held.release().usage_context(cannot_start)?;
             signals.forward_to(pid);
             // The module sees the exit once the child is reaped and ends the session.
             Some(session::reap(pid, &signals, |_| {})?)

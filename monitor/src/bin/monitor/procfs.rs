@@ -79,7 +79,7 @@ pub fn profile(
 
     let child_pid = match &command {
         Some(argv) => {
-            let pid = child::spawn(argv, false).usage_context(|| {
+            let pid = child::spawn(argv).usage_context(|| {
                 "cannot start the command (check its name and permissions)".into()
             })?;
             signals.forward_to(pid);
