@@ -84,8 +84,9 @@ impl Timeline {
         }
     }
 
+    /// Saturates: jiffies come from the producer, and a hostile one must not wrap.
     fn ticks_to_ns(&self, ticks: u64) -> u64 {
-        (u128::from(ticks) * 1_000_000_000 / u128::from(self.hz)) as u64
+        u64::try_from(u128::from(ticks) * 1_000_000_000 / u128::from(self.hz)).unwrap_or(u64::MAX)
     }
 }
 
@@ -169,12 +170,13 @@ pub struct Totals {
 }
 
 impl Totals {
+    /// Saturates: the counts come from the producer, and hostile ones must not wrap.
     pub fn add(&mut self, row: &Row) {
         self.samples += 1;
-        self.minor += row.minor;
-        self.major += row.major;
-        self.cpu_ns += row.cpu_ns;
-        self.covered_ns += row.period_ns;
+        self.minor = self.minor.saturating_add(row.minor);
+        self.major = self.major.saturating_add(row.major);
+        self.cpu_ns = self.cpu_ns.saturating_add(row.cpu_ns);
+        self.covered_ns = self.covered_ns.saturating_add(row.period_ns);
         let secs = row.period_ns as f64 / 1e9;
         self.peak_minor_rate = self.peak_minor_rate.max(row.minor as f64 / secs);
         self.peak_major_rate = self.peak_major_rate.max(row.major as f64 / secs);
@@ -387,6 +389,24 @@ mod tests {
         w.write(&Timeline::new(1000, 50).row(&sample(1, 2, 3)))
             .unwrap();
         w.flush().unwrap();
+    }
+
+    #[test]
+    fn totals_saturate_instead_of_overflowing_on_huge_counts() {
+        let mut t = Timeline::new(1000, 50);
+        let mut totals = Totals::default();
+        totals.add(&t.row(&sample(100, u64::MAX, u64::MAX)));
+        totals.add(&t.row(&sample(200, 1, 1)));
+        assert_eq!((totals.minor, totals.cpu_ns), (u64::MAX, u64::MAX));
+    }
+
+    #[test]
+    fn timeline_saturates_time_beyond_what_nanoseconds_in_u64_hold() {
+        let mut t = Timeline::new(1, 50);
+        t.row(&sample(0, 0, 0));
+        let row = t.row(&sample(u64::MAX, 0, 0));
+        assert_eq!(row.period_ns, u64::MAX);
+        assert_eq!(row.time_ms, u64::MAX / 1_000_000);
     }
 
     #[test]
