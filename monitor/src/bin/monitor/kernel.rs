@@ -28,6 +28,11 @@ impl Backend for Kernel {
     fn grace(&self) -> Duration {
         3 * self.period + Duration::from_millis(500)
     }
+
+    fn ring_error(&self) -> &'static str {
+        "reading samples from the ring failed: the pfprof module and this monitor disagree \
+         (reload pfprof.ko built from this tree, or use --backend procfs)"
+    }
 }
 
 impl Drop for Kernel {

@@ -38,6 +38,11 @@ impl Backend for Procfs {
     fn grace(&self) -> Duration {
         self.period + Duration::from_secs(2)
     }
+
+    fn ring_error(&self) -> &'static str {
+        "reading samples from the ring failed: the monitor's own sampler broke the protocol \
+         (a bug: please report it with this message)"
+    }
 }
 
 pub fn profile(

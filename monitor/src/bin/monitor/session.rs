@@ -131,6 +131,8 @@ pub trait Backend {
     /// How long, after [`Backend::stop`], the session may take to end before the loop
     /// takes what is ready and quits anyway.
     fn grace(&self) -> Duration;
+    /// What the user is told when the ring breaks the protocol.
+    fn ring_error(&self) -> &'static str;
 }
 
 /// What the consumer loop gathered.
@@ -162,11 +164,13 @@ pub fn consume<W: Waiter>(
     loop {
         let b = match give_up {
             Some(deadline) if Instant::now() >= deadline => {
-                let mut b = source.drain_now(&mut batch)?;
+                let mut b = source.drain_now(&mut batch).context(backend.ring_error())?;
                 b.ended = true;
                 b
             }
-            _ => source.next(&mut batch, POLL)?,
+            _ => source
+                .next(&mut batch, POLL)
+                .context(backend.ring_error())?,
         };
         totals.lost += b.lost;
         for sample in batch.drain(..) {
