@@ -132,6 +132,24 @@ fn sigint_stops_an_attached_profile_with_every_sample_written_and_the_summary() 
 }
 
 #[test]
+fn sigterm_sent_to_the_monitor_reaches_the_command_it_runs_and_ends_the_profile() {
+    let monitor = Command::new(MONITOR)
+        .args(["run", "--backend", "procfs", "--", "sleep", "30"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    thread::sleep(Duration::from_millis(500));
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(monitor.id() as libc::pid_t, libc::SIGTERM) };
+    let out = monitor.wait_with_output().unwrap();
+    let err = stderr(&out);
+    // The command's own status: it got the signal, rather than us giving up on it.
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{err}");
+    assert!(err.contains("killed by signal 15"), "{err}");
+}
+
+#[test]
 fn a_closed_stdout_pipe_is_not_an_error() {
     let mut monitor = Command::new(MONITOR)
         .args(["run", "--backend", "procfs", "--period-ms", "10", "--"])

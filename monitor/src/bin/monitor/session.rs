@@ -17,7 +17,9 @@ use monitor::source::Source;
 use shared_layout::wait::Waiter;
 use shared_layout::{Area, Mode};
 use signal_hook::consts::{SIGINT, SIGTERM};
-use signal_hook::iterator::Signals;
+use signal_hook::iterator::exfiltrator::WithOrigin;
+use signal_hook::iterator::SignalsInfo;
+use signal_hook::low_level::siginfo::Cause;
 
 use crate::UsageContext;
 
@@ -89,18 +91,18 @@ impl SignalState {
     pub fn install() -> anyhow::Result<SignalState> {
         let received = Arc::new(AtomicUsize::new(0));
         let child = Arc::new(AtomicU32::new(0));
-        let mut signals =
-            Signals::new([SIGINT, SIGTERM]).context("installing the SIGINT/SIGTERM handlers")?;
+        let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM])
+            .context("installing the SIGINT/SIGTERM handlers")?;
         let (r, c) = (Arc::clone(&received), Arc::clone(&child));
         thread::Builder::new()
             .name("pfprof-signals".into())
             .spawn(move || {
-                for signal in signals.forever() {
+                for origin in signals.forever() {
                     let pid = c.load(Ordering::Acquire);
                     // The first signal goes to the command, which then ends the session
-                    // with its exit; it may already have had SIGINT from the terminal.
-                    if pid != 0 && r.load(Ordering::Acquire) == 0 {
-                        let _ = child::signal(pid, signal);
+                    // with its exit.
+                    if pid != 0 && r.load(Ordering::Acquire) == 0 && forwards(origin.cause) {
+                        let _ = child::signal(pid, origin.signal);
                     }
                     r.fetch_add(1, Ordering::AcqRel);
                 }
@@ -121,6 +123,13 @@ impl SignalState {
     fn forwarding(&self) -> bool {
         self.child.load(Ordering::Acquire) != 0
     }
+}
+
+/// Whether a signal that reached us must be passed on to the command. Not the
+/// terminal's (Ctrl-C, sent by the kernel): the command is in our process group and got
+/// it already, and a second SIGINT makes many programs quit without cleaning up.
+fn forwards(cause: Cause) -> bool {
+    cause != Cause::Kernel
 }
 
 /// The backend's part in the consumer loop.
@@ -192,7 +201,8 @@ pub fn consume<W: Waiter>(
         let received = signals.received();
         if received > handled_signals {
             handled_signals = received;
-            // A command we started got the first signal: its exit ends the session.
+            // A command we started got the first signal (from the terminal or from
+            // us): its exit ends the session.
             // Otherwise, or at the second signal, end it ourselves.
             if give_up.is_none() && !(signals.forwarding() && received == 1) {
                 backend.stop()?;
@@ -292,4 +302,19 @@ pub fn child_outcome(
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
         .context("waiting for the command")?;
     Ok((Some(report), report.status.code()))
+}
+
+#[cfg(test)]
+mod tests {
+    use signal_hook::low_level::siginfo::Sent;
+
+    use super::*;
+
+    #[test]
+    fn signals_from_the_terminal_are_not_forwarded_twice_but_those_from_kill_are() {
+        assert!(!forwards(Cause::Kernel));
+        assert!(forwards(Cause::Sent(Sent::User)));
+        assert!(forwards(Cause::Sent(Sent::Queue)));
+        assert!(forwards(Cause::Unknown));
+    }
 }
