@@ -196,6 +196,31 @@ fn register_self(path: &CString) -> io::Result<()> {
     result
 }
 
+/// Waits until the child `pid` has ended, without reaping it: until [`wait`], its pid
+/// stays its own and cannot be given to another process.
+pub fn wait_exited(pid: u32) -> io::Result<()> {
+    // SAFETY: siginfo_t is plain old data; all-zero is a valid value.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: `info` is a live local waitid fills in.
+        let ret = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if ret == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
 /// Reaps the child `pid` with wait4(): how it ended and everything it used, its own
 /// counts plus those of the descendants it waited for, exactly as the kernel kept them.
 pub fn wait(pid: u32) -> io::Result<(ExitStatus, Counters)> {
@@ -275,6 +300,15 @@ mod tests {
         drop(spawn_held(&argv, false).unwrap());
         thread::sleep(Duration::from_millis(300));
         assert!(!file.exists(), "the command ran");
+    }
+
+    #[test]
+    fn waiting_for_the_exit_leaves_the_pid_to_the_zombie_until_it_is_reaped() {
+        let pid = spawn(&["sh".into(), "-c".into(), "exit 3".into()]).unwrap();
+        wait_exited(pid).unwrap();
+        let stat = crate::procstat::read(pid).expect("still there, not reaped");
+        assert!(stat.exited);
+        assert_eq!(wait(pid).unwrap().0, ExitStatus::Exited(3));
     }
 
     #[test]

@@ -3,8 +3,8 @@
 use std::fs::File;
 use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -84,13 +84,15 @@ impl Settings {
 #[derive(Clone)]
 pub struct SignalState {
     received: Arc<AtomicUsize>,
-    child: Arc<AtomicU32>,
+    /// The pid to forward to, 0 for nobody. Held while a signal is sent, so that once
+    /// `forward_to(0)` returns no signal to the old pid is under way.
+    child: Arc<Mutex<u32>>,
 }
 
 impl SignalState {
     pub fn install() -> anyhow::Result<SignalState> {
         let received = Arc::new(AtomicUsize::new(0));
-        let child = Arc::new(AtomicU32::new(0));
+        let child = Arc::new(Mutex::new(0));
         let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM])
             .context("installing the SIGINT/SIGTERM handlers")?;
         let (r, c) = (Arc::clone(&received), Arc::clone(&child));
@@ -98,12 +100,13 @@ impl SignalState {
             .name("pfprof-signals".into())
             .spawn(move || {
                 for origin in signals.forever() {
-                    let pid = c.load(Ordering::Acquire);
+                    let pid = lock(&c);
                     // The first signal goes to the command, which then ends the session
                     // with its exit.
-                    if pid != 0 && r.load(Ordering::Acquire) == 0 && forwards(origin.cause) {
-                        let _ = child::signal(pid, origin.signal);
+                    if *pid != 0 && r.load(Ordering::Acquire) == 0 && forwards(origin.cause) {
+                        let _ = child::signal(*pid, origin.signal);
                     }
+                    drop(pid);
                     r.fetch_add(1, Ordering::AcqRel);
                 }
             })
@@ -113,7 +116,7 @@ impl SignalState {
 
     /// Forward the first signal to `pid` from now on (0: nobody).
     pub fn forward_to(&self, pid: u32) {
-        self.child.store(pid, Ordering::Release);
+        *lock(&self.child) = pid;
     }
 
     fn received(&self) -> usize {
@@ -121,8 +124,13 @@ impl SignalState {
     }
 
     fn forwarding(&self) -> bool {
-        self.child.load(Ordering::Acquire) != 0
+        *lock(&self.child) != 0
     }
+}
+
+/// The pid to forward to; a thread that panicked holding it left a plain integer.
+fn lock(child: &Mutex<u32>) -> MutexGuard<'_, u32> {
+    child.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Whether a signal that reached us must be passed on to the command. Not the
@@ -262,10 +270,12 @@ pub fn reap(
     thread::Builder::new()
         .name("pfprof-reaper".into())
         .spawn(move || {
-            let result = child::wait(pid);
-            // Never signal a pid that may now belong to someone else.
+            // Stop forwarding while the pid is still the command's, and only then reap
+            // it: a reaped pid may be given to someone else.
+            let exited = child::wait_exited(pid);
             signals.forward_to(0);
-            let (status, totals) = result?;
+            exited?;
+            let (status, totals) = child::wait(pid)?;
             on_exit(totals);
             Ok(ChildReport {
                 minor: totals.minor,
