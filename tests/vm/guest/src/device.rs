@@ -1,18 +1,16 @@
-//! /dev/pfprof driven by hand: what the module refuses, and a consumer that
-//! writes garbage where the protocol expects counters.
+//! /dev/pfprof driven by hand: what the module refuses, and raw access to the
+//! mapped area for monitors that misbehave on purpose.
 
 use std::fs::{File, OpenOptions};
 use std::mem::offset_of;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use memmap2::{MmapOptions, MmapRaw};
 use shared_layout::abi::{self, AreaHeader, Info};
 use shared_layout::device::{Device, DeviceError};
-use shared_layout::strict::{StrictConsumer, Take};
 use shared_layout::Mode;
 
 use crate::kmod::{self, Profiled};
@@ -95,14 +93,14 @@ impl Mapping {
         Ok(Mapping { map })
     }
 
-    fn word32(&self, offset: usize) -> &AtomicU32 {
+    pub fn word32(&self, offset: usize) -> &AtomicU32 {
         assert!(offset.is_multiple_of(4) && offset + 4 <= self.map.len());
         // SAFETY: in bounds and aligned (checked above); the mapping lives as
         // long as `self`, and the module only touches it atomically too.
         unsafe { AtomicU32::from_ptr(self.map.as_mut_ptr().add(offset).cast()) }
     }
 
-    fn word64(&self, offset: usize) -> &AtomicU64 {
+    pub fn word64(&self, offset: usize) -> &AtomicU64 {
         assert!(offset.is_multiple_of(8) && offset + 8 <= self.map.len());
         // SAFETY: as in word32.
         unsafe { AtomicU64::from_ptr(self.map.as_mut_ptr().add(offset).cast()) }
@@ -135,14 +133,9 @@ impl Mapping {
             .load(Ordering::Acquire)
     }
 
-    /// Overwrites every word of the area with `rng`'s output.
-    fn scribble(&self, rng: &mut u64) {
-        for offset in (0..self.map.len()).step_by(8) {
-            *rng ^= *rng << 13;
-            *rng ^= *rng >> 7;
-            *rng ^= *rng << 17;
-            self.word64(offset).store(*rng, Ordering::Relaxed);
-        }
+    /// Bytes mapped: the whole area.
+    pub fn size(&self) -> usize {
+        self.map.len()
     }
 }
 
@@ -304,40 +297,6 @@ pub fn device_refuses_bad_mmaps_bad_ioctls_and_a_second_opener(env: &Env) -> Res
     let area = dev.start(Mode::Strict)?;
     ensure!(area.slot_count() == abi::slots_in(128));
     drop((area, dev));
-    module.unload()
-}
-
-pub fn consumer_scribbling_over_the_control_page_cannot_hurt_the_module(env: &Env) -> Result<()> {
-    let module = kmod::insmod(env, &["period_ms=1", "buffer_pages=2"])?;
-    let mut churn = Profiled::spawn(&["churn"])?;
-    kmod::register(churn.pid)?;
-    churn.go()?;
-    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
-    for mode in [abi::MODE_STRICT, abi::MODE_RELAXED, 0] {
-        let file = raw_open()?;
-        if mode != 0 {
-            set_mode(&file, mode).map_err(|e| anyhow::anyhow!("SET_MODE {mode}: {e}"))?;
-        }
-        let map = Mapping::new(&file)?;
-        let until = Instant::now() + Duration::from_millis(700);
-        while Instant::now() < until {
-            map.scribble(&mut rng);
-            thread::sleep(Duration::from_millis(1));
-        }
-    }
-    // The module still serves a well-behaved monitor.
-    let dev = Device::open()?;
-    let area = dev.start(Mode::Strict)?;
-    let mut consumer = StrictConsumer::new(area, dev.waiter());
-    let mut samples = Vec::new();
-    let took = consumer.take(&mut samples, Some(Duration::from_secs(5)))?;
-    ensure!(
-        matches!(took, Take::Samples(n) if n > 0),
-        "no sample after the scribbling: {took:?}"
-    );
-    drop((consumer, dev));
-    churn.go()?;
-    churn.reap()?;
     module.unload()
 }
 

@@ -95,36 +95,38 @@ impl Mark {
     }
 }
 
-/// Live slab objects that pfprof.ko allocated, by /sys/kernel/slab/*/alloc_calls
-/// (every cache records its callers under slub_debug=U). The module's only
-/// slab allocation is one object per registered process.
+/// Live slab objects that pfprof.ko allocated, from the allocation traces
+/// slub_debug=U keeps (debugfs: /sys/kernel/debug/slab/*/alloc_traces, one
+/// line per call site, led by its object count). The module's only slab
+/// allocation is one object per registered process.
 pub fn module_slab_objects() -> Result<u64> {
     let mut total = 0;
-    let mut seen = Vec::new();
-    for entry in fs::read_dir("/sys/kernel/slab").context("no /sys/kernel/slab")? {
-        let path = fs::canonicalize(entry?.path())?;
+    let mut traced = 0;
+    let dir = "/sys/kernel/debug/slab";
+    for entry in fs::read_dir(dir).with_context(|| format!("no {dir}: mount debugfs"))? {
+        let path = entry?.path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        // Merged caches appear under several names; kzalloc() lands in kmalloc-*.
-        if !name.starts_with("kmalloc-") || seen.contains(&path) {
+        // kzalloc() lands in kmalloc-*.
+        if !name.starts_with("kmalloc-") {
             continue;
         }
-        // Caches without user tracking (a few made before slub_debug applies).
-        let calls = match fs::read_to_string(path.join("alloc_calls")) {
-            Ok(calls) => calls,
+        // Caches without user tracking (made before slub_debug applies) have none.
+        let traces = match fs::read_to_string(path.join("alloc_traces")) {
+            Ok(traces) => traces,
             Err(e) if e.kind() == ErrorKind::NotFound => continue,
-            Err(e) => return Err(e).context(format!("{}/alloc_calls", path.display())),
+            Err(e) => return Err(e).context(format!("{}/alloc_traces", path.display())),
         };
-        for line in calls.lines().filter(|l| l.contains("[pfprof]")) {
-            let count = line.split_whitespace().next().unwrap_or("");
-            total += count
-                .parse::<u64>()
-                .with_context(|| format!("alloc_calls line {line:?}"))?;
+        traced += 1;
+        for line in traces.lines().filter(|l| l.contains("[pfprof]")) {
+            // Stack lines under a call site have no count: skip them.
+            if let Some(Ok(count)) = line.split_whitespace().next().map(str::parse::<u64>) {
+                total += count;
+            }
         }
-        seen.push(path);
     }
     ensure!(
-        !seen.is_empty(),
-        "no kmalloc cache records its callers: boot with slub_debug=U"
+        traced > 0,
+        "no kmalloc cache traces its allocations: boot with slub_debug=U"
     );
     Ok(total)
 }

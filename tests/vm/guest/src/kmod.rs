@@ -167,12 +167,17 @@ impl Profiled {
 
     /// Starts `pfprof-guest child <args>`, as `uid` if given.
     pub fn spawn_raw(args: &[&str], uid: Option<u32>) -> Result<Profiled> {
+        Profiled::spawn_mode("child", args, uid)
+    }
+
+    /// Starts `pfprof-guest <mode> <args>`, as `uid` if given.
+    pub fn spawn_mode(mode: &str, args: &[&str], uid: Option<u32>) -> Result<Profiled> {
         let mut cmd = Command::new(std::env::current_exe()?);
         if let Some(uid) = uid {
             cmd.uid(uid).gid(uid);
         }
         let mut child = cmd
-            .arg("child")
+            .arg(mode)
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

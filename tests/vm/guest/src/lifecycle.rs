@@ -232,7 +232,7 @@ pub fn consumer_sleeping_in_wait_full_wakes_when_the_last_process_leaves(env: &E
 }
 
 /// The sampler kthread's pid.
-fn sampler_pid() -> Result<u32> {
+pub fn sampler_pid() -> Result<u32> {
     for entry in std::fs::read_dir("/proc")? {
         let entry = entry?;
         let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
@@ -248,7 +248,7 @@ fn sampler_pid() -> Result<u32> {
 }
 
 /// How often it has gone to sleep: once per period while it samples.
-fn wakeups(pid: u32) -> Result<u64> {
+pub fn wakeups(pid: u32) -> Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let line = status
         .lines()

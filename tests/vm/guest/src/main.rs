@@ -11,7 +11,9 @@
 mod child;
 mod device;
 mod e2e;
+mod faults;
 mod fuzz;
+mod hostile;
 mod klog;
 mod kmod;
 mod lifecycle;
@@ -108,12 +110,20 @@ const TESTS: &[(&str, Test)] = &[
         lifecycle::module_unloads_with_processes_registered_and_the_sampler_blocked,
     ),
     (
-        "consumer_scribbling_over_the_control_page_cannot_hurt_the_module",
-        device::consumer_scribbling_over_the_control_page_cannot_hurt_the_module,
+        "monitor_scribbling_every_word_for_seconds_cannot_stall_or_hurt_the_sampler",
+        hostile::monitor_scribbling_every_word_for_seconds_cannot_stall_or_hurt_the_sampler,
     ),
     (
         "proc_file_survives_fuzzing_and_registers_exactly_what_valid_commands_asked",
         fuzz::proc_file_survives_fuzzing_and_registers_exactly_what_valid_commands_asked,
+    ),
+    (
+        "monitors_sigkilled_anywhere_leave_a_module_the_next_monitor_can_use",
+        faults::monitors_sigkilled_anywhere_leave_a_module_the_next_monitor_can_use,
+    ),
+    (
+        "processes_sigkilled_while_faulting_have_every_fault_in_a_strict_sample",
+        faults::processes_sigkilled_while_faulting_have_every_fault_in_a_strict_sample,
     ),
 ];
 
@@ -158,6 +168,10 @@ fn hardening_child(args: &[String]) -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("in-new-pid-ns") => fuzz::in_new_pid_ns(&args[1..]),
         Some("fuzz") => fuzz::fuzz_main().map(|()| ExitCode::SUCCESS),
+        Some("chaos-monitor") if args.len() == 4 => {
+            faults::chaos_monitor(&args[1], &args[2], &args[3]).map(|()| ExitCode::SUCCESS)
+        }
+        Some("full-ring") => faults::full_ring_monitor().map(|()| ExitCode::SUCCESS),
         _ => Err(anyhow::anyhow!("unknown hardening-child mode {args:?}")),
     };
     result.unwrap_or_else(|e| {

@@ -1,0 +1,188 @@
+//! A hostile monitor: for seconds on end it writes random and edge values
+//! into every word of the area (semaphore counts and waiters, the lock,
+//! cursors, canceled, the slots) while a process is sampled, and calls the
+//! ioctls and poll in between. The sampler must keep its period without
+//! spinning, the kernel must not complain, and the module must afterwards
+//! serve an honest monitor on period and unload.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use shared_layout::abi;
+use shared_layout::device::Device;
+use shared_layout::strict::{StrictConsumer, Take};
+use shared_layout::Mode;
+
+use crate::device::{ioctl, raw_open, set_mode, Mapping};
+use crate::klog;
+use crate::kmod::{self, Profiled};
+use crate::lifecycle::{sampler_pid, wakeups};
+use crate::rng::Rng;
+use crate::Env;
+
+/// Scribbling per kind of session (strict, relaxed, none chosen).
+const PER_MODE: Duration = Duration::from_secs(2);
+
+/// Values that sit on the edges of what the module compares them with.
+fn edge_value(rng: &mut Rng, slots: u64) -> u64 {
+    *rng.pick(&[
+        0,
+        1,
+        2,
+        slots - 1,
+        slots,
+        slots + 1,
+        u64::from(u32::MAX),
+        u64::from(u32::MAX) - 1,
+        0x8000_0000,
+        u64::MAX,
+        u64::MAX - slots,
+        (u64::from(u32::MAX) << 32) | u64::from(abi::LOCK_CONSUMER),
+        u64::from(abi::LOCK_PRODUCER) | (slots << 32),
+    ])
+}
+
+/// Overwrites the control page, and now and then the slots, word by word.
+fn scribble(map: &Mapping, rng: &mut Rng, slots: u64, with_slots: bool) -> u64 {
+    let end = if with_slots {
+        map.size()
+    } else {
+        abi::DATA_OFFSET as usize
+    };
+    for offset in (0..end).step_by(8) {
+        let v = if rng.one_in(3) {
+            edge_value(rng, slots)
+        } else {
+            rng.next_u64()
+        };
+        map.word64(offset).store(v, Ordering::Relaxed);
+    }
+    (end / 8) as u64
+}
+
+/// The ioctls and poll a hostile monitor may throw in; their results do not
+/// matter, only that each returns.
+fn poke(file: &File, rng: &mut Rng) {
+    match rng.below(4) {
+        0 => {
+            let _ = ioctl(file, abi::IOC_WAKE_PRODUCER, std::ptr::null_mut::<u8>());
+        }
+        1 => {
+            let mut ms = 1u32;
+            let _ = ioctl(file, abi::IOC_WAIT_FULL, &mut ms);
+        }
+        2 => {
+            let mut fds = libc::pollfd {
+                fd: file.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            unsafe { libc::poll(&mut fds, 1, 0) };
+        }
+        _ => {}
+    }
+}
+
+pub fn monitor_scribbling_every_word_for_seconds_cannot_stall_or_hurt_the_sampler(
+    env: &Env,
+) -> Result<()> {
+    let mark = klog::Mark::now()?;
+    let module = kmod::insmod(env, &["period_ms=1", "buffer_pages=2"])?;
+    let sampler = sampler_pid()?;
+    let mut churn = Profiled::spawn(&["churn"])?;
+    kmod::register(churn.pid)?;
+    churn.go()?;
+    let mut rng = Rng::from_env_or_clock();
+    let slots = abi::slots_in(2);
+
+    // The control: the same work on private memory, no monitor attached.
+    // Under TCG the sampler wakes less often than its period says; what
+    // counts is that the hostile monitor does not slow it down further.
+    let mut private = vec![0u64; abi::area_size(2) as usize / 8];
+    let (woke, started) = (wakeups(sampler)?, Instant::now());
+    while started.elapsed() < PER_MODE / 2 {
+        for w in private.iter_mut().take(abi::DATA_OFFSET as usize / 8) {
+            *w = rng.next_u64();
+        }
+        thread::sleep(Duration::from_micros(200));
+    }
+    std::hint::black_box(&private);
+    let control_rate = (wakeups(sampler)? - woke) as f64 / started.elapsed().as_secs_f64();
+
+    let (mut words, mut rounds) = (0u64, 0u64);
+    let mut scribbled = Duration::ZERO;
+    let mut slowest = f64::MAX;
+    for mode in [abi::MODE_STRICT, abi::MODE_RELAXED, abi::MODE_NONE] {
+        let file = raw_open()?;
+        if mode != abi::MODE_NONE {
+            set_mode(&file, mode).map_err(|e| anyhow::anyhow!("SET_MODE {mode}: {e}"))?;
+        }
+        let map = Mapping::new(&file)?;
+        let (woke, ran) = (wakeups(sampler)?, kmod::main_thread_cpu_ns(sampler)?);
+        let started = Instant::now();
+        while started.elapsed() < PER_MODE {
+            let with_slots = rng.one_in(8);
+            words += scribble(&map, &mut rng, slots, with_slots);
+            poke(&file, &mut rng);
+            rounds += 1;
+            thread::sleep(Duration::from_micros(200));
+        }
+        let elapsed = started.elapsed();
+        scribbled += elapsed;
+        let rate = (wakeups(sampler)? - woke) as f64 / elapsed.as_secs_f64();
+        slowest = slowest.min(rate);
+        ensure!(
+            rate >= control_rate / 2.0,
+            "mode {mode}: the sampler woke {rate:.0} times a second while the monitor \
+             scribbled, {control_rate:.0} without it: stalled (seed {})",
+            rng.seed()
+        );
+        let busy = kmod::main_thread_cpu_ns(sampler)? - ran;
+        ensure!(
+            busy < elapsed.as_nanos() as u64 / 4,
+            "mode {mode}: the sampler ran {busy} ns in {elapsed:?}: spinning (seed {})",
+            rng.seed()
+        );
+    }
+    crate::figure(&format!(
+        "hostile monitor: {:.1} s of scribbling, {rounds} rounds, {words} words written; \
+         sampler wake-ups/s {slowest:.0} at worst, {control_rate:.0} without it (seed {})",
+        scribbled.as_secs_f64(),
+        rng.seed()
+    ));
+
+    // An honest monitor afterwards: samples arrive on period.
+    let dev = Device::open().context("attaching after the scribbling")?;
+    let area = dev.start(Mode::Strict)?;
+    let mut consumer = StrictConsumer::new(area.clone(), dev.waiter());
+    let mut samples = Vec::new();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(500) {
+        consumer.take(&mut samples, Some(Duration::from_millis(100)))?;
+    }
+    let expected = control_rate * started.elapsed().as_secs_f64();
+    ensure!(
+        samples.len() as f64 >= expected / 2.0,
+        "{} samples in 500 ms after the scribbling, {expected:.0} periods' worth",
+        samples.len()
+    );
+    ensure!(
+        samples.windows(2).all(|w| w[1].jiffies >= w[0].jiffies),
+        "samples after the scribbling are out of order"
+    );
+    kmod::unregister(churn.pid)?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while consumer.take(&mut samples, Some(Duration::from_secs(1)))? != Take::Ended {
+        ensure!(Instant::now() < deadline, "the session never ended");
+    }
+    drop((consumer, area, dev));
+    churn.go()?;
+    churn.reap()?;
+    module.unload()?;
+    mark.ensure_clean()
+}
