@@ -34,6 +34,9 @@ pub enum StatError {
 pub struct Stat {
     pub counters: Counters,
     pub exited: bool,
+    /// When it started, in clock ticks after boot: with the pid, it names the process
+    /// (a pid alone may have been given to another since).
+    pub start: u64,
 }
 
 /// Reads the counters of `pid`.
@@ -58,7 +61,8 @@ pub fn parse(text: &str, ns_per_tick: u64) -> Option<Stat> {
     // comm (field 2) may contain spaces and parentheses: fields resume after the last ')'.
     let rest = &text[text.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
-    // fields[0] is field 3 (state); minflt is field 10, majflt 12, utime 14, stime 15.
+    // fields[0] is field 3 (state); minflt is field 10, majflt 12, utime 14, stime 15,
+    // starttime 22.
     let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
     Some(Stat {
         counters: Counters {
@@ -68,6 +72,7 @@ pub fn parse(text: &str, ns_per_tick: u64) -> Option<Stat> {
         },
         // Z: zombie, X: dead.
         exited: matches!(*fields.first()?, "Z" | "X"),
+        start: field(22)?,
     })
 }
 
@@ -101,6 +106,7 @@ mod tests {
             }
         );
         assert!(!s.exited);
+        assert_eq!(s.start, 100);
     }
 
     #[test]

@@ -30,6 +30,33 @@ pub struct Target {
     /// Our own child: its exit is reported with [`Event::Exited`] and its last counts
     /// come from wait4(), so /proc vanishing is not the end of it.
     pub child: bool,
+    /// Its start time ([`procstat::Stat::start`]): a stat of another start time is
+    /// another process that got the pid after ours was gone.
+    pub start: u64,
+}
+
+impl Target {
+    /// A running process, counted from its counters now.
+    pub fn attach(pid: u32) -> Result<Target, StatError> {
+        let stat = procstat::read(pid)?;
+        Ok(Target {
+            pid,
+            baseline: stat.counters,
+            child: false,
+            start: stat.start,
+        })
+    }
+
+    /// Our child, not reaped yet (its pid is still its own), counted from zero: the
+    /// kernel zeroes a process's counters at fork.
+    pub fn child(pid: u32) -> Result<Target, StatError> {
+        Ok(Target {
+            pid,
+            baseline: Counters::default(),
+            child: true,
+            start: procstat::read(pid)?.start,
+        })
+    }
 }
 
 /// What the sampler is told from outside.
@@ -93,6 +120,23 @@ impl Sampler {
 struct Profiled {
     seen: Counters,
     child: bool,
+    start: u64,
+}
+
+fn profiled(targets: Vec<Target>) -> HashMap<u32, Profiled> {
+    targets
+        .into_iter()
+        .map(|t| {
+            (
+                t.pid,
+                Profiled {
+                    seen: t.baseline,
+                    child: t.child,
+                    start: t.start,
+                },
+            )
+        })
+        .collect()
 }
 
 fn run(
@@ -103,18 +147,7 @@ fn run(
 ) -> Result<SamplerReport, SamplerError> {
     let origin = Instant::now();
     let jiffies = || origin.elapsed().as_millis() as u64;
-    let mut procs: HashMap<u32, Profiled> = targets
-        .into_iter()
-        .map(|t| {
-            (
-                t.pid,
-                Profiled {
-                    seen: t.baseline,
-                    child: t.child,
-                },
-            )
-        })
-        .collect();
+    let mut procs = profiled(targets);
     // Counts of processes that left since the last sample.
     let mut pending = Sample::default();
     let mut next = origin + period;
@@ -170,7 +203,7 @@ fn poll(procs: &mut HashMap<u32, Profiled>, pending: &mut Sample) -> Result<(), 
     let mut gone = Vec::new();
     for (&pid, p) in procs.iter_mut() {
         match procstat::read(pid) {
-            Ok(stat) => {
+            Ok(stat) if stat.start == p.start => {
                 add(pending, delta(p.seen, stat.counters));
                 p.seen = stat.counters;
                 // A zombie's counters are final; its parent may never reap it.
@@ -178,8 +211,9 @@ fn poll(procs: &mut HashMap<u32, Profiled>, pending: &mut Sample) -> Result<(), 
                     gone.push(pid);
                 }
             }
-            Err(StatError::NoSuchProcess(_)) if !p.child => gone.push(pid),
-            Err(StatError::NoSuchProcess(_)) => {}
+            // Ok: another process has the pid now, ours is gone.
+            Ok(_) | Err(StatError::NoSuchProcess(_)) if !p.child => gone.push(pid),
+            Ok(_) | Err(StatError::NoSuchProcess(_)) => {}
             Err(e) => return Err(e),
         }
     }
@@ -202,4 +236,41 @@ fn add(s: &mut Sample, c: Counters) {
     s.minor += c.minor;
     s.major += c.major;
     s.cpu_ns += c.cpu_ns;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pid_given_to_another_process_is_not_counted_as_the_one_profiled() {
+        let me = Target::attach(std::process::id()).unwrap();
+        // Our pid with another start time: a process that had our pid before us.
+        let before_us = |child| Target {
+            baseline: Counters::default(),
+            child,
+            start: me.start.wrapping_sub(1),
+            ..me
+        };
+        for child in [false, true] {
+            let mut procs = profiled(vec![before_us(child)]);
+            let mut pending = Sample::default();
+            poll(&mut procs, &mut pending).unwrap();
+            assert_eq!(pending, Sample::default(), "child: {child}");
+            // A child's last counts come from wait4(): it stays until Event::Exited.
+            assert_eq!(procs.is_empty(), !child);
+        }
+    }
+
+    #[test]
+    fn the_process_that_still_holds_the_pid_is_counted() {
+        let me = Target::attach(std::process::id()).unwrap();
+        let mut procs = profiled(vec![Target {
+            baseline: Counters::default(),
+            ..me
+        }]);
+        let mut pending = Sample::default();
+        poll(&mut procs, &mut pending).unwrap();
+        assert!(pending.minor >= me.baseline.minor && pending.minor > 0);
+    }
 }

@@ -86,11 +86,7 @@ fn a_two_slot_strict_ring_and_a_slow_consumer_lose_no_fault() {
     let pid = child::spawn(&argv).unwrap();
     let sampler = Sampler::spawn(
         Arc::clone(&area),
-        vec![Target {
-            pid,
-            baseline: Default::default(),
-            child: true,
-        }],
+        vec![Target::child(pid).unwrap()],
         Duration::from_millis(10),
     )
     .unwrap();

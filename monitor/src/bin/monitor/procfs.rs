@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use monitor::child;
-use monitor::procstat::{self, Counters};
 use monitor::sampler::{self, Event, Sampler, Target};
 use monitor::source::Source;
 use shared_layout::wait::FutexWaiter;
@@ -60,15 +59,8 @@ pub fn profile(
     let mut targets = pids
         .iter()
         .map(|&pid| {
-            let baseline = procstat::read(pid)
-                .usage_context(|| {
-                    format!("cannot profile process {pid}: check the pid with `ps -p {pid}`")
-                })?
-                .counters;
-            Ok(Target {
-                pid,
-                baseline,
-                child: false,
+            Target::attach(pid).usage_context(|| {
+                format!("cannot profile process {pid}: check the pid with `ps -p {pid}`")
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
@@ -88,12 +80,7 @@ pub fn profile(
                 "cannot start the command (check its name and permissions)".into()
             })?;
             signals.forward_to(pid);
-            // Counted from zero: the kernel zeroes a process's counters at fork.
-            targets.push(Target {
-                pid,
-                baseline: Counters::default(),
-                child: true,
-            });
+            targets.push(Target::child(pid).context("reading the command's /proc entry")?);
             Some(pid)
         }
         None => None,
