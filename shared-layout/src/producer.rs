@@ -67,7 +67,14 @@ impl Producer {
                 cpu_ns: p.cpu_ns + delta.cpu_ns,
             },
         };
-        let pushed = self.push(sample, Some(self.slot_wait))?;
+        let pushed = match self.push(sample, Some(self.slot_wait)) {
+            Ok(pushed) => pushed,
+            Err(e) => {
+                // Not written: the counts stay pending, whatever the caller does next.
+                self.pending = Some(sample);
+                return Err(e);
+            }
+        };
         if pushed != Push::Written {
             self.pending = Some(sample);
         }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{area, join_within, second_mapping, word32};
+use common::{area, join_within, second_mapping, word32, word64};
 use shared_layout::abi::{AreaHeader, LOCK_CONSUMER, LOCK_FREE};
 use shared_layout::producer::{Finish, Producer};
 use shared_layout::relaxed::RelaxedConsumer;
@@ -148,4 +148,23 @@ fn producer_finish_gives_up_at_its_deadline_and_returns_what_it_could_not_write(
     assert_eq!(finish, Finish::Unflushed(merged));
     assert!(area.counters().canceled);
     assert_eq!(drain_all(&area), [delta(0)]);
+}
+
+#[test]
+fn a_sample_the_ring_refuses_with_an_error_stays_pending_with_later_counts_merged_in() {
+    for mode in [Mode::Strict, Mode::Relaxed] {
+        let area = area(8, mode);
+        let scribbler = second_mapping(&area);
+        word64(&scribbler, offset_of!(AreaHeader, write_seq)).store(u64::MAX, Ordering::SeqCst);
+        let mut producer = Producer::new(Arc::clone(&area));
+        assert!(producer.record(delta(0)).is_err());
+        assert!(producer.record(delta(1)).is_err());
+        let merged = producer.pending().expect("the counts are still pending");
+        assert_eq!(
+            totals(&[merged]),
+            totals(&[delta(0), delta(1)]),
+            "{mode}: every count kept"
+        );
+        assert_eq!(merged.jiffies, delta(1).jiffies);
+    }
 }
