@@ -16,11 +16,13 @@ use shared_layout::Area;
 use crate::session::{self, Backend, Settings, SignalState};
 use crate::{usage, UsageContext};
 
-/// The module's default period: 20 samples a second, as in the original assignment.
+/// The module's default `period_ms` (kmod/main.c; pfprof.h does not define it): both
+/// backends sample 20 times a second unless told otherwise.
 const DEFAULT_PERIOD_MS: u32 = 50;
-/// A control page and 128 data pages (the original's 128 × 4 KiB): 16,384 slots,
-/// more than 13 minutes of samples at 20 a second.
-const AREA_PAGES: u64 = 129;
+/// The module's default `buffer_pages` (kmod/main.c), which counts the control page:
+/// the same ring as the module's, 127 data pages of 16,256 slots, more than 13 minutes
+/// of samples at 20 a second.
+const AREA_PAGES: u64 = 128;
 
 struct Procfs {
     events: Sender<Event>,
