@@ -135,11 +135,6 @@ pub const fn io(ty: u32, nr: u32) -> u32 {
     ioc(IOC_NONE, ty, nr, 0)
 }
 
-/// `_IOR(type, nr, T)` with `size` = `sizeof(T)`.
-pub const fn ior(ty: u32, nr: u32, size: usize) -> u32 {
-    ioc(IOC_READ, ty, nr, size)
-}
-
 /// `_IOW(type, nr, T)` with `size` = `sizeof(T)`.
 pub const fn iow(ty: u32, nr: u32, size: usize) -> u32 {
     ioc(IOC_WRITE, ty, nr, size)

@@ -143,8 +143,8 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("monitor: error: {e:#}");
-            let is_usage =
-                e.chain().any(|c| c.is::<Usage>()) || e.downcast_ref::<Usage>().is_some();
+            // Finds a Usage anywhere: as the error, or as a context on any layer.
+            let is_usage = e.downcast_ref::<Usage>().is_some();
             ExitCode::from(if is_usage { 2 } else { 1 })
         }
     }
@@ -179,6 +179,17 @@ mod tests {
         assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+    }
+
+    #[test]
+    fn a_usage_error_is_found_under_any_context() {
+        let as_error = usage("bad pid").context("outer");
+        let io: Result<(), _> = Err(std::io::Error::other("inner"));
+        let as_context = io.usage_context(|| "bad path".into()).unwrap_err();
+        for e in [as_error, as_context.context("outer")] {
+            assert!(e.downcast_ref::<Usage>().is_some(), "{e:#}");
+        }
+        assert!(anyhow::anyhow!("plain").downcast_ref::<Usage>().is_none());
     }
 
     #[test]
