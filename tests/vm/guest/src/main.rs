@@ -17,6 +17,8 @@ mod hostile;
 mod klog;
 mod kmod;
 mod lifecycle;
+mod load;
+mod permissions;
 mod registration;
 mod rng;
 mod sampling;
@@ -125,6 +127,14 @@ const TESTS: &[(&str, Test)] = &[
         "processes_sigkilled_while_faulting_have_every_fault_in_a_strict_sample",
         faults::processes_sigkilled_while_faulting_have_every_fault_in_a_strict_sample,
     ),
+    (
+        "eight_threads_churning_8000_processes_leave_exactly_the_live_registrations",
+        load::eight_threads_churning_8000_processes_leave_exactly_the_live_registrations,
+    ),
+    (
+        "nobody_may_profile_its_own_processes_only_and_open_the_device_as_udev_allows",
+        permissions::nobody_may_profile_its_own_processes_only_and_open_the_device_as_udev_allows,
+    ),
 ];
 
 fn run(env: &Env, filters: &[String]) -> ExitCode {
@@ -172,6 +182,17 @@ fn hardening_child(args: &[String]) -> ExitCode {
             faults::chaos_monitor(&args[1], &args[2], &args[3]).map(|()| ExitCode::SUCCESS)
         }
         Some("full-ring") => faults::full_ring_monitor().map(|()| ExitCode::SUCCESS),
+        Some("status") if args.len() == 3 => {
+            permissions::status_command(&args[1], &args[2]).map(|()| ExitCode::SUCCESS)
+        }
+        Some("open-device") => permissions::open_device().map(|()| ExitCode::SUCCESS),
+        Some("non-dumpable") => permissions::non_dumpable().map(|()| ExitCode::SUCCESS),
+        Some("deputy") if args.len() == 2 => {
+            permissions::deputy(&args[1]).map(|()| ExitCode::SUCCESS)
+        }
+        Some("own-session") if args.len() == 2 => {
+            permissions::own_session(&args[1]).map(|()| ExitCode::SUCCESS)
+        }
         _ => Err(anyhow::anyhow!("unknown hardening-child mode {args:?}")),
     };
     result.unwrap_or_else(|e| {

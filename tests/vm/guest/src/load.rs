@@ -1,0 +1,299 @@
+//! Load: 8 threads register and unregister 1,000 short-lived processes each
+//! as fast as they can, while the sampler runs at a 1 ms period and a strict
+//! monitor reads. Every registration of a live process succeeds, nothing is
+//! lost, and at the end the listing (and the module's slab objects) match
+//! the processes that are really still registered.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use shared_layout::device::Device;
+use shared_layout::strict::{StrictConsumer, Take};
+use shared_layout::Mode;
+
+use crate::klog;
+use crate::kmod::{self, Profiled};
+use crate::rng::Rng;
+use crate::Env;
+
+const THREADS: usize = 8;
+const PER_THREAD: usize = 1000;
+/// Processes each thread leaves alive and registered until the end.
+const KEPT: usize = 4;
+/// Pages each process touches after it is registered.
+const PAGES: usize = 8;
+const PAGE: usize = 4096;
+
+/// A forked process, blocked until `release` (it then faults and exits).
+struct Forked {
+    pid: i32,
+    go: i32,
+}
+
+/// Forks a process that waits for a byte on a pipe, touches `PAGES` pages
+/// of `mem` (its own copy) and exits. In the child only async-signal-safe
+/// calls: this process has other threads.
+fn fork_waiting(mem: *mut u8) -> Result<Forked> {
+    let mut fds = [0i32; 2];
+    // SAFETY: a valid array of two ints.
+    ensure!(
+        unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0,
+        "pipe2: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: the child only reads, writes its own memory and _exits.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let mut byte = 0u8;
+        // SAFETY: async-signal-safe calls on our own descriptors and memory.
+        unsafe {
+            libc::read(fds[0], (&mut byte as *mut u8).cast(), 1);
+            for i in 0..PAGES {
+                mem.add(i * PAGE).write_volatile(1);
+            }
+            libc::_exit(0);
+        }
+    }
+    // SAFETY: our own read end.
+    unsafe { libc::close(fds[0]) };
+    ensure!(pid > 0, "fork: {}", std::io::Error::last_os_error());
+    Ok(Forked { pid, go: fds[1] })
+}
+
+impl Forked {
+    fn release(&self) {
+        // SAFETY: our own pipe's write end.
+        unsafe {
+            libc::write(self.go, b"g".as_ptr().cast(), 1);
+            libc::close(self.go);
+        }
+    }
+
+    fn reap(&self) -> Result<()> {
+        let mut status = 0;
+        // SAFETY: our own unreaped child.
+        let ret = unsafe { libc::waitpid(self.pid, &mut status, 0) };
+        ensure!(
+            ret == self.pid,
+            "waitpid {}: {}",
+            self.pid,
+            std::io::Error::last_os_error()
+        );
+        ensure!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "process {} ended with {status:#x}",
+            self.pid
+        );
+        Ok(())
+    }
+}
+
+/// What one thread did.
+#[derive(Default)]
+struct Churned {
+    unregistered_before_exit: u64,
+    unregistered_racing_exit: u64,
+    left_to_exit: u64,
+    kept: Vec<Forked>,
+}
+
+fn churn(seed: u64) -> Result<Churned> {
+    let mut rng = Rng::new(seed);
+    // Never touched here: each child's writes are its own fresh faults.
+    // SAFETY: anonymous private mapping, no hint.
+    let mem = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            PAGES * PAGE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    ensure!(
+        mem != libc::MAP_FAILED,
+        "mmap: {}",
+        std::io::Error::last_os_error()
+    );
+    let mut done = Churned::default();
+    for i in 0..PER_THREAD {
+        let p = fork_waiting(mem.cast())?;
+        kmod::register(p.pid as u32).with_context(|| format!("process {i} (seed {seed})"))?;
+        if i >= PER_THREAD - KEPT {
+            done.kept.push(p);
+            continue;
+        }
+        match rng.below(3) {
+            0 => {
+                kmod::unregister(p.pid as u32)?;
+                p.release();
+                done.unregistered_before_exit += 1;
+            }
+            1 => {
+                p.release();
+                // Exiting or a zombie (we have not reaped it): still registered.
+                if let Err(e) = kmod::write_status(format!("U {}\n", p.pid).as_bytes()) {
+                    bail!("U racing the exit of {}: errno {e} (seed {seed})", p.pid);
+                }
+                done.unregistered_racing_exit += 1;
+            }
+            _ => {
+                p.release();
+                done.left_to_exit += 1;
+            }
+        }
+        p.reap()?;
+    }
+    // SAFETY: we mapped exactly this.
+    unsafe { libc::munmap(mem, PAGES * PAGE) };
+    Ok(done)
+}
+
+/// Objects of the task_struct cache in use (slub_debug keeps the count exact).
+fn task_structs() -> Result<u64> {
+    let text = std::fs::read_to_string("/sys/kernel/slab/task_struct/objects")?;
+    Ok(text
+        .split_whitespace()
+        .next()
+        .context("empty objects")?
+        .parse()?)
+}
+
+pub fn eight_threads_churning_8000_processes_leave_exactly_the_live_registrations(
+    env: &Env,
+) -> Result<()> {
+    let mark = klog::Mark::now()?;
+    let tasks_before = task_structs()?;
+    let module = kmod::insmod(env, &["period_ms=1", "buffer_pages=2"])?;
+    // Keeps the set from emptying, so one session spans the whole load.
+    let mut anchor = Profiled::spawn(&["faults", "0", "0", "stay"])?;
+    kmod::register(anchor.pid)?;
+    let dev = Device::open()?;
+    let area = dev.start(Mode::Strict)?;
+    let mut rng = Rng::from_env_or_clock();
+    let seeds: Vec<u64> = (0..THREADS).map(|_| rng.next_u64()).collect();
+
+    let stop = AtomicBool::new(false);
+    let started = Instant::now();
+    let (churned, samples) = thread::scope(|s| -> Result<_> {
+        let reader = s.spawn(|| -> Result<Vec<_>> {
+            let mut consumer = StrictConsumer::new(area.clone(), dev.waiter());
+            let mut samples = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let took = consumer.take(&mut samples, Some(Duration::from_millis(50)))?;
+                ensure!(took != Take::Ended, "the session ended under load");
+            }
+            Ok(samples)
+        });
+        let workers: Vec<_> = seeds
+            .iter()
+            .map(|&seed| s.spawn(move || churn(seed)))
+            .collect();
+        let results: Vec<_> = workers.into_iter().map(|w| w.join()).collect();
+        stop.store(true, Ordering::Relaxed);
+        let samples = reader
+            .join()
+            .map_err(|_| anyhow::anyhow!("the reader panicked"))??;
+        let mut churned = Vec::new();
+        for r in results {
+            churned.push(r.map_err(|_| anyhow::anyhow!("a worker panicked"))??);
+        }
+        Ok((churned, samples))
+    })?;
+    let elapsed = started.elapsed();
+
+    // Exited processes are dropped on the sampler's next tick.
+    let mut expected: BTreeSet<u32> = churned
+        .iter()
+        .flat_map(|c| c.kept.iter().map(|p| p.pid as u32))
+        .collect();
+    expected.insert(anchor.pid);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let listed: BTreeSet<u32> = kmod::registered()?.into_iter().collect();
+        if listed == expected {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the listing has {} processes, {} are registered and alive: extra {:?}, missing {:?}",
+            listed.len(),
+            expected.len(),
+            listed.difference(&expected).take(8).collect::<Vec<_>>(),
+            expected.difference(&listed).take(8).collect::<Vec<_>>()
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    let objects = klog::module_slab_objects()?;
+    ensure!(
+        objects == expected.len() as u64,
+        "the module holds {objects} slab objects for {} registrations",
+        expected.len()
+    );
+
+    // Strict: the monitor got every sample written (nothing lost under load).
+    let mut samples = samples;
+    let mut consumer = StrictConsumer::new(area.clone(), dev.waiter());
+    for p in churned.iter().flat_map(|c| &c.kept) {
+        kmod::unregister(p.pid as u32)?;
+        p.release();
+        p.reap()?;
+    }
+    kmod::unregister(anchor.pid)?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while consumer.take(&mut samples, Some(Duration::from_secs(1)))? != Take::Ended {
+        ensure!(Instant::now() < deadline, "the session never ended");
+    }
+    let written = area.counters().write_seq;
+    ensure!(
+        samples.len() as u64 == written,
+        "the monitor received {} of {written} samples",
+        samples.len()
+    );
+    let minor: u64 = samples.iter().map(|s| s.minor).sum();
+    ensure!(
+        minor >= ((THREADS * (PER_THREAD - KEPT)) / 3 * PAGES) as u64,
+        "only {minor} minor faults in the samples"
+    );
+    ensure!(
+        kmod::registered()?.is_empty(),
+        "registrations left after the load"
+    );
+    ensure!(
+        klog::module_slab_objects()? == 0,
+        "slab objects left after the load"
+    );
+    drop((consumer, area, dev));
+    anchor.go()?;
+    anchor.reap()?;
+    module.unload()?;
+
+    let sum = |f: fn(&Churned) -> u64| churned.iter().map(f).sum::<u64>();
+    crate::figure(&format!(
+        "load: {} processes by {THREADS} threads in {:.1} s ({} unregistered before exit, {} \
+         racing exit, {} left to exit registered, {} kept), {} strict samples, none lost, \
+         {minor} minor faults",
+        THREADS * PER_THREAD,
+        elapsed.as_secs_f64(),
+        sum(|c| c.unregistered_before_exit),
+        sum(|c| c.unregistered_racing_exit),
+        sum(|c| c.left_to_exit),
+        THREADS * KEPT,
+        samples.len()
+    ));
+    // Every task the module referenced is freed (RCU frees them a little later).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while task_structs()? > tasks_before + 16 {
+        ensure!(
+            Instant::now() < deadline,
+            "{} task_structs in use after the load, {tasks_before} before: references leaked",
+            task_structs()?
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    mark.ensure_clean()
+}
