@@ -158,7 +158,7 @@ fn run(
             match events.recv_timeout(next.saturating_duration_since(Instant::now())) {
                 Ok(Event::Exited { pid, totals }) => {
                     if let Some(p) = procs.remove(&pid) {
-                        add(&mut pending, delta(p.seen, totals));
+                        pending += delta(p.seen, totals);
                     }
                     if procs.is_empty() {
                         // The last sample ends on the period boundary like every other,
@@ -204,7 +204,7 @@ fn poll(procs: &mut HashMap<u32, Profiled>, pending: &mut Sample) -> Result<(), 
     for (&pid, p) in procs.iter_mut() {
         match procstat::read(pid) {
             Ok(stat) if stat.start == p.start => {
-                add(pending, delta(p.seen, stat.counters));
+                *pending += delta(p.seen, stat.counters);
                 p.seen = stat.counters;
                 // A zombie's counters are final; its parent may never reap it.
                 if stat.exited && !p.child {
@@ -223,19 +223,15 @@ fn poll(procs: &mut HashMap<u32, Profiled>, pending: &mut Sample) -> Result<(), 
     Ok(())
 }
 
-/// `now - seen`, never negative: stat's tick-granular CPU time can trail rusage's.
-fn delta(seen: Counters, now: Counters) -> Counters {
-    Counters {
+/// `now - seen` as a sample to add to the pending one (`jiffies` 0: it keeps its own),
+/// never negative: stat's tick-granular CPU time can trail rusage's.
+fn delta(seen: Counters, now: Counters) -> Sample {
+    Sample {
+        jiffies: 0,
         minor: now.minor.saturating_sub(seen.minor),
         major: now.major.saturating_sub(seen.major),
         cpu_ns: now.cpu_ns.saturating_sub(seen.cpu_ns),
     }
-}
-
-fn add(s: &mut Sample, c: Counters) {
-    s.minor += c.minor;
-    s.major += c.major;
-    s.cpu_ns += c.cpu_ns;
 }
 
 #[cfg(test)]

@@ -39,6 +39,18 @@ pub struct Sample {
     pub cpu_ns: u64,
 }
 
+/// Merges a later period into this sample, as a producer does with a period it could
+/// not write: the counts add up (saturating) and the sample ends where the later one
+/// ends.
+impl core::ops::AddAssign for Sample {
+    fn add_assign(&mut self, later: Sample) {
+        self.jiffies = self.jiffies.max(later.jiffies);
+        self.minor = self.minor.saturating_add(later.minor);
+        self.major = self.major.saturating_add(later.major);
+        self.cpu_ns = self.cpu_ns.saturating_add(later.cpu_ns);
+    }
+}
+
 /// `struct pfprof_sem`: a counting semaphore both sides operate on atomically.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -198,3 +210,31 @@ const _: () = assert!(offset_of!(AreaHeader, empty) as u64 % CACHELINE_SIZE == 0
 const _: () = assert!(size_of::<AreaHeader>() as u64 <= DATA_OFFSET);
 const _: () = assert!(DATA_OFFSET % 8 == 0);
 const _: () = assert!(PAGE_SIZE % size_of::<Sample>() as u64 == 0);
+
+#[cfg(test)]
+mod tests {
+    use super::Sample;
+
+    #[test]
+    fn merging_a_later_period_adds_its_counts_and_ends_where_it_ends() {
+        let mut merged = Sample {
+            jiffies: 10,
+            minor: 1,
+            major: 2,
+            cpu_ns: u64::MAX,
+        };
+        merged += Sample {
+            jiffies: 15,
+            minor: 3,
+            major: 4,
+            cpu_ns: 1,
+        };
+        let expected = Sample {
+            jiffies: 15,
+            minor: 4,
+            major: 6,
+            cpu_ns: u64::MAX,
+        };
+        assert_eq!(merged, expected);
+    }
+}

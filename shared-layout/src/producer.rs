@@ -58,15 +58,8 @@ impl Producer {
     /// to write it together with whatever earlier periods could not be
     /// written. `Full` and `LockBusy` mean it waits for the next period.
     pub fn record(&mut self, delta: Sample) -> Result<Push, ProtocolError> {
-        let sample = match self.pending.take() {
-            None => delta,
-            Some(p) => Sample {
-                jiffies: delta.jiffies,
-                minor: p.minor + delta.minor,
-                major: p.major + delta.major,
-                cpu_ns: p.cpu_ns + delta.cpu_ns,
-            },
-        };
+        let mut sample = self.pending.take().unwrap_or_default();
+        sample += delta;
         let pushed = match self.push(sample, Some(self.slot_wait)) {
             Ok(pushed) => pushed,
             Err(e) => {
