@@ -50,9 +50,13 @@ pub struct Device {
     info: Info,
 }
 
-fn ioctl<T>(file: &File, request: u32, arg: *mut T) -> io::Result<()> {
-    // SAFETY: `request` is one of pfprof.h's ioctls and `arg` points to the
-    // live value of the type its encoding names (or is null for _IO).
+/// # Safety
+///
+/// `request` must be one of pfprof.h's ioctls and `arg` must point to a live value of
+/// the type its encoding names (null for _IO): the module reads and writes that many
+/// bytes there.
+unsafe fn ioctl<T>(file: &File, request: u32, arg: *mut T) -> io::Result<()> {
+    // SAFETY: the caller's promise above.
     let ret = unsafe { libc::ioctl(file.as_raw_fd(), request as _, arg) };
     if ret < 0 {
         return Err(io::Error::last_os_error());
@@ -91,7 +95,8 @@ impl Device {
             abi_version: abi::ABI_VERSION,
             ..Info::default()
         };
-        match ioctl(&file, abi::IOC_INFO, &mut info) {
+        // SAFETY: IOC_INFO is _IOWR(.., struct pfprof_info), which Info mirrors.
+        match unsafe { ioctl(&file, abi::IOC_INFO, &mut info) } {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::EPROTO) => {
                 return Err(DeviceError::AbiMismatch {
@@ -131,7 +136,8 @@ impl Device {
     /// processes took before are reported in the session's first sample.
     pub fn start(&self, mode: Mode) -> Result<Arc<Area>, DeviceError> {
         let mut raw = mode.as_raw();
-        ioctl(&self.file, abi::IOC_SET_MODE, &mut raw)
+        // SAFETY: IOC_SET_MODE is _IOW(.., __u32).
+        unsafe { ioctl(&self.file, abi::IOC_SET_MODE, &mut raw) }
             .map_err(|e| self.io("PFPROF_IOC_SET_MODE", e))?;
         let len = usize::try_from(self.info.area_size)
             .map_err(|_| DeviceError::BadInfo("area_size does not fit in memory"))?;
@@ -139,7 +145,13 @@ impl Device {
             .len(len)
             .map_raw(&*self.file)
             .map_err(|e| self.io("mmap", e))?;
-        Ok(Arc::new(Area::attach(map)?))
+        let area = Area::attach(map)?;
+        if area.mode() != mode {
+            return Err(DeviceError::BadInfo(
+                "the area's mode is not the one the session started in",
+            ));
+        }
+        Ok(Arc::new(area))
     }
 
     /// The waiter a strict consumer of this device sleeps and wakes with.
@@ -186,7 +198,8 @@ impl Waiter for DeviceWaiter {
             )));
         }
         let mut ms = timeout_ms(timeout);
-        match ioctl(&self.file, abi::IOC_WAIT_FULL, &mut ms) {
+        // SAFETY: IOC_WAIT_FULL is _IOW(.., __u32).
+        match unsafe { ioctl(&self.file, abi::IOC_WAIT_FULL, &mut ms) } {
             Ok(()) => Ok(()),
             Err(e) => match e.raw_os_error() {
                 // The caller re-checks the count and canceled either way.
@@ -199,11 +212,14 @@ impl Waiter for DeviceWaiter {
 
     fn wake(&self, _area: &Area, sem: SemKind) -> Result<(), WaitError> {
         match sem {
-            SemKind::Empty => ioctl(
-                &self.file,
-                abi::IOC_WAKE_PRODUCER,
-                std::ptr::null_mut::<u8>(),
-            )
+            // SAFETY: IOC_WAKE_PRODUCER is _IO: no argument.
+            SemKind::Empty => unsafe {
+                ioctl(
+                    &self.file,
+                    abi::IOC_WAKE_PRODUCER,
+                    std::ptr::null_mut::<u8>(),
+                )
+            }
             .map_err(WaitError::Io),
             // Only the consumer sleeps on full, and the module wakes it on
             // every up(full) whatever full.waiters says.
