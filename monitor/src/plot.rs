@@ -45,8 +45,9 @@ pub fn render(rows: &[Row], caption: &str) -> Result<String, PlotError> {
             })
             .collect();
         let t_max = points.last().map_or(0.0, |p| p.0).max(0.1);
-        let minor_max = (minor as f64 * 1.05).max(1.0);
-        let major_max = (major as f64 * 1.05).max(1.0);
+        // Integer axes for counts: labels without decimals.
+        let minor_max = (minor + minor / 20).max(1);
+        let major_max = (major + major / 20).max(1);
         let util_max = points.iter().map(|p| p.3).fold(100.0, f64::max) * 1.05;
 
         let mut faults = ChartBuilder::on(&upper)
@@ -54,9 +55,9 @@ pub fn render(rows: &[Row], caption: &str) -> Result<String, PlotError> {
             .x_label_area_size(50)
             .y_label_area_size(90)
             .right_y_label_area_size(90)
-            .build_cartesian_2d(0.0..t_max, 0.0..minor_max)
+            .build_cartesian_2d(0.0..t_max, 0..minor_max)
             .map_err(draw_err)?
-            .set_secondary_coord(0.0..t_max, 0.0..major_max);
+            .set_secondary_coord(0.0..t_max, 0..major_max);
         faults
             .configure_mesh()
             .label_style((FONT, 14))
@@ -74,7 +75,7 @@ pub fn render(rows: &[Row], caption: &str) -> Result<String, PlotError> {
             .map_err(draw_err)?;
         faults
             .draw_series(LineSeries::new(
-                points.iter().map(|p| (p.0, p.1 as f64)),
+                points.iter().map(|p| (p.0, p.1)),
                 BLUE.stroke_width(2),
             ))
             .map_err(draw_err)?
@@ -82,7 +83,7 @@ pub fn render(rows: &[Row], caption: &str) -> Result<String, PlotError> {
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE.stroke_width(2)));
         faults
             .draw_secondary_series(LineSeries::new(
-                points.iter().map(|p| (p.0, p.2 as f64)),
+                points.iter().map(|p| (p.0, p.2)),
                 RED.stroke_width(2),
             ))
             .map_err(draw_err)?
@@ -155,6 +156,32 @@ mod tests {
             "accumulated minor faults",
         ] {
             assert!(svg.contains(text), "missing {text:?}");
+        }
+    }
+
+    #[test]
+    fn fault_axes_are_labelled_with_whole_numbers() {
+        let mut t = Timeline::new(1000, 50);
+        let rows: Vec<Row> = (1..=40)
+            .map(|i| {
+                t.row(&Sample {
+                    jiffies: i * 50,
+                    minor: 3000,
+                    major: 7,
+                    cpu_ns: 1,
+                })
+            })
+            .collect();
+        let svg = render(&rows, "counts").unwrap();
+        let labels: Vec<&str> = svg
+            .split("</text>")
+            .filter_map(|t| Some(t.rsplit('>').next()?.trim()))
+            .collect();
+        // 120,000 minor faults on the left axis, 280 major ones on the right.
+        for count in ["120000", "250"] {
+            assert!(labels.contains(&count), "no label {count}: {labels:?}");
+            let decimal = format!("{count}.0");
+            assert!(!labels.contains(&&*decimal), "{decimal}: {labels:?}");
         }
     }
 
