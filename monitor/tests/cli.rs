@@ -314,6 +314,16 @@ fn a_command_that_cannot_start_is_a_usage_error() {
 }
 
 #[test]
+fn pids_outside_1_to_i32_max_are_refused_before_anything_runs() {
+    for pid in ["0", "2147483648"] {
+        let out = monitor(&["--backend", "procfs", "--pid", pid]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{pid}: {err}");
+        assert!(err.contains("invalid value"), "{pid}: {err}");
+    }
+}
+
+#[test]
 fn bad_options_are_usage_errors() {
     for args in [
         &["--format", "xml"][..],

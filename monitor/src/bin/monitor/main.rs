@@ -59,7 +59,11 @@ struct Options {
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     backend: Backend,
     /// Profile process PID (repeatable).
-    #[arg(long = "pid", value_name = "PID")]
+    #[arg(
+        long = "pid",
+        value_name = "PID",
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(i32::MAX))
+    )]
     pids: Vec<u32>,
     /// Write samples to FILE instead of standard output.
     #[arg(long, short, value_name = "FILE")]
