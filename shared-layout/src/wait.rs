@@ -46,7 +46,8 @@ impl Waiter for FutexWaiter {
         let word = area.sem_waiters(sem).as_ptr();
         let ts = timeout.map(|t| libc::timespec {
             tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
-            tv_nsec: t.subsec_nanos().into(),
+            // Below 10^9: fits the c_long of every target (i32 on 32-bit ones).
+            tv_nsec: t.subsec_nanos() as libc::c_long,
         });
         let ts_ptr = ts
             .as_ref()
