@@ -7,7 +7,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use memmap2::MmapRaw;
-use shared_layout::{Area, Mode, Sample};
+use shared_layout::{abi, Area, Mode, Sample};
+
+/// The control page's size: the words these helpers reach.
+const CONTROL_PAGE: usize = abi::DATA_OFFSET as usize;
 
 pub fn area(slots: u64, mode: Mode) -> Arc<Area> {
     Arc::new(Area::create_memfd_with_slots(slots, mode, 100, 50).expect("memfd area"))
@@ -68,7 +71,7 @@ pub fn second_mapping(area: &Area) -> MmapRaw {
 
 /// The 32-bit word at `offset` of the control page.
 pub fn word32(map: &MmapRaw, offset: usize) -> &AtomicU32 {
-    assert!(offset + 4 <= 4096 && offset % 4 == 0);
+    assert!(offset + 4 <= CONTROL_PAGE && offset % 4 == 0);
     // SAFETY: in bounds and 4-aligned in the page-aligned mapping, which
     // outlives the reference; both sides access the word atomically.
     unsafe { AtomicU32::from_ptr(map.as_mut_ptr().add(offset).cast()) }
@@ -76,7 +79,7 @@ pub fn word32(map: &MmapRaw, offset: usize) -> &AtomicU32 {
 
 /// The 64-bit word at `offset` of the control page.
 pub fn word64(map: &MmapRaw, offset: usize) -> &AtomicU64 {
-    assert!(offset + 8 <= 4096 && offset % 8 == 0);
+    assert!(offset + 8 <= CONTROL_PAGE && offset % 8 == 0);
     // SAFETY: as in `word32`, 8-aligned.
     unsafe { AtomicU64::from_ptr(map.as_mut_ptr().add(offset).cast()) }
 }
