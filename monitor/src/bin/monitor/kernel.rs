@@ -10,7 +10,7 @@ use shared_layout::device::{Device, DeviceError};
 use shared_layout::LayoutError;
 
 use crate::session::{self, Backend, Settings, SignalState};
-use crate::{usage, Usage, UsageContext};
+use crate::{cannot_profile, usage, Usage, UsageContext};
 
 /// The processes `monitor` registered itself, unregistered when the user stops.
 struct Kernel {
@@ -93,13 +93,7 @@ fn register_with(
     match register(pid) {
         Ok(()) => registered.push(pid),
         Err(RegistrationError::AlreadyRegistered(_)) => {}
-        Err(e) => {
-            return Err(e).usage_context(|| {
-                format!(
-                    "cannot profile process {pid}: check the pid with `ps -p {pid}` and that it is yours"
-                )
-            })
-        }
+        Err(e) => return Err(e).usage_context(|| cannot_profile(pid)),
     }
     Ok(())
 }

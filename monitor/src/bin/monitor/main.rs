@@ -126,6 +126,11 @@ pub fn usage(message: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(Usage(message.into()))
 }
 
+/// Why a `--pid` failed, whichever backend tried it.
+pub fn cannot_profile(pid: u32) -> String {
+    format!("cannot profile process {pid}: check the pid with `ps -p {pid}` and that it is yours")
+}
+
 /// `context` that also marks the error as the user's to fix.
 pub trait UsageContext<T> {
     fn usage_context<F: FnOnce() -> String>(self, message: F) -> anyhow::Result<T>;

@@ -14,7 +14,7 @@ use shared_layout::wait::FutexWaiter;
 use shared_layout::Area;
 
 use crate::session::{self, Backend, Settings, SignalState};
-use crate::{usage, UsageContext};
+use crate::{cannot_profile, usage, UsageContext};
 
 /// The module's default `period_ms` (kmod/main.c; pfprof.h does not define it): both
 /// backends sample 20 times a second unless told otherwise.
@@ -60,11 +60,7 @@ pub fn profile(
     }
     let mut targets = pids
         .iter()
-        .map(|&pid| {
-            Target::attach(pid).usage_context(|| {
-                format!("cannot profile process {pid}: check the pid with `ps -p {pid}`")
-            })
-        })
+        .map(|&pid| Target::attach(pid).usage_context(|| cannot_profile(pid)))
         .collect::<anyhow::Result<Vec<_>>>()?;
 
     let period_ms = period_ms.unwrap_or(DEFAULT_PERIOD_MS);
