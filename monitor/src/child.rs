@@ -10,7 +10,7 @@ use std::thread::{self, JoinHandle};
 
 use shared_layout::abi::PROC_PATH;
 
-use crate::procstat::Counters;
+use crate::procstat::ProcessCounters;
 use crate::report::ExitStatus;
 
 #[derive(Debug, thiserror::Error)]
@@ -223,7 +223,7 @@ pub fn wait_exited(pid: u32) -> io::Result<()> {
 
 /// Reaps the child `pid` with wait4(): how it ended and everything it used, its own
 /// counts plus those of the descendants it waited for, exactly as the kernel kept them.
-pub fn wait(pid: u32) -> io::Result<(ExitStatus, Counters)> {
+pub fn wait(pid: u32) -> io::Result<(ExitStatus, ProcessCounters)> {
     let mut status = 0;
     // SAFETY: rusage is plain old data; all-zero is a valid value.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -246,7 +246,7 @@ pub fn wait(pid: u32) -> io::Result<(ExitStatus, Counters)> {
     let tv_ns = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000_000 + tv.tv_usec as u64 * 1000;
     Ok((
         exit,
-        Counters {
+        ProcessCounters {
             minor: usage.ru_minflt as u64,
             major: usage.ru_majflt as u64,
             cpu_ns: tv_ns(usage.ru_utime) + tv_ns(usage.ru_stime),

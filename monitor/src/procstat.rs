@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 /// Cumulative counters of one process since it was forked.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counters {
+pub struct ProcessCounters {
     pub minor: u64,
     pub major: u64,
     /// utime + stime.
@@ -32,7 +32,7 @@ pub enum StatError {
 /// counters are final).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stat {
-    pub counters: Counters,
+    pub counters: ProcessCounters,
     pub exited: bool,
     /// When it started, in clock ticks after boot: with the pid, it names the process
     /// (a pid alone may have been given to another since).
@@ -52,7 +52,7 @@ pub fn read(pid: u32) -> Result<Stat, StatError> {
 }
 
 /// Reads the calling process's own counters.
-pub fn read_self() -> Result<Counters, StatError> {
+pub fn read_self() -> Result<ProcessCounters, StatError> {
     Ok(read(std::process::id())?.counters)
 }
 
@@ -65,7 +65,7 @@ pub fn parse(text: &str, ns_per_tick: u64) -> Option<Stat> {
     // starttime 22.
     let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
     Some(Stat {
-        counters: Counters {
+        counters: ProcessCounters {
             minor: field(10)?,
             major: field(12)?,
             cpu_ns: (field(14)? + field(15)?) * ns_per_tick,
@@ -99,7 +99,7 @@ mod tests {
         let s = parse(line, 10_000_000).unwrap();
         assert_eq!(
             s.counters,
-            Counters {
+            ProcessCounters {
                 minor: 1000,
                 major: 7,
                 cpu_ns: 50 * 10_000_000

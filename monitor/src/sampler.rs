@@ -12,7 +12,7 @@ use shared_layout::abi::Sample;
 use shared_layout::producer::{Finish, Producer};
 use shared_layout::{Area, ProtocolError};
 
-use crate::procstat::{self, Counters, StatError};
+use crate::procstat::{self, ProcessCounters, StatError};
 
 /// The clock of the samples' `jiffies`: milliseconds since the sampler started.
 pub const HZ: u32 = 1000;
@@ -24,9 +24,9 @@ const FINISH_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Clone, Copy, Debug)]
 pub struct Target {
     pub pid: u32,
-    /// Counters already accounted for: zero for a child we forked (it is profiled from
+    /// Counts already accounted for: zero for a child we forked (it is profiled from
     /// its first instruction), the counters at attach time for `--pid`.
-    pub baseline: Counters,
+    pub baseline: ProcessCounters,
     /// Our own child: its exit is reported with [`Event::Exited`] and its last counts
     /// come from wait4(), so /proc vanishing is not the end of it.
     pub child: bool,
@@ -52,7 +52,7 @@ impl Target {
     pub fn child(pid: u32) -> Result<Target, StatError> {
         Ok(Target {
             pid,
-            baseline: Counters::default(),
+            baseline: ProcessCounters::default(),
             child: true,
             start: procstat::read(pid)?.start,
         })
@@ -63,7 +63,7 @@ impl Target {
 #[derive(Clone, Copy, Debug)]
 pub enum Event {
     /// A child was reaped; `totals` is its wait4() rusage.
-    Exited { pid: u32, totals: Counters },
+    Exited { pid: u32, totals: ProcessCounters },
     /// Write the last sample and end the session now.
     Stop,
 }
@@ -118,7 +118,7 @@ impl Sampler {
 }
 
 struct Profiled {
-    seen: Counters,
+    seen: ProcessCounters,
     child: bool,
     start: u64,
 }
@@ -225,7 +225,7 @@ fn poll(procs: &mut HashMap<u32, Profiled>, pending: &mut Sample) -> Result<(), 
 
 /// `now - seen` as a sample to add to the pending one (`jiffies` 0: it keeps its own),
 /// never negative: stat's tick-granular CPU time can trail rusage's.
-fn delta(seen: Counters, now: Counters) -> Sample {
+fn delta(seen: ProcessCounters, now: ProcessCounters) -> Sample {
     Sample {
         jiffies: 0,
         minor: now.minor.saturating_sub(seen.minor),
@@ -243,7 +243,7 @@ mod tests {
         let me = Target::attach(std::process::id()).unwrap();
         // Our pid with another start time: a process that had our pid before us.
         let before_us = |child| Target {
-            baseline: Counters::default(),
+            baseline: ProcessCounters::default(),
             child,
             start: me.start.wrapping_sub(1),
             ..me
@@ -262,7 +262,7 @@ mod tests {
     fn the_process_that_still_holds_the_pid_is_counted() {
         let me = Target::attach(std::process::id()).unwrap();
         let mut procs = profiled(vec![Target {
-            baseline: Counters::default(),
+            baseline: ProcessCounters::default(),
             ..me
         }]);
         let mut pending = Sample::default();

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use monitor::child;
 use monitor::plot;
-use monitor::procstat::Counters;
+use monitor::procstat::ProcessCounters;
 use monitor::report::{ChildReport, ExitStatus, Format, Row, RowWriter, Summary, Timeline, Totals};
 use monitor::source::Source;
 use shared_layout::wait::Waiter;
@@ -264,7 +264,7 @@ pub fn finish(
 pub fn reap(
     pid: u32,
     signals: &SignalState,
-    on_exit: impl FnOnce(Counters) + Send + 'static,
+    on_exit: impl FnOnce(ProcessCounters) + Send + 'static,
 ) -> anyhow::Result<JoinHandle<io::Result<ChildReport>>> {
     let signals = signals.clone();
     thread::Builder::new()
