@@ -133,6 +133,12 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 /// the go pipe's write end is closed first, so the parent giving up (or dying) reads
 /// as end of file here.
 fn hold(ready_tx: &OwnedFd, go_tx: RawFd, go_rx: &OwnedFd) -> io::Result<()> {
+    // The monitor's handlers for these, inherited by the fork, would make the held child
+    // ignore a Ctrl-C; exec resets them anyway.
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: signal() is async-signal-safe; SIG_DFL is always a valid disposition.
+        unsafe { libc::signal(signal, libc::SIG_DFL) };
+    }
     // SAFETY: `go_tx` is the child's own copy of an open descriptor, closed once.
     unsafe { libc::close(go_tx) };
     let byte = [0u8];
