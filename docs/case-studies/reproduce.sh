@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Reproduces docs/case-studies.md: boots Debian's cloud kernel under qemu TCG
+# (tests/vm/lib.sh) with little memory and a swap disk, once per run, profiles
+# `work` processes there with the pfprof module and `monitor run` (kernel
+# backend, strict mode), brings each run's CSVs back over the serial console,
+# and draws the figures with plot.py.
+#
+#   docs/case-studies/reproduce.sh [RUN...]
+#
+# RUN: thrash-rr thrash-rl multi-N (N in 1 5 11 16 20 22); default all of them.
+# Results: docs/figures/data/<run>/ (samples.csv, monitor.svg, machine.txt,
+# experiment.log, vmstat.txt, cpu-stat.txt) and the figures docs/figures/*.svg
+# with the table docs/figures/multiprogramming.csv.
+# Environment: CARGO_TARGET_DIR (default: target/), PFPROF_CASE_OUT (default
+# docs/figures). Needs what tests/vm/run.sh needs, binutils (strip) and
+# python3 with venv (matplotlib is installed from PyPI into a venv).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+# shellcheck source=tests/vm/lib.sh
+. "$repo/tests/vm/lib.sh"
+
+out=${PFPROF_CASE_OUT:-$repo/docs/figures}
+
+# The machine: 2 vCPUs (lib.sh), this much memory, a swap disk this large.
+guest_mem=256M
+swap_mib=1024
+# A run that takes longer than this is cut short and fails.
+run_timeout=900
+
+# Case study 1, scaled from the original's two `work 1024 ...` to two working
+# sets that each fit in the guest's free memory but together do not.
+thrash_mib=128
+# Case study 2: `work 200 R 10000` scaled by 1/10 in memory and accesses (the
+# same share of its pages touched per iteration); N = 11 of these need more
+# than the guest's free memory.
+multi_mib=20
+multi_accesses=1000
+multi_n=(1 5 11 16 20 22)
+
+declare -A runs=(
+	[thrash-rr]="work $thrash_mib R 50000 & work $thrash_mib R 10000 &"
+	[thrash-rl]="work $thrash_mib R 50000 & work $thrash_mib L 10000 &"
+)
+order=(thrash-rr thrash-rl)
+for n in "${multi_n[@]}"; do
+	runs[multi-$n]="for i in \$(seq $n); do work $multi_mib R $multi_accesses & done;"
+	order+=("multi-$n")
+done
+
+selected=("$@")
+((${#selected[@]})) || selected=("${order[@]}")
+for r in "${selected[@]}"; do
+	[[ -n ${runs[$r]-} ]] || vm_die "unknown run $r (one of: ${order[*]})"
+done
+
+vm_check_host
+command -v strip >/dev/null || vm_die "strip not found: apt-get install binutils"
+work=$(mktemp -d /tmp/pfprof-case.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+echo "reproduce.sh: kernel $vm_kver, qemu TCG, 2 vCPUs, $guest_mem memory, $swap_mib MiB swap"
+vm_build_module "$work"
+vm_build_static -p monitor
+
+# The initramfs: the case-study init, the module, monitor and work (stripped:
+# the initramfs lives in the guest's memory) and the virtio block driver.
+root=$work/root
+vm_stage_root "$root" "$here/guest-init.sh" "$work"
+strip "$root/bin/monitor" "$root/bin/work"
+mkdir -p "$root/modules"
+for m in virtio/virtio_ring virtio/virtio virtio/virtio_pci_modern_dev \
+	virtio/virtio_pci_legacy_dev virtio/virtio_pci block/virtio_blk; do
+	cp "/lib/modules/$vm_kver/kernel/drivers/$m.ko" "$root/modules/"
+done
+
+# The host, for the figures' captions.
+mkdir -p "$out/data"
+{
+	echo "host_cpu $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
+	echo "host_cpus $(nproc)"
+	echo "qemu $(qemu-system-x86_64 --version | head -n 1)"
+	echo "guest_mem $guest_mem"
+	echo "swap_mib $swap_mib"
+} >"$out/data/host.txt"
+
+# case_run RUN: boot a fresh guest whose /experiment profiles RUN's commands,
+# and unpack what it brings back into $out/data/RUN.
+case_run() {
+	local name=$1 log=$work/$1.console
+	cat >"$root/experiment" <<-EOF
+		set -x
+		monitor run --backend kernel --mode strict --output samples.csv --plot monitor.svg \\
+			-- sh -c '${runs[$name]} wait'
+	EOF
+	vm_pack "$root" "$work/initramfs.cpio.gz"
+	rm -f "$work/swap.img" && truncate -s "${swap_mib}M" "$work/swap.img"
+	local start=$SECONDS rc=0
+	vm_boot "$work/initramfs.cpio.gz" "$log" "$run_timeout" "$guest_mem" "loglevel=1" \
+		-drive "file=$work/swap.img,if=virtio,format=raw" >/dev/null || rc=$?
+	local dir=$out/data/$name
+	rm -rf "$dir" && mkdir -p "$dir"
+	sed -n '/^PFPROF-RESULTS-BEGIN$/,/^PFPROF-RESULTS-END$/{//!p}' "$log" |
+		base64 -d | tar xzf - -C "$dir" 2>/dev/null || true
+	if [[ ! -s $dir/samples.csv ]]; then
+		echo "reproduce.sh: $name brought no results back (qemu status $rc); the console's last lines:" >&2
+		tail -n 30 "$log" | sed 's/^/    /' >&2
+		exit 1
+	fi
+	echo "reproduce.sh: $name done in $((SECONDS - start)) s"
+	grep -E '^(  (duration|minor faults|major faults|CPU time) |work: )' "$dir/experiment.log" | sed 's/^ */    /'
+}
+
+for r in "${selected[@]}"; do
+	case_run "$r"
+done
+
+# The figures, from every run's samples.
+venv=${PFPROF_CASE_VENV:-$work/venv}
+if [[ ! -x $venv/bin/python3 ]]; then
+	python3 -m venv "$venv"
+	"$venv/bin/pip" install -q 'matplotlib>=3.7,<4'
+fi
+"$venv/bin/python3" "$here/plot.py" "$out"
