@@ -129,9 +129,10 @@ pub fn own_session(pages: &str) -> Result<()> {
     let before = minflt();
     kmod::write_status(format!("R {}\n", std::process::id()).as_bytes())
         .map_err(|e| anyhow::anyhow!("R self: errno {e}"))?;
-    // vec![0; n] is calloc'ed: fresh zero pages, one fault per page written.
+    // vec![0; n] is an mmap'ed calloc: fresh zero pages, one fault per page
+    // written, but for the first, where malloc keeps its chunk header.
     let mut mem = mem;
-    for i in 0..pages {
+    for i in 1..=pages {
         mem[i * 4096] = 1;
     }
     std::hint::black_box(&mem);
