@@ -14,6 +14,7 @@
 #include <linux/capability.h>
 #include <linux/cred.h>
 #include <linux/ctype.h>
+#include <linux/fs.h>
 #include <linux/kernel.h>
 #include <linux/list.h>
 #include <linux/mutex.h>
@@ -128,25 +129,36 @@ static struct pfprof_proc *pfprof_find(struct task_struct *leader)
 	return NULL;
 }
 
-/*
- * ptrace_may_access() is not exported: this is its read check with the
- * caller's filesystem credentials, as /proc uses it.
- */
-static bool pfprof_may_read(struct task_struct *task)
+/* The filesystem ids of @cred are every id of @tcred's (ptrace's rule). */
+static bool pfprof_ids_match(const struct cred *cred, const struct cred *tcred)
 {
-	const struct cred *cred = current_cred(), *tcred;
+	return uid_eq(cred->fsuid, tcred->euid) &&
+	       uid_eq(cred->fsuid, tcred->suid) &&
+	       uid_eq(cred->fsuid, tcred->uid) &&
+	       gid_eq(cred->fsgid, tcred->egid) &&
+	       gid_eq(cred->fsgid, tcred->sgid) &&
+	       gid_eq(cred->fsgid, tcred->gid);
+}
+
+/*
+ * ptrace_may_access() is not exported: this is its read check with
+ * filesystem credentials, as /proc uses it.  Both the writer and whoever
+ * opened @file must pass, so that a privileged process writing to a
+ * descriptor an unprivileged one handed it (as its stdout, say) lends it
+ * no authority.
+ */
+static bool pfprof_may_read(struct task_struct *task, const struct file *file)
+{
+	const struct cred *tcred;
 	struct mm_struct *mm;
 	bool ok;
 
 	rcu_read_lock();
 	tcred = __task_cred(task);
-	ok = (uid_eq(cred->fsuid, tcred->euid) &&
-	      uid_eq(cred->fsuid, tcred->suid) &&
-	      uid_eq(cred->fsuid, tcred->uid) &&
-	      gid_eq(cred->fsgid, tcred->egid) &&
-	      gid_eq(cred->fsgid, tcred->sgid) &&
-	      gid_eq(cred->fsgid, tcred->gid)) ||
-	     ns_capable(tcred->user_ns, CAP_SYS_PTRACE);
+	ok = (pfprof_ids_match(current_cred(), tcred) ||
+	      ns_capable(tcred->user_ns, CAP_SYS_PTRACE)) &&
+	     (pfprof_ids_match(file->f_cred, tcred) ||
+	      file_ns_capable(file, tcred->user_ns, CAP_SYS_PTRACE));
 	rcu_read_unlock();
 	if (!ok)
 		return false;
@@ -154,14 +166,18 @@ static bool pfprof_may_read(struct task_struct *task)
 	task_lock(task);
 	mm = task->mm;
 	if (mm && get_dumpable(mm) != SUID_DUMP_USER &&
-	    !ns_capable(mm->user_ns, CAP_SYS_PTRACE))
+	    !(ns_capable(mm->user_ns, CAP_SYS_PTRACE) &&
+	      file_ns_capable(file, mm->user_ns, CAP_SYS_PTRACE)))
 		ok = false;
 	task_unlock(task);
 	return ok;
 }
 
-/* Looks up the process (thread group) @nr in the caller's pid namespace. */
-static int pfprof_lookup(pid_t nr, struct pid **pidp,
+/*
+ * Looks up the process (thread group) @nr in the caller's pid namespace,
+ * for a command written to @file.
+ */
+static int pfprof_lookup(const struct file *file, pid_t nr, struct pid **pidp,
 			 struct task_struct **leaderp)
 {
 	struct task_struct *leader;
@@ -177,7 +193,7 @@ static int pfprof_lookup(pid_t nr, struct pid **pidp,
 		ret = -ESRCH;
 		goto err_put_pid;
 	}
-	if (!pfprof_may_read(leader)) {
+	if (!pfprof_may_read(leader, file)) {
 		ret = -EPERM;
 		goto err_put_task;
 	}
@@ -192,14 +208,14 @@ err_put_pid:
 	return ret;
 }
 
-static int pfprof_register(pid_t nr)
+static int pfprof_register(const struct file *file, pid_t nr)
 {
 	struct task_struct *leader;
 	struct pfprof_proc *p;
 	struct pid *pid;
 	int ret;
 
-	ret = pfprof_lookup(nr, &pid, &leader);
+	ret = pfprof_lookup(file, nr, &pid, &leader);
 	if (ret)
 		return ret;
 
@@ -238,14 +254,14 @@ err_put_refs:
 	return ret;
 }
 
-static int pfprof_unregister(pid_t nr)
+static int pfprof_unregister(const struct file *file, pid_t nr)
 {
 	struct task_struct *leader;
 	struct pfprof_proc *p;
 	struct pid *pid;
 	int ret;
 
-	ret = pfprof_lookup(nr, &pid, &leader);
+	ret = pfprof_lookup(file, nr, &pid, &leader);
 	if (ret)
 		return ret;
 
@@ -308,7 +324,8 @@ static ssize_t pfprof_status_write(struct file *file, const char __user *ubuf,
 	ret = pfprof_parse(buf, count, &cmd, &nr);
 	if (ret)
 		return ret;
-	ret = cmd == 'R' ? pfprof_register(nr) : pfprof_unregister(nr);
+	ret = cmd == 'R' ? pfprof_register(file, nr) :
+			   pfprof_unregister(file, nr);
 	return ret ? ret : count;
 }
 
