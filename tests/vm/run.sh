@@ -9,7 +9,8 @@
 #
 # FILTER: run only tests whose name contains one of these substrings.
 # --keep: keep the work directory (initramfs, console log) and print its path.
-# Environment: CARGO_TARGET_DIR (default: target/), PFPROF_VM_TIMEOUT (s, 300).
+# Environment: CARGO_TARGET_DIR (default: target/), PFPROF_VM_TIMEOUT (s, 300),
+# PFPROF_SEED (replay the randomized tests with the seed a failure printed).
 # Needs: linux-image-cloud-amd64 linux-headers-cloud-amd64 qemu-system-x86
 #        busybox-static cpio, and a Rust toolchain with x86_64-unknown-linux-gnu.
 set -euo pipefail
@@ -24,7 +25,7 @@ filters=()
 for arg in "$@"; do
 	case $arg in
 	--keep) keep=1 ;;
-	-h | --help) sed -n '2,14p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,15p' "$0"; exit 0 ;;
 	*) filters+=("$arg") ;;
 	esac
 done
@@ -49,8 +50,17 @@ vm_pack "$root" "$work/initramfs.cpio.gz"
 
 log=$work/console.log
 set +e
-vm_boot "$work/initramfs.cpio.gz" "$log" "$vm_timeout" 1G "slub_debug=FZPU loglevel=4" |
-	grep --line-buffered -E '^(ok   |FAIL )'
+# The kernel's checkers this cloud kernel has (no lockdep, kmemleak, KASAN
+# or page poisoning in its config): slub_debug (redzones, poisoning, user
+# tracking: the tests count the module's live objects by it), the hung-task
+# detector at 20 s instead of 120, freed pages zeroed; DEBUG_LIST,
+# BUG_ON_DATA_CORRUPTION, HARDENED_USERCOPY and the lockup detectors are on.
+# PFPROF_SEED=<n> replays the randomized tests (it reaches the guest's
+# environment as an unknown kernel parameter).
+checkers="slub_debug=FZPU sysctl.kernel.hung_task_timeout_secs=20 init_on_free=1"
+vm_boot "$work/initramfs.cpio.gz" "$log" "$vm_timeout" 1G \
+	"$checkers loglevel=4${PFPROF_SEED:+ PFPROF_SEED=$PFPROF_SEED}" |
+	grep --line-buffered -E '^(ok   |FAIL |  \| )'
 qemu_rc=${PIPESTATUS[0]}
 set -e
 
@@ -71,7 +81,7 @@ fi
 [[ $verdict == 0 ]] || { [[ -z $summary ]] || ((failed > 0)) || failed=1; }
 
 # The kernel must not have complained, whatever the tests saw.
-if grep -E 'BUG[: ]|WARNING:|Oops|KASAN|general protection|Kernel panic|INFO: task .* blocked|=====+$|Redzone|Poison overwritten|Object padding|slab error' "$log" \
+if grep -E 'BUG[: ]|WARNING:|Oops|KASAN|general protection|Kernel panic|INFO: task .* blocked|detected stalls|=====+$|Redzone|Poison overwritten|Object padding|slab error' "$log" \
 	| grep -v '^PFPROF-' >"$work/kernel-complaints.txt"; then
 	echo "FAIL kernel log is free of BUG, WARNING, Oops and slub reports:"
 	head -n 40 "$work/kernel-complaints.txt" | sed 's/^/    /'

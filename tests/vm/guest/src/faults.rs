@@ -115,7 +115,7 @@ pub fn chaos_monitor(mode: &str, seed: &str, phase: &str) -> Result<()> {
                 // A slow copy: read every slot, again and again, under the lock.
                 map.lock_as_consumer()?;
                 phase.set(PHASE_COPY);
-                let until = Instant::now() + Duration::from_micros(rng.below(3000));
+                let until = Instant::now() + Duration::from_micros(2000 + rng.below(6000));
                 let mut sum = 0u64;
                 while Instant::now() < until {
                     for offset in (abi::DATA_OFFSET as usize..map.size()).step_by(8) {

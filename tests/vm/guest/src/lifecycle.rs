@@ -10,6 +10,7 @@ use shared_layout::device::{Device, DeviceError};
 use shared_layout::strict::{StrictConsumer, Take};
 use shared_layout::Mode;
 
+use crate::klog;
 use crate::kmod::{self, Profiled};
 use crate::Env;
 
@@ -61,14 +62,26 @@ pub fn module_refuses_out_of_range_parameters_at_load(env: &Env) -> Result<()> {
         "buffer_pages=0",
         "buffer_pages=1",
         "buffer_pages=65537",
+        "buffer_pages=4294967295",
         "period_ms=-1",
+        "period_ms=4294967296",
         "buffer_pages=lots",
     ] {
+        let mark = klog::Mark::now()?;
         if kmod::try_insmod(env, &[bad])?.is_ok() {
             bail!("insmod {bad} succeeded");
         }
         ensure!(!kmod::is_loaded(), "{bad}: module loaded anyway");
         ensure!(files_exist() == (false, false), "{bad}: files left behind");
+        // The log says which parameter and why: its range, or that it is no number.
+        let (name, value) = bad.split_once('=').context("param")?;
+        let said = mark.messages()?;
+        ensure!(
+            said.iter()
+                .any(|m| m.contains(&format!("{bad} out of range"))
+                    || m.contains(&format!("`{value}' invalid for parameter `{name}'"))),
+            "insmod {bad}: no message naming it in {said:?}"
+        );
     }
     for good in [
         ["period_ms=1", "buffer_pages=2"],
