@@ -226,6 +226,29 @@ impl Profiled {
         Ok(())
     }
 
+    /// Waits until it has exited and has left the CPU, without reaping it.
+    /// wait4() reads the CPU time of an exiting leader that may still be
+    /// running on another CPU (its last slice not yet accounted), while the
+    /// module reads it after the release, slice included: reaping only once
+    /// it is off the CPU lets the two agree to the microsecond.
+    pub fn wait_exited(&self) -> Result<()> {
+        // SAFETY: siginfo is plain old data; all-zero is a valid value.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: valid pointer to a local; pid is our unreaped child.
+        let ret = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                self.pid,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        ensure!(ret == 0, "waitid: {}", std::io::Error::last_os_error());
+        // A zombie is off the CPU within its final schedule(): far less.
+        thread::sleep(Duration::from_millis(50));
+        Ok(())
+    }
+
     /// wait4() it: its own minor faults as its parent sees them.
     pub fn reap(&mut self) -> Result<Reaped> {
         self.stdin = None;

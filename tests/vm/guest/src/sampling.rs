@@ -88,6 +88,7 @@ pub fn every_fault_and_cpu_nanosecond_of_a_threaded_child_lands_in_one_sample(
 
     child.go()?;
     ensure!(child.read_line()? == "done");
+    child.wait_exited()?;
     let reaped = child.reap()?;
     ensure!(reaped.status == 0, "child failed: {:#x}", reaped.status);
     let expected = reaped.minflt - before;
