@@ -19,6 +19,7 @@ mod kmod;
 mod lifecycle;
 mod load;
 mod permissions;
+mod races;
 mod registration;
 mod rng;
 mod sampling;
@@ -134,6 +135,10 @@ const TESTS: &[(&str, Test)] = &[
     (
         "nobody_may_profile_its_own_processes_only_and_open_the_device_as_udev_allows",
         permissions::nobody_may_profile_its_own_processes_only_and_open_the_device_as_udev_allows,
+    ),
+    (
+        "a_process_registered_and_unregistered_between_two_sampler_looks_still_ends_the_session",
+        races::a_process_registered_and_unregistered_between_two_sampler_looks_still_ends_the_session,
     ),
 ];
 
