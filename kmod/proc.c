@@ -41,10 +41,15 @@ struct pfprof_proc {
 
 static struct proc_dir_entry *pfprof_proc_dir;
 
-/* Protects the list, pfprof_nr (also read locklessly) and pending. */
+/*
+ * Protects the list, pfprof_nr and pfprof_made (both also read
+ * locklessly) and pending.
+ */
 static DEFINE_MUTEX(pfprof_reg_lock);
 static LIST_HEAD(pfprof_procs);
 static unsigned int pfprof_nr;
+/* Registrations made since load: tells the sampler about one it missed. */
+static unsigned int pfprof_made;
 static struct pfprof_totals pfprof_pending;
 
 /* Totals only grow; a smaller reading (never expected) adds nothing. */
@@ -82,6 +87,11 @@ static void pfprof_proc_free(struct pfprof_proc *p)
 unsigned int pfprof_nr_registered(void)
 {
 	return READ_ONCE(pfprof_nr);
+}
+
+unsigned int pfprof_registrations_made(void)
+{
+	return READ_ONCE(pfprof_made);
 }
 
 /*
@@ -240,6 +250,7 @@ static int pfprof_register(const struct file *file, pid_t nr)
 	p->seen = p->base;
 	list_add_tail(&p->node, &pfprof_procs);
 	WRITE_ONCE(pfprof_nr, pfprof_nr + 1);
+	WRITE_ONCE(pfprof_made, pfprof_made + 1);
 	mutex_unlock(&pfprof_reg_lock);
 
 	pfprof_sampler_kick();

@@ -70,9 +70,15 @@ void pfprof_sampler_kick(void)
 	wake_up(&pfprof_sampler_wq);
 }
 
-static bool pfprof_sampler_has_work(void)
+/*
+ * Somebody is registered, or was since @seen registrations: one that came
+ * and went between two looks still leaves its last sample to write (and
+ * the session to end).
+ */
+static bool pfprof_sampler_has_work(unsigned int seen)
 {
-	return pfprof_nr_registered() || kthread_should_stop();
+	return pfprof_nr_registered() ||
+	       pfprof_registrations_made() != seen || kthread_should_stop();
 }
 
 static int pfprof_sampler_fn(void *unused)
@@ -83,14 +89,16 @@ static int pfprof_sampler_fn(void *unused)
 	/* Nobody is registered but the last sample is not written yet. */
 	bool draining = false;
 	bool retry = false;
+	/* Registrations made before the last collection. */
+	unsigned int seen = 0;
 	unsigned int nr;
 
 	while (!kthread_should_stop()) {
 		if (!retry) {
-			if (!draining && !pfprof_nr_registered()) {
+			if (!draining && !pfprof_sampler_has_work(seen)) {
 				/* Idle: the period starts at the registration. */
 				wait_event_interruptible(pfprof_sampler_wq,
-							 pfprof_sampler_has_work());
+							 pfprof_sampler_has_work(seen));
 				continue;
 			}
 			/* The last unregistration ends the period early. */
@@ -104,6 +112,7 @@ static int pfprof_sampler_fn(void *unused)
 		}
 		retry = false;
 
+		seen = pfprof_registrations_made();
 		nr = pfprof_reg_collect(&pending);
 		if (!nr && !pfprof_ring_open()) {
 			/* Nobody to deliver the last sample to: drop it. */
