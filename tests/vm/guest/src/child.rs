@@ -44,32 +44,36 @@ struct Fresh {
     len: usize,
 }
 
+/// `len` bytes of fresh anonymous private memory, readable and writable,
+/// not touched yet; the caller unmaps it (or leaves it to the exit).
+pub fn map_anonymous(len: usize) -> Result<NonNull<u8>> {
+    // SAFETY: anonymous private mapping, no address hint.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    ensure!(
+        ptr != libc::MAP_FAILED,
+        "mmap: {}",
+        std::io::Error::last_os_error()
+    );
+    NonNull::new(ptr.cast()).context("mmap returned null")
+}
+
 impl Fresh {
     fn new(pages: usize) -> Result<Fresh> {
         let len = pages.max(1) * PAGE;
-        // SAFETY: anonymous private mapping, no address hint.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        ensure!(
-            ptr != libc::MAP_FAILED,
-            "mmap: {}",
-            std::io::Error::last_os_error()
-        );
+        let ptr = map_anonymous(len)?;
         // One fault per page, not one per huge page.
         // SAFETY: the range was just mapped.
-        unsafe { libc::madvise(ptr, len, libc::MADV_NOHUGEPAGE) };
-        Ok(Fresh {
-            ptr: NonNull::new(ptr.cast()).context("mmap returned null")?,
-            len,
-        })
+        unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_NOHUGEPAGE) };
+        Ok(Fresh { ptr, len })
     }
 
     fn touch(&self, pages: std::ops::Range<usize>) {

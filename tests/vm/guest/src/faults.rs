@@ -25,6 +25,7 @@ use crate::device::Mapping;
 use crate::klog;
 use crate::kmod::{self, Profiled};
 use crate::rng::Rng;
+use crate::sampling::take_until_ended;
 use crate::Env;
 
 /// Where the test and its chaos monitors share the monitor's phase.
@@ -263,6 +264,7 @@ pub fn monitors_sigkilled_anywhere_leave_a_module_the_next_monitor_can_use(
         thread::sleep(Duration::from_micros(rng.below(150_000)));
         if round % 6 == 0 {
             rmmod_is_refused("a monitor is attached")?;
+            tally.rmmod_refused += 1;
         }
         // Stopped, it stays where it was: its phase and syscall are exact.
         signal(monitor.pid, libc::SIGSTOP)?;
@@ -284,7 +286,6 @@ pub fn monitors_sigkilled_anywhere_leave_a_module_the_next_monitor_can_use(
         );
         new_monitor_works(&format!("round {round} ({mode}, seed {seed})"))?;
     }
-    tally.rmmod_refused = MONITOR_KILLS.div_ceil(6);
 
     // The sampler blocked on a full strict ring: rmmod is refused, the kill
     // frees it, and the next monitor works.
@@ -350,13 +351,7 @@ pub fn processes_sigkilled_while_faulting_have_every_fault_in_a_strict_sample(
         }
         victim.kill()?;
         let reaped = victim.reap()?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while consumer.take(&mut samples, Some(Duration::from_secs(1)))? != Take::Ended {
-            ensure!(
-                Instant::now() < deadline,
-                "round {round}: the session never ended"
-            );
-        }
+        take_until_ended(&mut consumer, &mut samples).with_context(|| format!("round {round}"))?;
         let got: u64 = samples.iter().map(|s| s.minor).sum();
         let expected = reaped.minflt - before;
         ensure!(

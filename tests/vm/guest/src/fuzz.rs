@@ -21,9 +21,11 @@ use shared_layout::device::Device;
 use shared_layout::strict::{StrictConsumer, Take};
 use shared_layout::Mode;
 
+use crate::child::map_anonymous;
 use crate::klog;
 use crate::kmod::{self, Profiled};
 use crate::rng::Rng;
+use crate::sampling::take_until_ended;
 use crate::Env;
 
 /// Write syscalls the fuzzer makes (each iovec of a writev is one command).
@@ -120,27 +122,11 @@ const PAGE: usize = 4096;
 
 impl Guarded {
     fn new() -> Result<Guarded> {
-        // SAFETY: anonymous mapping of three pages, no hint.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                3 * PAGE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        ensure!(
-            p != libc::MAP_FAILED,
-            "mmap: {}",
-            std::io::Error::last_os_error()
-        );
+        let base = map_anonymous(3 * PAGE)?.as_ptr();
         // SAFETY: the third page of our own mapping.
-        let ret =
-            unsafe { libc::mprotect(p.cast::<u8>().add(2 * PAGE).cast(), PAGE, libc::PROT_NONE) };
+        let ret = unsafe { libc::mprotect(base.add(2 * PAGE).cast(), PAGE, libc::PROT_NONE) };
         ensure!(ret == 0, "mprotect: {}", std::io::Error::last_os_error());
-        Ok(Guarded { base: p.cast() })
+        Ok(Guarded { base })
     }
 
     /// `bytes` placed to end `overhang` bytes inside the guard page.
@@ -591,13 +577,7 @@ pub fn proc_file_survives_fuzzing_and_registers_exactly_what_valid_commands_aske
         "no sample after fuzzing: {took:?}"
     );
     kmod::unregister(outsider.pid)?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while consumer.take(&mut samples, Some(Duration::from_secs(1)))? != Take::Ended {
-        ensure!(
-            Instant::now() < deadline,
-            "the session never ended after fuzzing"
-        );
-    }
+    take_until_ended(&mut consumer, &mut samples)?;
     drop((consumer, dev));
     ensure!(klog::module_slab_objects()? == 0, "a registration leaked");
     outsider.go()?;

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 use shared_layout::abi::{self, AreaHeader, Sem};
 use shared_layout::device::Device;
-use shared_layout::strict::{StrictConsumer, Take};
+use shared_layout::strict::StrictConsumer;
 use shared_layout::Mode;
 
 use crate::device::{ioctl, raw_open, set_mode, Mapping};
@@ -25,6 +25,7 @@ use crate::klog;
 use crate::kmod::{self, Profiled};
 use crate::lifecycle::{sampler_pid, wakeups};
 use crate::rng::Rng;
+use crate::sampling::take_until_ended;
 use crate::Env;
 
 /// Scribbling per kind of session (strict, relaxed, none chosen).
@@ -273,10 +274,7 @@ pub fn monitor_scribbling_every_word_for_seconds_cannot_stall_or_hurt_the_sample
         "samples after the scribbling are out of order"
     );
     kmod::unregister(churn.pid)?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while consumer.take(&mut samples, Some(Duration::from_secs(1)))? != Take::Ended {
-        ensure!(Instant::now() < deadline, "the session never ended");
-    }
+    take_until_ended(&mut consumer, &mut samples)?;
     drop((consumer, area, dev));
     churn.go()?;
     churn.reap()?;

@@ -14,9 +14,11 @@ use shared_layout::device::Device;
 use shared_layout::strict::{StrictConsumer, Take};
 use shared_layout::Mode;
 
+use crate::child::map_anonymous;
 use crate::klog;
 use crate::kmod::{self, Profiled};
 use crate::rng::Rng;
+use crate::sampling::take_until_ended;
 use crate::Env;
 
 const THREADS: usize = 8;
@@ -111,26 +113,6 @@ fn fork_waiting(slot: &Slot) -> Result<Forked> {
     })
 }
 
-fn map(len: usize) -> Result<*mut u8> {
-    // SAFETY: anonymous private mapping, no hint.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    ensure!(
-        p != libc::MAP_FAILED,
-        "mmap: {}",
-        std::io::Error::last_os_error()
-    );
-    Ok(p.cast())
-}
-
 impl Forked {
     fn release(&self) {
         // SAFETY: our own pipe's write end.
@@ -175,8 +157,8 @@ fn churn(seed: u64) -> Result<Churned> {
     let slots: Vec<Slot> = (0..=KEPT)
         .map(|_| {
             Ok(Slot {
-                stack: map(STACK)?,
-                mem: map(PAGES * PAGE)?,
+                stack: map_anonymous(STACK)?.as_ptr(),
+                mem: map_anonymous(PAGES * PAGE)?.as_ptr(),
             })
         })
         .collect::<Result<_>>()?;
@@ -304,10 +286,7 @@ pub fn eight_threads_churning_8000_processes_leave_exactly_the_live_registration
         p.reap()?;
     }
     kmod::unregister(anchor.pid)?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while consumer.take(&mut samples, Some(Duration::from_secs(1)))? != Take::Ended {
-        ensure!(Instant::now() < deadline, "the session never ended");
-    }
+    take_until_ended(&mut consumer, &mut samples)?;
     let written = area.counters().write_seq;
     ensure!(
         samples.len() as u64 == written,

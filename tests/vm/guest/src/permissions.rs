@@ -8,16 +8,16 @@
 use std::fs::{self, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use shared_layout::abi;
 use shared_layout::device::Device;
-use shared_layout::strict::{StrictConsumer, Take};
+use shared_layout::strict::StrictConsumer;
 use shared_layout::Mode;
 
 use crate::klog;
 use crate::kmod::{self, Profiled};
+use crate::sampling::take_until_ended;
 use crate::Env;
 
 const NOBODY: u32 = 65534;
@@ -140,10 +140,7 @@ pub fn own_session(pages: &str) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("U self: errno {e}"))?;
     let during = minflt() - before;
     let mut samples = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while consumer.take(&mut samples, Some(Duration::from_secs(1)))? != Take::Ended {
-        ensure!(Instant::now() < deadline, "the session never ended");
-    }
+    take_until_ended(&mut consumer, &mut samples)?;
     let got: u64 = samples.iter().map(|s| s.minor).sum();
     println!("ok {got} {pages} {during}");
     Ok(())

@@ -14,7 +14,7 @@ use crate::kmod::{self, Profiled};
 use crate::Env;
 
 /// Takes every sample until the session ends (the last process left).
-fn take_until_ended(
+pub fn take_until_ended(
     consumer: &mut StrictConsumer<DeviceWaiter>,
     out: &mut Vec<Sample>,
 ) -> Result<()> {
