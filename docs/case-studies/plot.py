@@ -2,15 +2,16 @@
 
     plot.py OUT
 
-OUT/data/<run>/ holds each run's samples.csv (the monitor's per-sample deltas),
-experiment.log (the commands, work's own counts and the monitor's summary),
-machine.txt, vmstat.txt and cpu-stat.txt (from the guest); OUT/data/host.txt describes the
-host. Writes OUT/thrashing.svg, OUT/multiprogramming.svg and
-OUT/multiprogramming.csv (one row per N).
+OUT/data/<run>-r<k>/ holds repetition k of each run: samples.csv (the
+monitor's per-sample deltas), experiment.log (the commands, work's own counts
+and the monitor's summary), machine.txt, vmstat.txt and cpu-stat.txt (from the
+guest); OUT/data/host.txt describes the host. Writes OUT/thrashing.svg,
+OUT/multiprogramming.svg and OUT/multiprogramming.csv (one row per run).
 """
 
 import csv
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -31,6 +32,12 @@ def key_values(path):
         key, _, value = line.partition(" ")
         values[key.rstrip(":")] = value.strip()
     return values
+
+
+def repetitions(out, name):
+    """The directories of RUN's repetitions, in order."""
+    runs = sorted((out / "data").glob(f"{name}-r*"), key=lambda p: int(p.name.rsplit("-r", 1)[1]))
+    return [r for r in runs if (r / "samples.csv").exists()]
 
 
 def samples(run):
@@ -77,6 +84,19 @@ def machine(out, run):
     )
 
 
+def commands(run):
+    """The workload line of the run's `monitor run` command, as the guest ran it."""
+    text = (run / "experiment.log").read_text()
+    return re.search(r"sh -c '(.*) wait'", text).group(1).rstrip(" &;")
+
+
+def workload(run):
+    """Iterations and accesses per iteration of one `work` of the run."""
+    text = (run / "experiment.log").read_text()
+    m = re.search(r"^work: (\d+) iterations of (\d+) accesses", text, re.M)
+    return int(m.group(1)), int(m.group(2))
+
+
 def cpu_breakdown(run):
     """The guest's CPU time during the run from /proc/stat, in % of one CPU."""
     before, after = (
@@ -87,25 +107,16 @@ def cpu_breakdown(run):
     user, nice, system, idle, iowait, irq, softirq = delta[:7]
     total = user + nice + system + idle + iowait + irq + softirq
     cpus = int(key_values(run / "machine.txt")["cpus"])
-    pct = lambda ticks: round(100 * cpus * ticks / total, 2)  # noqa: E731
+
+    def pct(ticks):
+        return round(100 * cpus * ticks / total, 2)
+
     return {
         "guest_user_pct": pct(user + nice),
         "guest_system_pct": pct(system + irq + softirq),
         "guest_iowait_pct": pct(iowait),
         "guest_idle_pct": pct(idle),
     }
-
-
-def commands(run):
-    """The workload line of the run's `monitor run` command, as the guest ran it."""
-    text = (run / "experiment.log").read_text()
-    return re.search(r"sh -c '(.*) wait'", text).group(1).rstrip(" &;")
-
-
-def workload(run):
-    """Iterations and accesses per iteration of one `work` of the run."""
-    m = re.search(r"^work: (\d+) iterations of (\d+) accesses", (run / "experiment.log").read_text(), re.M)
-    return int(m.group(1)), int(m.group(2))
 
 
 def accumulated(rows, key):
@@ -117,109 +128,134 @@ def accumulated(rows, key):
 
 
 def thrashing(out):
-    runs = [
+    pairings = [
         ("thrash-rr", "random vs random"),
         ("thrash-rl", "random vs locality"),
     ]
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5.6), sharey=True)
-    for ax, (name, title) in zip(axes, runs):
-        run = out / "data" / name
-        rows = samples(run)
-        t = [r["time_ms"] / 1e3 for r in rows]
-        ax.plot(t, accumulated(rows, "minor"), color="tab:blue", lw=2, label="minor faults")
-        ax.plot(t, accumulated(rows, "major"), color="tab:red", lw=2, label="major faults")
-        ax.set_title(f"{title}\n{commands(run)}", fontsize=11)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.8), sharey=True)
+    for ax, (name, title) in zip(axes, pairings):
+        runs = repetitions(out, name)
+        for i, run in enumerate(runs):
+            rows = samples(run)
+            t = [r["time_ms"] / 1e3 for r in rows]
+            style = ["-", "--", ":"][i % 3]
+            ax.plot(t, accumulated(rows, "minor"), style, color="tab:blue", lw=2,
+                    label=f"minor faults, run {i + 1}")
+            ax.plot(t, accumulated(rows, "major"), style, color="tab:red", lw=2,
+                    label=f"major faults, run {i + 1}")
+        ax.set_title(f"{title}\n{commands(runs[0])}", fontsize=11)
         ax.set_xlabel("time (s)")
         ax.grid(alpha=0.3)
-        ax.legend(loc="upper left")
+        ax.legend(loc="upper left", fontsize=8, ncols=2)
     axes[0].set_ylabel("accumulated faults, both processes")
     axes[0].ticklabel_format(axis="y", style="plain")
     fig.suptitle(
         "Thrashing and locality: two work processes in too little memory\n"
-        + machine(out, out / "data" / runs[0][0]),
+        + machine(out, repetitions(out, pairings[0][0])[0]),
         fontsize=9.5,
     )
     fig.tight_layout()
     fig.savefig(out / "thrashing.svg", metadata=METADATA)
 
 
-def multiprogramming(out):
-    runs = sorted(
-        (p for p in (out / "data").glob("multi-*") if (p / "samples.csv").exists()),
-        key=lambda p: int(p.name.split("-")[1]),
-    )
+def multiprogramming_table(out):
+    names = sorted({p.name.rsplit("-r", 1)[0] for p in (out / "data").glob("multi-*-r*")},
+                   key=lambda name: int(name.split("-")[1]))
     table = []
-    for run in runs:
-        s = summary(run)
-        vm = key_values(run / "vmstat.txt")
-        n = int(run.name.split("-")[1])
-        iterations, accesses = workload(run)
-        table.append(
-            {
-                "n": n,
-                "duration_s": s["duration_s"],
-                "cpu_s": s["cpu_s"],
-                "cpu_util_pct": round(100 * s["cpu_s"] / s["duration_s"], 2),
-                "accesses_per_s": round(n * iterations * accesses / s["duration_s"]),
-                "minor": s["minor"],
-                "major": s["major"],
-                "pswpin": int(vm["pswpin"]),
-                "pswpout": int(vm["pswpout"]),
-                "samples_lost": s["lost"],
-                **cpu_breakdown(run),
-            }
-        )
+    for name in names:
+        for k, run in enumerate(repetitions(out, name), 1):
+            s = summary(run)
+            vm = key_values(run / "vmstat.txt")
+            n = int(name.split("-")[1])
+            iterations, accesses = workload(run)
+            table.append(
+                {
+                    "n": n,
+                    "run": k,
+                    "duration_s": s["duration_s"],
+                    "cpu_s": s["cpu_s"],
+                    "cpu_util_pct": round(100 * s["cpu_s"] / s["duration_s"], 2),
+                    "accesses_per_s": round(n * iterations * accesses / s["duration_s"]),
+                    "minor": s["minor"],
+                    "major": s["major"],
+                    "pswpin": int(vm["pswpin"]),
+                    "pswpout": int(vm["pswpout"]),
+                    "samples_lost": s["lost"],
+                    **cpu_breakdown(run),
+                }
+            )
     with open(out / "multiprogramming.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(table[0]))
         w.writeheader()
         w.writerows(table)
+    return [f"multi-{n}" for n in sorted({r["n"] for r in table})], table
 
-    n = [r["n"] for r in table]
-    fig, (util, split, rate) = plt.subplots(3, 1, figsize=(10, 12), sharex=True)
-    util.plot(n, [r["cpu_util_pct"] for r in table], "o-", color="tab:green", lw=2)
-    for x, r in zip(n, table):
-        util.annotate(f"{r['cpu_util_pct']:.1f}%", (x, r["cpu_util_pct"]),
-                      textcoords="offset points", xytext=(0, 8), ha="center", fontsize=9)
+
+def by_n(table, key):
+    """N values, and the mean, min and max of KEY over each N's runs."""
+    ns = sorted({r["n"] for r in table})
+    values = [[r[key] for r in table if r["n"] == n] for n in ns]
+    return ns, [statistics.mean(v) for v in values], [min(v) for v in values], \
+        [max(v) for v in values]
+
+
+def spread(ax, table, key, fmt, color, label=None):
+    """The mean of KEY against N with its min-max range, and every run as a dot."""
+    ns, mean, low, high = by_n(table, key)
+    ax.errorbar(ns, mean, yerr=[[m - lo for m, lo in zip(mean, low)],
+                                [hi - m for m, hi in zip(mean, high)]],
+                fmt=fmt, color=color, lw=2, capsize=4, label=label)
+    ax.plot([r["n"] for r in table], [r[key] for r in table], ".", color=color, alpha=0.5)
+    return ns, mean
+
+
+def multiprogramming(out):
+    names, table = multiprogramming_table(out)
+    first = repetitions(out, names[0])[0]
+    fig, (util, split, rate) = plt.subplots(3, 1, figsize=(10, 12.5), sharex=True)
+
+    ns, mean = spread(util, table, "cpu_util_pct", "o-", "tab:green")
+    for x, m in zip(ns, mean):
+        util.annotate(f"{m:.1f}%", (x, m), textcoords="offset points", xytext=(14, -12),
+                      fontsize=9)
     util.set_ylabel("CPU utilization of the N processes\n(pfprof samples; % of one CPU)")
-    util.set_ylim(0, 200)
+    util.set_ylim(0, 210)
     util.axhline(200, color="gray", ls=":")
     util.grid(alpha=0.3)
-    util.set_title(f"N concurrent: {commands(runs[-1]).split('; do ')[1].rstrip(' &; done')}",
+    last = repetitions(out, names[-1])[0]
+    util.set_title(f"N concurrent: {commands(last).split('; do ')[1].rstrip(' &; done')} "
+                   f"(mean of {len(table) // len(names)} runs per N, bars: min to max, dots: runs)",
                    fontsize=11)
 
-    bottom = [0.0] * len(table)
-    width = 1.2
+    bottom = [0.0] * len(ns)
     for key, label, color in [
         ("guest_user_pct", "user", "tab:green"),
         ("guest_system_pct", "system (incl. irq)", "tab:orange"),
         ("guest_iowait_pct", "iowait", "tab:red"),
         ("guest_idle_pct", "idle", "lightgray"),
     ]:
-        values = [r[key] for r in table]
-        split.bar(n, values, width, bottom=bottom, color=color, label=label)
+        _, values, _, _ = by_n(table, key)
+        split.bar(ns, values, 1.2, bottom=bottom, color=color, label=label)
         bottom = [b + v for b, v in zip(bottom, values)]
-    split.set_ylabel("whole guest's CPU time\n(/proc/stat; % of one CPU)")
-    split.set_ylim(0, 200)
+    split.set_ylabel("whole guest's CPU time, mean\n(/proc/stat; % of one CPU)")
+    split.set_ylim(0, 210)
     split.legend(loc="upper left", ncols=4, fontsize=9)
 
-    rate.plot(n, [r["accesses_per_s"] for r in table], "s-", color="tab:purple", lw=2,
-              label="work done: accesses per second, all N (left)")
+    spread(rate, table, "accesses_per_s", "s-", "tab:purple",
+           "work done: accesses per second, all N (left)")
     rate.set_ylabel("accesses per second")
     rate.set_xlabel("N (concurrent work processes)")
     rate.set_ylim(bottom=0)
     rate.grid(alpha=0.3)
     faults = rate.twinx()
-    faults.plot(n, [r["major"] for r in table], "o--", color="tab:red", lw=2,
-                label="major faults, all N (right)")
+    spread(faults, table, "major", "o--", "tab:red", "major faults, all N (right)")
     faults.set_ylabel("major faults")
     faults.set_ylim(bottom=0)
     lines = rate.get_legend_handles_labels()[0] + faults.get_legend_handles_labels()[0]
     rate.legend(lines, [h.get_label() for h in lines], loc="upper left")
-    rate.set_xticks(n)
-    fig.suptitle(
-        "Multiprogramming: CPU utilization against N\n" + machine(out, runs[0]),
-        fontsize=9.5,
-    )
+    rate.set_xticks(ns)
+    fig.suptitle("Multiprogramming: CPU utilization against N\n" + machine(out, first),
+                 fontsize=9.5)
     fig.tight_layout()
     fig.savefig(out / "multiprogramming.svg", metadata=METADATA)
 
@@ -228,9 +264,9 @@ def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     out = Path(sys.argv[1])
-    if (out / "data" / "thrash-rr").exists() and (out / "data" / "thrash-rl").exists():
+    if repetitions(out, "thrash-rr") and repetitions(out, "thrash-rl"):
         thrashing(out)
-    if any((out / "data").glob("multi-*")):
+    if any((out / "data").glob("multi-*-r*")):
         multiprogramming(out)
 
 

@@ -2,18 +2,20 @@
 # Reproduces docs/case-studies.md: boots Debian's cloud kernel under qemu TCG
 # (tests/vm/lib.sh) with little memory and a swap disk, once per run, profiles
 # `work` processes there with the pfprof module and `monitor run` (kernel
-# backend, strict mode), brings each run's CSVs back over the serial console,
-# and draws the figures with plot.py.
+# backend, strict mode), brings each run's CSVs back on a second virtio disk
+# (a raw tar archive), and draws the figures with plot.py.
 #
 #   docs/case-studies/reproduce.sh [RUN...]
 #
 # RUN: thrash-rr thrash-rl multi-N (N in 1 5 11 16 20 22); default all of them.
-# Results: docs/figures/data/<run>/ (samples.csv, monitor.svg, machine.txt,
+# Each run is repeated PFPROF_CASE_REPEAT times (default 3), in a fresh guest.
+# Results: docs/figures/data/<run>-r<k>/ (samples.csv, monitor.svg, machine.txt,
 # experiment.log, vmstat.txt, cpu-stat.txt) and the figures docs/figures/*.svg
 # with the table docs/figures/multiprogramming.csv.
 # Environment: CARGO_TARGET_DIR (default: target/), PFPROF_CASE_OUT (default
-# docs/figures). Needs what tests/vm/run.sh needs, binutils (strip) and
-# python3 with venv (matplotlib is installed from PyPI into a venv).
+# docs/figures), PFPROF_CASE_VENV (a venv with matplotlib to reuse; default: a
+# fresh one, from PyPI). Needs what tests/vm/run.sh needs, binutils (strip)
+# and python3 with venv. Takes about 15 minutes on 2 host CPUs.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -28,6 +30,8 @@ guest_mem=256M
 swap_mib=1024
 # A run that takes longer than this is cut short and fails.
 run_timeout=900
+# Every run is repeated: the host's other load makes TCG's speed vary.
+repeat=${PFPROF_CASE_REPEAT:-3}
 
 # Case study 1, scaled from the original's two `work 1024 ...` to two working
 # sets that each fit in the guest's free memory but together do not.
@@ -85,35 +89,45 @@ mkdir -p "$out/data"
 	echo "swap_mib $swap_mib"
 } >"$out/data/host.txt"
 
-# case_run RUN: boot a fresh guest whose /experiment profiles RUN's commands,
-# and unpack what it brings back into $out/data/RUN.
+# case_run RUN K: boot a fresh guest whose /experiment profiles RUN's commands,
+# and unpack what it brings back into $out/data/RUN-rK.
 case_run() {
-	local name=$1 log=$work/$1.console
+	local name=$1 log=$work/$1-r$2.console
 	cat >"$root/experiment" <<-EOF
 		set -x
 		monitor run --backend kernel --mode strict --output samples.csv --plot monitor.svg \\
 			-- sh -c '${runs[$name]} wait'
 	EOF
 	vm_pack "$root" "$work/initramfs.cpio.gz"
-	rm -f "$work/swap.img" && truncate -s "${swap_mib}M" "$work/swap.img"
+	rm -f "$work/swap.img" "$work/results.img"
+	truncate -s "${swap_mib}M" "$work/swap.img"
+	truncate -s 64M "$work/results.img"
 	local start=$SECONDS rc=0
-	vm_boot "$work/initramfs.cpio.gz" "$log" "$run_timeout" "$guest_mem" "loglevel=1" \
-		-drive "file=$work/swap.img,if=virtio,format=raw" >/dev/null || rc=$?
-	local dir=$out/data/$name
+	# softlockup_panic: a guest stuck in its kernel fails the run at once,
+	# with the stack on the console.
+	vm_boot "$work/initramfs.cpio.gz" "$log" "$run_timeout" "$guest_mem" \
+		"loglevel=5 softlockup_panic=1" \
+		-drive "file=$work/swap.img,if=none,id=swap,format=raw" \
+		-device virtio-blk-pci,drive=swap,serial=swap \
+		-drive "file=$work/results.img,if=none,id=results,format=raw" \
+		-device virtio-blk-pci,drive=results,serial=results >/dev/null || rc=$?
+	local dir=$out/data/$name-r$2
 	rm -rf "$dir" && mkdir -p "$dir"
-	sed -n '/^PFPROF-RESULTS-BEGIN$/,/^PFPROF-RESULTS-END$/{//!p}' "$log" |
-		base64 -d | tar xzf - -C "$dir" 2>/dev/null || true
-	if [[ ! -s $dir/samples.csv ]]; then
-		echo "reproduce.sh: $name brought no results back (qemu status $rc); the console's last lines:" >&2
-		tail -n 30 "$log" | sed 's/^/    /' >&2
+	if ! grep -q '^PFPROF-RESULTS-WRITTEN$' "$log" || ! tar xf "$work/results.img" -C "$dir"; then
+		cp "$log" "$dir/console.log"
+		echo "reproduce.sh: $name brought no results back (qemu status $rc); console in $dir/console.log, its last lines:" >&2
+		tail -n 40 "$log" | sed 's/^/    /' >&2
 		exit 1
 	fi
-	echo "reproduce.sh: $name done in $((SECONDS - start)) s"
+	echo "reproduce.sh: $name (run $2 of $repeat) done in $((SECONDS - start)) s"
 	grep -E '^(  (duration|minor faults|major faults|CPU time) |work: )' "$dir/experiment.log" | sed 's/^ */    /'
 }
 
 for r in "${selected[@]}"; do
-	case_run "$r"
+	rm -rf "$out/data/$r"-r*
+	for ((k = 1; k <= repeat; k++)); do
+		case_run "$r" "$k"
+	done
 done
 
 # The figures, from every run's samples.

@@ -64,8 +64,9 @@ vm_pack() {
 }
 
 # vm_boot INITRD LOG TIMEOUT MEM APPEND [QEMU_ARG...]: boot the kernel with
-# INITRD on 2 vCPUs and MEM of memory, console on stdout (without CRs) and in
-# LOG; returns qemu's status (124 when it ran longer than TIMEOUT seconds).
+# INITRD on 2 vCPUs and MEM of memory, console on stdout (without CRs, line by
+# line as it comes) and in LOG; returns qemu's status (124 when it ran longer
+# than TIMEOUT seconds).
 # TCG: nested KVM is not available (or hangs) on CI machines.
 vm_boot() {
 	local initrd=$1 log=$2 timeout=$3 mem=$4 append=$5
@@ -73,6 +74,6 @@ vm_boot() {
 	timeout --foreground "$timeout" qemu-system-x86_64 -accel tcg -m "$mem" -smp 2 \
 		-nographic -no-reboot -kernel "/boot/vmlinuz-$vm_kver" \
 		-initrd "$initrd" -append "console=ttyS0 panic=-1 rdinit=/init $append" "$@" \
-		</dev/null 2>&1 | tr -d '\r' | tee "$log"
+		</dev/null 2>&1 | stdbuf -oL tr -d '\r' | tee "$log"
 	return "${PIPESTATUS[0]}"
 }
