@@ -603,10 +603,12 @@ fn primitives(c: &mut Criterion) {
     group.finish();
 }
 
+/// 19 benchmarks in about two minutes on an idle 2-core machine: short enough to find a
+/// quiet window on a shared one.
 fn config() -> Criterion {
     Criterion::default()
         .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(4))
+        .measurement_time(Duration::from_secs(3))
         .sample_size(20)
 }
 
