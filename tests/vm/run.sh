@@ -51,13 +51,14 @@ vm_pack "$root" "$work/initramfs.cpio.gz"
 log=$work/console.log
 set +e
 # The kernel's checkers this cloud kernel has (no lockdep, kmemleak, KASAN
-# or page poisoning in its config): slub_debug (redzones, poisoning, user
-# tracking: the tests count the module's live objects by it), the hung-task
+# or page poisoning in its config): full preemption (races show up; the
+# race tests rely on it), slub_debug (redzones, poisoning, user tracking:
+# the tests count the module's live objects by it), the hung-task
 # detector at 20 s instead of 120, freed pages zeroed; DEBUG_LIST,
 # BUG_ON_DATA_CORRUPTION, HARDENED_USERCOPY and the lockup detectors are on.
 # PFPROF_SEED=<n> replays the randomized tests (it reaches the guest's
 # environment as an unknown kernel parameter).
-checkers="slub_debug=FZPU sysctl.kernel.hung_task_timeout_secs=20 init_on_free=1"
+checkers="preempt=full slub_debug=FZPU sysctl.kernel.hung_task_timeout_secs=20 init_on_free=1"
 vm_boot "$work/initramfs.cpio.gz" "$log" "$vm_timeout" 1G \
 	"$checkers loglevel=4${PFPROF_SEED:+ PFPROF_SEED=$PFPROF_SEED}" |
 	grep --line-buffered -E '^(ok   |FAIL |  \| )'

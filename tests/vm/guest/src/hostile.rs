@@ -274,7 +274,14 @@ pub fn monitor_scribbling_every_word_for_seconds_cannot_stall_or_hurt_the_sample
         "samples after the scribbling are out of order"
     );
     kmod::unregister(churn.pid)?;
-    take_until_ended(&mut consumer, &mut samples)?;
+    take_until_ended(&mut consumer, &mut samples).with_context(|| {
+        format!(
+            "after unregistering the last process: {:?}, listed {:?}, sampler in {:?}",
+            area.counters(),
+            kmod::registered(),
+            std::fs::read_to_string(format!("/proc/{sampler}/stack"))
+        )
+    })?;
     drop((consumer, area, dev));
     churn.go()?;
     churn.reap()?;

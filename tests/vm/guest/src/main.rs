@@ -140,6 +140,10 @@ const TESTS: &[(&str, Test)] = &[
         "a_process_registered_and_unregistered_between_two_sampler_looks_still_ends_the_session",
         races::a_process_registered_and_unregistered_between_two_sampler_looks_still_ends_the_session,
     ),
+    (
+        "a_process_unregistered_while_the_sampler_is_mid_tick_still_ends_the_session",
+        races::a_process_unregistered_while_the_sampler_is_mid_tick_still_ends_the_session,
+    ),
 ];
 
 fn run(env: &Env, filters: &[String]) -> ExitCode {
@@ -190,6 +194,7 @@ fn hardening_child(args: &[String]) -> ExitCode {
         Some("status") if args.len() == 3 => {
             permissions::status_command(&args[1], &args[2]).map(|()| ExitCode::SUCCESS)
         }
+        Some("threads") if args.len() == 2 => races::threads(&args[1]).map(|()| ExitCode::SUCCESS),
         Some("open-device") => permissions::open_device().map(|()| ExitCode::SUCCESS),
         Some("non-dumpable") => permissions::non_dumpable().map(|()| ExitCode::SUCCESS),
         Some("deputy") if args.len() == 2 => {

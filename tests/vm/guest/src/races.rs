@@ -1,7 +1,9 @@
 //! Orderings that chance rarely produces, forced: the test thread runs as
 //! SCHED_FIFO on the sampler's CPU, so the sampler cannot run between two
-//! of its steps.
+//! of its steps, and when the thread wakes it preempts the sampler
+//! wherever it is.
 
+use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
@@ -12,6 +14,7 @@ use shared_layout::Mode;
 use crate::klog;
 use crate::kmod::{self, Profiled};
 use crate::lifecycle::sampler_pid;
+use crate::rng::Rng;
 use crate::Env;
 
 fn affinity(pid: u32) -> Result<libc::cpu_set_t> {
@@ -110,4 +113,82 @@ pub fn a_process_registered_and_unregistered_between_two_sampler_looks_still_end
     sleeper.reap()?;
     module.unload()?;
     mark.ensure_clean()
+}
+
+/// Rounds of "unregister at a random moment of the sampler's tick".
+const MID_TICK_ROUNDS: u32 = 200;
+
+pub fn a_process_unregistered_while_the_sampler_is_mid_tick_still_ends_the_session(
+    env: &Env,
+) -> Result<()> {
+    let mark = klog::Mark::now()?;
+    let module = kmod::insmod(env, &["period_ms=1"])?;
+    // Many threads: reading its totals, the sampler's tick is long enough
+    // for our wake-ups to land inside it.
+    let mut sleeper = Profiled::spawn_mode("hardening-child", &["threads", "1000"], None)?;
+    ensure!(
+        sleeper.read_line()? == "ready",
+        "the threaded child is not ready"
+    );
+    let sampler = sampler_pid()?;
+    let dev = Device::open()?;
+    let mut rng = Rng::from_env_or_clock();
+    let ours = affinity(0)?;
+    set_affinity(sampler, &only_cpu0())?;
+    set_affinity(0, &only_cpu0())?;
+    let mut caught_running = 0;
+    let outcome = (|| -> Result<()> {
+        for round in 0..MID_TICK_ROUNDS {
+            let area = dev.start(Mode::Strict)?;
+            let mut consumer = StrictConsumer::new(area, dev.waiter());
+            kmod::register(sleeper.pid)?;
+            set_fifo(true)?;
+            // Waking from this, we preempt the sampler wherever it is.
+            thread::sleep(Duration::from_micros(rng.below(8000)));
+            caught_running += u32::from(kmod::stat(sampler)?.0 == 'R');
+            let u = kmod::unregister(sleeper.pid);
+            set_fifo(false)?;
+            u?;
+            let deadline = Instant::now() + Duration::from_secs(2);
+            let mut samples = Vec::new();
+            while consumer.take(&mut samples, Some(Duration::from_millis(100)))? != Take::Ended {
+                ensure!(
+                    Instant::now() < deadline,
+                    "round {round}: the session never ended after the last process left \
+                     (sampler caught mid-tick {caught_running} times so far, seed {})",
+                    rng.seed()
+                );
+            }
+        }
+        Ok(())
+    })();
+    set_fifo(false)?;
+    set_affinity(0, &ours)?;
+    outcome?;
+    crate::figure(&format!(
+        "races: {MID_TICK_ROUNDS} unregistrations at random moments of a 1 ms tick, \
+         {caught_running} with the sampler preempted mid-tick"
+    ));
+    drop(dev);
+    sleeper.go()?;
+    sleeper.reap()?;
+    module.unload()?;
+    mark.ensure_clean()
+}
+
+/// `hardening-child threads <n>`: a process of `n` sleeping threads, until
+/// its stdin closes.
+pub fn threads(n: &str) -> Result<()> {
+    let n: usize = n.parse()?;
+    for _ in 0..n {
+        thread::Builder::new()
+            .stack_size(64 * 1024)
+            .spawn(|| loop {
+                thread::park();
+            })?;
+    }
+    println!("ready");
+    std::io::Write::flush(&mut std::io::stdout())?;
+    std::io::Read::read(&mut std::io::stdin(), &mut [0u8; 1])?;
+    Ok(())
 }
