@@ -27,7 +27,7 @@ extern unsigned int pfprof_buffer_pages;
 int pfprof_proc_init(void);
 void pfprof_proc_exit(void);
 unsigned int pfprof_nr_registered(void);
-unsigned int pfprof_registrations_made(void);
+unsigned int pfprof_reg_changes(void);
 unsigned int pfprof_reg_collect(struct pfprof_totals *pending);
 void pfprof_reg_settle(const struct pfprof_totals *delivered);
 

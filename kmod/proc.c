@@ -42,14 +42,17 @@ struct pfprof_proc {
 static struct proc_dir_entry *pfprof_proc_dir;
 
 /*
- * Protects the list, pfprof_nr and pfprof_made (both also read
+ * Protects the list, pfprof_nr and pfprof_changes (both also read
  * locklessly) and pending.
  */
 static DEFINE_MUTEX(pfprof_reg_lock);
 static LIST_HEAD(pfprof_procs);
 static unsigned int pfprof_nr;
-/* Registrations made since load: tells the sampler about one it missed. */
-static unsigned int pfprof_made;
+/*
+ * Registrations and unregistrations since load: tells the sampler about
+ * one it has not collected since, even when the count is back where it was.
+ */
+static unsigned int pfprof_changes;
 static struct pfprof_totals pfprof_pending;
 
 /* Totals only grow; a smaller reading (never expected) adds nothing. */
@@ -89,9 +92,9 @@ unsigned int pfprof_nr_registered(void)
 	return READ_ONCE(pfprof_nr);
 }
 
-unsigned int pfprof_registrations_made(void)
+unsigned int pfprof_reg_changes(void)
 {
-	return READ_ONCE(pfprof_made);
+	return READ_ONCE(pfprof_changes);
 }
 
 /*
@@ -250,7 +253,7 @@ static int pfprof_register(const struct file *file, pid_t nr)
 	p->seen = p->base;
 	list_add_tail(&p->node, &pfprof_procs);
 	WRITE_ONCE(pfprof_nr, pfprof_nr + 1);
-	WRITE_ONCE(pfprof_made, pfprof_made + 1);
+	WRITE_ONCE(pfprof_changes, pfprof_changes + 1);
 	mutex_unlock(&pfprof_reg_lock);
 
 	pfprof_sampler_kick();
@@ -282,6 +285,7 @@ static int pfprof_unregister(const struct file *file, pid_t nr)
 		/* Its last faults still belong to the pending sample. */
 		pfprof_account(p);
 		pfprof_proc_free(p);
+		WRITE_ONCE(pfprof_changes, pfprof_changes + 1);
 	}
 	mutex_unlock(&pfprof_reg_lock);
 

@@ -71,14 +71,14 @@ void pfprof_sampler_kick(void)
 }
 
 /*
- * Somebody is registered, or was since @seen registrations: one that came
- * and went between two looks still leaves its last sample to write (and
- * the session to end).
+ * Somebody is registered, or the set changed since the last collection
+ * (@seen changes): a process that left since still has its last sample to
+ * write, and the session to end, even if nobody is registered now.
  */
 static bool pfprof_sampler_has_work(unsigned int seen)
 {
-	return pfprof_nr_registered() ||
-	       pfprof_registrations_made() != seen || kthread_should_stop();
+	return pfprof_nr_registered() || pfprof_reg_changes() != seen ||
+	       kthread_should_stop();
 }
 
 static int pfprof_sampler_fn(void *unused)
@@ -89,7 +89,7 @@ static int pfprof_sampler_fn(void *unused)
 	/* Nobody is registered but the last sample is not written yet. */
 	bool draining = false;
 	bool retry = false;
-	/* Registrations made before the last collection. */
+	/* Registration changes before the last collection. */
 	unsigned int seen = 0;
 	unsigned int nr;
 
@@ -112,7 +112,7 @@ static int pfprof_sampler_fn(void *unused)
 		}
 		retry = false;
 
-		seen = pfprof_registrations_made();
+		seen = pfprof_reg_changes();
 		nr = pfprof_reg_collect(&pending);
 		if (!nr && !pfprof_ring_open()) {
 			/* Nobody to deliver the last sample to: drop it. */
