@@ -136,15 +136,14 @@ pub fn chaos_monitor(mode: &str, seed: &str, phase: &str) -> Result<()> {
 }
 
 /// The device is single-open, so a second mapping (for the raw lock word)
-/// must come from the descriptor `dev` holds: found in /proc/self/fd.
-fn device_fd(dev: &Device) -> Result<ManuallyDrop<File>> {
-    let _ = dev;
+/// must come from the descriptor `_owner` holds, found in /proc/self/fd.
+fn device_fd(_owner: &Device) -> Result<ManuallyDrop<File>> {
     for entry in std::fs::read_dir("/proc/self/fd")? {
         let entry = entry?;
         if std::fs::read_link(entry.path()).is_ok_and(|l| l == Path::new(abi::DEVICE_PATH)) {
             let fd: i32 = entry.file_name().to_str().context("fd name")?.parse()?;
-            // SAFETY: `dev` owns this descriptor and outlives the File, which
-            // is never dropped (never closes it).
+            // SAFETY: `_owner` owns this descriptor and outlives its use here
+            // (mapping it); the File is never dropped, so never closes it.
             return Ok(ManuallyDrop::new(unsafe { File::from_raw_fd(fd) }));
         }
     }
