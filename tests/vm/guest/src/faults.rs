@@ -31,7 +31,7 @@ use crate::Env;
 /// Where the test and its chaos monitors share the monitor's phase.
 const PHASE_FILE: &str = "/tmp/pfprof-chaos-phase";
 /// Monitors killed at a random moment.
-const MONITOR_KILLS: u32 = 60;
+const MONITOR_KILLS: u32 = 80;
 /// Profiled processes killed while they fault.
 const PROCESS_KILLS: u32 = 12;
 
