@@ -132,7 +132,7 @@ def thrashing(out):
         ("thrash-rr", "random vs random"),
         ("thrash-rl", "random vs locality"),
     ]
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5.8), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.8), sharex=True, sharey=True)
     for ax, (name, title) in zip(axes, pairings):
         runs = repetitions(out, name)
         for i, run in enumerate(runs):

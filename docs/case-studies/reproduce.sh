@@ -9,13 +9,13 @@
 #
 # RUN: thrash-rr thrash-rl multi-N (N in 1 5 11 16 20 22); default all of them.
 # Each run is repeated PFPROF_CASE_REPEAT times (default 3), in a fresh guest.
-# Results: docs/figures/data/<run>-r<k>/ (samples.csv, monitor.svg, machine.txt,
-# experiment.log, vmstat.txt, cpu-stat.txt) and the figures docs/figures/*.svg
-# with the table docs/figures/multiprogramming.csv.
+# Results: docs/figures/data/<run>-r<k>/ (samples.csv, machine.txt,
+# experiment.log, vmstat.txt, cpu-stat.txt; monitor.svg for k = 1), the
+# figures docs/figures/*.svg and the table docs/figures/multiprogramming.csv.
 # Environment: CARGO_TARGET_DIR (default: target/), PFPROF_CASE_OUT (default
 # docs/figures), PFPROF_CASE_VENV (a venv with matplotlib to reuse; default: a
 # fresh one, from PyPI). Needs what tests/vm/run.sh needs, binutils (strip)
-# and python3 with venv. Takes about 15 minutes on 2 host CPUs.
+# and python3 with venv. Took 16 minutes on 2 busy host CPUs.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -92,10 +92,12 @@ mkdir -p "$out/data"
 # case_run RUN K: boot a fresh guest whose /experiment profiles RUN's commands,
 # and unpack what it brings back into $out/data/RUN-rK.
 case_run() {
-	local name=$1 log=$work/$1-r$2.console
+	local name=$1 log=$work/$1-r$2.console plot=
+	# The monitor's own plot of the first run of each: enough to look at.
+	(($2 == 1)) && plot="--plot monitor.svg "
 	cat >"$root/experiment" <<-EOF
 		set -x
-		monitor run --backend kernel --mode strict --output samples.csv --plot monitor.svg \\
+		monitor run --backend kernel --mode strict --output samples.csv $plot\\
 			-- sh -c '${runs[$name]} wait'
 	EOF
 	vm_pack "$root" "$work/initramfs.cpio.gz"
