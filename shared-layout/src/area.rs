@@ -21,6 +21,9 @@ use crate::LayoutError;
 use crate::Mode;
 
 const SAMPLE_SIZE: u64 = size_of::<Sample>() as u64;
+/// One slot seen as the atomic words it is read and written through.
+type SlotWords = [AtomicU64; 4];
+const _: () = assert!(size_of::<SlotWords>() == size_of::<Sample>());
 /// Semaphore counts are 32-bit, and `empty` starts at the slot count.
 #[cfg(not(loom))]
 const MAX_SLOTS: u64 = u32::MAX as u64;
@@ -59,7 +62,7 @@ struct Mem {
 struct Mem {
     words32: Box<[AtomicU32]>,
     words64: Box<[AtomicU64]>,
-    slot_count: u64,
+    slots: Box<[SlotWords]>,
 }
 
 // Shared between the threads of a side through `Arc<Area>`.
@@ -143,10 +146,8 @@ impl Area {
         let area = Area {
             mem: Mem {
                 words32: (0..header32).map(|_| AtomicU32::new(0)).collect(),
-                words64: (0..header64 + slots as usize * 4)
-                    .map(|_| AtomicU64::new(0))
-                    .collect(),
-                slot_count: slots,
+                words64: (0..header64).map(|_| AtomicU64::new(0)).collect(),
+                slots: (0..slots).map(|_| [0; 4].map(AtomicU64::new)).collect(),
             },
             mode,
             slot_count: slots,
@@ -363,15 +364,21 @@ impl Area {
         self.h32(Area::sem_offset(sem) + offset_of!(Sem, waiters))
     }
 
-    /// Copy the sample of sequence `seq` out of its slot, word by word.
-    pub(crate) fn read_slot(&self, seq: u64) -> Sample {
-        let word = |w| self.slot_word(seq, w).load(Ordering::Relaxed);
-        Sample {
-            jiffies: word(0),
-            minor: word(1),
-            major: word(2),
-            cpu_ns: word(3),
-        }
+    /// The samples of sequences [start, start + count), copied word by word
+    /// from at most two runs of slots (before and after the wrap), each
+    /// bounds-checked once. `count` must not exceed the slot count.
+    pub(crate) fn read_slots(&self, start: u64, count: u64) -> impl Iterator<Item = Sample> + '_ {
+        assert!(count <= self.slot_count);
+        let first = start % self.slot_count;
+        let head = count.min(self.slot_count - first);
+        let words = |[jiffies, minor, major, cpu_ns]: &SlotWords| Sample {
+            jiffies: jiffies.load(Ordering::Relaxed),
+            minor: minor.load(Ordering::Relaxed),
+            major: major.load(Ordering::Relaxed),
+            cpu_ns: cpu_ns.load(Ordering::Relaxed),
+        };
+        let run = |first, slots| self.slot_run(first, slots).iter().map(words);
+        run(first, head).chain(run(0, count - head))
     }
 
     /// Store `sample` into the slot of sequence `seq`, word by word.
@@ -414,6 +421,26 @@ impl Area {
         unsafe { AtomicU64::from_ptr(self.mem.map.as_mut_ptr().add(offset).cast()) }
     }
 
+    /// Slots [first, first + slots) as atomic words.
+    #[cfg(not(loom))]
+    fn slot_run(&self, first: u64, slots: u64) -> &[SlotWords] {
+        assert!(first <= self.slot_count && slots <= self.slot_count - first);
+        let (offset, end) = (abi::slot_offset(first), abi::slot_offset(first + slots));
+        assert!(end <= self.mem.map.len() as u64);
+        // SAFETY: in bounds (asserted), 8-aligned as in `word64`, lives as long as `self`, atomics only.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.mem.map.as_mut_ptr().add(offset as usize).cast(),
+                slots as usize,
+            )
+        }
+    }
+
+    #[cfg(loom)]
+    fn slot_run(&self, first: u64, slots: u64) -> &[SlotWords] {
+        &self.mem.slots[first as usize..][..slots as usize]
+    }
+
     #[cfg(loom)]
     fn word32(&self, offset: usize) -> &AtomicU32 {
         &self.mem.words32[offset / 4]
@@ -421,15 +448,13 @@ impl Area {
 
     #[cfg(loom)]
     fn word64(&self, offset: usize) -> &AtomicU64 {
-        let header = size_of::<AreaHeader>();
         let data = abi::DATA_OFFSET as usize;
-        let index = if offset < header {
-            offset / 8
+        if offset < data {
+            &self.mem.words64[offset / 8]
         } else {
-            header / 8 + (offset - data) / 8
-        };
-        debug_assert!(index < header / 8 + self.mem.slot_count as usize * 4);
-        &self.mem.words64[index]
+            let word = (offset - data) / 8;
+            &self.mem.slots[word / 4][word % 4]
+        }
     }
 }
 

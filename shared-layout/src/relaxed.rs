@@ -58,7 +58,7 @@ impl RelaxedConsumer {
         let start = r.max(w.saturating_sub(n));
         let mut lost = start - r;
         let first = out.len();
-        out.extend((start..w).map(|seq| area.read_slot(seq)));
+        out.extend(area.read_slots(start, w - start));
         let w2 = {
             let _lock = lock_consumer(area);
             let w2 = area.write_seq().load(Ordering::Acquire);

@@ -86,8 +86,10 @@ impl<W: Waiter> StrictConsumer<W> {
             Down::TimedOut => return Ok(Take::TimedOut),
             Down::Ended => return Ok(Take::Ended),
         };
-        // No reserve(k) up front: k is only trusted once copy_out checked it.
-        self.copy_out(k, |sample| out.push(sample))?;
+        // k is only trusted once copy_out checked it: extend reserves then.
+        self.copy_out(k, |area, start, count| {
+            out.extend(area.read_slots(start, count))
+        })?;
         Ok(Take::Samples(k as usize))
     }
 
@@ -97,7 +99,10 @@ impl<W: Waiter> StrictConsumer<W> {
         match self.down(timeout, down_one)? {
             Down::Got(_) => {
                 let mut taken = Sample::default();
-                self.copy_out(1, |sample| taken = sample)?;
+                self.copy_out(1, |area, start, count| {
+                    area.read_slots(start, count)
+                        .for_each(|sample| taken = sample);
+                })?;
                 Ok(TakeOne::Sample(taken))
             }
             Down::TimedOut => Ok(TakeOne::TimedOut),
@@ -131,8 +136,13 @@ impl<W: Waiter> StrictConsumer<W> {
         }
     }
 
-    /// lock, copy slots [read_seq, read_seq + k), publish read_seq, unlock, up(empty, k).
-    fn copy_out(&mut self, k: u32, mut sink: impl FnMut(Sample)) -> Result<(), ProtocolError> {
+    /// lock, `read` slots [read_seq, read_seq + k) (area, start, count), publish read_seq,
+    /// unlock, up(empty, k).
+    fn copy_out(
+        &mut self,
+        k: u32,
+        read: impl FnOnce(&Area, u64, u64),
+    ) -> Result<(), ProtocolError> {
         let area = &*self.area;
         if u64::from(k) > area.slot_count() {
             return Err(ProtocolError::CountOutOfRange {
@@ -153,9 +163,7 @@ impl<W: Waiter> StrictConsumer<W> {
                     read_seq: end.unwrap_or(start),
                 });
             };
-            for seq in start..end {
-                sink(area.read_slot(seq));
-            }
+            read(area, start, end - start);
             area.read_seq().store(end, Ordering::Release);
             self.read_seq = end;
         }
