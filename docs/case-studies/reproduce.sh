@@ -87,6 +87,9 @@ mkdir -p "$out/data"
 	echo "qemu $(qemu-system-x86_64 --version | head -n 1)"
 	echo "guest_mem $guest_mem"
 	echo "swap_mib $swap_mib"
+	# The code that produced the figures (+dirty: uncommitted changes).
+	echo "commit $(git -C "$repo" describe --always --dirty=+dirty 2>/dev/null || echo unknown)"
+	echo "date $(date -u '+%F %T UTC')"
 } >"$out/data/host.txt"
 
 # case_run RUN K: boot a fresh guest whose /experiment profiles RUN's commands,
