@@ -33,15 +33,15 @@ const DEFAULT_RING: Ring = Ring::Pages(128);
 fn area(ring: Ring, mode: Mode) -> Arc<Area> {
     // hz and period only label samples; nothing here waits for a period.
     let area = match ring {
-        Ring::Slots(slots) => Area::create_memfd_with_slots(slots, mode, 100, 50),
-        Ring::Pages(pages) => Area::create_memfd(pages, mode, 100, 50),
+        Ring::Slots(slots) => Area::create_memfd_with_slots(slots, mode, Duration::from_millis(50)),
+        Ring::Pages(pages) => Area::create_memfd(pages, mode, Duration::from_millis(50)),
     };
     Arc::new(area.expect("creating a memfd area"))
 }
 
 fn sample(seq: u64) -> Sample {
     Sample {
-        jiffies: seq,
+        time_ns: seq,
         minor: seq,
         major: 0,
         cpu_ns: seq,
@@ -245,7 +245,7 @@ fn strict_push_all(producer: &mut StrictProducer<FutexWaiter>, seqs: std::ops::R
 fn strict_take_each(consumer: &mut StrictConsumer<FutexWaiter>, seqs: std::ops::Range<u64>) {
     for seq in seqs {
         match consumer.take_one(None).expect("strict take_one") {
-            TakeOne::Sample(s) => assert_eq!(s.jiffies, seq, "strict reordered samples"),
+            TakeOne::Sample(s) => assert_eq!(s.time_ns, seq, "strict reordered samples"),
             other => panic!("strict take_one without timeout gave {other:?}"),
         }
     }
@@ -264,7 +264,7 @@ fn strict_take_all(
             Take::Samples(_) => {
                 let last = out.last().expect("take returned samples");
                 assert_eq!(
-                    last.jiffies,
+                    last.time_ns,
                     expected + out.len() as u64 - 1,
                     "strict lost samples"
                 );
@@ -399,7 +399,7 @@ fn baselines(c: &mut Criterion) {
                         for seq in 0..iters {
                             loop {
                                 if let Ok(s) = rx.pop() {
-                                    assert_eq!(s.jiffies, seq, "rtrb reordered samples");
+                                    assert_eq!(s.time_ns, seq, "rtrb reordered samples");
                                     break;
                                 }
                                 std::hint::spin_loop();

@@ -20,6 +20,7 @@
 #include <linux/uaccess.h>
 #include <linux/vmalloc.h>
 
+#include "compat.h"
 #include "pfprof_internal.h"
 
 static unsigned long pfprof_dev_busy;
@@ -49,7 +50,7 @@ static int pfprof_dev_mmap(struct file *file, struct vm_area_struct *vma)
 	 * exits, the session ends.  remap_vmalloc_range() adds VM_DONTEXPAND
 	 * and VM_DONTDUMP.
 	 */
-	vma->vm_flags |= VM_DONTCOPY;
+	vm_flags_set(vma, VM_DONTCOPY);
 	return remap_vmalloc_range(vma, pfprof_ring_area(), 0);
 }
 
@@ -69,8 +70,7 @@ static long pfprof_ioc_info(struct pfprof_info __user *uarg)
 	info.area_size = pfprof_ring_size();
 	info.slot_count = pfprof_ring_slot_count();
 	info.sample_size = sizeof(struct pfprof_sample);
-	info.hz = HZ;
-	info.period_ms = pfprof_period_ms;
+	info.period_ns = pfprof_period_ns();
 	if (copy_to_user(uarg, &info, sizeof(info)))
 		return -EFAULT;
 	return theirs == PFPROF_ABI_VERSION ? 0 : -EPROTO;
@@ -130,8 +130,8 @@ static const struct file_operations pfprof_dev_fops = {
 	.mmap		= pfprof_dev_mmap,
 	.unlocked_ioctl	= pfprof_dev_ioctl,
 	.compat_ioctl	= compat_ptr_ioctl,
+	/* No .llseek: stream_open() makes the device unseekable (-ESPIPE). */
 	.poll		= pfprof_dev_poll,
-	.llseek		= no_llseek,
 };
 
 static struct miscdevice pfprof_miscdev = {

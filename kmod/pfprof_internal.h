@@ -6,6 +6,7 @@
 #ifndef _PFPROF_INTERNAL_H
 #define _PFPROF_INTERNAL_H
 
+#include <linux/time64.h>
 #include <linux/types.h>
 
 #include "pfprof.h"
@@ -22,6 +23,11 @@ struct pfprof_totals {
 /* main.c: validated module parameters. */
 extern unsigned int pfprof_period_ms;
 extern unsigned int pfprof_buffer_pages;
+
+static inline u64 pfprof_period_ns(void)
+{
+	return (u64)pfprof_period_ms * NSEC_PER_MSEC;
+}
 
 /* proc.c: registered processes and /proc/pfprof/status. */
 int pfprof_proc_init(void);

@@ -120,8 +120,7 @@ void pfprof_ring_start(u32 mode)
 	a->area_size = ring.size;
 	a->data_offset = PFPROF_DATA_OFFSET;
 	a->slot_count = ring.slot_count;
-	a->hz = HZ;
-	a->period_ms = pfprof_period_ms;
+	a->period_ns = pfprof_period_ns();
 	a->lock = PFPROF_LOCK_FREE;
 	a->empty.count = ring.slot_count;
 
@@ -218,7 +217,7 @@ static void pfprof_write_slot(struct pfprof_area *a,
 
 	div64_u64_rem(ring.write_seq, ring.slot_count, &idx);
 	slot = &ring.slots[idx];
-	WRITE_ONCE(slot->jiffies, s->jiffies);
+	WRITE_ONCE(slot->time_ns, s->time_ns);
 	WRITE_ONCE(slot->minor, s->minor);
 	WRITE_ONCE(slot->major, s->major);
 	WRITE_ONCE(slot->cpu_ns, s->cpu_ns);

@@ -122,7 +122,7 @@ static int pfprof_sampler_fn(void *unused)
 		}
 		draining = !nr;
 
-		sample.jiffies = jiffies;
+		sample.time_ns = ktime_get_ns();
 		sample.minor = pending.minor;
 		sample.major = pending.major;
 		sample.cpu_ns = pending.cpu_ns;

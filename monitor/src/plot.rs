@@ -136,11 +136,11 @@ mod tests {
 
     #[test]
     fn the_plot_is_an_svg_document_with_its_caption_and_axis_labels() {
-        let mut t = Timeline::new(1000, 50);
+        let mut t = Timeline::new(std::time::Duration::from_millis(50));
         let rows: Vec<Row> = (1..=40)
             .map(|i| {
                 t.row(&Sample {
-                    jiffies: i * 50,
+                    time_ns: i * 50_000_000,
                     minor: i,
                     major: i % 3,
                     cpu_ns: 1,
@@ -161,11 +161,11 @@ mod tests {
 
     #[test]
     fn fault_axes_are_labelled_with_whole_numbers() {
-        let mut t = Timeline::new(1000, 50);
+        let mut t = Timeline::new(std::time::Duration::from_millis(50));
         let rows: Vec<Row> = (1..=40)
             .map(|i| {
                 t.row(&Sample {
-                    jiffies: i * 50,
+                    time_ns: i * 50_000_000,
                     minor: 3000,
                     major: 7,
                     cpu_ns: 1,

@@ -34,9 +34,10 @@ impl FromStr for Format {
 /// One output row: a sample's per-period deltas placed on the profile's time axis.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Row {
-    /// Milliseconds since the first sample.
+    /// Milliseconds from the end of the first sample's period to the end of this one's.
     pub time_ms: u64,
-    pub jiffies: u64,
+    /// `CLOCK_MONOTONIC` at the end of the period, ns: the sample's own timestamp.
+    pub mono_ns: u64,
     pub minor: u64,
     pub major: u64,
     pub cpu_ns: u64,
@@ -47,46 +48,41 @@ pub struct Row {
     pub period_ns: u64,
 }
 
-/// Places samples on a time axis: the producer's clock ticks at `hz`, and a sample covers
-/// the time since the previous one (longer than a period when samples were merged).
+/// Places samples on a time axis: a sample covers the time since the previous one's
+/// timestamp (longer than a period when samples were merged), the first one a period.
 #[derive(Clone, Debug)]
 pub struct Timeline {
-    hz: u64,
     period_ns: u64,
     first: Option<u64>,
     previous: Option<u64>,
 }
 
 impl Timeline {
-    pub fn new(hz: u32, period_ms: u32) -> Self {
+    pub fn new(period: Duration) -> Self {
         Timeline {
-            hz: u64::from(hz.max(1)),
-            period_ns: u64::from(period_ms.max(1)) * 1_000_000,
+            period_ns: u64::try_from(period.as_nanos()).unwrap_or(u64::MAX).max(1),
             first: None,
             previous: None,
         }
     }
 
+    /// Timestamps come from the producer: one that goes backwards (a hostile producer)
+    /// gets the nominal period rather than a negative or wrapped one.
     pub fn row(&mut self, s: &Sample) -> Row {
-        let first = *self.first.get_or_insert(s.jiffies);
-        let period_ns = match self.previous.replace(s.jiffies) {
-            Some(p) if s.jiffies > p => self.ticks_to_ns(s.jiffies - p),
+        let first = *self.first.get_or_insert(s.time_ns);
+        let period_ns = match self.previous.replace(s.time_ns) {
+            Some(p) if s.time_ns > p => s.time_ns - p,
             _ => self.period_ns,
         };
         Row {
-            time_ms: self.ticks_to_ns(s.jiffies.saturating_sub(first)) / 1_000_000,
-            jiffies: s.jiffies,
+            time_ms: s.time_ns.saturating_sub(first) / 1_000_000,
+            mono_ns: s.time_ns,
             minor: s.minor,
             major: s.major,
             cpu_ns: s.cpu_ns,
             cpu_util: s.cpu_ns as f64 / period_ns as f64,
             period_ns,
         }
-    }
-
-    /// Saturates: jiffies come from the producer, and a hostile one must not wrap.
-    fn ticks_to_ns(&self, ticks: u64) -> u64 {
-        u64::try_from(u128::from(ticks) * 1_000_000_000 / u128::from(self.hz)).unwrap_or(u64::MAX)
     }
 }
 
@@ -111,7 +107,7 @@ impl<W: Write> RowWriter<W> {
     pub fn header(&mut self) -> io::Result<()> {
         match self.format {
             Format::Csv => {
-                self.guard(|out| writeln!(out, "time_ms,jiffies,minor,major,cpu_ns,cpu_util"))
+                self.guard(|out| writeln!(out, "time_ms,mono_ns,minor,major,cpu_ns,cpu_util"))
             }
             Format::Jsonl => Ok(()),
         }
@@ -123,7 +119,7 @@ impl<W: Write> RowWriter<W> {
             Format::Csv => writeln!(
                 out,
                 "{},{},{},{},{},{:.4}",
-                row.time_ms, row.jiffies, row.minor, row.major, row.cpu_ns, row.cpu_util
+                row.time_ms, row.mono_ns, row.minor, row.major, row.cpu_ns, row.cpu_util
             ),
             Format::Jsonl => {
                 serde_json::to_writer(&mut *out, row).map_err(io::Error::from)?;
@@ -316,9 +312,9 @@ impl fmt::Display for Summary<'_> {
 mod tests {
     use super::*;
 
-    fn sample(jiffies: u64, minor: u64, cpu_ns: u64) -> Sample {
+    fn sample(time_ms: u64, minor: u64, cpu_ns: u64) -> Sample {
         Sample {
-            jiffies,
+            time_ns: time_ms * 1_000_000,
             minor,
             major: 0,
             cpu_ns,
@@ -327,7 +323,7 @@ mod tests {
 
     #[test]
     fn timeline_starts_at_zero_and_measures_each_period_from_the_previous_sample() {
-        let mut t = Timeline::new(1000, 50);
+        let mut t = Timeline::new(Duration::from_millis(50));
         let a = t.row(&sample(5000, 1, 25_000_000));
         let b = t.row(&sample(5150, 1, 75_000_000));
         assert_eq!((a.time_ms, a.period_ns), (0, 50_000_000));
@@ -341,12 +337,12 @@ mod tests {
         let mut buf = Vec::new();
         let mut w = RowWriter::new(&mut buf, Format::Csv);
         w.header().unwrap();
-        let row = Timeline::new(250, 50).row(&sample(100, 7, 1));
+        let row = Timeline::new(Duration::from_millis(50)).row(&sample(100, 7, 1));
         w.write(&row).unwrap();
         let text = String::from_utf8(buf).unwrap();
         assert_eq!(
             text,
-            "time_ms,jiffies,minor,major,cpu_ns,cpu_util\n0,100,7,0,1,0.0000\n"
+            "time_ms,mono_ns,minor,major,cpu_ns,cpu_util\n0,100000000,7,0,1,0.0000\n"
         );
     }
 
@@ -355,11 +351,11 @@ mod tests {
         let mut buf = Vec::new();
         let mut w = RowWriter::new(&mut buf, Format::Jsonl);
         w.header().unwrap();
-        w.write(&Timeline::new(1000, 50).row(&sample(1, 2, 3)))
+        w.write(&Timeline::new(Duration::from_millis(50)).row(&sample(1, 2, 3)))
             .unwrap();
         let v: serde_json::Value = serde_json::from_slice(&buf).unwrap();
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
-        let mut expected = ["time_ms", "jiffies", "minor", "major", "cpu_ns", "cpu_util"];
+        let mut expected = ["time_ms", "mono_ns", "minor", "major", "cpu_ns", "cpu_util"];
         expected.sort_unstable();
         let mut keys = keys;
         keys.sort_unstable();
@@ -386,7 +382,7 @@ mod tests {
     fn a_closed_pipe_silences_the_writer_instead_of_failing() {
         let mut w = RowWriter::new(ClosedPipe::default(), Format::Csv);
         w.header().unwrap();
-        w.write(&Timeline::new(1000, 50).row(&sample(1, 2, 3)))
+        w.write(&Timeline::new(Duration::from_millis(50)).row(&sample(1, 2, 3)))
             .unwrap();
         w.flush().unwrap();
         assert_eq!(w.out.calls, 1, "nothing is written after the reader left");
@@ -394,7 +390,7 @@ mod tests {
 
     #[test]
     fn totals_saturate_instead_of_overflowing_on_huge_counts() {
-        let mut t = Timeline::new(1000, 50);
+        let mut t = Timeline::new(Duration::from_millis(50));
         let mut totals = Totals::default();
         totals.add(&t.row(&sample(100, u64::MAX, u64::MAX)));
         totals.add(&t.row(&sample(200, 1, 1)));
@@ -402,17 +398,17 @@ mod tests {
     }
 
     #[test]
-    fn timeline_saturates_time_beyond_what_nanoseconds_in_u64_hold() {
-        let mut t = Timeline::new(1, 50);
-        t.row(&sample(0, 0, 0));
-        let row = t.row(&sample(u64::MAX, 0, 0));
-        assert_eq!(row.period_ns, u64::MAX);
-        assert_eq!(row.time_ms, u64::MAX / 1_000_000);
+    fn timeline_takes_a_timestamp_going_backwards_as_one_nominal_period() {
+        let mut t = Timeline::new(Duration::from_millis(50));
+        t.row(&sample(1000, 0, 0));
+        let row = t.row(&sample(10, 0, 0));
+        assert_eq!(row.period_ns, 50_000_000);
+        assert_eq!(row.time_ms, 0);
     }
 
     #[test]
     fn totals_report_mean_and_peak_rates_over_the_covered_time() {
-        let mut t = Timeline::new(1000, 100);
+        let mut t = Timeline::new(Duration::from_millis(100));
         let mut totals = Totals::default();
         totals.add(&t.row(&sample(100, 10, 0)));
         totals.add(&t.row(&sample(200, 30, 100_000_000)));

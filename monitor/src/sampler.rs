@@ -8,14 +8,11 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use shared_layout::abi::Sample;
+use shared_layout::abi::{self, Sample};
 use shared_layout::producer::{Finish, Producer};
 use shared_layout::{Area, ProtocolError};
 
 use crate::procstat::{self, ProcessCounters, StatError};
-
-/// The clock of the samples' `jiffies`: milliseconds since the sampler started.
-pub const HZ: u32 = 1000;
 
 /// How long the last sample may wait for a free slot before the session is canceled anyway.
 const FINISH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -146,7 +143,6 @@ fn run(
     events: &Receiver<Event>,
 ) -> Result<SamplerReport, SamplerError> {
     let origin = Instant::now();
-    let jiffies = || origin.elapsed().as_millis() as u64;
     let mut procs = profiled(targets);
     // Counts of processes that left since the last sample.
     let mut pending = Sample::default();
@@ -177,14 +173,14 @@ fn run(
                     if procs.is_empty() {
                         return Ok(());
                     }
-                    pending.jiffies = jiffies();
+                    pending.time_ns = abi::monotonic_ns();
                     producer.record(std::mem::take(&mut pending))?;
                 }
             }
         }
     })();
     // The last sample: whatever the processes did since the previous one.
-    pending.jiffies = jiffies();
+    pending.time_ns = abi::monotonic_ns();
     let recorded = producer.record(pending);
     let finished = producer.finish(Instant::now() + FINISH_TIMEOUT);
     outcome?;
@@ -223,11 +219,11 @@ fn poll(procs: &mut HashMap<u32, Profiled>, pending: &mut Sample) -> Result<(), 
     Ok(())
 }
 
-/// `now - seen` as a sample to add to the pending one (`jiffies` 0: it keeps its own),
+/// `now - seen` as a sample to add to the pending one (`time_ns` 0: it keeps its own),
 /// never negative: stat's tick-granular CPU time can trail rusage's.
 fn delta(seen: ProcessCounters, now: ProcessCounters) -> Sample {
     Sample {
-        jiffies: 0,
+        time_ns: 0,
         minor: now.minor.saturating_sub(seen.minor),
         major: now.major.saturating_sub(seen.major),
         cpu_ns: now.cpu_ns.saturating_sub(seen.cpu_ns),

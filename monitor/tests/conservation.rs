@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use monitor::child;
-use monitor::sampler::{self, Event, Sampler, Target};
+use monitor::sampler::{Event, Sampler, Target};
 use monitor::source::Source;
 use shared_layout::wait::FutexWaiter;
 use shared_layout::{Area, Mode, Sample};
@@ -81,7 +81,9 @@ fn the_minor_column_sums_to_the_commands_rusage_in_relaxed_mode() {
 fn a_two_slot_strict_ring_and_a_slow_consumer_lose_no_fault() {
     // The producer finds the ring full most periods: it merges those periods into the
     // next sample and waits (blocked_ns) instead of dropping anything.
-    let area = Arc::new(Area::create_memfd_with_slots(2, Mode::Strict, sampler::HZ, 10).unwrap());
+    let area = Arc::new(
+        Area::create_memfd_with_slots(2, Mode::Strict, Duration::from_millis(10)).unwrap(),
+    );
     let argv = [WORK, "32", "R", "3000", "6", "--sleep-ms", "30"].map(Into::into);
     let pid = child::spawn(&argv).unwrap();
     let sampler = Sampler::spawn(

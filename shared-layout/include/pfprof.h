@@ -128,7 +128,7 @@
 #include <linux/types.h>
 
 #define PFPROF_MAGIC		0x46504650u	/* "PFPF" in little-endian memory */
-#define PFPROF_ABI_VERSION	1u
+#define PFPROF_ABI_VERSION	2u
 
 #define PFPROF_DEVICE_PATH	"/dev/pfprof"
 #define PFPROF_PROC_PATH	"/proc/pfprof/status"
@@ -155,7 +155,7 @@
  * Written only by the producer, only inside a slot it owns.
  */
 struct pfprof_sample {
-	__u64 jiffies;	/* producer clock (header hz) when the period ended */
+	__u64 time_ns;	/* CLOCK_MONOTONIC when the period ended, ns */
 	__u64 minor;	/* minor faults during the period */
 	__u64 major;	/* major faults during the period */
 	__u64 cpu_ns;	/* CPU time (user + system) during the period, ns */
@@ -181,8 +181,7 @@ struct pfprof_area {
 	__u64 area_size;	/* bytes, control page included */
 	__u64 data_offset;	/* offset of slot 0: PFPROF_DATA_OFFSET */
 	__u64 slot_count;	/* (area_size - data_offset) / sample_size */
-	__u32 hz;		/* ticks per second of sample.jiffies */
-	__u32 period_ms;	/* sampling period */
+	__u64 period_ns;	/* the sampling period the producer keeps */
 	__u64 reserved0[2];
 
 	/* Line 1, P: progress and counters. */
@@ -224,9 +223,8 @@ struct pfprof_info {
 	__u64 area_size;	/* out: the one length mmap accepts, at offset 0 */
 	__u64 slot_count;	/* out */
 	__u32 sample_size;	/* out */
-	__u32 hz;		/* out */
-	__u32 period_ms;	/* out */
 	__u32 reserved0;	/* must be 0 */
+	__u64 period_ns;	/* out: the sampling period */
 	__u64 reserved[3];	/* must be 0 */
 };
 

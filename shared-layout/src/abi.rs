@@ -6,7 +6,7 @@
 use core::mem::{offset_of, size_of};
 
 pub const MAGIC: u32 = 0x4650_4650;
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 pub const DEVICE_PATH: &str = "/dev/pfprof";
 pub const PROC_PATH: &str = "/proc/pfprof/status";
@@ -33,10 +33,24 @@ pub const fn area_size(pages: u64) -> u64 {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Sample {
-    pub jiffies: u64,
+    /// `CLOCK_MONOTONIC` when the period ended, ns.
+    pub time_ns: u64,
     pub minor: u64,
     pub major: u64,
     pub cpu_ns: u64,
+}
+
+/// Now on the samples' clock: `CLOCK_MONOTONIC` in nanoseconds, the clock the module's
+/// `ktime_get_ns()` reads.
+#[cfg(not(loom))]
+pub fn monotonic_ns() -> u64 {
+    // CLOCK_MONOTONIC cannot fail on Linux: it is always there and the pointer is ours.
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .expect("CLOCK_MONOTONIC is always readable");
+    // Non-negative by definition; u64 nanoseconds last 584 years of uptime.
+    (now.tv_sec() as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(now.tv_nsec() as u64)
 }
 
 /// Merges a later period into this sample, as a producer does with a period it could
@@ -44,7 +58,7 @@ pub struct Sample {
 /// ends.
 impl core::ops::AddAssign for Sample {
     fn add_assign(&mut self, later: Sample) {
-        self.jiffies = self.jiffies.max(later.jiffies);
+        self.time_ns = self.time_ns.max(later.time_ns);
         self.minor = self.minor.saturating_add(later.minor);
         self.major = self.major.saturating_add(later.major);
         self.cpu_ns = self.cpu_ns.saturating_add(later.cpu_ns);
@@ -71,8 +85,7 @@ pub struct AreaHeader {
     pub area_size: u64,
     pub data_offset: u64,
     pub slot_count: u64,
-    pub hz: u32,
-    pub period_ms: u32,
+    pub period_ns: u64,
     pub reserved0: [u64; 2],
 
     pub write_seq: u64,
@@ -105,9 +118,8 @@ pub struct Info {
     pub area_size: u64,
     pub slot_count: u64,
     pub sample_size: u32,
-    pub hz: u32,
-    pub period_ms: u32,
     pub reserved0: u32,
+    pub period_ns: u64,
     pub reserved: [u64; 3],
 }
 
@@ -182,12 +194,12 @@ macro_rules! assert_layout {
 }
 
 assert_layout!(Sample, size 32, align 8, {
-    jiffies: 0, minor: 8, major: 16, cpu_ns: 24,
+    time_ns: 0, minor: 8, major: 16, cpu_ns: 24,
 });
 assert_layout!(Sem, size 8, align 4, { count: 0, waiters: 4 });
 assert_layout!(AreaHeader, size 384, align 8, {
     magic: 0, abi_version: 4, mode: 8, sample_size: 12,
-    area_size: 16, data_offset: 24, slot_count: 32, hz: 40, period_ms: 44, reserved0: 48,
+    area_size: 16, data_offset: 24, slot_count: 32, period_ns: 40, reserved0: 48,
     write_seq: 64, overwritten: 72, blocked_ns: 80, deferred: 88,
     canceled: 96, reserved1: 100, reserved2: 104,
     read_seq: 128, reserved3: 136,
@@ -197,7 +209,7 @@ assert_layout!(AreaHeader, size 384, align 8, {
 });
 assert_layout!(Info, size 64, align 8, {
     abi_version: 0, flags: 4, area_size: 8, slot_count: 16,
-    sample_size: 24, hz: 28, period_ms: 32, reserved0: 36, reserved: 40,
+    sample_size: 24, reserved0: 28, period_ns: 32, reserved: 40,
 });
 
 // Producer, consumer, lock and each semaphore on their own cache line.
@@ -218,19 +230,19 @@ mod tests {
     #[test]
     fn merging_a_later_period_adds_its_counts_and_ends_where_it_ends() {
         let mut merged = Sample {
-            jiffies: 10,
+            time_ns: 10,
             minor: 1,
             major: 2,
             cpu_ns: u64::MAX,
         };
         merged += Sample {
-            jiffies: 15,
+            time_ns: 15,
             minor: 3,
             major: 4,
             cpu_ns: 1,
         };
         let expected = Sample {
-            jiffies: 15,
+            time_ns: 15,
             minor: 4,
             major: 6,
             cpu_ns: u64::MAX,

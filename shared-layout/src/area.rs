@@ -9,6 +9,7 @@ use core::mem::{offset_of, size_of};
 use std::fs::File;
 #[cfg(not(loom))]
 use std::os::fd::{AsFd, BorrowedFd};
+use std::time::Duration;
 
 #[cfg(not(loom))]
 use memmap2::{MmapOptions, MmapRaw};
@@ -46,8 +47,7 @@ pub struct Area {
     mem: Mem,
     mode: Mode,
     slot_count: u64,
-    hz: u32,
-    period_ms: u32,
+    period: Duration,
 }
 
 #[cfg(not(loom))]
@@ -82,14 +82,9 @@ impl Area {
     /// User-space producer side: a memfd of `pages` pages (the control page
     /// included) whose every slot is used, initialized as the module would.
     #[cfg(not(loom))]
-    pub fn create_memfd(
-        pages: u64,
-        mode: Mode,
-        hz: u32,
-        period_ms: u32,
-    ) -> Result<Area, LayoutError> {
+    pub fn create_memfd(pages: u64, mode: Mode, period: Duration) -> Result<Area, LayoutError> {
         let slots = if pages > 1 { abi::slots_in(pages) } else { 0 };
-        Area::create_memfd_with_slots(slots, mode, hz, period_ms)
+        Area::create_memfd_with_slots(slots, mode, period)
     }
 
     /// Like [`Area::create_memfd`], with exactly `slots` slots in as few pages
@@ -98,8 +93,7 @@ impl Area {
     pub fn create_memfd_with_slots(
         slots: u64,
         mode: Mode,
-        hz: u32,
-        period_ms: u32,
+        period: Duration,
     ) -> Result<Area, LayoutError> {
         if slots == 0 || slots > MAX_SLOTS {
             return Err(LayoutError::SlotCount {
@@ -130,8 +124,7 @@ impl Area {
             },
             mode,
             slot_count: slots,
-            hz,
-            period_ms,
+            period,
         };
         area.init_header(size);
         Ok(area)
@@ -151,8 +144,7 @@ impl Area {
             },
             mode,
             slot_count: slots,
-            hz: 100,
-            period_ms: 50,
+            period: Duration::from_millis(50),
         };
         area.init_header(size);
         area
@@ -171,8 +163,7 @@ impl Area {
             mem,
             mode: Mode::Strict,
             slot_count: 0,
-            hz: 0,
-            period_ms: 0,
+            period: Duration::ZERO,
         };
         let magic = area
             .h32(offset_of!(AreaHeader, magic))
@@ -228,10 +219,10 @@ impl Area {
             });
         }
         area.slot_count = slot_count;
-        area.hz = area.h32(offset_of!(AreaHeader, hz)).load(Ordering::Relaxed);
-        area.period_ms = area
-            .h32(offset_of!(AreaHeader, period_ms))
-            .load(Ordering::Relaxed);
+        area.period = Duration::from_nanos(
+            area.h64(offset_of!(AreaHeader, period_ns))
+                .load(Ordering::Relaxed),
+        );
         Ok(area)
     }
 
@@ -247,8 +238,11 @@ impl Area {
         h64(offset_of!(AreaHeader, area_size), area_size);
         h64(offset_of!(AreaHeader, data_offset), abi::DATA_OFFSET);
         h64(offset_of!(AreaHeader, slot_count), self.slot_count);
-        h32(offset_of!(AreaHeader, hz), self.hz);
-        h32(offset_of!(AreaHeader, period_ms), self.period_ms);
+        // A period over u64::MAX ns (584 years) is published as the longest there is.
+        h64(
+            offset_of!(AreaHeader, period_ns),
+            u64::try_from(self.period.as_nanos()).unwrap_or(u64::MAX),
+        );
         for off in [
             offset_of!(AreaHeader, write_seq),
             offset_of!(AreaHeader, overwritten),
@@ -279,13 +273,9 @@ impl Area {
         self.slot_count
     }
 
-    /// Ticks per second of [`Sample::jiffies`].
-    pub fn hz(&self) -> u32 {
-        self.hz
-    }
-
-    pub fn period_ms(&self) -> u32 {
-        self.period_ms
+    /// The sampling period the producer published.
+    pub fn period(&self) -> Duration {
+        self.period
     }
 
     /// A snapshot of the published counters (each read on its own).
@@ -371,8 +361,8 @@ impl Area {
         assert!(count <= self.slot_count);
         let first = start % self.slot_count;
         let head = count.min(self.slot_count - first);
-        let words = |[jiffies, minor, major, cpu_ns]: &SlotWords| Sample {
-            jiffies: jiffies.load(Ordering::Relaxed),
+        let words = |[time_ns, minor, major, cpu_ns]: &SlotWords| Sample {
+            time_ns: time_ns.load(Ordering::Relaxed),
             minor: minor.load(Ordering::Relaxed),
             major: major.load(Ordering::Relaxed),
             cpu_ns: cpu_ns.load(Ordering::Relaxed),
@@ -383,7 +373,7 @@ impl Area {
 
     /// Store `sample` into the slot of sequence `seq`, word by word.
     pub(crate) fn write_slot(&self, seq: u64, sample: &Sample) {
-        let words = [sample.jiffies, sample.minor, sample.major, sample.cpu_ns];
+        let words = [sample.time_ns, sample.minor, sample.major, sample.cpu_ns];
         for (w, value) in words.into_iter().enumerate() {
             self.slot_word(seq, w).store(value, Ordering::Relaxed);
         }
@@ -475,17 +465,18 @@ mod tests {
 
     #[test]
     fn a_memfd_area_attaches_with_the_same_geometry() {
-        let area = Area::create_memfd(3, Mode::Relaxed, 250, 50).unwrap();
+        let area = Area::create_memfd(3, Mode::Relaxed, Duration::from_millis(20)).unwrap();
         let other = Area::attach(remap(&area)).unwrap();
         assert_eq!(other.mode(), Mode::Relaxed);
         assert_eq!(other.slot_count(), 256);
-        assert_eq!((other.hz(), other.period_ms()), (250, 50));
+        assert_eq!(other.period(), Duration::from_millis(20));
         assert_eq!(area.sem_count(SemKind::Empty).load(Ordering::Relaxed), 256);
     }
 
     #[test]
     fn attach_rejects_a_foreign_or_inconsistent_header() {
-        let area = Area::create_memfd_with_slots(4, Mode::Strict, 100, 50).unwrap();
+        let area =
+            Area::create_memfd_with_slots(4, Mode::Strict, Duration::from_millis(50)).unwrap();
         let corrupt = |offset: usize, value: u64, wide: bool| {
             let map = remap(&area);
             let saved = if wide {
@@ -506,8 +497,8 @@ mod tests {
             LayoutError::BadMagic { found: 0 }
         ));
         assert!(matches!(
-            corrupt(offset_of!(AreaHeader, abi_version), 2, false),
-            LayoutError::VersionMismatch { found: 2, .. }
+            corrupt(offset_of!(AreaHeader, abi_version), 1, false),
+            LayoutError::VersionMismatch { found: 1, .. }
         ));
         assert!(matches!(
             corrupt(offset_of!(AreaHeader, mode), 0, false),

@@ -26,7 +26,7 @@ pub enum DeviceError {
     NotLoaded { path: PathBuf },
     #[error("permission denied opening {}: install the udev rule kmod/99-pfprof.rules or run as root", path.display())]
     PermissionDenied { path: PathBuf },
-    #[error("the module speaks ABI version {module}, this build speaks {ours}: build the monitor and the module from the same source")]
+    #[error("the module speaks ABI version {module}, this monitor speaks {ours}: {}", rebuild_advice(*ours, *module))]
     AbiMismatch { ours: u32, module: u32 },
     #[error("{} is busy: another monitor is attached (one at a time)", path.display())]
     Busy { path: PathBuf },
@@ -225,6 +225,16 @@ impl Waiter for DeviceWaiter {
             // every up(full) whatever full.waiters says.
             SemKind::Full => Ok(()),
         }
+    }
+}
+
+/// Which side to rebuild when the handshake finds two ABI versions: the older one.
+fn rebuild_advice(ours: u32, module: u32) -> &'static str {
+    if module < ours {
+        "the module is older; rebuild and reload it from this source \
+         (make -C kmod && sudo rmmod pfprof && sudo insmod kmod/pfprof.ko, or dkms install)"
+    } else {
+        "the monitor is older; rebuild it from the module's source (cargo build --release -p monitor)"
     }
 }
 

@@ -45,7 +45,7 @@ impl Producer {
             Mode::Strict => Side::Strict(StrictProducer::new(Arc::clone(&area), FutexWaiter)),
             Mode::Relaxed => Side::Relaxed(RelaxedProducer::new(Arc::clone(&area))),
         };
-        let slot_wait = Duration::from_millis(area.period_ms().into());
+        let slot_wait = area.period();
         Producer {
             area,
             side,
@@ -54,7 +54,7 @@ impl Producer {
         }
     }
 
-    /// Record one period's `delta` (its `jiffies` is the period's end) and try
+    /// Record one period's `delta` (its `time_ns` is the period's end) and try
     /// to write it together with whatever earlier periods could not be
     /// written. `Full` and `LockBusy` mean it waits for the next period.
     pub fn record(&mut self, delta: Sample) -> Result<Push, ProtocolError> {

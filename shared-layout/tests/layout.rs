@@ -84,7 +84,7 @@ fn string(facts: &mut Vec<Fact>, c: &str, rust: &str) {
 
 fn facts() -> Vec<Fact> {
     let mut f = Vec::new();
-    struct_facts!(f, Sample, "pfprof_sample", [jiffies, minor, major, cpu_ns]);
+    struct_facts!(f, Sample, "pfprof_sample", [time_ns, minor, major, cpu_ns]);
     struct_facts!(f, Sem, "pfprof_sem", [count, waiters]);
     struct_facts!(
         f,
@@ -98,8 +98,7 @@ fn facts() -> Vec<Fact> {
             area_size,
             data_offset,
             slot_count,
-            hz,
-            period_ms,
+            period_ns,
             reserved0,
             write_seq,
             overwritten,
@@ -128,9 +127,8 @@ fn facts() -> Vec<Fact> {
             area_size,
             slot_count,
             sample_size,
-            hz,
-            period_ms,
             reserved0,
+            period_ns,
             reserved,
         ]
     );

@@ -16,7 +16,7 @@ const SLOTS: u64 = 2;
 
 fn numbered(seq: u64) -> Sample {
     Sample {
-        jiffies: seq,
+        time_ns: seq,
         minor: seq + 100,
         major: seq + 200,
         cpu_ns: seq + 300,
@@ -102,9 +102,9 @@ fn relaxed_drains_account_for_every_sample_and_never_return_a_torn_one() {
         let last = consumer.drain(&mut received).unwrap();
         assert!(last.ended);
         lost += last.lost;
-        assert!(received.windows(2).all(|w| w[0].jiffies < w[1].jiffies));
+        assert!(received.windows(2).all(|w| w[0].time_ns < w[1].time_ns));
         assert!(
-            received.iter().all(|s| *s == numbered(s.jiffies)),
+            received.iter().all(|s| *s == numbered(s.time_ns)),
             "torn: {received:?}"
         );
         assert_eq!(received.len() as u64 + lost, 3);

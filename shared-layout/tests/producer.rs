@@ -23,7 +23,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 
 fn delta(period: u64) -> Sample {
     Sample {
-        jiffies: period * 5,
+        time_ns: period * 5,
         minor: period + 1,
         major: period % 3,
         cpu_ns: 1_000_000 + period,
@@ -82,7 +82,7 @@ fn producer_defers_without_blocking_while_a_dead_consumer_holds_the_lock_and_con
         let received = drain_all(&area);
         assert_eq!(received.len(), 1, "{mode}: the deferred periods merged");
         assert_eq!(
-            received[0].jiffies, last.jiffies,
+            received[0].time_ns, last.time_ns,
             "{mode}: stamped with the last period"
         );
         let all: Vec<Sample> = deltas.iter().copied().chain([last]).collect();
@@ -97,7 +97,8 @@ fn producer_defers_without_blocking_while_a_dead_consumer_holds_the_lock_and_con
 
 #[test]
 fn producer_merges_periods_while_the_strict_ring_is_full_and_finish_flushes_them() {
-    let area = Arc::new(Area::create_memfd_with_slots(2, Mode::Strict, 100, 5).unwrap());
+    let area =
+        Arc::new(Area::create_memfd_with_slots(2, Mode::Strict, Duration::from_millis(5)).unwrap());
     let mut producer = Producer::new(Arc::clone(&area));
     let deltas: Vec<Sample> = (0..10).map(delta).collect();
     let pushed: Vec<Push> = deltas
@@ -124,14 +125,15 @@ fn producer_merges_periods_while_the_strict_ring_is_full_and_finish_flushes_them
     assert_eq!(finish, Finish::Flushed);
     let received = join_within(taking, LIMIT, "the consumer");
     assert_eq!(received.len(), 3, "two periods, then the eight merged ones");
-    assert_eq!(received[2].jiffies, deltas[9].jiffies);
+    assert_eq!(received[2].time_ns, deltas[9].time_ns);
     assert_eq!(totals(&received), totals(&deltas));
     assert!(area.counters().canceled);
 }
 
 #[test]
 fn producer_finish_gives_up_at_its_deadline_and_returns_what_it_could_not_write() {
-    let area = Arc::new(Area::create_memfd_with_slots(1, Mode::Strict, 100, 1).unwrap());
+    let area =
+        Arc::new(Area::create_memfd_with_slots(1, Mode::Strict, Duration::from_millis(1)).unwrap());
     let mut producer = Producer::new(Arc::clone(&area));
     assert_eq!(producer.record(delta(0)).unwrap(), Push::Written);
     assert_eq!(producer.record(delta(1)).unwrap(), Push::Full);
@@ -140,7 +142,7 @@ fn producer_finish_gives_up_at_its_deadline_and_returns_what_it_could_not_write(
         .finish(Instant::now() + Duration::from_millis(20))
         .unwrap();
     let merged = Sample {
-        jiffies: delta(2).jiffies,
+        time_ns: delta(2).time_ns,
         minor: delta(1).minor + delta(2).minor,
         major: delta(1).major + delta(2).major,
         cpu_ns: delta(1).cpu_ns + delta(2).cpu_ns,
@@ -165,6 +167,6 @@ fn a_sample_the_ring_refuses_with_an_error_stays_pending_with_later_counts_merge
             totals(&[delta(0), delta(1)]),
             "{mode}: every count kept"
         );
-        assert_eq!(merged.jiffies, delta(1).jiffies);
+        assert_eq!(merged.time_ns, delta(1).time_ns);
     }
 }

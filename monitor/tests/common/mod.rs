@@ -50,7 +50,7 @@ pub fn stderr(out: &Output) -> String {
 #[derive(Debug, Clone, Copy)]
 pub struct Row {
     pub time_ms: u64,
-    pub jiffies: u64,
+    pub mono_ns: u64,
     pub minor: u64,
     pub major: u64,
     pub cpu_ns: u64,
@@ -62,7 +62,7 @@ pub fn parse_csv(text: &str) -> Vec<Row> {
     let mut lines = text.lines();
     assert_eq!(
         lines.next(),
-        Some("time_ms,jiffies,minor,major,cpu_ns,cpu_util")
+        Some("time_ms,mono_ns,minor,major,cpu_ns,cpu_util")
     );
     lines
         .map(|line| {
@@ -70,7 +70,7 @@ pub fn parse_csv(text: &str) -> Vec<Row> {
             assert_eq!(f.len(), 6, "row {line:?}");
             Row {
                 time_ms: f[0].parse().unwrap(),
-                jiffies: f[1].parse().unwrap(),
+                mono_ns: f[1].parse().unwrap(),
                 minor: f[2].parse().unwrap(),
                 major: f[3].parse().unwrap(),
                 cpu_ns: f[4].parse().unwrap(),

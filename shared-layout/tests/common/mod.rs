@@ -13,14 +13,16 @@ use shared_layout::{abi, Area, Mode, Sample};
 const CONTROL_PAGE: usize = abi::DATA_OFFSET as usize;
 
 pub fn area(slots: u64, mode: Mode) -> Arc<Area> {
-    Arc::new(Area::create_memfd_with_slots(slots, mode, 100, 50).expect("memfd area"))
+    Arc::new(
+        Area::create_memfd_with_slots(slots, mode, Duration::from_millis(50)).expect("memfd area"),
+    )
 }
 
 /// Sample number `seq`: every word is derived from it, so a sample whose
 /// words come from two different writes (a torn copy) is detectable.
 pub fn numbered(seq: u64) -> Sample {
     Sample {
-        jiffies: seq,
+        time_ns: seq,
         minor: seq.wrapping_mul(0x9E37_79B9_7F4A_7C15),
         major: !seq,
         cpu_ns: seq.rotate_left(17) ^ 0xA5A5_A5A5_A5A5_A5A5,
@@ -29,8 +31,8 @@ pub fn numbered(seq: u64) -> Sample {
 
 /// The sequence number of `sample`, after checking it is not torn.
 pub fn sequence_of(sample: &Sample) -> u64 {
-    assert_eq!(*sample, numbered(sample.jiffies), "torn sample");
-    sample.jiffies
+    assert_eq!(*sample, numbered(sample.time_ns), "torn sample");
+    sample.time_ns
 }
 
 /// Join `handle`, failing the test instead of hanging if it takes too long.

@@ -106,17 +106,18 @@ pub fn profile(
 ) -> anyhow::Result<u8> {
     let device = Device::open().map_err(device_error)?;
     let info = device.info();
-    if let Some(ms) = period_ms.filter(|&ms| ms != info.period_ms) {
+    let period = Duration::from_nanos(info.period_ns);
+    if let Some(ms) = period_ms.filter(|&ms| Duration::from_millis(ms.into()) != period) {
         return Err(usage(format!(
             "the module samples every {} ms: --period-ms {ms} needs the procfs backend, \
              or reload the module with period_ms={ms}",
-            info.period_ms
+            period.as_millis()
         )));
     }
     let signals = SignalState::install()?;
     let mut backend = Kernel {
         registered: Vec::new(),
-        period: Duration::from_millis(info.period_ms.into()),
+        period,
     };
     // Everything is registered before the session starts: the module ends a session
     // when its last registered process leaves, which an unrelated one could do before

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use monitor::child;
-use monitor::sampler::{self, Event, Sampler, Target};
+use monitor::sampler::{Event, Sampler, Target};
 use monitor::source::Source;
 use shared_layout::wait::FutexWaiter;
 use shared_layout::Area;
@@ -66,7 +66,7 @@ pub fn profile(
     let period_ms = period_ms.unwrap_or(DEFAULT_PERIOD_MS);
     let period = Duration::from_millis(period_ms.into());
     let area = Arc::new(
-        Area::create_memfd(AREA_PAGES, settings.mode, sampler::HZ, period_ms)
+        Area::create_memfd(AREA_PAGES, settings.mode, period)
             .context("creating the shared ring in a memfd")?,
     );
     let source = Source::new(Arc::clone(&area), FutexWaiter, settings.interval);

@@ -169,7 +169,7 @@ pub fn consume<W: Waiter>(
     signals: &SignalState,
     backend: &mut dyn Backend,
 ) -> anyhow::Result<Outcome> {
-    let mut timeline = Timeline::new(area.hz(), area.period_ms());
+    let mut timeline = Timeline::new(area.period());
     let mut totals = Totals::default();
     let mut rows = Vec::new();
     let mut batch = Vec::new();
@@ -239,7 +239,7 @@ pub fn finish(
         "pfprof: {} backend, {} mode, {} ms period",
         settings.backend,
         settings.mode,
-        area.period_ms()
+        area.period().as_millis()
     );
     if let Some(path) = &settings.plot {
         plot::write(path, &outcome.rows, &caption)

@@ -270,7 +270,7 @@ pub fn monitor_scribbling_every_word_for_seconds_cannot_stall_or_hurt_the_sample
         samples.len()
     );
     ensure!(
-        samples.windows(2).all(|w| w[1].jiffies >= w[0].jiffies),
+        samples.windows(2).all(|w| w[1].time_ns >= w[0].time_ns),
         "samples after the scribbling are out of order"
     );
     kmod::unregister(churn.pid)?;
