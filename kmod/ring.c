@@ -14,7 +14,6 @@
 
 #include <linux/atomic.h>
 #include <linux/build_bug.h>
-#include <linux/kthread.h>
 #include <linux/math64.h>
 #include <linux/mutex.h>
 #include <linux/poll.h>
@@ -30,6 +29,16 @@
 #define PFPROF_LOCK_SPIN_NS	(10 * NSEC_PER_USEC)
 /* A consumer rewriting a count without end cannot keep us in a CAS loop. */
 #define PFPROF_SEM_TRIES	64
+
+/*
+ * Strict, after an offer found no free slot: the sampler may be offered one
+ * retry before its next deadline, fired by the consumer's WAKE_PRODUCER.
+ */
+enum pfprof_retry {
+	PFPROF_RETRY_NONE,
+	PFPROF_RETRY_ARMED,	/* empty.waiters set, waiting for the consumer */
+	PFPROF_RETRY_FIRED,	/* the consumer asked: the sampler offers once */
+};
 
 static struct {
 	struct pfprof_area *area;	/* control page, then the slots */
@@ -48,10 +57,11 @@ static struct {
 	bool slot_reserved;		/* strict: empty downed, slot not written */
 	u64 overwritten;
 	u64 blocked_ns;
+	u64 full_since;			/* strict: first refused offer, 0: none */
 	u64 deferred;
+	atomic_t retry;			/* enum pfprof_retry */
 
 	wait_queue_head_t consumer_wq;	/* WAIT_FULL and poll */
-	wait_queue_head_t producer_wq;	/* the sampler waiting for a free slot */
 } ring;
 
 void *pfprof_ring_area(void)
@@ -90,7 +100,6 @@ int pfprof_ring_init(void)
 	ring.slots = (void *)ring.area + PFPROF_DATA_OFFSET;
 	mutex_init(&ring.lock);
 	init_waitqueue_head(&ring.consumer_wq);
-	init_waitqueue_head(&ring.producer_wq);
 	return 0;
 }
 
@@ -103,7 +112,7 @@ void pfprof_ring_exit(void)
 /* Both sides wake up and look again: the session they knew is gone. */
 static void pfprof_ring_wake_all(void)
 {
-	wake_up(&ring.producer_wq);
+	pfprof_sampler_kick();
 	wake_up_interruptible(&ring.consumer_wq);
 }
 
@@ -131,7 +140,9 @@ void pfprof_ring_start(u32 mode)
 	ring.slot_reserved = false;
 	ring.overwritten = 0;
 	ring.blocked_ns = 0;
+	ring.full_since = 0;
 	ring.deferred = 0;
+	atomic_set(&ring.retry, PFPROF_RETRY_NONE);
 	mutex_unlock(&ring.lock);
 	pfprof_ring_wake_all();
 }
@@ -146,6 +157,7 @@ void pfprof_ring_stop(void)
 	 */
 	memset(ring.area, 0, ring.size);
 	WRITE_ONCE(ring.mode, PFPROF_MODE_NONE);
+	atomic_set(&ring.retry, PFPROF_RETRY_NONE);
 	WRITE_ONCE(ring.generation, ring.generation + 1);
 	mutex_unlock(&ring.lock);
 	pfprof_ring_wake_all();
@@ -226,13 +238,32 @@ static void pfprof_write_slot(struct pfprof_area *a,
 	smp_store_release(&a->write_seq, ring.write_seq);
 }
 
+/*
+ * Strict: the time from the first offer the ring refused to the delivery,
+ * published as it grows, so a consumer sees a producer that is blocked now.
+ */
+static void pfprof_account_blocked(struct pfprof_area *a, bool delivered)
+{
+	u64 now = ktime_get_ns();
+
+	if (!ring.full_since)
+		ring.full_since = now;
+	WRITE_ONCE(a->blocked_ns, ring.blocked_ns + (now - ring.full_since));
+	if (delivered) {
+		ring.blocked_ns += now - ring.full_since;
+		ring.full_since = 0;
+	}
+}
+
 static enum pfprof_put pfprof_put_strict(const struct pfprof_sample *s)
 {
 	struct pfprof_area *a = ring.area;
 
 	if (!ring.slot_reserved) {
-		if (!pfprof_sem_try_down(&a->empty.count))
+		if (!pfprof_sem_try_down(&a->empty.count)) {
+			pfprof_account_blocked(a, false);
 			return PFPROF_PUT_FULL;
+		}
 		ring.slot_reserved = true;
 	}
 	if (!pfprof_lock_try(&a->lock)) {
@@ -243,6 +274,11 @@ static enum pfprof_put pfprof_put_strict(const struct pfprof_sample *s)
 	pfprof_lock_release(&a->lock);
 	ring.slot_reserved = false;
 	pfprof_sem_up_full(a);
+	if (ring.full_since)
+		pfprof_account_blocked(a, true);
+	/* A retry asked for and not needed any more. */
+	if (atomic_xchg(&ring.retry, PFPROF_RETRY_NONE) != PFPROF_RETRY_NONE)
+		WRITE_ONCE(a->empty.waiters, 0);
 	return PFPROF_PUT_DONE;
 }
 
@@ -298,54 +334,44 @@ enum pfprof_put pfprof_ring_put(const struct pfprof_sample *sample, bool last)
 	return ret;
 }
 
-static bool pfprof_empty_ready(unsigned int gen)
-{
-	return READ_ONCE(ring.area->empty.count) ||
-	       READ_ONCE(ring.generation) != gen || kthread_should_stop();
-}
-
 /*
- * Strict, ring full: sleep until the consumer frees a slot, the session
- * changes, the sampler is stopped, or @timeout passes.  The consumer wakes
- * us with WAKE_PRODUCER when it sees empty.waiters set; we never rely on
- * it.  Called from the sampler only.  Returns whether it slept: a count
- * that is back before we sleep may be a consumer flipping it to keep us
- * busy, so the caller then waits out its period instead of retrying.
+ * Strict, an offer found no free slot: ask the consumer to say when it
+ * frees one (empty.waiters, the Dekker handshake in pfprof.h).  Returns
+ * true when a slot is free already, so the caller offers again at once;
+ * otherwise the consumer's WAKE_PRODUCER may fire one retry.
  */
-bool pfprof_ring_wait_empty(long timeout)
+bool pfprof_ring_await_slot(void)
 {
 	struct pfprof_area *a = ring.area;
-	unsigned int gen;
-	u64 start;
+	bool free_now = false;
 
 	mutex_lock(&ring.lock);
-	gen = ring.generation;
-	if (ring.mode != PFPROF_MODE_STRICT || ring.canceled) {
-		mutex_unlock(&ring.lock);
-		return false;
-	}
-	WRITE_ONCE(a->empty.waiters, 1);
-	/* Pairs with the consumer's barrier between up(empty) and xchg. */
-	smp_mb();
-	if (READ_ONCE(a->empty.count)) {
-		WRITE_ONCE(a->empty.waiters, 0);
-		mutex_unlock(&ring.lock);
-		return false;
+	if (ring.mode == PFPROF_MODE_STRICT && !ring.canceled) {
+		atomic_set(&ring.retry, PFPROF_RETRY_ARMED);
+		WRITE_ONCE(a->empty.waiters, 1);
+		/* Pairs with the consumer's barrier between up(empty) and xchg. */
+		smp_mb();
+		free_now = READ_ONCE(a->empty.count);
+		if (free_now) {
+			atomic_set(&ring.retry, PFPROF_RETRY_NONE);
+			WRITE_ONCE(a->empty.waiters, 0);
+		}
 	}
 	mutex_unlock(&ring.lock);
+	return free_now;
+}
 
-	start = ktime_get_ns();
-	wait_event_interruptible_timeout(ring.producer_wq,
-					 pfprof_empty_ready(gen), timeout);
+/* The consumer fired the retry; the sampler has not taken it yet. */
+bool pfprof_ring_retry_fired(void)
+{
+	return atomic_read(&ring.retry) == PFPROF_RETRY_FIRED;
+}
 
-	mutex_lock(&ring.lock);
-	if (ring.generation == gen) {
-		WRITE_ONCE(a->empty.waiters, 0);
-		ring.blocked_ns += ktime_get_ns() - start;
-		WRITE_ONCE(a->blocked_ns, ring.blocked_ns);
-	}
-	mutex_unlock(&ring.lock);
-	return true;
+/* Takes a fired retry: true once per WAKE_PRODUCER that found one armed. */
+bool pfprof_ring_take_retry(void)
+{
+	return atomic_cmpxchg(&ring.retry, PFPROF_RETRY_FIRED,
+			      PFPROF_RETRY_NONE) == PFPROF_RETRY_FIRED;
 }
 
 static bool pfprof_full_ready(unsigned int gen)
@@ -369,11 +395,17 @@ int pfprof_ring_wait_full(long timeout)
 	return ret ? 0 : -ETIMEDOUT;
 }
 
+/*
+ * Only an armed retry wakes the sampler, and only once: a consumer asking
+ * again and again cannot make it wake, let alone collect, more often.
+ */
 int pfprof_ring_wake_producer(void)
 {
 	if (READ_ONCE(ring.mode) != PFPROF_MODE_STRICT)
 		return -EINVAL;
-	wake_up(&ring.producer_wq);
+	if (atomic_cmpxchg(&ring.retry, PFPROF_RETRY_ARMED,
+			   PFPROF_RETRY_FIRED) == PFPROF_RETRY_ARMED)
+		pfprof_sampler_kick();
 	return 0;
 }
 

@@ -2,18 +2,31 @@
 /*
  * pfprof: the sampler.
  *
- * A kthread of its own (never the system workqueue: in strict mode it may
- * wait for the consumer).  Every period it adds each registered process's
- * change to the pending sample and offers that sample to the ring.  A
- * sample the ring cannot take now (strict ring full, lock held) stays
- * pending and keeps growing, so the next one covers the longer interval
- * and nothing is lost.  With nobody registered it sleeps until somebody is.
+ * A kthread of its own (never the system workqueue: it sleeps on its own
+ * terms).  Periods end on absolute deadlines: period k of a run ends at
+ * start + k * period on CLOCK_MONOTONIC, slept to on an hrtimer, so the
+ * intervals neither drift nor round to jiffies.  A run starts when somebody
+ * registers; with nobody registered the sampler sleeps without a timer.
+ *
+ * At each deadline it adds every registered process's change to the
+ * pending sample and offers that sample to the ring.  A sample the ring
+ * cannot take (strict ring full, lock held) stays pending and keeps
+ * growing, so the next one covers the longer interval and nothing is lost.
+ *
+ * What the sampler does is the kernel's to decide: it collects at a
+ * deadline or when the last process leaves, never because of anything the
+ * consumer wrote or asked.  A consumer that frees a slot after a strict
+ * offer failed (WAKE_PRODUCER) gets that same sample offered once more
+ * before the deadline - no new collection, and at most one such wake-up
+ * per period, however often it asks.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/err.h>
-#include <linux/jiffies.h>
+#include <linux/hrtimer.h>
+#include <linux/ktime.h>
 #include <linux/kthread.h>
+#include <linux/math64.h>
 #include <linux/rcupdate.h>
 #include <linux/sched.h>
 #include <linux/sched/signal.h>
@@ -77,70 +90,122 @@ void pfprof_sampler_kick(void)
  */
 static bool pfprof_sampler_has_work(unsigned int seen)
 {
-	return pfprof_nr_registered() || pfprof_reg_changes() != seen ||
-	       kthread_should_stop();
+	return pfprof_nr_registered() || pfprof_reg_changes() != seen;
+}
+
+/* What ends a wait before its deadline. */
+struct pfprof_wake {
+	unsigned int seen;	/* idle: registration changes at the last collection */
+	bool idle;		/* waiting for somebody to register */
+	bool draining;		/* the last sample is collected, not delivered */
+};
+
+static bool pfprof_woken(const struct pfprof_wake *w)
+{
+	if (kthread_should_stop())
+		return true;
+	if (w->idle)
+		return pfprof_sampler_has_work(w->seen);
+	/* The last process left: its final sample ends the session now. */
+	return (!w->draining && !pfprof_nr_registered()) ||
+	       pfprof_ring_retry_fired();
+}
+
+/*
+ * Sleeps until @deadline (absolute, CLOCK_MONOTONIC; KTIME_MAX: no timer)
+ * or until @w says to wake.  A wake-up for nothing sleeps again until the
+ * same deadline, so it cannot shift the period.
+ */
+static void pfprof_sleep_until(ktime_t deadline, const struct pfprof_wake *w)
+{
+	DEFINE_WAIT(wait);
+
+	for (;;) {
+		prepare_to_wait(&pfprof_sampler_wq, &wait, TASK_INTERRUPTIBLE);
+		if (pfprof_woken(w))
+			break;
+		/* 0: the timer expired; -EINTR: woken before it. */
+		if (!schedule_hrtimeout_range(&deadline, 0, HRTIMER_MODE_ABS))
+			break;
+	}
+	finish_wait(&pfprof_sampler_wq, &wait);
+}
+
+/* The first deadline after @now: those already missed are in this sample. */
+static ktime_t pfprof_next_deadline(ktime_t deadline, ktime_t now, u64 period)
+{
+	u64 behind;
+
+	if (ktime_before(now, deadline))
+		return deadline;
+	behind = ktime_to_ns(ktime_sub(now, deadline));
+	return ktime_add_ns(deadline, (div64_u64(behind, period) + 1) * period);
 }
 
 static int pfprof_sampler_fn(void *unused)
 {
-	long period = msecs_to_jiffies(pfprof_period_ms);
-	struct pfprof_sample sample;
+	const u64 period = pfprof_period_ns();
+	struct pfprof_wake wake = {};
 	struct pfprof_totals pending;
-	/* Nobody is registered but the last sample is not written yet. */
-	bool draining = false;
-	bool retry = false;
-	/* Registration changes before the last collection. */
-	unsigned int seen = 0;
+	struct pfprof_sample sample;
+	/* A collected sample the ring has not taken yet. */
+	bool undelivered = false;
+	ktime_t deadline = 0;
+	enum pfprof_put put;
 	unsigned int nr;
+	ktime_t now;
 
 	while (!kthread_should_stop()) {
-		if (!retry) {
-			if (!draining && !pfprof_sampler_has_work(seen)) {
-				/* Idle: the period starts at the registration. */
-				wait_event_interruptible(pfprof_sampler_wq,
-							 pfprof_sampler_has_work(seen));
-				continue;
-			}
-			/* The last unregistration ends the period early. */
-			wait_event_interruptible_timeout(pfprof_sampler_wq,
-							 kthread_should_stop() ||
-							 (!draining &&
-							  !pfprof_nr_registered()),
-							 period);
-			if (kthread_should_stop())
-				break;
+		if (!undelivered && !pfprof_sampler_has_work(wake.seen)) {
+			wake.idle = true;
+			pfprof_sleep_until(KTIME_MAX, &wake);
+			wake.idle = false;
+			/* The run's first period starts at the registration. */
+			deadline = ktime_add_ns(ktime_get(), period);
+			continue;
 		}
-		retry = false;
+		pfprof_sleep_until(deadline, &wake);
+		if (kthread_should_stop())
+			break;
 
-		seen = pfprof_reg_changes();
+		now = ktime_get();
+		if (ktime_before(now, deadline) &&
+		    (wake.draining || pfprof_nr_registered())) {
+			/* The consumer freed a slot: the same sample, once more. */
+			if (pfprof_ring_take_retry() && undelivered &&
+			    pfprof_ring_put(&sample, wake.draining) ==
+			    PFPROF_PUT_DONE) {
+				pfprof_reg_settle(&pending);
+				undelivered = false;
+				wake.draining = false;
+			}
+			continue;
+		}
+		deadline = pfprof_next_deadline(deadline, now, period);
+
+		wake.seen = pfprof_reg_changes();
 		nr = pfprof_reg_collect(&pending);
 		if (!nr && !pfprof_ring_open()) {
 			/* Nobody to deliver the last sample to: drop it. */
 			pfprof_reg_settle(&pending);
-			draining = false;
+			undelivered = false;
+			wake.draining = false;
 			continue;
 		}
-		draining = !nr;
-
-		sample.time_ns = ktime_get_ns();
+		wake.draining = !nr;
+		sample.time_ns = ktime_to_ns(now);
 		sample.minor = pending.minor;
 		sample.major = pending.major;
 		sample.cpu_ns = pending.cpu_ns;
-		switch (pfprof_ring_put(&sample, draining)) {
-		case PFPROF_PUT_DONE:
+
+		put = pfprof_ring_put(&sample, wake.draining);
+		/* Full: ask for one retry, or make it now if a slot came free. */
+		if (put == PFPROF_PUT_FULL && pfprof_ring_await_slot())
+			put = pfprof_ring_put(&sample, wake.draining);
+		undelivered = put != PFPROF_PUT_DONE;
+		if (!undelivered) {
 			pfprof_reg_settle(&pending);
-			draining = false;
-			break;
-		case PFPROF_PUT_FULL:
-			/*
-			 * Counts keep accumulating while we wait for a slot;
-			 * retry at once only after a real sleep.
-			 */
-			retry = pfprof_ring_wait_empty(period);
-			break;
-		case PFPROF_PUT_NO_SESSION:
-		case PFPROF_PUT_DEFERRED:
-			break;
+			wake.draining = false;
 		}
 	}
 	return 0;

@@ -68,12 +68,24 @@
  * on every up(full) and at cancellation from its own wait queue, whatever
  * full.waiters says) and wakes a producer sleeping on empty with
  * PFPROF_IOC_WAKE_PRODUCER when it finds empty.waiters set.  The module
- * never trusts empty.waiters to be honoured: it sleeps at most one period
- * at a time and re-checks, so a consumer that never wakes it cannot hang it.
+ * relies on neither: it offers the sample again at its next period
+ * boundary anyway, and a WAKE_PRODUCER after it set empty.waiters earns one
+ * early offer of that same sample, at most one per period, however often
+ * it is asked.  A consumer can neither hang the module's sampler nor make
+ * it work more often.
  *
  * While the producer waits for a free slot its fault and CPU counters keep
  * accumulating; the next sample it writes covers the longer interval, so
- * counts are conserved.  The time spent waiting is added to blocked_ns.
+ * counts are conserved.  blocked_ns counts the time from the first offer
+ * the ring refused to the delivery, published as it grows.
+ *
+ * Time
+ * ----
+ * sample.time_ns is CLOCK_MONOTONIC (clock_gettime() in user space,
+ * ktime_get_ns() in the kernel) when the sample's counts were read.  The
+ * module's periods end on absolute deadlines, start + k * period_ns from
+ * the first registration, so intervals do not drift; a period the sampler
+ * could not keep is folded into the next sample.
  *
  * Relaxed protocol (PFPROF_MODE_RELAXED): the producer never blocks
  * ----------------------------------------------------------------
