@@ -5,8 +5,10 @@
 # backend, strict mode), brings each run's CSVs back on a second virtio disk
 # (a raw tar archive), and draws the figures with plot.py.
 #
-#   docs/case-studies/reproduce.sh [RUN...]
+#   docs/case-studies/reproduce.sh --kernel VERSION [RUN...]
 #
+# VERSION: the Debian cloud kernel to boot (its linux-image and linux-headers
+# installed), as tests/vm/run.sh takes it; its virtio modules come along.
 # RUN: thrash-rr thrash-rl multi-N (N in 1 5 11 16 20 22); default all of them.
 # Each run is repeated PFPROF_CASE_REPEAT times (default 3), in a fresh guest.
 # Results: docs/figures/data/<run>-r<k>/ (samples.csv, machine.txt,
@@ -53,13 +55,23 @@ for n in "${multi_n[@]}"; do
 	order+=("multi-$n")
 done
 
-selected=("$@")
+kernel=
+selected=()
+while (($#)); do
+	case $1 in
+	--kernel) kernel=${2-}; (($# > 1)) && shift ;;
+	--kernel=*) kernel=${1#--kernel=} ;;
+	*) selected+=("$1") ;;
+	esac
+	shift
+done
+[[ $kernel != debug ]] || vm_die "the case studies boot a Debian kernel (their swap disk needs its virtio modules)"
 ((${#selected[@]})) || selected=("${order[@]}")
 for r in "${selected[@]}"; do
 	[[ -n ${runs[$r]-} ]] || vm_die "unknown run $r (one of: ${order[*]})"
 done
 
-vm_check_host
+vm_select_kernel "$kernel"
 command -v strip >/dev/null || vm_die "strip not found: apt-get install binutils"
 work=$(mktemp -d /tmp/pfprof-case.XXXXXX)
 trap 'rm -rf "$work"' EXIT

@@ -8,7 +8,7 @@
 #   tests/vm/debug-kernel.sh
 #
 # The tree is cached outside the clone, keyed by the source package's version
-# and the hash of the configuration and this script, so a repeated run on the
+# and the hash of the configuration, so a repeated run on the
 # same machine reuses it (about 6 minutes on 2 cores to build otherwise).
 # Environment: PFPROF_KERNEL_CACHE (default: ${XDG_CACHE_HOME:-~/.cache}/pfprof/kernels).
 # Needs: linux-source-6.12 build-essential flex bison bc libelf-dev libssl-dev.
@@ -23,7 +23,7 @@ version=$(dpkg-query -W -f='${Version}' "$package" 2>/dev/null) ||
 	die "$package is not installed: apt-get install $package"
 [[ -r $tarball ]] || die "$tarball is missing: apt-get install --reinstall $package"
 fragment=$here/debug-kernel.config
-key=$version-$(cat "$fragment" "$0" | sha256sum | cut -c1-16)
+key=$version-$(sha256sum <"$fragment" | cut -c1-16)
 cache=${PFPROF_KERNEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pfprof/kernels}
 tree=$cache/$key/$package
 

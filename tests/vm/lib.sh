@@ -1,5 +1,5 @@
 # Shared steps of the scripts that boot pfprof in a VM (tests/vm/run.sh,
-# docs/case-studies/reproduce.sh): find the host's cloud kernel and tools,
+# docs/case-studies/reproduce.sh): select the kernel, check the host's tools,
 # build the module and the static binaries, pack an initramfs, boot it under
 # qemu TCG.  Source it from bash with `set -euo pipefail`; errors exit 2 with
 # the calling script's name.
@@ -8,15 +8,38 @@ vm_repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
 vm_die() { echo "$(basename "$0"): $*" >&2; exit 2; }
 
-# Sets vm_kver (the newest cloud-amd64 kernel that has headers, found by glob)
-# and vm_busybox; checks that qemu and cpio are there.
-vm_check_host() {
-	vm_kver=$(for img in /boot/vmlinuz-*-cloud-amd64; do
-		local v=${img#/boot/vmlinuz-}
+# The Debian cloud kernels installed with their headers, one version a line.
+vm_installed_kernels() {
+	local img v
+	for img in /boot/vmlinuz-*-cloud-amd64; do
+		v=${img#/boot/vmlinuz-}
 		if [[ -e $img && -d /usr/src/linux-headers-$v ]]; then echo "$v"; fi
-	done | sort -V | tail -n 1)
-	[[ -n $vm_kver ]] || vm_die "no /boot/vmlinuz-*-cloud-amd64 with matching /usr/src/linux-headers-*: apt-get install linux-image-cloud-amd64 linux-headers-cloud-amd64"
-	[[ -r /boot/vmlinuz-$vm_kver ]] || vm_die "/boot/vmlinuz-$vm_kver is not readable"
+	done | sort -V
+}
+
+# vm_select_kernel KERNEL: the kernel to boot and build against, named
+# explicitly: a Debian version (6.1.0-28-cloud-amd64: /boot/vmlinuz-* and its
+# linux-headers-*), or "debug" (the checkers' kernel tests/vm/debug-kernel.sh
+# builds and caches). Sets vm_kver (its name), vm_kernel (the image), vm_kdir
+# (where the module builds) and vm_debug (1 for the debug kernel); checks the
+# host's busybox, qemu and cpio.
+vm_select_kernel() {
+	local kernel=$1
+	vm_debug=0
+	if [[ $kernel == debug ]]; then
+		vm_kdir=$("$vm_repo/tests/vm/debug-kernel.sh") || vm_die "building the debug kernel failed"
+		vm_kernel=$vm_kdir/arch/x86/boot/bzImage
+		vm_kver="debug ($(make -s -C "$vm_kdir" kernelrelease))"
+		vm_debug=1
+	else
+		[[ -n $kernel ]] || vm_die "which kernel? give --kernel VERSION (installed: $(vm_installed_kernels | tr '\n' ' ')) or --kernel debug"
+		vm_kernel=/boot/vmlinuz-$kernel
+		vm_kdir=/usr/src/linux-headers-$kernel
+		vm_kver=$kernel
+		[[ -e $vm_kernel && -d $vm_kdir ]] ||
+			vm_die "no $vm_kernel with $vm_kdir: apt-get install linux-image-$kernel linux-headers-$kernel (installed: $(vm_installed_kernels | tr '\n' ' '))"
+	fi
+	[[ -r $vm_kernel ]] || vm_die "$vm_kernel is not readable"
 	vm_busybox=$(command -v busybox) || vm_die "busybox not found: apt-get install busybox-static"
 	# ldd fails on a static binary; the initramfs has no libc for a dynamic one.
 	if ldd "$vm_busybox" >/dev/null 2>&1; then vm_die "$vm_busybox is not static: apt-get install busybox-static"; fi
@@ -30,7 +53,7 @@ vm_check_host() {
 vm_build_module() {
 	local work=$1
 	make -s -C "$vm_repo/kmod" dkms-src DKMS_SRC="$work/kmod"
-	make -s -C "$work/kmod" KDIR="/usr/src/linux-headers-$vm_kver" W=1 >"$work/kmod-build.log" 2>&1 ||
+	make -s -C "$work/kmod" KDIR="$vm_kdir" W=1 >"$work/kmod-build.log" 2>&1 ||
 		{ cat "$work/kmod-build.log"; vm_die "module build failed"; }
 	if grep -E 'warning:|error:' "$work/kmod-build.log"; then
 		vm_die "module build is not warning-free"
@@ -72,7 +95,7 @@ vm_boot() {
 	local initrd=$1 log=$2 timeout=$3 mem=$4 append=$5
 	shift 5
 	timeout --foreground "$timeout" qemu-system-x86_64 -accel tcg -m "$mem" -smp 2 \
-		-nographic -no-reboot -kernel "/boot/vmlinuz-$vm_kver" \
+		-nographic -no-reboot -kernel "$vm_kernel" \
 		-initrd "$initrd" -append "console=ttyS0 panic=-1 rdinit=/init $append" "$@" \
 		</dev/null 2>&1 | stdbuf -oL tr -d '\r' | tee "$log"
 	return "${PIPESTATUS[0]}"

@@ -1,36 +1,46 @@
 #!/usr/bin/env bash
-# The VM test: build pfprof.ko against Debian's cloud kernel headers, build the
-# guest tests and the monitor and work binaries statically, boot that kernel
-# under qemu (TCG) with an initramfs holding them, run the tests inside and
-# report one line per test and "N passed, M failed"; exit 0 only if all passed
-# and the kernel log has no BUG, WARNING, Oops or slub report.
+# The VM test: build pfprof.ko against the chosen kernel, build the guest tests
+# and the monitor and work binaries statically, boot that kernel under qemu
+# (TCG) with an initramfs holding them, run the tests inside and report one
+# line per test and "N passed, M failed"; exit 0 only if all passed and the
+# kernel log has no report from any of the kernel's checkers.
 #
-#   tests/vm/run.sh [--keep] [FILTER...]
+#   tests/vm/run.sh --kernel KERNEL [--keep] [FILTER...]
 #
+# KERNEL: a Debian kernel version with its headers installed (for example
+# 6.1.0-28-cloud-amd64; run.sh lists those it finds when it is missing), or
+# "debug": the kernel tests/vm/debug-kernel.sh builds with KASAN, lockdep,
+# kmemleak, KFENCE and UBSAN, where the suite ends with two kmemleak scans.
 # FILTER: run only tests whose name contains one of these substrings.
 # --keep: keep the work directory (initramfs, console log) and print its path.
-# Environment: CARGO_TARGET_DIR (default: target/), PFPROF_VM_TIMEOUT (s, 300),
-# PFPROF_SEED (replay the randomized tests with the seed a failure printed).
-# Needs: linux-image-cloud-amd64 linux-headers-cloud-amd64 qemu-system-x86
-#        busybox-static cpio, and a Rust toolchain with x86_64-unknown-linux-gnu.
+# Environment: CARGO_TARGET_DIR (default: target/), PFPROF_VM_TIMEOUT (s; 600,
+# 2400 for the debug kernel), PFPROF_SEED (replay the randomized tests with the
+# seed a failure printed).
+# Needs: qemu-system-x86 busybox-static cpio, a Rust toolchain with
+# x86_64-unknown-linux-gnu, and the kernel: linux-image-VERSION and
+# linux-headers-VERSION, or what tests/vm/debug-kernel.sh needs.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source=tests/vm/lib.sh
 . "$repo/tests/vm/lib.sh"
-# A hung guest (a deadlock in the module) fails the run after this long.
-vm_timeout=${PFPROF_VM_TIMEOUT:-300}
 keep=0
+kernel=
 filters=()
-for arg in "$@"; do
-	case $arg in
+while (($#)); do
+	case $1 in
 	--keep) keep=1 ;;
-	-h | --help) sed -n '2,15p' "$0"; exit 0 ;;
-	*) filters+=("$arg") ;;
+	--kernel) kernel=${2-}; (($# > 1)) && shift ;;
+	--kernel=*) kernel=${1#--kernel=} ;;
+	-h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+	*) filters+=("$1") ;;
 	esac
+	shift
 done
 
-vm_check_host
+vm_select_kernel "$kernel"
+# A hung guest (a deadlock in the module) fails the run after this long.
+if ((vm_debug)); then vm_timeout=${PFPROF_VM_TIMEOUT:-2400}; else vm_timeout=${PFPROF_VM_TIMEOUT:-600}; fi
 
 work=$(mktemp -d /tmp/pfprof-vm.XXXXXX)
 cleanup() { if ((keep)); then echo "run.sh: kept $work"; else rm -rf "$work"; fi; }
@@ -50,16 +60,23 @@ vm_pack "$root" "$work/initramfs.cpio.gz"
 
 log=$work/console.log
 set +e
-# The kernel's checkers this cloud kernel has (no lockdep, kmemleak, KASAN
-# or page poisoning in its config): full preemption (races show up; the
-# race tests rely on it), slub_debug (redzones, poisoning, user tracking:
-# the tests count the module's live objects by it), the hung-task
-# detector at 20 s instead of 120, freed pages zeroed; DEBUG_LIST,
-# BUG_ON_DATA_CORRUPTION, HARDENED_USERCOPY and the lockup detectors are on.
+# The checkers every kernel gets: full preemption (races show up; the race
+# tests rely on it; the debug kernel is built preemptible), slub_debug
+# (redzones, poisoning, user tracking: the tests count the module's live
+# objects by it), the hung-task detector at 20 s instead of 120, freed pages
+# zeroed. Debian's cloud kernels also have DEBUG_LIST, BUG_ON_DATA_CORRUPTION,
+# HARDENED_USERCOPY and the lockup detectors; the debug kernel adds KASAN,
+# lockdep, kmemleak, KFENCE (sampling every 10 ms instead of 100) and UBSAN,
+# and more memory for their shadow and metadata.
 # PFPROF_SEED=<n> replays the randomized tests (it reaches the guest's
 # environment as an unknown kernel parameter).
 checkers="preempt=full slub_debug=FZPU sysctl.kernel.hung_task_timeout_secs=20 init_on_free=1"
-vm_boot "$work/initramfs.cpio.gz" "$log" "$vm_timeout" 1G \
+mem=1G
+if ((vm_debug)); then
+	checkers+=" kfence.sample_interval=10"
+	mem=2G
+fi
+vm_boot "$work/initramfs.cpio.gz" "$log" "$vm_timeout" "$mem" \
 	"$checkers loglevel=4${PFPROF_SEED:+ PFPROF_SEED=$PFPROF_SEED}" |
 	grep --line-buffered -E '^(ok   |FAIL |  \| )'
 qemu_rc=${PIPESTATUS[0]}
@@ -81,14 +98,22 @@ else
 fi
 [[ $verdict == 0 ]] || { [[ -z $summary ]] || ((failed > 0)) || failed=1; }
 
-# The kernel must not have complained, whatever the tests saw.
-if grep -E 'BUG[: ]|WARNING:|Oops|KASAN|general protection|Kernel panic|INFO: task .* blocked|detected stalls|=====+$|Redzone|Poison overwritten|Object padding|slab error' "$log" \
+# The debug kernel's suite must have ended with its kmemleak scans.
+if ((vm_debug)) && ! grep -q '^ok   kmemleak_' "$log"; then
+	echo "FAIL the debug kernel's suite did not run its kmemleak scans"
+	failed=$((failed + 1))
+fi
+
+# The kernel must not have complained, whatever the tests saw: BUG (KASAN,
+# KFENCE, sleeping in atomic context), WARNING (lockdep), UBSAN, hung tasks,
+# RCU stalls, slub_debug.
+if grep -E 'BUG[: ]|WARNING:|Oops|KASAN|KFENCE|UBSAN|general protection|Kernel panic|INFO: task .* blocked|INFO: trying to register non-static key|detected stalls|soft lockup|=====+$|Redzone|Poison overwritten|Object padding|slab error' "$log" \
 	| grep -v '^PFPROF-' >"$work/kernel-complaints.txt"; then
-	echo "FAIL kernel log is free of BUG, WARNING, Oops and slub reports:"
+	echo "FAIL kernel log is free of reports from the kernel's checkers:"
 	head -n 40 "$work/kernel-complaints.txt" | sed 's/^/    /'
 	failed=$((failed + 1))
 else
-	echo "ok   kernel log is free of BUG, WARNING, Oops and slub reports"
+	echo "ok   kernel log is free of reports from the kernel's checkers"
 	passed=$((passed + 1))
 fi
 

@@ -1,9 +1,11 @@
-//! What the kernel says about a test: its log since a mark, and the slab
-//! objects the module still holds (slub_debug=U records who allocated each).
+//! What the kernel says about a test: its log since a mark, the slab objects
+//! the module still holds (slub_debug=U records who allocated each, KFENCE
+//! its own), and what kmemleak finds once the suite is over.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Read};
 use std::os::unix::fs::OpenOptionsExt;
+use std::sync::Mutex;
 
 use anyhow::{bail, ensure, Context, Result};
 
@@ -24,6 +26,10 @@ const COMPLAINTS: &[&str] = &[
     "slab error",
     "refcount_t",
     "corruption",
+    "UBSAN:",
+    "KASAN",
+    "KFENCE",
+    "INFO: trying to register non-static key",
 ];
 
 /// A position in the kernel log (/dev/kmsg sequence number).
@@ -95,12 +101,47 @@ impl Mark {
     }
 }
 
+/// Hands back to the slab allocator what KASAN holds in quarantine for the
+/// cache `name` (its sysfs `shrink`, which calls kasan_cache_shrink()): with
+/// KASAN a freed object stays allocated, as slub sees it, until it leaves
+/// the quarantine. Nothing to do on a kernel without KASAN.
+pub fn settle_frees(name: &str) -> Result<()> {
+    let path = format!("/sys/kernel/slab/{name}/shrink");
+    match fs::write(&path, "1") {
+        Ok(()) => Ok(()),
+        // A cache merged into another has no directory of its own.
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).context(path),
+    }
+}
+
+/// Live objects KFENCE allocated for pfprof.ko (debugfs: kfence/objects,
+/// one block per object: its allocation stack, and "freed by" once freed).
+/// slub's traces do not see these; none on a kernel without KFENCE.
+fn module_kfence_objects() -> Result<u64> {
+    let text = match fs::read_to_string("/sys/kernel/debug/kfence/objects") {
+        Ok(text) => text,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e).context("/sys/kernel/debug/kfence/objects"),
+    };
+    let live = text
+        .split("kfence-#")
+        .skip(1)
+        .filter(|object| {
+            let allocated = object.split("freed by").next().unwrap_or("");
+            allocated.contains("[pfprof]") && !object.contains("freed by")
+        })
+        .count();
+    Ok(live as u64)
+}
+
 /// Live slab objects that pfprof.ko allocated, from the allocation traces
 /// slub_debug=U keeps (debugfs: /sys/kernel/debug/slab/*/alloc_traces, one
-/// line per call site, led by its object count). The module's only slab
-/// allocation is one object per registered process.
+/// line per call site, led by its object count) and from KFENCE's list,
+/// after KASAN's quarantine has let go of what was freed. The module's only
+/// slab allocation is one object per registered process.
 pub fn module_slab_objects() -> Result<u64> {
-    let mut total = 0;
+    let mut total = module_kfence_objects()?;
     let mut traced = 0;
     let dir = "/sys/kernel/debug/slab";
     for entry in fs::read_dir(dir).with_context(|| format!("no {dir}: mount debugfs"))? {
@@ -110,6 +151,7 @@ pub fn module_slab_objects() -> Result<u64> {
         if !name.starts_with("kmalloc-") {
             continue;
         }
+        settle_frees(name)?;
         // Caches without user tracking (made before slub_debug applies) have none.
         let traces = match fs::read_to_string(path.join("alloc_traces")) {
             Ok(traces) => traces,
@@ -129,4 +171,65 @@ pub fn module_slab_objects() -> Result<u64> {
         "no kmalloc cache traces its allocations: boot with slub_debug=U"
     );
     Ok(total)
+}
+
+/// Where pfprof.ko's code was each time it was loaded: [start, end) from
+/// /proc/modules, for attributing kmemleak's backtraces after it is gone.
+static MODULE_RANGES: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
+
+/// Records where the module just loaded sits (kmod::try_insmod calls it).
+pub fn record_module_range() -> Result<()> {
+    let modules = fs::read_to_string("/proc/modules").context("reading /proc/modules")?;
+    // "pfprof 40960 0 - Live 0xffffffffc0200000"
+    let line = modules
+        .lines()
+        .find(|l| l.starts_with("pfprof "))
+        .context("pfprof is not in /proc/modules")?;
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let size: u64 = fields.get(1).context("no size")?.parse()?;
+    let base = fields
+        .get(5)
+        .and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
+        .context("no load address in /proc/modules")?;
+    ensure!(base != 0, "/proc/modules hides the load address");
+    MODULE_RANGES
+        .lock()
+        .map_err(|_| anyhow::anyhow!("module ranges poisoned"))?
+        .push((base, base + size));
+    Ok(())
+}
+
+/// kmemleak's verdict on the module after the suite: scans twice (as its
+/// documentation advises, so that references in flight settle), then returns the reports whose
+/// allocation backtrace points into any place the module was loaded, and
+/// how many reports there were in all. None when the kernel has no kmemleak.
+pub fn kmemleak_module_reports() -> Result<Option<(Vec<String>, usize)>> {
+    let path = "/sys/kernel/debug/kmemleak";
+    if !std::path::Path::new(path).exists() {
+        return Ok(None);
+    }
+    for _ in 0..2 {
+        fs::write(path, "scan").context("kmemleak scan")?;
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+    let report = fs::read_to_string(path).context("reading kmemleak")?;
+    let ranges = MODULE_RANGES
+        .lock()
+        .map_err(|_| anyhow::anyhow!("module ranges poisoned"))?
+        .clone();
+    let in_module = |line: &str| {
+        line.contains("[pfprof]")
+            || line
+                .split(|c| c == '<' || c == '>')
+                .nth(1)
+                .and_then(|a| u64::from_str_radix(a, 16).ok())
+                .is_some_and(|a| ranges.iter().any(|&(s, e)| (s..e).contains(&a)))
+    };
+    let objects: Vec<&str> = report.split("unreferenced object").skip(1).collect();
+    let ours = objects
+        .iter()
+        .filter(|o| o.lines().any(in_module))
+        .map(|o| format!("unreferenced object{}", o.trim_end()))
+        .collect();
+    Ok(Some((ours, objects.len())))
 }

@@ -33,6 +33,7 @@ pub fn try_insmod(env: &Env, params: &[&str]) -> Result<std::result::Result<Modu
     args.extend_from_slice(params);
     let out = busybox(&args)?;
     if out.status.success() {
+        crate::klog::record_module_range()?;
         Ok(Ok(Module { loaded: true }))
     } else {
         Ok(Err(String::from_utf8_lossy(&out.stderr).trim().to_string()))

@@ -195,8 +195,10 @@ fn churn(seed: u64) -> Result<Churned> {
     Ok(done)
 }
 
-/// Objects of the task_struct cache in use (slub_debug keeps the count exact).
+/// Objects of the task_struct cache in use (slub_debug keeps the count exact;
+/// KASAN's quarantine is emptied first).
 fn task_structs() -> Result<u64> {
+    klog::settle_frees("task_struct")?;
     let text = std::fs::read_to_string("/sys/kernel/slab/task_struct/objects")?;
     Ok(text
         .split_whitespace()
