@@ -4,7 +4,8 @@
 //!     pfprof-guest --module /pfprof.ko [FILTER...]
 //!
 //! which runs every test whose name contains one of the filters (all without
-//! one), prints `ok   <name>` or `FAIL <name>: <why>` per test and
+//! one; the `bench_` ones, measurements for docs/benchmarks.md, only when a
+//! filter names them), prints `ok   <name>` or `FAIL <name>: <why>` per test and
 //! `N passed, M failed`, and exits non-zero if any failed. The same binary
 //! plays the processes the tests profile (`pfprof-guest child ...`).
 
@@ -18,6 +19,7 @@ mod klog;
 mod kmod;
 mod lifecycle;
 mod load;
+mod period;
 mod permissions;
 mod races;
 mod registration;
@@ -144,12 +146,25 @@ const TESTS: &[(&str, Test)] = &[
         "a_process_unregistered_while_the_sampler_is_mid_tick_still_ends_the_session",
         races::a_process_unregistered_while_the_sampler_is_mid_tick_still_ends_the_session,
     ),
+    (
+        "the_sampler_keeps_the_period_asked_on_absolute_deadlines",
+        period::the_sampler_keeps_the_period_asked_on_absolute_deadlines,
+    ),
+    (
+        "a_consumer_flashing_a_free_slot_cannot_make_the_sampler_collect_more_often",
+        period::a_consumer_flashing_a_free_slot_cannot_make_the_sampler_collect_more_often,
+    ),
+    (
+        "bench_sampler_cost_by_processes_and_threads",
+        period::bench_sampler_cost_by_processes_and_threads,
+    ),
 ];
 
 fn run(env: &Env, filters: &[String]) -> ExitCode {
     let (mut passed, mut failed) = (0, 0);
     for (name, test) in TESTS {
-        if !filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())) {
+        let named = filters.iter().any(|f| name.contains(f.as_str()));
+        if (!filters.is_empty() || name.starts_with("bench_")) && !named {
             continue;
         }
         // Every test starts without the module and leaves it unloaded.
@@ -173,6 +188,26 @@ fn run(env: &Env, filters: &[String]) -> ExitCode {
     if passed + failed == 0 {
         println!("FAIL no test name contains any of {filters:?}");
         failed = 1;
+    }
+    // On a kernel with kmemleak (the debug kernel), after everything else.
+    const KMEMLEAK: &str = "kmemleak_finds_nothing_the_module_allocated_after_the_suite";
+    match klog::kmemleak_module_reports() {
+        Ok(None) => {}
+        Ok(Some((ours, all))) if ours.is_empty() => {
+            figure(&format!(
+                "kmemleak: {all} unreferenced objects in the kernel, none from pfprof"
+            ));
+            println!("ok   {KMEMLEAK}");
+            passed += 1;
+        }
+        Ok(Some((ours, _))) => {
+            println!("FAIL {KMEMLEAK}: {}", ours.join("\n"));
+            failed += 1;
+        }
+        Err(e) => {
+            println!("FAIL {KMEMLEAK}: {e:#}");
+            failed += 1;
+        }
     }
     println!("{passed} passed, {failed} failed");
     if failed == 0 {

@@ -1,0 +1,228 @@
+//! The sampler's clock and its work: periods end on absolute deadlines,
+//! whatever the period asked; nothing a consumer writes or asks makes the
+//! sampler collect more often; and what a collection costs as the registered
+//! processes and their threads grow (a benchmark, run only when named).
+
+use std::mem::offset_of;
+use std::sync::atomic::Ordering;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use shared_layout::abi::{self, AreaHeader, Sem};
+use shared_layout::device::Device;
+use shared_layout::strict::StrictConsumer;
+use shared_layout::{Mode, Sample};
+
+use crate::device::{ioctl, raw_open, set_mode, Mapping};
+use crate::klog;
+use crate::kmod::{self, Profiled};
+use crate::lifecycle::{sampler_pid, wakeups};
+use crate::sampling::take_until_ended;
+use crate::Env;
+
+/// Intervals measured per period asked.
+const INTERVALS: usize = 150;
+
+/// Median, mean and 99th percentile of the gaps between consecutive samples' timestamps.
+fn interval_stats(samples: &[Sample]) -> (f64, f64, f64) {
+    let mut gaps: Vec<u64> = samples
+        .windows(2)
+        .map(|w| w[1].time_ns - w[0].time_ns)
+        .collect();
+    gaps.sort_unstable();
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let span = samples[samples.len() - 1].time_ns - samples[0].time_ns;
+    (
+        ms(gaps[gaps.len() / 2]),
+        ms(span) / gaps.len() as f64,
+        ms(gaps[gaps.len() * 99 / 100]),
+    )
+}
+
+/// A registered process with `threads` sleeping threads, and a strict session over it.
+fn threaded_child(threads: usize) -> Result<Profiled> {
+    let mut child =
+        Profiled::spawn_mode("hardening-child", &["threads", &threads.to_string()], None)?;
+    ensure!(
+        child.read_line()? == "ready",
+        "the threaded child is not ready"
+    );
+    Ok(child)
+}
+
+pub fn the_sampler_keeps_the_period_asked_on_absolute_deadlines(env: &Env) -> Result<()> {
+    let mark = klog::Mark::now()?;
+    for period_ms in [50u32, 20, 10] {
+        let module = kmod::insmod(env, &[&format!("period_ms={period_ms}")])?;
+        let mut child = threaded_child(1)?;
+        let dev = Device::open()?;
+        ensure!(
+            dev.info().period_ns == u64::from(period_ms) * 1_000_000,
+            "the module publishes a period of {} ns for period_ms={period_ms}",
+            dev.info().period_ns
+        );
+        let area = dev.start(Mode::Strict)?;
+        let mut consumer = StrictConsumer::new(area, dev.waiter());
+        kmod::register(child.pid)?;
+        let mut samples = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while samples.len() <= INTERVALS + 1 {
+            ensure!(
+                Instant::now() < deadline,
+                "{} samples in 60 s",
+                samples.len()
+            );
+            consumer.take(&mut samples, Some(Duration::from_secs(1)))?;
+        }
+        kmod::unregister(child.pid)?;
+        let mut rest = Vec::new();
+        take_until_ended(&mut consumer, &mut rest)?;
+        // The first sample starts at the registration, before the session: not a full period.
+        let (median, mean, p99) = interval_stats(&samples[1..]);
+        let asked = f64::from(period_ms);
+        crate::figure(&format!(
+            "period_ms={period_ms}: intervals median {median:.3} ms, mean {mean:.3} ms, \
+             p99 {p99:.3} ms over {INTERVALS}"
+        ));
+        ensure!(
+            (mean - asked).abs() <= asked / 100.0,
+            "period_ms={period_ms}: mean interval {mean:.3} ms is off by more than 1%"
+        );
+        ensure!(
+            (median - asked).abs() <= asked / 100.0,
+            "period_ms={period_ms}: median interval {median:.3} ms is off by more than 1%"
+        );
+        drop((consumer, dev));
+        child.go()?;
+        child.reap()?;
+        module.unload()?;
+    }
+    mark.ensure_clean()
+}
+
+/// The sampler's CPU time (ns) and voluntary sleeps over `span`, while `during` runs.
+fn sampler_usage(sampler: u32, span: Duration, mut during: impl FnMut()) -> Result<(u64, u64)> {
+    let (cpu, woke) = (kmod::main_thread_cpu_ns(sampler)?, wakeups(sampler)?);
+    let started = Instant::now();
+    while started.elapsed() < span {
+        during();
+    }
+    Ok((
+        kmod::main_thread_cpu_ns(sampler)? - cpu,
+        wakeups(sampler)? - woke,
+    ))
+}
+
+/// The attack issue 9 measured: a strict consumer shows a free slot
+/// (empty.count 1), asks the sampler to take it (WAKE_PRODUCER) and takes it
+/// back before the sampler does, again and again, against a process of 500
+/// threads. Before, every round made the sampler collect every thread again.
+pub fn a_consumer_flashing_a_free_slot_cannot_make_the_sampler_collect_more_often(
+    env: &Env,
+) -> Result<()> {
+    const PERIOD_MS: u64 = 20;
+    const SPAN: Duration = Duration::from_secs(3);
+    let mark = klog::Mark::now()?;
+    let module = kmod::insmod(env, &[&format!("period_ms={PERIOD_MS}"), "buffer_pages=2"])?;
+    let sampler = sampler_pid()?;
+    let mut child = threaded_child(500)?;
+    kmod::register(child.pid)?;
+    let file = raw_open()?;
+    set_mode(&file, abi::MODE_STRICT).map_err(|e| anyhow::anyhow!("SET_MODE: errno {e}"))?;
+    let map = Mapping::new(&file)?;
+    let empty = map.word32(offset_of!(AreaHeader, empty) + offset_of!(Sem, count));
+
+    // The control: a ring with no free slot, held so by the same loop of
+    // stores and WAKE_PRODUCERs, so that both phases load the VM alike (under
+    // TCG a busy vCPU slows the other one's, and its CPU time grows).
+    let flash = |free: u32| {
+        empty.store(free, Ordering::SeqCst);
+        let _ = ioctl(&file, abi::IOC_WAKE_PRODUCER, std::ptr::null_mut::<u8>());
+        empty.store(0, Ordering::SeqCst);
+    };
+    let (held_cpu, held_woke) = sampler_usage(sampler, SPAN, || flash(0))?;
+    let mut rounds = 0u64;
+    let (attack_cpu, attack_woke) = sampler_usage(sampler, SPAN, || {
+        flash(1);
+        rounds += 1;
+    })?;
+    let secs = SPAN.as_secs_f64();
+    let per_second = |ns: u64| ns as f64 / 1e6 / secs;
+    crate::figure(&format!(
+        "flashing a free slot: {rounds} rounds in {secs:.0} s; sampler {:.1} ms CPU/s and \
+         {:.0} wake-ups/s, against {:.1} ms/s and {:.0}/s with the ring held full \
+         (500 threads, period {PERIOD_MS} ms)",
+        per_second(attack_cpu),
+        attack_woke as f64 / secs,
+        per_second(held_cpu),
+        held_woke as f64 / secs
+    ));
+    ensure!(
+        attack_cpu as f64 <= 1.5 * held_cpu as f64,
+        "the sampler took {:.1} ms CPU/s under the attack, {:.1} ms/s with the ring held full \
+         (a collection per flash?)",
+        per_second(attack_cpu),
+        per_second(held_cpu)
+    );
+    let periods = secs * 1000.0 / PERIOD_MS as f64;
+    ensure!(
+        attack_woke as f64 <= 2.0 * periods,
+        "the sampler woke {attack_woke} times in {periods:.0} periods under the attack"
+    );
+    drop((map, file));
+    child.go()?;
+    child.reap()?;
+    module.unload()?;
+    mark.ensure_clean()
+}
+
+/// `bench_`: the sampler's CPU per second at 50 ms as the work grows, for
+/// docs/benchmarks.md; runs only when a filter names it.
+pub fn bench_sampler_cost_by_processes_and_threads(env: &Env) -> Result<()> {
+    const SPAN: Duration = Duration::from_secs(4);
+    for (processes, threads) in [(1, 1), (1, 100), (1, 1000), (100, 1), (1000, 1), (10, 100)] {
+        let module = kmod::insmod(env, &["period_ms=50"])?;
+        let sampler = sampler_pid()?;
+        let mut children = (0..processes)
+            .map(|_| threaded_child(threads - 1))
+            .collect::<Result<Vec<_>>>()?;
+        for child in &children {
+            kmod::register(child.pid)?;
+        }
+        let dev = Device::open()?;
+        let area = dev.start(Mode::Strict)?;
+        let mut consumer = StrictConsumer::new(area, dev.waiter());
+        let mut samples = Vec::new();
+        // A period or two to settle, then the measurement, draining as a monitor does.
+        thread::sleep(Duration::from_millis(200));
+        consumer.take(&mut samples, Some(Duration::ZERO))?;
+        let (cpu, woke) = sampler_usage(sampler, SPAN, || {
+            let _ = consumer.take(&mut samples, Some(Duration::from_millis(100)));
+        })?;
+        let secs = SPAN.as_secs_f64();
+        let collections = woke.max(1) as f64;
+        crate::figure(&format!(
+            "sampler cost: {processes} processes x {threads} threads: {:.3} ms CPU/s \
+             ({:.3}% of a CPU), {:.1} us per collection, {:.0} ns per thread, {:.1} wake-ups/s",
+            cpu as f64 / 1e6 / secs,
+            cpu as f64 / 1e7 / secs,
+            cpu as f64 / 1e3 / collections,
+            cpu as f64 / collections / (processes * threads) as f64,
+            woke as f64 / secs
+        ));
+        for child in &children {
+            kmod::unregister(child.pid)?;
+        }
+        take_until_ended(&mut consumer, &mut samples)?;
+        drop((consumer, dev));
+        for child in &mut children {
+            child.go()?;
+        }
+        for child in &mut children {
+            child.reap().context("reaping a bench child")?;
+        }
+        module.unload()?;
+    }
+    Ok(())
+}
