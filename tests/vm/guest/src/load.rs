@@ -30,10 +30,13 @@ const PAGES: usize = 8;
 const PAGE: usize = 4096;
 
 /// A process sharing our address space (as posix_spawn's child does),
-/// blocked until `release`; then it faults and exits.
+/// blocked until `release`; then it faults and exits. It also has a copy of
+/// our descriptors (it never execs), /dev/pfprof among them: one left alive
+/// would keep the module from unloading, so dropping it unreaped kills it.
 struct Forked {
     pid: i32,
     go: i32,
+    reaped: std::cell::Cell<bool>,
     /// What its entry point reads; lives until it is reaped.
     _args: Box<ChildArgs>,
 }
@@ -109,6 +112,7 @@ fn fork_waiting(slot: &Slot) -> Result<Forked> {
     Ok(Forked {
         pid,
         go: fds[1],
+        reaped: std::cell::Cell::new(false),
         _args: args,
     })
 }
@@ -132,12 +136,25 @@ impl Forked {
             self.pid,
             std::io::Error::last_os_error()
         );
+        self.reaped.set(true);
         ensure!(
             libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
             "process {} ended with {status:#x}",
             self.pid
         );
         Ok(())
+    }
+}
+
+impl Drop for Forked {
+    fn drop(&mut self) {
+        if !self.reaped.get() {
+            // SAFETY: our own child, not reaped yet, so its pid is still its own.
+            unsafe {
+                libc::kill(self.pid, libc::SIGKILL);
+                libc::waitpid(self.pid, std::ptr::null_mut(), 0);
+            }
+        }
     }
 }
 
@@ -148,6 +165,23 @@ struct Churned {
     unregistered_racing_exit: u64,
     left_to_exit: u64,
     kept: Vec<Forked>,
+}
+
+/// The children give their pages back with madvise(MADV_DONTNEED) so that the
+/// next one in the slot faults afresh; they cannot report a failure, so the
+/// kernel's madvise is checked here first (tinyconfig leaves it out).
+fn ensure_madvise_drops_pages() -> Result<()> {
+    let mem = map_anonymous(PAGE)?;
+    // SAFETY: our own fresh page.
+    let ret = unsafe { libc::madvise(mem.as_ptr().cast(), PAGE, libc::MADV_DONTNEED) };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: the page mapped above, used by nothing else.
+    unsafe { libc::munmap(mem.as_ptr().cast(), PAGE) };
+    ensure!(
+        ret == 0,
+        "madvise(MADV_DONTNEED): {err}: this kernel lacks CONFIG_ADVISE_SYSCALLS"
+    );
+    Ok(())
 }
 
 fn churn(seed: u64) -> Result<Churned> {
@@ -211,6 +245,7 @@ pub fn eight_threads_churning_8000_processes_leave_exactly_the_live_registration
     env: &Env,
 ) -> Result<()> {
     let mark = klog::Mark::now()?;
+    ensure_madvise_drops_pages()?;
     let tasks_before = task_structs()?;
     let module = kmod::insmod(env, &["period_ms=1", "buffer_pages=2"])?;
     // Keeps the set from emptying, so one session spans the whole load.
