@@ -89,9 +89,12 @@ pub fn the_sampler_keeps_the_period_asked_on_absolute_deadlines(env: &Env) -> Re
             (mean - asked).abs() <= asked / 100.0,
             "period_ms={period_ms}: mean interval {mean:.3} ms is off by more than 1%"
         );
+        // The median carries the VM's wake-up jitter (1.4% at 10 ms once on the debug
+        // kernel under TCG); rounding to jiffies, the defect this guards, is 12% at
+        // 50 ms and 60% at 10 ms (HZ=250).
         ensure!(
-            (median - asked).abs() <= asked / 100.0,
-            "period_ms={period_ms}: median interval {median:.3} ms is off by more than 1%"
+            (median - asked).abs() <= asked / 20.0,
+            "period_ms={period_ms}: median interval {median:.3} ms is off by more than 5%"
         );
         drop((consumer, dev));
         child.go()?;
