@@ -18,7 +18,8 @@
  * consumer wrote or asked.  A consumer that frees a slot after a strict
  * offer failed (WAKE_PRODUCER) gets that same sample offered once more
  * before the deadline - no new collection, and at most one such wake-up
- * per period, however often it asks.
+ * per period, however often it asks.  One that asked without freeing a
+ * slot loses that early offer until a sample is next delivered.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -150,6 +151,8 @@ static int pfprof_sampler_fn(void *unused)
 	struct pfprof_sample sample;
 	/* A collected sample the ring has not taken yet. */
 	bool undelivered = false;
+	/* The consumer's last WAKE_PRODUCER came with a free slot. */
+	bool retry_earned = true;
 	ktime_t deadline = 0;
 	enum pfprof_put put;
 	unsigned int nr;
@@ -172,9 +175,11 @@ static int pfprof_sampler_fn(void *unused)
 		if (ktime_before(now, deadline) &&
 		    (wake.draining || pfprof_nr_registered())) {
 			/* The consumer freed a slot: the same sample, once more. */
-			if (pfprof_ring_take_retry() && undelivered &&
-			    pfprof_ring_put(&sample, wake.draining) ==
-			    PFPROF_PUT_DONE) {
+			if (!pfprof_ring_take_retry() || !undelivered)
+				continue;
+			put = pfprof_ring_put(&sample, wake.draining);
+			retry_earned = put != PFPROF_PUT_FULL;
+			if (put == PFPROF_PUT_DONE) {
 				pfprof_reg_settle(&pending);
 				undelivered = false;
 				wake.draining = false;
@@ -200,12 +205,14 @@ static int pfprof_sampler_fn(void *unused)
 
 		put = pfprof_ring_put(&sample, wake.draining);
 		/* Full: ask for one retry, or make it now if a slot came free. */
-		if (put == PFPROF_PUT_FULL && pfprof_ring_await_slot())
+		if (put == PFPROF_PUT_FULL && retry_earned &&
+		    pfprof_ring_await_slot())
 			put = pfprof_ring_put(&sample, wake.draining);
 		undelivered = put != PFPROF_PUT_DONE;
 		if (!undelivered) {
 			pfprof_reg_settle(&pending);
 			wake.draining = false;
+			retry_earned = true;
 		}
 	}
 	return 0;

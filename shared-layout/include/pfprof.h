@@ -71,8 +71,9 @@
  * relies on neither: it offers the sample again at its next period
  * boundary anyway, and a WAKE_PRODUCER after it set empty.waiters earns one
  * early offer of that same sample, at most one per period, however often
- * it is asked.  A consumer can neither hang the module's sampler nor make
- * it work more often.
+ * it is asked (and none until the next delivery once it asked without
+ * having freed a slot).  A consumer can neither hang the module's sampler
+ * nor make it work more often.
  *
  * While the producer waits for a free slot its fault and CPU counters keep
  * accumulating; the next sample it writes covers the longer interval, so

@@ -220,7 +220,7 @@ pub fn kmemleak_module_reports() -> Result<Option<(Vec<String>, usize)>> {
     let in_module = |line: &str| {
         line.contains("[pfprof]")
             || line
-                .split(|c| c == '<' || c == '>')
+                .split(['<', '>'])
                 .nth(1)
                 .and_then(|a| u64::from_str_radix(a, 16).ok())
                 .is_some_and(|a| ranges.iter().any(|&(s, e)| (s..e).contains(&a)))

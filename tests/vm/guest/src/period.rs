@@ -136,19 +136,26 @@ pub fn a_consumer_flashing_a_free_slot_cannot_make_the_sampler_collect_more_ofte
     let map = Mapping::new(&file)?;
     let empty = map.word32(offset_of!(AreaHeader, empty) + offset_of!(Sem, count));
 
-    // The control: a ring with no free slot, held so by the same loop of
-    // stores and WAKE_PRODUCERs, so that both phases load the VM alike (under
-    // TCG a busy vCPU slows the other one's, and its CPU time grows).
-    let flash = |free: u32| {
-        empty.store(free, Ordering::SeqCst);
-        let _ = ioctl(&file, abi::IOC_WAKE_PRODUCER, std::ptr::null_mut::<u8>());
+    // The control: a ring with no free slot, simply held so, by a loop paced
+    // like the attack's with a system call that is not pfprof's (under TCG a
+    // busy vCPU slows the other, and the sampler's CPU time grows with it).
+    // Thousands of rounds a second are what made the old sampler collect
+    // thousands of times a second.
+    let nap = || thread::sleep(Duration::from_micros(100));
+    let (held_cpu, held_woke) = sampler_usage(sampler, SPAN, || {
         empty.store(0, Ordering::SeqCst);
-    };
-    let (held_cpu, held_woke) = sampler_usage(sampler, SPAN, || flash(0))?;
+        // SAFETY: getppid has no arguments and cannot fail.
+        unsafe { libc::getppid() };
+        empty.store(0, Ordering::SeqCst);
+        nap();
+    })?;
     let mut rounds = 0u64;
     let (attack_cpu, attack_woke) = sampler_usage(sampler, SPAN, || {
-        flash(1);
+        empty.store(1, Ordering::SeqCst);
+        let _ = ioctl(&file, abi::IOC_WAKE_PRODUCER, std::ptr::null_mut::<u8>());
+        empty.store(0, Ordering::SeqCst);
         rounds += 1;
+        nap();
     })?;
     let secs = SPAN.as_secs_f64();
     let per_second = |ns: u64| ns as f64 / 1e6 / secs;
