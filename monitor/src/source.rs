@@ -1,8 +1,7 @@
 //! The consumer side, the same for both backends: samples come out of an [`Area`] through
 //! the strict or the relaxed protocol, whoever produces them.
 
-use std::sync::Arc;
-use std::thread;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use shared_layout::abi::Sample;
@@ -20,6 +19,40 @@ pub struct Batch {
     pub ended: bool,
 }
 
+/// How often a relaxed consumer drains once the session is ending.
+const ENDING_DRAIN: Duration = Duration::from_millis(10);
+
+/// Tells a relaxed consumer that the session is about to end (a signal, the command's
+/// exit, the sampler's last sample), so it drains every 10 ms instead of every interval
+/// and sees the end at once. Sticky: once rung it stays rung. A strict consumer needs
+/// none: the producer's cancellation wakes it.
+#[derive(Debug, Default)]
+pub struct Ending {
+    rung: Mutex<bool>,
+    changed: Condvar,
+}
+
+impl Ending {
+    pub fn ring(&self) {
+        *self.rung.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.changed.notify_all();
+    }
+
+    pub fn is_rung(&self) -> bool {
+        *self.rung.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sleeps `timeout` or until rung; whether it is rung.
+    fn wait(&self, timeout: Duration) -> bool {
+        let rung = self.rung.lock().unwrap_or_else(PoisonError::into_inner);
+        let (rung, _) = self
+            .changed
+            .wait_timeout_while(rung, timeout, |rung| !*rung)
+            .unwrap_or_else(PoisonError::into_inner);
+        *rung
+    }
+}
+
 pub enum Source<W: Waiter> {
     /// Sleeps until samples are ready and takes all of them at once.
     Strict(StrictConsumer<W>),
@@ -28,6 +61,7 @@ pub enum Source<W: Waiter> {
         consumer: RelaxedConsumer,
         interval: Duration,
         next: Instant,
+        ending: Arc<Ending>,
     },
 }
 
@@ -40,7 +74,16 @@ impl<W: Waiter> Source<W> {
                 consumer: RelaxedConsumer::new(area),
                 interval,
                 next: Instant::now() + interval,
+                ending: Arc::default(),
             },
+        }
+    }
+
+    /// What tells this source that the session is ending.
+    pub fn ending(&self) -> Option<Arc<Ending>> {
+        match self {
+            Source::Strict(_) => None,
+            Source::Relaxed { ending, .. } => Some(Arc::clone(ending)),
         }
     }
 
@@ -57,15 +100,20 @@ impl<W: Waiter> Source<W> {
                 consumer,
                 interval,
                 next,
+                ending,
             } => {
                 let now = Instant::now();
-                if now < *next {
-                    thread::sleep(max_wait.min(*next - now));
-                    if Instant::now() < *next {
-                        return Ok(Batch::default());
-                    }
+                let rung = if ending.is_rung() {
+                    ending.wait(max_wait.min(ENDING_DRAIN))
+                } else if now < *next {
+                    ending.wait(max_wait.min(*next - now))
+                } else {
+                    false
+                };
+                if !rung && Instant::now() < *next {
+                    return Ok(Batch::default());
                 }
-                *next += *interval;
+                *next = Instant::now() + *interval;
                 relaxed_drain(consumer, out)
             }
         }
@@ -105,4 +153,27 @@ fn relaxed_drain(
         lost: drain.lost,
         ended: drain.ended,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use shared_layout::relaxed::RelaxedProducer;
+    use shared_layout::wait::FutexWaiter;
+
+    use super::*;
+
+    #[test]
+    fn a_relaxed_source_drains_at_once_when_told_the_session_is_ending() {
+        let area = Arc::new(
+            Area::create_memfd_with_slots(4, Mode::Relaxed, Duration::from_millis(50)).unwrap(),
+        );
+        let mut producer = RelaxedProducer::new(Arc::clone(&area));
+        producer.push(Sample::default()).unwrap();
+        // An interval no test waits for: only the ending makes it drain within max_wait.
+        let mut source = Source::new(area, FutexWaiter, Duration::from_secs(3600));
+        source.ending().expect("relaxed sources have one").ring();
+        let mut out = Vec::new();
+        source.next(&mut out, Duration::from_secs(1)).unwrap();
+        assert_eq!(out.len(), 1, "the ready sample was not drained");
+    }
 }
