@@ -89,7 +89,7 @@ pub fn profile<B: Backend>(request: Request) -> Result<u8, ProfileError> {
     let stop = backend.stopper();
     signals.stop_with(Box::new(move || {
         let stopped = stop();
-        ring(ending.as_ref());
+        ending.ring();
         stopped
     }));
 
@@ -124,12 +124,6 @@ pub fn profile<B: Backend>(request: Request) -> Result<u8, ProfileError> {
     // A closed stderr cannot be told anything.
     let _ = writeln!(io::stderr(), "{summary}");
     Ok(code)
-}
-
-fn ring(ending: Option<&Arc<Ending>>) {
-    if let Some(ending) = ending {
-        ending.ring();
-    }
 }
 
 /// The backend's notes, and what the way the profile ended leaves out.
@@ -260,7 +254,7 @@ fn reap(
     pid: u32,
     signals: &Signals,
     on_exit: Box<dyn FnOnce(ProcessCounters) + Send>,
-    ending: Option<Arc<Ending>>,
+    ending: Arc<Ending>,
 ) -> Result<Reaper, ProfileError> {
     let signals = signals.clone();
     thread::Builder::new()
@@ -271,7 +265,7 @@ fn reap(
             let exited = child::wait_exited(pid);
             signals.forward_to(0);
             exited?;
-            ring(ending.as_ref());
+            ending.ring();
             let (status, totals) = child::wait(pid)?;
             on_exit(totals);
             Ok(ChildReport {

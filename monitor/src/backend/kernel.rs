@@ -69,7 +69,7 @@ impl Backend for Kernel {
         &mut self,
         _area: &Arc<Area>,
         _command: Option<u32>,
-        _ending: Option<Arc<Ending>>,
+        _ending: Arc<Ending>,
     ) -> Result<(), ProfileError> {
         // The module samples already; it sees the command's exit once it is reaped.
         if self.waits_for_registrations {

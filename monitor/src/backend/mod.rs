@@ -48,12 +48,12 @@ pub trait Backend: Sized {
     fn start(&mut self, mode: Mode) -> Result<(Arc<Area>, Self::Waiter), ProfileError>;
 
     /// Samples begin to flow; `command` is the started command, running and not reaped.
-    /// `ending` is rung when the producer ends the session (relaxed mode).
+    /// `ending` is to be rung when the producer ends the session.
     fn produce(
         &mut self,
         area: &Arc<Area>,
         command: Option<u32>,
-        ending: Option<Arc<Ending>>,
+        ending: Arc<Ending>,
     ) -> Result<(), ProfileError>;
 
     /// Told the command's final counts (wait4()) once it is reaped.

@@ -74,7 +74,7 @@ impl Backend for Procfs {
         &mut self,
         area: &Arc<Area>,
         command: Option<u32>,
-        ending: Option<Arc<Ending>>,
+        ending: Arc<Ending>,
     ) -> Result<(), ProfileError> {
         let mut targets = std::mem::take(&mut self.targets);
         if let Some(pid) = command {
@@ -83,11 +83,7 @@ impl Backend for Procfs {
             self.ticks |= !target.nanoseconds();
             targets.push(target);
         }
-        let on_end = move || {
-            if let Some(ending) = ending {
-                ending.ring();
-            }
-        };
+        let on_end = move || ending.ring();
         let sampler =
             Sampler::spawn(Arc::clone(area), targets, self.period, on_end).map_err(|source| {
                 ProfileError::System {

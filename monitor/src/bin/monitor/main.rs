@@ -81,7 +81,9 @@ struct Options {
     /// CPU utilization over time.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
-    /// Relaxed mode: how often to drain the ring (e.g. 1s, 250ms).
+    /// How often the monitor takes the samples that are ready (e.g. 1s, 250ms), in both
+    /// modes: one wake-up per interval keeps its own cost low. The end of the profile is
+    /// seen at once whatever the interval.
     #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DUR")]
     interval: Duration,
     /// Sampling period of the procfs backend, in ms (the module's is its period_ms
