@@ -25,9 +25,12 @@ use crate::procstat::{Probe, ProcessCounters, StatError};
 
 /// How long the last sample may wait for a free slot before the session is canceled anyway.
 const FINISH_TIMEOUT: Duration = Duration::from_secs(5);
-/// The widest window in which the timestamp and every CPU clock of a sample are read:
-/// a process's CPU time over a period exceeds the period by at most this much. A
-/// sampler preempted inside the window reads again, at most `CLOCK_READ_TRIES` times.
+/// The widest window in which the timestamp and every CPU clock of a sample are read, so
+/// that reading adds no error of its own to a period's CPU time. (The kernel brings the
+/// CPU time of another process's running threads up to date only at its ticks and
+/// context switches: a busy thread's period may still show up to a tick of the previous
+/// one.) A sampler preempted inside the window reads again, at most `CLOCK_READ_TRIES`
+/// times.
 const CLOCK_WINDOW_NS: u64 = 50_000;
 const CLOCK_READ_TRIES: u32 = 3;
 
@@ -373,7 +376,17 @@ fn poll_all(procs: &mut HashMap<u32, Profiled>, pending: &mut Sample) -> Result<
     let time_ns = read_clocks(procs);
     let mut gone = Vec::new();
     for (&pid, p) in procs.iter_mut() {
-        match p.target.probe.read_with_cpu(p.cpu_now.take()) {
+        let cpu_now = p.cpu_now.take();
+        // Faults are counted to the thread that takes them: a process whose CPU clock has
+        // not moved took none, and its stat (the costly read) would say nothing new. Only
+        // where its exit is seen by other means (pidfd, reaper): stat is how a zombie is
+        // seen otherwise.
+        let idle = matches!(&cpu_now, Some(Ok(ns)) if *ns == p.seen.cpu_ns);
+        if idle && (p.target.child || p.target.pidfd.is_some()) {
+            p.read_at = Instant::now();
+            continue;
+        }
+        match p.target.probe.read_with_cpu(cpu_now) {
             Ok(stat) if stat.start == p.target.start => {
                 *pending += delta(p.seen, stat.counters);
                 p.seen = stat.counters;
@@ -436,6 +449,40 @@ mod tests {
         let mut pending = Sample::default();
         poll_all(&mut procs, &mut pending).unwrap();
         assert!(pending.minor >= baseline.minor && pending.minor > 0);
+    }
+
+    #[test]
+    fn a_process_that_did_not_run_is_not_read_again_and_counts_nothing() {
+        let mut sleeper = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = sleeper.id();
+        // Stopped, it cannot run: its CPU clock stands still.
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGSTOP,
+        )
+        .unwrap();
+        while !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap()
+            .contains(") T ")
+        {
+            thread::sleep(Duration::from_millis(5));
+        }
+        let mut procs = profiled(vec![Target::attach(pid).unwrap()]);
+        // A fault count it never had: a stat read would replace it.
+        let invented = ProcessCounters {
+            minor: u64::MAX,
+            ..procs[&pid].seen
+        };
+        procs.get_mut(&pid).unwrap().seen = invented;
+        let mut pending = Sample::default();
+        poll_all(&mut procs, &mut pending).unwrap();
+        sleeper.kill().unwrap();
+        sleeper.wait().unwrap();
+        assert_eq!(pending, Sample::default());
+        assert_eq!(procs[&pid].seen, invented, "stat was read again");
     }
 
     #[test]
