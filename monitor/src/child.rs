@@ -3,14 +3,21 @@
 use std::ffi::{CString, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::thread::{self, JoinHandle};
 
+use nix::errno::Errno;
+use nix::fcntl::{self, OFlag};
+use nix::sys::signal::{self, SigHandler, Signal};
+use nix::sys::stat::Mode;
+use nix::sys::wait::{self, Id, WaitPidFlag};
+use nix::unistd::{self, Pid};
 use shared_layout::abi::PROC_PATH;
 
-use crate::procstat::ProcessCounters;
+use crate::error::Blame;
+use crate::procstat::{self, ProcessCounters};
 use crate::report::ExitStatus;
 
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +30,34 @@ pub enum SpawnError {
         #[source]
         source: io::Error,
     },
+    /// Our side of starting it failed (pipes, threads).
+    #[error("preparing to run {command:?}")]
+    Setup {
+        command: OsString,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{command:?} could not register with the pfprof module before it started")]
+    Register {
+        command: OsString,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl SpawnError {
+    /// As shells report it: 127 for a command that is not there, 126 for one that is
+    /// and cannot be executed; a failed registration is the system's setup.
+    pub fn blame(&self) -> Blame {
+        match self {
+            SpawnError::Spawn { source, .. } => match source.kind() {
+                io::ErrorKind::NotFound => Blame::CommandNotFound,
+                _ => Blame::CommandNotExecutable,
+            },
+            SpawnError::Setup { .. } => Blame::Internal,
+            SpawnError::NoCommand | SpawnError::Register { .. } => Blame::Usage,
+        }
+    }
 }
 
 /// Starts `argv` now; the procfs backend's way.
@@ -50,29 +85,39 @@ impl Held {
     }
 }
 
+/// What the held child writes on the ready pipe: ready, or its registration failed
+/// (followed by the errno, 4 bytes in native order).
+const READY: u8 = b'R';
+const REGISTRATION_FAILED: u8 = b'E';
+
 /// Forks `argv` and holds it before exec (see [`Held`]). With `register`, the child first
 /// writes `R <its pid>` to the module's registration file, so the module counts every
 /// fault of the command and the caller can start the session once the command is
 /// registered and before it runs; a failed registration fails the spawn.
 pub fn spawn_held(argv: &[OsString], register: bool) -> Result<Held, SpawnError> {
     let (program, args) = argv.split_first().ok_or(SpawnError::NoCommand)?;
-    let failed = |source| SpawnError::Spawn {
+    let setup = |source| SpawnError::Setup {
         command: program.clone(),
         source,
     };
-    let (ready_rx, ready_tx) = pipe().map_err(failed)?;
-    let (go_rx, go_tx) = pipe().map_err(failed)?;
-    let go_tx_in_child = go_tx.as_raw_fd();
+    let (ready_rx, ready_tx) = pipe().map_err(setup)?;
+    let (go_rx, go_tx) = pipe().map_err(setup)?;
+    let go_tx_in_child = std::os::fd::AsRawFd::as_raw_fd(&go_tx);
     let path = CString::new(PROC_PATH).expect("PROC_PATH has no NUL byte");
     let mut command = Command::new(program);
     command.args(args);
     // SAFETY: the hook runs in the forked child before exec and only makes
-    // async-signal-safe calls (getpid, open, read, write, close) on stack memory, on
-    // `path`, allocated before the fork, and on file descriptors it owns.
+    // async-signal-safe calls (signal, getpid, open, read, write, close) on stack memory,
+    // on `path`, allocated before the fork, and on file descriptors it owns.
     unsafe {
         command.pre_exec(move || {
             if register {
-                register_self(&path)?;
+                if let Err(e) = register_self(&path) {
+                    let mut report = [REGISTRATION_FAILED, 0, 0, 0, 0];
+                    report[1..].copy_from_slice(&(e as i32).to_ne_bytes());
+                    let _ = retry(|| unistd::write(&ready_tx, &report));
+                    return Err(e.into());
+                }
             }
             hold(&ready_tx, go_tx_in_child, &go_rx)
         });
@@ -94,39 +139,46 @@ pub fn spawn_held(argv: &[OsString], register: bool) -> Result<Held, SpawnError>
                 Ok(child.id())
             }
         })
-        .map_err(failed)?;
-    match File::from(ready_rx).read_exact(&mut [0]) {
-        Ok(()) => Ok(Held {
-            go: File::from(go_tx),
-            spawner,
-        }),
-        // The child failed before it was ready: the spawner has the reason.
-        Err(_) => {
-            drop(go_tx);
-            let outcome = spawner
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            Err(match outcome {
-                Err(e) => e,
-                Ok(pid) => {
-                    // Killed before it was ready: nothing ran, reap it.
-                    let _ = wait(pid);
-                    failed(io::Error::other("it was killed before it could start"))
-                }
+        .map_err(setup)?;
+    let mut ready = File::from(ready_rx);
+    let mut status = [0u8];
+    let failed = match ready.read_exact(&mut status) {
+        Ok(()) if status[0] == READY => {
+            return Ok(Held {
+                go: File::from(go_tx),
+                spawner,
             })
         }
-    }
+        Ok(()) => {
+            let mut errno = [0u8; 4];
+            let errno = ready
+                .read_exact(&mut errno)
+                .map(|()| i32::from_ne_bytes(errno));
+            Some(SpawnError::Register {
+                command: program.clone(),
+                source: errno.map_or_else(|e| e, io::Error::from_raw_os_error),
+            })
+        }
+        // The child failed before it was ready: the spawner has the reason.
+        Err(_) => None,
+    };
+    drop(go_tx);
+    let outcome = spawner
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    Err(match (failed, outcome) {
+        (Some(e), _) | (None, Err(e)) => e,
+        (None, Ok(pid)) => {
+            // Killed before it was ready: nothing ran, reap it.
+            let _ = wait(pid);
+            setup(io::Error::other("it was killed before it could start"))
+        }
+    })
 }
 
 /// A pipe whose ends are closed on exec.
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: `fds` is a live array of the two ints pipe2 fills in.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: pipe2 succeeded: both are open descriptors nobody else owns.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    Ok(unistd::pipe2(OFlag::O_CLOEXEC)?)
 }
 
 /// In the child between fork and exec: say it is ready and wait for the go. Our copy of
@@ -135,43 +187,36 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 fn hold(ready_tx: &OwnedFd, go_tx: RawFd, go_rx: &OwnedFd) -> io::Result<()> {
     // The monitor's handlers for these, inherited by the fork, would make the held child
     // ignore a Ctrl-C; exec resets them anyway.
-    for signal in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: signal() is async-signal-safe; SIG_DFL is always a valid disposition.
-        unsafe { libc::signal(signal, libc::SIG_DFL) };
+    for sig in [Signal::SIGINT, Signal::SIGTERM] {
+        // SAFETY: SIG_DFL installs no handler: nothing can run in a bad context.
+        unsafe { signal::signal(sig, SigHandler::SigDfl) }?;
     }
-    // SAFETY: `go_tx` is the child's own copy of an open descriptor, closed once.
-    unsafe { libc::close(go_tx) };
-    let byte = [0u8];
-    // SAFETY: `byte` is a live 1-byte buffer; the descriptor is ours.
-    retry(|| unsafe { libc::write(ready_tx.as_raw_fd(), byte.as_ptr().cast(), 1) })?;
+    // SAFETY: `go_tx` is the child's own copy of an open descriptor (the parent's copy is
+    // another process's), closed once, here.
+    unistd::close(unsafe { OwnedFd::from_raw_fd(go_tx) })?;
+    retry(|| unistd::write(ready_tx, &[READY]))?;
     let mut go = [0u8];
-    // SAFETY: as above.
-    match retry(|| unsafe { libc::read(go_rx.as_raw_fd(), go.as_mut_ptr().cast(), 1) })? {
+    match retry(|| unistd::read(go_rx, &mut go))? {
         1 => Ok(()),
         _ => Err(io::Error::from_raw_os_error(libc::ECANCELED)),
     }
 }
 
 /// Repeats a system call interrupted by a signal.
-fn retry(mut call: impl FnMut() -> isize) -> io::Result<isize> {
+fn retry<T>(mut call: impl FnMut() -> nix::Result<T>) -> nix::Result<T> {
     loop {
-        let ret = call();
-        if ret >= 0 {
-            return Ok(ret);
-        }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
+        match call() {
+            Err(Errno::EINTR) => {}
+            other => return other,
         }
     }
 }
 
 /// `R <getpid()>\n` to the registration file, without allocating (we are between fork
 /// and exec of a possibly multi-threaded parent).
-fn register_self(path: &CString) -> io::Result<()> {
+fn register_self(path: &CString) -> Result<(), Errno> {
     let mut buf = [0u8; 16];
-    // SAFETY: getpid has no preconditions.
-    let mut pid = unsafe { libc::getpid() } as u32;
+    let mut pid = unistd::getpid().as_raw() as u32;
     let mut start = buf.len() - 1;
     buf[start] = b'\n';
     loop {
@@ -184,89 +229,65 @@ fn register_self(path: &CString) -> io::Result<()> {
     }
     start -= 2;
     buf[start..start + 2].copy_from_slice(b"R ");
-    let line = &buf[start..];
-    // SAFETY: `path` is a valid C string; the flags ask for nothing unusual.
-    let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `line` is a live buffer of `line.len()` bytes; `fd` is ours.
-    let written = unsafe { libc::write(fd, line.as_ptr().cast(), line.len()) };
-    let result = if written < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    };
-    // SAFETY: `fd` is ours and closed once.
-    unsafe { libc::close(fd) };
-    result
+    let fd = fcntl::open(
+        path.as_c_str(),
+        OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    // One write: the module parses each write on its own.
+    retry(|| unistd::write(&fd, &buf[start..])).map(drop)
+}
+
+fn pid_of(pid: u32) -> Pid {
+    // Pids come from the kernel or from a --pid the CLI bounded to 1..=i32::MAX.
+    Pid::from_raw(pid as libc::pid_t)
 }
 
 /// Waits until the child `pid` has ended, without reaping it: until [`wait`], its pid
 /// stays its own and cannot be given to another process.
 pub fn wait_exited(pid: u32) -> io::Result<()> {
-    // SAFETY: siginfo_t is plain old data; all-zero is a valid value.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    loop {
-        // SAFETY: `info` is a live local waitid fills in.
-        let ret = unsafe {
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOWAIT,
-            )
-        };
-        if ret == 0 {
-            return Ok(());
-        }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
-        }
-    }
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
+    retry(|| wait::waitid(Id::Pid(pid_of(pid)), flags))?;
+    Ok(())
 }
 
-/// Reaps the child `pid` with wait4(): how it ended and everything it used, its own
+/// Reaps the child `pid` once it has ended: how it ended and everything it used, its own
 /// counts plus those of the descendants it waited for, exactly as the kernel kept them.
+///
+/// CPU time is rusage's (microseconds), or the exited process's own CPU clock when that
+/// is more (nanoseconds: rusage truncates), so that per-period nanosecond readings taken
+/// while it ran never exceed its total.
 pub fn wait(pid: u32) -> io::Result<(ExitStatus, ProcessCounters)> {
+    wait_exited(pid)?;
+    let clock_ns = procstat::cpu_clock(pid).and_then(|clock| procstat::cpu_ns(clock).ok());
     let mut status = 0;
     // SAFETY: rusage is plain old data; all-zero is a valid value.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    loop {
-        // SAFETY: `status` and `usage` are live locals wait4 fills in.
-        let ret = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut usage) };
-        if ret >= 0 {
-            break;
-        }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
-        }
-    }
+    // libc, not nix: nix's wait functions do not return the rusage.
+    // SAFETY: `status` and `usage` are live locals wait4 fills in.
+    retry(|| {
+        Errno::result(unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut usage) })
+    })?;
     let exit = if libc::WIFSIGNALED(status) {
         ExitStatus::Signaled(libc::WTERMSIG(status))
     } else {
         ExitStatus::Exited(libc::WEXITSTATUS(status))
     };
     let tv_ns = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000_000 + tv.tv_usec as u64 * 1000;
+    let rusage_cpu_ns = tv_ns(usage.ru_utime) + tv_ns(usage.ru_stime);
     Ok((
         exit,
         ProcessCounters {
             minor: usage.ru_minflt as u64,
             major: usage.ru_majflt as u64,
-            cpu_ns: tv_ns(usage.ru_utime) + tv_ns(usage.ru_stime),
+            cpu_ns: rusage_cpu_ns.max(clock_ns.unwrap_or(0)),
         },
     ))
 }
 
 /// Sends `signal` to the child `pid` (forwarding SIGINT/SIGTERM to the profiled command).
-pub fn signal(pid: u32, signal: i32) -> io::Result<()> {
-    // SAFETY: kill has no memory-safety preconditions.
-    if unsafe { libc::kill(pid as libc::pid_t, signal) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+pub fn signal(pid: u32, sig: Signal) -> io::Result<()> {
+    Ok(signal::kill(pid_of(pid), sig)?)
 }
 
 #[cfg(test)]
@@ -318,10 +339,35 @@ mod tests {
     }
 
     #[test]
-    fn a_command_that_does_not_exist_fails_at_release() {
+    fn a_command_that_does_not_exist_fails_at_release_with_127() {
         let held = spawn_held(&["/nonexistent/pfprof-command".into()], false).unwrap();
         let err = held.release().unwrap_err();
         assert!(matches!(err, SpawnError::Spawn { .. }), "{err:?}");
+        assert_eq!(err.blame(), Blame::CommandNotFound);
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_executed_fails_with_126() {
+        let held = spawn_held(&["/dev/null".into()], false).unwrap();
+        let err = held.release().unwrap_err();
+        assert_eq!(err.blame(), Blame::CommandNotExecutable, "{err:?}");
+    }
+
+    #[test]
+    fn the_cpu_time_of_a_reaped_child_is_at_least_what_its_clock_said_while_it_ran() {
+        let pid = spawn(&[
+            "sh".into(),
+            "-c".into(),
+            "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done".into(),
+        ])
+        .unwrap();
+        let clock = procstat::cpu_clock(pid).expect("a CPU clock for our child");
+        let running = procstat::cpu_ns(clock).unwrap();
+        let (_, totals) = wait(pid).unwrap();
+        assert!(
+            totals.cpu_ns >= running && totals.cpu_ns > 0,
+            "{totals:?} < {running}"
+        );
     }
 
     #[test]
@@ -331,7 +377,7 @@ mod tests {
         }
         let (argv, file) = toucher("unregistered");
         let err = spawn_held(&argv, true).err();
-        assert!(matches!(err, Some(SpawnError::Spawn { .. })), "{err:?}");
+        assert!(matches!(err, Some(SpawnError::Register { .. })), "{err:?}");
         assert!(!file.exists(), "the command ran");
     }
 }

@@ -1,9 +1,5 @@
 //! The profile as an SVG: accumulated faults over time, and CPU utilization.
 
-use std::fs;
-use std::io;
-use std::path::Path;
-
 use plotters::prelude::*;
 
 use crate::report::Row;
@@ -12,8 +8,6 @@ use crate::report::Row;
 pub enum PlotError {
     #[error("drawing the plot: {0}")]
     Draw(String),
-    #[error("writing the plot")]
-    Write(#[source] io::Error),
 }
 
 fn draw_err<E: std::fmt::Display>(e: E) -> PlotError {
@@ -120,12 +114,6 @@ pub fn render(rows: &[Row], caption: &str) -> Result<String, PlotError> {
         root.present().map_err(draw_err)?;
     }
     Ok(svg)
-}
-
-/// Renders `rows` and writes the SVG to `path`.
-pub fn write(path: &Path, rows: &[Row], caption: &str) -> Result<(), PlotError> {
-    let svg = render(rows, caption)?;
-    fs::write(path, svg).map_err(PlotError::Write)
 }
 
 #[cfg(test)]

@@ -1,11 +1,19 @@
-//! Fault and CPU counters of a process from `/proc/<pid>/stat`.
+//! Fault and CPU counters of a process: faults from `/proc/<pid>/stat`, CPU time from the
+//! process's CPU-time clock in nanoseconds (stat's clock ticks when that clock cannot be
+//! read).
 //!
-//! The kernel's `do_task_stat()` sums these over every live and exited thread of the
-//! process, so one read per process is the whole-process total.
+//! The kernel sums both over every live and exited thread of the process (`do_task_stat()`,
+//! `thread_group_cputime()`), so one read of each is the whole-process total.
+//! Per-thread `/proc/<pid>/task/<tid>/schedstat` also has nanoseconds, but loses the
+//! threads that exited and costs a file per thread.
 
-use std::fs;
+use std::fs::{self, File};
 use std::io::{self, ErrorKind};
+use std::os::unix::fs::FileExt;
 use std::sync::OnceLock;
+
+use nix::time::{clock_getcpuclockid, clock_gettime, ClockId};
+use nix::unistd::{sysconf, Pid, SysconfVar};
 
 /// Cumulative counters of one process since it was forked.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -39,16 +47,95 @@ pub struct Stat {
     pub start: u64,
 }
 
-/// Reads the counters of `pid`.
-pub fn read(pid: u32) -> Result<Stat, StatError> {
-    let text = fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| match e.kind() {
-        // ESRCH: the process exited between open and read.
+fn stat_error(pid: u32, e: io::Error) -> StatError {
+    match e.kind() {
+        // ESRCH: the process was reaped after the open.
         ErrorKind::NotFound => StatError::NoSuchProcess(pid),
         _ if e.raw_os_error() == Some(libc::ESRCH) => StatError::NoSuchProcess(pid),
         ErrorKind::PermissionDenied => StatError::PermissionDenied(pid),
         _ => StatError::Io(pid, e),
-    })?;
+    }
+}
+
+/// Reads the counters of `pid` once, CPU time in clock ticks.
+pub fn read(pid: u32) -> Result<Stat, StatError> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| stat_error(pid, e))?;
     parse(&text, ticks_to_ns()).ok_or(StatError::Malformed(pid))
+}
+
+/// The CPU-time clock of process `pid`, `None` where the kernel refuses it.
+pub fn cpu_clock(pid: u32) -> Option<ClockId> {
+    clock_getcpuclockid(Pid::from_raw(pid as libc::pid_t)).ok()
+}
+
+/// A reading of a process CPU-time clock, ns.
+pub fn cpu_ns(clock: ClockId) -> io::Result<u64> {
+    let t = clock_gettime(clock)?;
+    Ok(t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+}
+
+/// A process read again and again: its stat file stays open (each read is one pread
+/// instead of open, read and close) and its CPU clock is looked up once.
+pub struct Probe {
+    pid: u32,
+    stat: File,
+    clock: Option<ClockId>,
+    buf: Vec<u8>,
+}
+
+impl Probe {
+    pub fn open(pid: u32) -> Result<Probe, StatError> {
+        let stat = File::open(format!("/proc/{pid}/stat")).map_err(|e| stat_error(pid, e))?;
+        Ok(Probe {
+            pid,
+            stat,
+            clock: cpu_clock(pid),
+            buf: Vec::with_capacity(512),
+        })
+    }
+
+    /// Whether CPU time comes in nanoseconds (else in clock ticks).
+    pub fn nanoseconds(&self) -> bool {
+        self.clock.is_some()
+    }
+
+    /// The process's counters now. Once it has been reaped this fails with
+    /// [`StatError::NoSuchProcess`], even if its pid has been given to another process.
+    pub fn read(&mut self) -> Result<Stat, StatError> {
+        let cpu_ns = self.cpu_ns();
+        self.read_with_cpu(cpu_ns)
+    }
+
+    /// Its CPU clock now, `None` if it has none (see [`Probe::nanoseconds`]).
+    pub fn cpu_ns(&self) -> Option<io::Result<u64>> {
+        self.clock.map(cpu_ns)
+    }
+
+    /// Its counters now, with CPU time `cpu_ns` read just before from [`Probe::cpu_ns`].
+    /// The clock comes first: a pid reaped and reused between the two reads fails the
+    /// stat read (the open file names the old process), never mixing two processes.
+    pub fn read_with_cpu(&mut self, cpu_ns: Option<io::Result<u64>>) -> Result<Stat, StatError> {
+        let pid = self.pid;
+        self.buf.resize(self.buf.capacity().max(512), 0);
+        let mut len = 0;
+        loop {
+            let n = self
+                .stat
+                .read_at(&mut self.buf[len..], len as u64)
+                .map_err(|e| stat_error(pid, e))?;
+            len += n;
+            if n == 0 || len < self.buf.len() {
+                break;
+            }
+            self.buf.resize(self.buf.len() * 2, 0);
+        }
+        let text = std::str::from_utf8(&self.buf[..len]).map_err(|_| StatError::Malformed(pid))?;
+        let mut stat = parse(text, ticks_to_ns()).ok_or(StatError::Malformed(pid))?;
+        if let Some(ns) = cpu_ns.transpose().map_err(|e| stat_error(pid, e))? {
+            stat.counters.cpu_ns = ns;
+        }
+        Ok(stat)
+    }
 }
 
 /// Reads the calling process's own counters.
@@ -80,10 +167,12 @@ pub fn parse(text: &str, ns_per_tick: u64) -> Option<Stat> {
 pub fn ticks_to_ns() -> u64 {
     static NS_PER_TICK: OnceLock<u64> = OnceLock::new();
     *NS_PER_TICK.get_or_init(|| {
-        // SAFETY: sysconf only reads a configuration value.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        let hz = sysconf(SysconfVar::CLK_TCK).ok().flatten();
         // USER_HZ is 100 on every architecture Linux runs this on; fall back to it.
-        let hz = u64::try_from(hz).ok().filter(|&hz| hz > 0).unwrap_or(100);
+        let hz = hz
+            .and_then(|hz| u64::try_from(hz).ok())
+            .filter(|&hz| hz > 0)
+            .unwrap_or(100);
         1_000_000_000 / hz
     })
 }
@@ -121,9 +210,29 @@ mod tests {
     }
 
     #[test]
+    fn a_probe_reads_again_and_again_with_cpu_time_in_nanoseconds() {
+        let mut probe = Probe::open(std::process::id()).unwrap();
+        assert!(probe.nanoseconds(), "no CPU clock for our own process");
+        let before = probe.read().unwrap();
+        let pages = fresh_pages();
+        std::hint::black_box(&pages);
+        let after = probe.read().unwrap();
+        assert!(after.counters.minor >= before.counters.minor + 64);
+        assert!(after.counters.cpu_ns > before.counters.cpu_ns);
+        // Not a multiple of a clock tick: nanoseconds, not ticks (one in 10^7 would be).
+        assert_ne!(after.counters.cpu_ns % ticks_to_ns(), 0);
+    }
+
+    /// Memory that faults when written: above glibc's largest mmap threshold (32 MiB),
+    /// so it is a fresh mapping, never a heap block another test already touched.
+    fn fresh_pages() -> Vec<u8> {
+        vec![1u8; 64 << 20]
+    }
+
+    #[test]
     fn reading_our_own_stat_sees_faults_we_take() {
         let before = read_self().unwrap();
-        let pages = vec![1u8; 64 << 12];
+        let pages = fresh_pages();
         std::hint::black_box(&pages);
         let after = read_self().unwrap();
         assert!(after.minor >= before.minor + 64);

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use shared_layout::abi::Sample;
+use shared_layout::Mode;
 
 /// Output format of the sample rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,7 +88,8 @@ impl Timeline {
 }
 
 /// Writes rows in the chosen format. Once the reader has gone away (a closed pipe, as in
-/// `monitor | head`) further rows are dropped silently: that is not an error.
+/// `monitor | head`) further rows are dropped: that is not an error, and
+/// [`RowWriter::is_closed`] tells the caller to end the profile.
 pub struct RowWriter<W: Write> {
     out: W,
     format: Format,
@@ -130,6 +132,15 @@ impl<W: Write> RowWriter<W> {
 
     pub fn flush(&mut self) -> io::Result<()> {
         self.guard(|out| out.flush())
+    }
+
+    /// Whether the reader has gone away.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    pub fn into_inner(self) -> W {
+        self.out
     }
 
     fn guard(&mut self, f: impl FnOnce(&mut W) -> io::Result<()>) -> io::Result<()> {
@@ -194,15 +205,16 @@ impl Totals {
         self.rate(self.cpu_ns) / 1e9
     }
 
-    /// The live status line (no newline).
-    pub fn status_line(&self) -> String {
+    /// The live status line (no newline): time and samples so far, and the current
+    /// rates, over the `recent` samples.
+    pub fn status_line(&self, recent: &Totals) -> String {
         format!(
             "{:>8.1} s  {:>6} samples  minor {:>10.0}/s  major {:>8.0}/s  cpu {:>5.1}%  lost {}",
             self.covered_ns as f64 / 1e9,
             self.samples,
-            self.mean_minor_rate(),
-            self.mean_major_rate(),
-            self.cpu_util() * 100.0,
+            recent.mean_minor_rate(),
+            recent.mean_major_rate(),
+            recent.cpu_util() * 100.0,
             self.lost
         )
     }
@@ -211,12 +223,15 @@ impl Totals {
 /// Everything the summary reports.
 pub struct Summary<'a> {
     pub backend: &'a str,
-    pub mode: &'a str,
+    pub mode: Mode,
     pub totals: &'a Totals,
+    /// Strict mode only: the producer never waits in relaxed mode.
     pub blocked: Duration,
     pub deferred: u64,
     /// The profiled command's own accounting (`monitor run`): wait4() rusage and status.
     pub child: Option<ChildReport>,
+    /// What the profile misses or how it was measured, one line each.
+    pub notes: &'a [String],
 }
 
 /// What wait4() said about the command `monitor run` started.
@@ -288,11 +303,13 @@ impl fmt::Display for Summary<'_> {
             t.cpu_util() * 100.0
         )?;
         writeln!(f, "  samples lost       {:>14}", t.lost)?;
-        writeln!(
-            f,
-            "  producer blocked   {:>14.3} s",
-            self.blocked.as_secs_f64()
-        )?;
+        if self.mode == Mode::Strict {
+            writeln!(
+                f,
+                "  producer blocked   {:>14.3} s",
+                self.blocked.as_secs_f64()
+            )?;
+        }
         write!(f, "  samples deferred   {:>14}", self.deferred)?;
         if let Some(c) = &self.child {
             write!(
@@ -303,6 +320,9 @@ impl fmt::Display for Summary<'_> {
                 c.cpu_ns as f64 / 1e9,
                 c.status
             )?;
+        }
+        for note in self.notes {
+            write!(f, "\n  note: {note}")?;
         }
         Ok(())
     }
@@ -416,5 +436,38 @@ mod tests {
         assert!((totals.mean_minor_rate() - 200.0).abs() < 1e-9);
         assert!((totals.peak_minor_rate - 300.0).abs() < 1e-9);
         assert!((totals.cpu_util() - 0.5).abs() < 1e-9);
+    }
+
+    fn summary(mode: Mode) -> String {
+        Summary {
+            backend: "procfs",
+            mode,
+            totals: &Totals::default(),
+            blocked: Duration::ZERO,
+            deferred: 0,
+            child: None,
+            notes: &["one thing".into()],
+        }
+        .to_string()
+    }
+
+    #[test]
+    fn only_the_strict_summary_says_how_long_the_producer_was_blocked() {
+        assert!(summary(Mode::Strict).contains("producer blocked"));
+        assert!(!summary(Mode::Relaxed).contains("producer blocked"));
+        assert!(summary(Mode::Relaxed).ends_with("\n  note: one thing"));
+    }
+
+    #[test]
+    fn the_status_line_shows_the_recent_rate_not_the_mean_since_the_start() {
+        let mut t = Timeline::new(Duration::from_millis(100));
+        let mut totals = Totals::default();
+        let mut recent = Totals::default();
+        totals.add(&t.row(&sample(100, 1000, 0)));
+        let row = t.row(&sample(200, 10, 0));
+        totals.add(&row);
+        recent.add(&row);
+        let line = totals.status_line(&recent);
+        assert!(line.contains("minor        100/s"), "{line}");
     }
 }

@@ -1,24 +1,40 @@
-//! The procfs backend's producer: a thread that reads `/proc/<pid>/stat` of every profiled
-//! process each period and feeds the per-period deltas to a [`Producer`] on a memfd area,
-//! playing the module's role in the very same protocol.
+//! The procfs backend's producer: a thread that reads every profiled process each period
+//! (faults from `/proc/<pid>/stat`, CPU time from its CPU clock) and feeds the per-period
+//! deltas to a [`Producer`] on a memfd area, playing the module's role in the very same
+//! protocol.
+//!
+//! Between periods it sleeps in poll() on an eventfd (events from other threads) and on a
+//! pidfd per process that is not our child, so an exit is seen at once and the process's
+//! last counts are read while it is a zombie, before its parent reaps it.
 
 use std::collections::HashMap;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::eventfd::{EfdFlags, EventFd};
 use shared_layout::abi::{self, Sample};
 use shared_layout::producer::{Finish, Producer};
 use shared_layout::{Area, ProtocolError};
 
-use crate::procstat::{self, ProcessCounters, StatError};
+use crate::procstat::{Probe, ProcessCounters, StatError};
 
 /// How long the last sample may wait for a free slot before the session is canceled anyway.
 const FINISH_TIMEOUT: Duration = Duration::from_secs(5);
+/// The widest window in which the timestamp and every CPU clock of a sample are read, so
+/// that reading adds no error of its own to a period's CPU time. (The kernel brings the
+/// CPU time of another process's running threads up to date only at its ticks and
+/// context switches: a busy thread's period may still show up to a tick of the previous
+/// one.) A sampler preempted inside the window reads again, at most `CLOCK_READ_TRIES`
+/// times.
+const CLOCK_WINDOW_NS: u64 = 50_000;
+const CLOCK_READ_TRIES: u32 = 3;
 
 /// A process to profile and what to count from.
-#[derive(Clone, Copy, Debug)]
 pub struct Target {
     pub pid: u32,
     /// Counts already accounted for: zero for a child we forked (it is profiled from
@@ -27,33 +43,56 @@ pub struct Target {
     /// Our own child: its exit is reported with [`Event::Exited`] and its last counts
     /// come from wait4(), so /proc vanishing is not the end of it.
     pub child: bool,
-    /// Its start time ([`procstat::Stat::start`]): a stat of another start time is
-    /// another process that got the pid after ours was gone.
+    /// Its start time ([`crate::procstat::Stat::start`]): a stat of another start time
+    /// is another process that got the pid after ours was gone.
     pub start: u64,
+    probe: Probe,
+    /// Readable once a process that is not our child has exited.
+    pidfd: Option<OwnedFd>,
 }
 
 impl Target {
     /// A running process, counted from its counters now.
     pub fn attach(pid: u32) -> Result<Target, StatError> {
-        let stat = procstat::read(pid)?;
+        let mut probe = Probe::open(pid)?;
+        let stat = probe.read()?;
         Ok(Target {
             pid,
             baseline: stat.counters,
             child: false,
             start: stat.start,
+            // Without pidfds (Linux < 5.3) the exit is seen at the next period.
+            pidfd: pidfd_open(pid).ok(),
+            probe,
         })
     }
 
     /// Our child, not reaped yet (its pid is still its own), counted from zero: the
     /// kernel zeroes a process's counters at fork.
     pub fn child(pid: u32) -> Result<Target, StatError> {
+        let mut probe = Probe::open(pid)?;
         Ok(Target {
             pid,
             baseline: ProcessCounters::default(),
             child: true,
-            start: procstat::read(pid)?.start,
+            start: probe.read()?.start,
+            pidfd: None,
+            probe,
         })
     }
+
+    /// Whether its CPU time is read in nanoseconds (else in clock ticks).
+    pub fn nanoseconds(&self) -> bool {
+        self.probe.nanoseconds()
+    }
+}
+
+/// libc, not nix: nix 0.31 has no pidfd_open.
+fn pidfd_open(pid: u32) -> nix::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes two integers and returns a new descriptor or -1.
+    let fd = Errno::result(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
+    // SAFETY: the descriptor was just created and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 /// What the sampler is told from outside.
@@ -71,43 +110,85 @@ pub enum SamplerError {
     Stat(#[from] StatError),
     #[error("feeding the ring")]
     Protocol(#[from] ProtocolError),
+    #[error("waiting for the next period")]
+    Wait(#[source] std::io::Error),
+}
+
+/// A process that exited and was reaped by its parent before its last counts could be
+/// read: what it did since `since` is missing from the profile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unread {
+    pub pid: u32,
+    /// How long before its exit was noticed it was last read.
+    pub since: Duration,
 }
 
 /// How the session ended.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct SamplerReport {
     /// Counts that could not be written before the session was canceled (the consumer
     /// stopped taking samples); zero when every count reached the ring.
     pub unflushed: Sample,
+    /// Processes whose last counts could not be read.
+    pub unread: Vec<Unread>,
+}
+
+/// Sends [`Event`]s to the sampler from any thread, waking it.
+#[derive(Clone)]
+pub struct Events {
+    tx: Sender<Event>,
+    bell: Arc<EventFd>,
+}
+
+impl Events {
+    /// Tells the sampler; an ended sampler has nothing left to be told.
+    pub fn send(&self, event: Event) {
+        if self.tx.send(event).is_ok() {
+            // Cannot fail short of the counter overflowing, which a read resets.
+            let _ = self.bell.write(1);
+        }
+    }
 }
 
 pub struct Sampler {
-    events: Sender<Event>,
+    events: Events,
     thread: JoinHandle<Result<SamplerReport, SamplerError>>,
 }
 
 impl Sampler {
-    /// Starts sampling `targets` every `period` into `area`.
+    /// Starts sampling `targets` every `period` into `area`; `on_end` runs once the
+    /// session is canceled.
     pub fn spawn(
         area: Arc<Area>,
         targets: Vec<Target>,
         period: Duration,
+        on_end: impl FnOnce() + Send + 'static,
     ) -> std::io::Result<Sampler> {
-        let (events, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::channel();
+        let bell = Arc::new(EventFd::from_flags(
+            EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK,
+        )?);
+        let events = Events {
+            tx,
+            bell: Arc::clone(&bell),
+        };
         let thread = thread::Builder::new()
             .name("pfprof-sampler".into())
-            .spawn(move || run(Producer::new(area), targets, period, &rx))?;
+            .spawn(move || {
+                let report = run(Producer::new(area), targets, period, &rx, &bell);
+                on_end();
+                report
+            })?;
         Ok(Sampler { events, thread })
     }
 
     /// A handle to send [`Event`]s from other threads.
-    pub fn events(&self) -> Sender<Event> {
+    pub fn events(&self) -> Events {
         self.events.clone()
     }
 
     /// Waits for the sampler to end (every process gone, or [`Event::Stop`]).
     pub fn join(self) -> Result<SamplerReport, SamplerError> {
-        drop(self.events);
         self.thread
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
@@ -115,25 +196,76 @@ impl Sampler {
 }
 
 struct Profiled {
+    target: Target,
     seen: ProcessCounters,
-    child: bool,
-    start: u64,
+    /// Its CPU clock, read in the sample's window.
+    cpu_now: Option<std::io::Result<u64>>,
+    /// When it was last read.
+    read_at: Instant,
 }
 
 fn profiled(targets: Vec<Target>) -> HashMap<u32, Profiled> {
+    let now = Instant::now();
     targets
         .into_iter()
-        .map(|t| {
+        .map(|target| {
             (
-                t.pid,
+                target.pid,
                 Profiled {
-                    seen: t.baseline,
-                    child: t.child,
-                    start: t.start,
+                    seen: target.baseline,
+                    cpu_now: None,
+                    target,
+                    read_at: now,
                 },
             )
         })
         .collect()
+}
+
+/// What woke the sampler.
+enum Woken {
+    /// The period is over.
+    Period,
+    /// Events are waiting, or these processes exited.
+    Early(Vec<u32>),
+}
+
+/// Sleeps until `deadline`, an event, or the exit of a process watched by pidfd.
+fn sleep(
+    procs: &HashMap<u32, Profiled>,
+    bell: &EventFd,
+    deadline: Instant,
+) -> Result<Woken, SamplerError> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    // Rounded up: waking a little early would take a sample a period too soon.
+    let ms = left.as_nanos().div_ceil(1_000_000);
+    let timeout =
+        PollTimeout::try_from(ms.min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX);
+    let watched: Vec<(u32, &OwnedFd)> = procs
+        .iter()
+        .filter_map(|(&pid, p)| Some((pid, p.target.pidfd.as_ref()?)))
+        .collect();
+    let mut fds: Vec<PollFd> = std::iter::once(bell.as_fd())
+        .chain(watched.iter().map(|(_, fd)| fd.as_fd()))
+        .map(|fd| PollFd::new(fd, PollFlags::POLLIN))
+        .collect();
+    match poll(&mut fds, timeout) {
+        Ok(0) => return Ok(Woken::Period),
+        Ok(_) | Err(Errno::EINTR) => {}
+        Err(e) => return Err(SamplerError::Wait(e.into())),
+    }
+    let ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
+    if ready(&fds[0]) {
+        // Non-blocking: a read that finds the count at zero just fails.
+        let _ = bell.read();
+    }
+    let exited = watched
+        .iter()
+        .zip(&fds[1..])
+        .filter(|(_, fd)| ready(fd))
+        .map(|((pid, _), _)| *pid)
+        .collect();
+    Ok(Woken::Early(exited))
 }
 
 fn run(
@@ -141,74 +273,131 @@ fn run(
     targets: Vec<Target>,
     period: Duration,
     events: &Receiver<Event>,
+    bell: &EventFd,
 ) -> Result<SamplerReport, SamplerError> {
-    let origin = Instant::now();
     let mut procs = profiled(targets);
+    let mut report = SamplerReport::default();
     // Counts of processes that left since the last sample.
     let mut pending = Sample::default();
-    let mut next = origin + period;
+    let mut next = Instant::now() + period;
 
     // Whatever happens, the session must end canceled, or the consumer waits forever.
     let outcome = (|| -> Result<(), SamplerError> {
+        // The first sample marks where the profile starts (and holds what the processes
+        // did before it, a command's exec): the consumer measures every later period from
+        // a timestamp, never from a nominal period.
+        pending.time_ns = poll_all(&mut procs, &mut pending)?;
+        producer.record(std::mem::take(&mut pending))?;
         loop {
-            match events.recv_timeout(next.saturating_duration_since(Instant::now())) {
-                Ok(Event::Exited { pid, totals }) => {
-                    if let Some(p) = procs.remove(&pid) {
-                        pending += delta(p.seen, totals);
+            let exited = match sleep(&procs, bell, next)? {
+                Woken::Period => Vec::new(),
+                Woken::Early(exited) => exited,
+            };
+            for pid in exited {
+                if let Some(mut p) = procs.remove(&pid) {
+                    read_last(&mut p, &mut pending, &mut report.unread);
+                }
+            }
+            while let Ok(event) = events.try_recv() {
+                match event {
+                    Event::Exited { pid, totals } => {
+                        if let Some(p) = procs.remove(&pid) {
+                            pending += delta(p.seen, totals);
+                        }
                     }
-                    if procs.is_empty() {
-                        // The last sample ends on the period boundary like every other,
-                        // not a moment after the previous one (a rate spike).
-                        thread::sleep(next.saturating_duration_since(Instant::now()));
+                    Event::Stop => {
+                        pending.time_ns = poll_all(&mut procs, &mut pending)?;
                         return Ok(());
                     }
                 }
-                Ok(Event::Stop) | Err(RecvTimeoutError::Disconnected) => {
-                    poll(&mut procs, &mut pending)?;
+            }
+            // Every process gone: the last sample now, with the partial period.
+            if procs.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= next {
+                next += period;
+                let time_ns = poll_all(&mut procs, &mut pending)?;
+                if procs.is_empty() {
                     return Ok(());
                 }
-                Err(RecvTimeoutError::Timeout) => {
-                    next += period;
-                    poll(&mut procs, &mut pending)?;
-                    if procs.is_empty() {
-                        return Ok(());
-                    }
-                    pending.time_ns = abi::monotonic_ns();
-                    producer.record(std::mem::take(&mut pending))?;
-                }
+                pending.time_ns = time_ns;
+                producer.record(std::mem::take(&mut pending))?;
             }
         }
     })();
     // The last sample: whatever the processes did since the previous one.
-    pending.time_ns = abi::monotonic_ns();
+    if pending.time_ns == 0 {
+        pending.time_ns = abi::monotonic_ns();
+    }
     let recorded = producer.record(pending);
     let finished = producer.finish(Instant::now() + FINISH_TIMEOUT);
     outcome?;
     recorded?;
-    Ok(SamplerReport {
-        unflushed: match finished? {
-            Finish::Flushed => Sample::default(),
-            Finish::Unflushed(s) => s,
-        },
-    })
+    report.unflushed = match finished? {
+        Finish::Flushed => Sample::default(),
+        Finish::Unflushed(s) => s,
+    };
+    Ok(report)
+}
+
+/// A process that is not our child exited: read its final counts while it is a zombie;
+/// if its parent reaped it already, say what is missing.
+fn read_last(p: &mut Profiled, pending: &mut Sample, unread: &mut Vec<Unread>) {
+    match p.target.probe.read() {
+        Ok(stat) if stat.start == p.target.start => *pending += delta(p.seen, stat.counters),
+        _ => unread.push(Unread {
+            pid: p.target.pid,
+            since: p.read_at.elapsed(),
+        }),
+    }
+}
+
+/// Reads every CPU clock inside one window of at most [`CLOCK_WINDOW_NS`] (retrying
+/// when preempted) and returns the window's start: the sample's timestamp.
+fn read_clocks(procs: &mut HashMap<u32, Profiled>) -> u64 {
+    let mut tries = 0;
+    loop {
+        let start = abi::monotonic_ns();
+        for p in procs.values_mut() {
+            p.cpu_now = p.target.probe.cpu_ns();
+        }
+        tries += 1;
+        if abi::monotonic_ns() - start <= CLOCK_WINDOW_NS || tries == CLOCK_READ_TRIES {
+            return start;
+        }
+    }
 }
 
 /// Adds what every process did since it was last read to `pending`; forgets processes
-/// that are gone, except children, whose final counts wait4() will bring.
-fn poll(procs: &mut HashMap<u32, Profiled>, pending: &mut Sample) -> Result<(), StatError> {
+/// that are gone, except children, whose final counts wait4() will bring. Returns the
+/// timestamp the counts belong to.
+fn poll_all(procs: &mut HashMap<u32, Profiled>, pending: &mut Sample) -> Result<u64, StatError> {
+    let time_ns = read_clocks(procs);
     let mut gone = Vec::new();
     for (&pid, p) in procs.iter_mut() {
-        match procstat::read(pid) {
-            Ok(stat) if stat.start == p.start => {
+        let cpu_now = p.cpu_now.take();
+        // Faults are counted to the thread that takes them: a process whose CPU clock has
+        // not moved took none, and its stat (the costly read) would say nothing new. Only
+        // where its exit is seen by other means (pidfd, reaper): stat is how a zombie is
+        // seen otherwise.
+        let idle = matches!(&cpu_now, Some(Ok(ns)) if *ns == p.seen.cpu_ns);
+        if idle && (p.target.child || p.target.pidfd.is_some()) {
+            p.read_at = Instant::now();
+            continue;
+        }
+        match p.target.probe.read_with_cpu(cpu_now) {
+            Ok(stat) if stat.start == p.target.start => {
                 *pending += delta(p.seen, stat.counters);
                 p.seen = stat.counters;
+                p.read_at = Instant::now();
                 // A zombie's counters are final; its parent may never reap it.
-                if stat.exited && !p.child {
+                if stat.exited && !p.target.child {
                     gone.push(pid);
                 }
             }
             // Ok: another process has the pid now, ours is gone.
-            Ok(_) | Err(StatError::NoSuchProcess(_)) if !p.child => gone.push(pid),
+            Ok(_) | Err(StatError::NoSuchProcess(_)) if !p.target.child => gone.push(pid),
             Ok(_) | Err(StatError::NoSuchProcess(_)) => {}
             Err(e) => return Err(e),
         }
@@ -216,11 +405,11 @@ fn poll(procs: &mut HashMap<u32, Profiled>, pending: &mut Sample) -> Result<(), 
     for pid in gone {
         procs.remove(&pid);
     }
-    Ok(())
+    Ok(time_ns)
 }
 
 /// `now - seen` as a sample to add to the pending one (`time_ns` 0: it keeps its own),
-/// never negative: stat's tick-granular CPU time can trail rusage's.
+/// never negative.
 fn delta(seen: ProcessCounters, now: ProcessCounters) -> Sample {
     Sample {
         time_ns: 0,
@@ -236,18 +425,15 @@ mod tests {
 
     #[test]
     fn a_pid_given_to_another_process_is_not_counted_as_the_one_profiled() {
-        let me = Target::attach(std::process::id()).unwrap();
-        // Our pid with another start time: a process that had our pid before us.
-        let before_us = |child| Target {
-            baseline: ProcessCounters::default(),
-            child,
-            start: me.start.wrapping_sub(1),
-            ..me
-        };
         for child in [false, true] {
-            let mut procs = profiled(vec![before_us(child)]);
+            let mut me = Target::attach(std::process::id()).unwrap();
+            // Our pid with another start time: a process that had our pid before us.
+            me.baseline = ProcessCounters::default();
+            me.child = child;
+            me.start = me.start.wrapping_sub(1);
+            let mut procs = profiled(vec![me]);
             let mut pending = Sample::default();
-            poll(&mut procs, &mut pending).unwrap();
+            poll_all(&mut procs, &mut pending).unwrap();
             assert_eq!(pending, Sample::default(), "child: {child}");
             // A child's last counts come from wait4(): it stays until Event::Exited.
             assert_eq!(procs.is_empty(), !child);
@@ -256,13 +442,67 @@ mod tests {
 
     #[test]
     fn the_process_that_still_holds_the_pid_is_counted() {
-        let me = Target::attach(std::process::id()).unwrap();
-        let mut procs = profiled(vec![Target {
-            baseline: ProcessCounters::default(),
-            ..me
-        }]);
+        let mut me = Target::attach(std::process::id()).unwrap();
+        let baseline = me.baseline;
+        me.baseline = ProcessCounters::default();
+        let mut procs = profiled(vec![me]);
         let mut pending = Sample::default();
-        poll(&mut procs, &mut pending).unwrap();
-        assert!(pending.minor >= me.baseline.minor && pending.minor > 0);
+        poll_all(&mut procs, &mut pending).unwrap();
+        assert!(pending.minor >= baseline.minor && pending.minor > 0);
+    }
+
+    #[test]
+    fn a_process_that_did_not_run_is_not_read_again_and_counts_nothing() {
+        let mut sleeper = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = sleeper.id();
+        // Stopped, it cannot run: its CPU clock stands still.
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGSTOP,
+        )
+        .unwrap();
+        while !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap()
+            .contains(") T ")
+        {
+            thread::sleep(Duration::from_millis(5));
+        }
+        let mut procs = profiled(vec![Target::attach(pid).unwrap()]);
+        // A fault count it never had: a stat read would replace it.
+        let invented = ProcessCounters {
+            minor: u64::MAX,
+            ..procs[&pid].seen
+        };
+        procs.get_mut(&pid).unwrap().seen = invented;
+        let mut pending = Sample::default();
+        poll_all(&mut procs, &mut pending).unwrap();
+        sleeper.kill().unwrap();
+        sleeper.wait().unwrap();
+        assert_eq!(pending, Sample::default());
+        assert_eq!(procs[&pid].seen, invented, "stat was read again");
+    }
+
+    #[test]
+    fn the_exit_of_a_process_that_is_not_our_child_wakes_the_sampler_at_once() {
+        // Not our child: a grandchild, orphaned to init (or a subreaper) when sh exits.
+        let out = std::process::Command::new("sh")
+            .args(["-c", "sleep 0.3 & echo $!"])
+            .output()
+            .unwrap();
+        let pid: u32 = String::from_utf8(out.stdout)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let target = Target::attach(pid).unwrap();
+        assert!(target.pidfd.is_some(), "no pidfd on this kernel");
+        let procs = profiled(vec![target]);
+        let bell = EventFd::from_flags(EfdFlags::EFD_NONBLOCK).unwrap();
+        // A deadline far away: only the exit can end this wait.
+        let woken = sleep(&procs, &bell, Instant::now() + Duration::from_secs(3600)).unwrap();
+        assert!(matches!(woken, Woken::Early(ref exited) if exited == &[pid]));
     }
 }

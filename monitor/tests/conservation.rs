@@ -15,8 +15,12 @@ use shared_layout::wait::FutexWaiter;
 use shared_layout::{Area, Mode, Sample};
 
 fn conserved_in(mode: &str) {
+    let dir = Scratch::new(&format!("conserved-{mode}"));
+    let csv = dir.join("samples.csv");
     let out = monitor(&[
         "run",
+        "--output",
+        csv.to_str().unwrap(),
         "--backend",
         "procfs",
         "--mode",
@@ -36,7 +40,7 @@ fn conserved_in(mode: &str) {
     ]);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
-    let rows = parse_csv(&String::from_utf8(out.stdout).unwrap());
+    let rows = parse_csv(&std::fs::read_to_string(&csv).unwrap());
     let minor: u64 = rows.iter().map(|r| r.minor).sum();
     let major: u64 = rows.iter().map(|r| r.major).sum();
     // The monitor's own view of the command: wait4() rusage.
@@ -90,12 +94,13 @@ fn a_two_slot_strict_ring_and_a_slow_consumer_lose_no_fault() {
         Arc::clone(&area),
         vec![Target::child(pid).unwrap()],
         Duration::from_millis(10),
+        || {},
     )
     .unwrap();
     let events = sampler.events();
     let reaper = thread::spawn(move || {
         let (status, totals) = child::wait(pid).unwrap();
-        events.send(Event::Exited { pid, totals }).unwrap();
+        events.send(Event::Exited { pid, totals });
         (status, totals)
     });
 

@@ -50,18 +50,22 @@ pub struct Device {
     info: Info,
 }
 
-/// # Safety
-///
-/// `request` must be one of pfprof.h's ioctls and `arg` must point to a live value of
-/// the type its encoding names (null for _IO): the module reads and writes that many
-/// bytes there.
-unsafe fn ioctl<T>(file: &File, request: u32, arg: *mut T) -> io::Result<()> {
-    // SAFETY: the caller's promise above.
-    let ret = unsafe { libc::ioctl(file.as_raw_fd(), request as _, arg) };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+/// The module's ioctls. The request numbers are abi.rs's, which tests/layout.rs checks
+/// against pfprof.h: the `_bad` forms take them as they are instead of encoding them a
+/// second time.
+mod ioctls {
+    use crate::abi::{self, Info};
+
+    nix::ioctl_readwrite_bad!(ioc_info, abi::IOC_INFO, Info);
+    nix::ioctl_write_ptr_bad!(ioc_set_mode, abi::IOC_SET_MODE, u32);
+    nix::ioctl_write_ptr_bad!(ioc_wait_full, abi::IOC_WAIT_FULL, u32);
+    nix::ioctl_none_bad!(ioc_wake_producer, abi::IOC_WAKE_PRODUCER);
+}
+use ioctls::{ioc_info, ioc_set_mode, ioc_wait_full, ioc_wake_producer};
+
+/// The `io::Error` of a failed ioctl.
+fn ioctl_result(ret: nix::Result<libc::c_int>) -> io::Result<()> {
+    ret.map(drop).map_err(io::Error::from)
 }
 
 impl Device {
@@ -95,8 +99,9 @@ impl Device {
             abi_version: abi::ABI_VERSION,
             ..Info::default()
         };
-        // SAFETY: IOC_INFO is _IOWR(.., struct pfprof_info), which Info mirrors.
-        match unsafe { ioctl(&file, abi::IOC_INFO, &mut info) } {
+        // SAFETY: IOC_INFO is _IOWR(.., struct pfprof_info), which Info mirrors; `info`
+        // is a live local.
+        match ioctl_result(unsafe { ioc_info(file.as_raw_fd(), &mut info) }) {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::EPROTO) => {
                 return Err(DeviceError::AbiMismatch {
@@ -135,9 +140,9 @@ impl Device {
     /// Starts a session in `mode` and maps its area. Faults the registered
     /// processes took before are reported in the session's first sample.
     pub fn start(&self, mode: Mode) -> Result<Arc<Area>, DeviceError> {
-        let mut raw = mode.as_raw();
-        // SAFETY: IOC_SET_MODE is _IOW(.., __u32).
-        unsafe { ioctl(&self.file, abi::IOC_SET_MODE, &mut raw) }
+        let raw = mode.as_raw();
+        // SAFETY: IOC_SET_MODE is _IOW(.., __u32); `raw` is a live local.
+        ioctl_result(unsafe { ioc_set_mode(self.file.as_raw_fd(), &raw) })
             .map_err(|e| self.io("PFPROF_IOC_SET_MODE", e))?;
         let len = usize::try_from(self.info.area_size)
             .map_err(|_| DeviceError::BadInfo("area_size does not fit in memory"))?;
@@ -197,9 +202,9 @@ impl Waiter for DeviceWaiter {
                 "the module is the producer: user space never waits for a free slot",
             )));
         }
-        let mut ms = timeout_ms(timeout);
-        // SAFETY: IOC_WAIT_FULL is _IOW(.., __u32).
-        match unsafe { ioctl(&self.file, abi::IOC_WAIT_FULL, &mut ms) } {
+        let ms = timeout_ms(timeout);
+        // SAFETY: IOC_WAIT_FULL is _IOW(.., __u32); `ms` is a live local.
+        match ioctl_result(unsafe { ioc_wait_full(self.file.as_raw_fd(), &ms) }) {
             Ok(()) => Ok(()),
             Err(e) => match e.raw_os_error() {
                 // The caller re-checks the count and canceled either way.
@@ -213,14 +218,8 @@ impl Waiter for DeviceWaiter {
     fn wake(&self, _area: &Area, sem: SemKind) -> Result<(), WaitError> {
         match sem {
             // SAFETY: IOC_WAKE_PRODUCER is _IO: no argument.
-            SemKind::Empty => unsafe {
-                ioctl(
-                    &self.file,
-                    abi::IOC_WAKE_PRODUCER,
-                    std::ptr::null_mut::<u8>(),
-                )
-            }
-            .map_err(WaitError::Io),
+            SemKind::Empty => ioctl_result(unsafe { ioc_wake_producer(self.file.as_raw_fd()) })
+                .map_err(WaitError::Io),
             // Only the consumer sleeps on full, and the module wakes it on
             // every up(full) whatever full.waiters says.
             SemKind::Full => Ok(()),

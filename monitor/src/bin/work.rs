@@ -12,7 +12,13 @@ use monitor::registration::{self, RegistrationError};
 use monitor::workload::{Pattern, Workload};
 
 #[derive(Parser)]
-#[command(version, about, long_about = None)]
+#[command(
+    version,
+    about = "Workload generator: allocates MiB of memory and makes random (R) or local (L) \
+             accesses to it, iteration after iteration; registers itself with the pfprof \
+             module when it is loaded",
+    long_about = None
+)]
 struct Args {
     /// Memory to allocate, in MiB (1 to 1024).
     #[arg(value_parser = clap::value_parser!(u16).range(1..=1024))]

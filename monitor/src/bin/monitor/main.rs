@@ -1,9 +1,7 @@
 //! `monitor`: profiles page faults and CPU time of processes, from the pfprof module's
 //! ring (kernel backend) or from /proc (procfs backend), in the strict or relaxed protocol.
-
-mod kernel;
-mod procfs;
-mod session;
+//! This file only parses the arguments and turns errors into messages and exit codes; the
+//! profile itself is `monitor::session`.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -12,11 +10,15 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use monitor::backend::kernel::Kernel;
+use monitor::backend::procfs::Procfs;
+use monitor::child::SpawnError;
+use monitor::error::{Blame, ProfileError};
+use monitor::output::Destination;
 use monitor::report::Format;
+use monitor::session::{self, Request};
 use shared_layout::abi::DEVICE_PATH;
 use shared_layout::Mode;
-
-use crate::session::Settings;
 
 #[derive(Parser)]
 #[command(
@@ -24,9 +26,12 @@ use crate::session::Settings;
     version,
     about = "Per-process page-fault profiler: minor and major faults and CPU time every period",
     after_help = "Examples:\n  \
-        monitor run --output prof.csv --plot prof.svg -- work 256 R 50000\n  \
-        monitor --pid 1234 --mode relaxed --interval 500ms\n\n\
-        Samples go to standard output (or --output), the summary to standard error.",
+        monitor run --output prof.csv --plot prof.svg -- ./target/release/work 256 R 50000\n  \
+        monitor run -- sort -o sorted.txt big.txt     (samples and summary on stderr)\n  \
+        monitor --pid 1234 --mode relaxed --interval 500ms > prof.csv\n\n\
+        Samples go to --output; without it, to standard output, except with `monitor run`,\n\
+        whose command has the standard output: there they go to standard error (as with\n\
+        `perf stat`). The summary goes to standard error.",
     args_conflicts_with_subcommands = true
 )]
 struct Cli {
@@ -39,7 +44,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Start CMD, profile it from its first instruction until it exits, and exit with
-    /// its exit status.
+    /// its exit status (127: not found, 126: not executable). Samples go to --output or
+    /// standard error: the standard output is the command's.
     Run {
         #[command(flatten)]
         options: Options,
@@ -65,16 +71,19 @@ struct Options {
         value_parser = clap::value_parser!(u32).range(1..=i64::from(i32::MAX))
     )]
     pids: Vec<u32>,
-    /// Write samples to FILE instead of standard output.
+    /// Write samples to FILE (replaced only once the profile is complete).
     #[arg(long, short, value_name = "FILE")]
     output: Option<PathBuf>,
     /// Format of the samples: csv or jsonl (JSON Lines, same keys as the CSV columns).
     #[arg(long, default_value = "csv", value_name = "csv|jsonl")]
     format: Format,
-    /// Also draw the profile as an SVG: accumulated faults and CPU utilization over time.
+    /// Also draw the profile as an SVG (the name must end in .svg): accumulated faults and
+    /// CPU utilization over time.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
-    /// Relaxed mode: how often to drain the ring (e.g. 1s, 250ms).
+    /// How often the monitor takes the samples that are ready (e.g. 1s, 250ms), in both
+    /// modes: one wake-up per interval keeps its own cost low. The end of the profile is
+    /// seen at once whatever the interval.
     #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DUR")]
     interval: Duration,
     /// Sampling period of the procfs backend, in ms (the module's is its period_ms
@@ -116,32 +125,6 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{s:?} is not a positive duration"))
 }
 
-/// An error the user fixes by changing the invocation or the system (load the module,
-/// pick another pid or path): exit code 2, like a usage error.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct Usage(pub String);
-
-pub fn usage(message: impl Into<String>) -> anyhow::Error {
-    anyhow::Error::new(Usage(message.into()))
-}
-
-/// Why a `--pid` failed, whichever backend tried it.
-pub fn cannot_profile(pid: u32) -> String {
-    format!("cannot profile process {pid}: check the pid with `ps -p {pid}` and that it is yours")
-}
-
-/// `context` that also marks the error as the user's to fix.
-pub trait UsageContext<T> {
-    fn usage_context<F: FnOnce() -> String>(self, message: F) -> anyhow::Result<T>;
-}
-
-impl<T, E: std::error::Error + Send + Sync + 'static> UsageContext<T> for Result<T, E> {
-    fn usage_context<F: FnOnce() -> String>(self, message: F) -> anyhow::Result<T> {
-        self.map_err(|e| anyhow::Error::new(e).context(Usage(message())))
-    }
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let (options, command) = match cli.command {
@@ -151,32 +134,72 @@ fn main() -> ExitCode {
     match run(options, command) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("monitor: error: {e:#}");
-            // Finds a Usage anywhere: as the error, or as a context on any layer.
-            let is_usage = e.downcast_ref::<Usage>().is_some();
-            ExitCode::from(if is_usage { 2 } else { 1 })
+            let blame = e.blame();
+            let advice = advice(&e);
+            eprintln!("monitor: error: {:#}", anyhow::Error::new(e));
+            if let Some(advice) = advice {
+                eprintln!("monitor: {advice}");
+            }
+            ExitCode::from(blame.exit_code())
         }
     }
 }
 
-fn run(options: Options, command: Option<Vec<OsString>>) -> anyhow::Result<u8> {
+fn run(options: Options, command: Option<Vec<OsString>>) -> Result<u8, ProfileError> {
     let backend = match options.backend {
         Backend::Auto if std::path::Path::new(DEVICE_PATH).exists() => Backend::Kernel,
         Backend::Auto => Backend::Procfs,
         chosen => chosen,
     };
-    let settings = Settings::open(
-        backend.to_string(),
-        options.mode,
-        options.format,
-        options.output.as_deref(),
-        options.plot.as_deref(),
-        options.interval,
-    )?;
+    let output = match (options.output, &command) {
+        (Some(path), _) => Destination::File(path),
+        (None, Some(_)) => Destination::Stderr,
+        (None, None) => Destination::Stdout,
+    };
+    let request = Request {
+        mode: options.mode,
+        interval: options.interval,
+        format: options.format,
+        output,
+        plot: options.plot,
+        command,
+        pids: options.pids,
+        period_ms: options.period_ms,
+    };
     match backend {
-        Backend::Kernel => kernel::profile(settings, &options.pids, command, options.period_ms),
-        _ => procfs::profile(settings, &options.pids, command, options.period_ms),
+        Backend::Kernel => session::profile::<Kernel>(request),
+        _ => session::profile::<Procfs>(request),
     }
+}
+
+/// What the user can do about `e`, when it is theirs to fix.
+fn advice(e: &ProfileError) -> Option<String> {
+    Some(match e {
+        ProfileError::Output { .. } => "choose another --output".into(),
+        ProfileError::Plot { .. } => "choose another --plot".into(),
+        ProfileError::Attach { pid, .. } | ProfileError::Register { pid, .. } => {
+            format!("check the pid with `ps -p {pid}` and that it is yours")
+        }
+        ProfileError::Device(_) if e.blame() == Blame::Usage => {
+            "--backend procfs works without the module".into()
+        }
+        ProfileError::NothingToProfile => {
+            "processes can register themselves only with the pfprof module loaded".into()
+        }
+        ProfileError::PeriodMismatch { asked_ms, .. } => format!(
+            "--period-ms {asked_ms} needs --backend procfs, or reload the module with \
+             period_ms={asked_ms}"
+        ),
+        ProfileError::Spawn(SpawnError::Register { .. }) => {
+            "check that you may write /proc/pfprof/status".into()
+        }
+        ProfileError::Spawn(spawn) => match spawn.blame() {
+            Blame::CommandNotFound => "check the command's name and your PATH".into(),
+            Blame::CommandNotExecutable => "check the command's permissions".into(),
+            _ => return None,
+        },
+        _ => return None,
+    })
 }
 
 #[cfg(test)]
@@ -188,17 +211,6 @@ mod tests {
         assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
-    }
-
-    #[test]
-    fn a_usage_error_is_found_under_any_context() {
-        let as_error = usage("bad pid").context("outer");
-        let io: Result<(), _> = Err(std::io::Error::other("inner"));
-        let as_context = io.usage_context(|| "bad path".into()).unwrap_err();
-        for e in [as_error, as_context.context("outer")] {
-            assert!(e.downcast_ref::<Usage>().is_some(), "{e:#}");
-        }
-        assert!(anyhow::anyhow!("plain").downcast_ref::<Usage>().is_none());
     }
 
     #[test]

@@ -1,0 +1,101 @@
+//! What the monitor itself costs: its own CPU time while it profiles one sleeping process
+//! for 10 s at 50 ms, procfs backend, side by side with `perf stat -I 50 -p` on the same
+//! process in the same run. A benchmark, not a test:
+//!
+//!     cargo build --release -p monitor && cargo run --release -p monitor --example cost [ROUNDS] [MONITOR]
+//!
+//! MONITOR defaults to the `monitor` built beside this example. Each tool is reaped with
+//! wait4(): its CPU time is user + system, to the microsecond. docs/benchmarks.md has a
+//! run ("What the monitor costs").
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::Duration;
+
+use anyhow::{ensure, Context};
+use monitor::child;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+const PROFILE_FOR: Duration = Duration::from_secs(10);
+const PERIOD_MS: &str = "50";
+
+/// Starts a profiler of `pid`, or `None` when it is not installed.
+fn start(program: &str, args: &[&str]) -> anyhow::Result<Option<Child>> {
+    match Command::new(program)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    {
+        Ok(child) => Ok(Some(child)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("starting {program}")),
+    }
+}
+
+/// Stops `child` with SIGINT, as a user would, and returns its CPU time in ms.
+fn stop(child: Child) -> anyhow::Result<f64> {
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).context("stopping a profiler")?;
+    let (_, used) = child::wait(child.id()).context("reaping a profiler")?;
+    Ok(used.cpu_ns as f64 / 1e6)
+}
+
+fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let rounds: u32 = args.next().map_or(Ok(3), |r| r.parse()).context("ROUNDS")?;
+    let monitor = match args.next() {
+        Some(path) => PathBuf::from(path),
+        None => std::env::current_exe()?
+            .parent()
+            .and_then(|examples| examples.parent())
+            .context("no directory beside this example")?
+            .join("monitor"),
+    };
+    ensure!(
+        monitor.exists(),
+        "{} does not exist: build it first",
+        monitor.display()
+    );
+
+    println!("| round | mode | monitor (ms CPU / 10 s) | perf stat -I 50 (ms CPU / 10 s) | monitor / perf |");
+    println!("|---:|---|---:|---:|---:|");
+    for round in 1..=rounds {
+        for mode in ["strict", "relaxed"] {
+            let mut sleeper = Command::new("sleep").arg("3600").spawn()?;
+            let pid = sleeper.id().to_string();
+            let monitor = start(
+                monitor.to_str().context("a monitor path in UTF-8")?,
+                &[
+                    "--backend",
+                    "procfs",
+                    "--mode",
+                    mode,
+                    "--period-ms",
+                    PERIOD_MS,
+                    "--pid",
+                    &pid,
+                    "-o",
+                    "/dev/null",
+                ],
+            )?
+            .context("starting the monitor")?;
+            let perf = start(
+                "perf",
+                &["stat", "-I", PERIOD_MS, "-p", &pid, "-o", "/dev/null"],
+            )?;
+            thread::sleep(PROFILE_FOR);
+            let monitor_ms = stop(monitor)?;
+            let perf_ms = perf.map(stop).transpose()?;
+            sleeper.kill()?;
+            sleeper.wait()?;
+            let (perf_cell, ratio) = match perf_ms {
+                Some(p) => (format!("{p:.1}"), format!("{:.2}", monitor_ms / p)),
+                None => ("(perf not installed)".into(), "".into()),
+            };
+            println!("| {round} | {mode} | {monitor_ms:.1} | {perf_cell} | {ratio} |");
+        }
+    }
+    Ok(())
+}

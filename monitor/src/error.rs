@@ -1,0 +1,133 @@
+//! Why a profile failed, and whose move it is: the user's (a usage error), the command's
+//! (not found, not executable), or ours.
+
+use std::io;
+use std::path::PathBuf;
+
+use shared_layout::device::DeviceError;
+use shared_layout::{LayoutError, ProtocolError};
+
+use crate::child::SpawnError;
+use crate::plot::PlotError;
+use crate::procstat::StatError;
+use crate::registration::RegistrationError;
+use crate::sampler::SamplerError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error("cannot write the output file {}", path.display())]
+    Output {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot write the plot file {}", path.display())]
+    Plot {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("the plot is an SVG: {} must end in .svg", path.display())]
+    PlotNotSvg { path: PathBuf },
+    #[error("cannot profile process {pid}")]
+    Attach {
+        pid: u32,
+        #[source]
+        source: StatError,
+    },
+    #[error("cannot profile process {pid}")]
+    Register {
+        pid: u32,
+        #[source]
+        source: RegistrationError,
+    },
+    #[error("unregistering process {pid}")]
+    Unregister {
+        pid: u32,
+        #[source]
+        source: RegistrationError,
+    },
+    #[error("cannot use the pfprof module")]
+    Device(#[source] DeviceError),
+    #[error("nothing to profile: give --pid PID, or use `monitor run -- CMD`")]
+    NothingToProfile,
+    #[error("the module samples every {module_ms} ms, not every {asked_ms} ms")]
+    PeriodMismatch { module_ms: u128, asked_ms: u32 },
+    #[error(transparent)]
+    Spawn(#[from] SpawnError),
+    #[error("reading samples from the ring failed: {advice}")]
+    Ring {
+        advice: &'static str,
+        #[source]
+        source: ProtocolError,
+    },
+    #[error("writing the samples")]
+    Write(#[source] io::Error),
+    #[error("drawing the plot")]
+    Draw(#[source] PlotError),
+    #[error("sampling /proc")]
+    Sampler(#[source] SamplerError),
+    #[error("creating the shared ring in a memfd")]
+    Memfd(#[source] LayoutError),
+    #[error("waiting for the command")]
+    Reap(#[source] io::Error),
+    #[error("{what}")]
+    System {
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Who has to act, which decides the exit code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Blame {
+    /// The invocation or the system (a pid, a path, the module): exit code 2.
+    Usage,
+    /// The command does not exist: 127, as shells, `env` and `timeout` say it.
+    CommandNotFound,
+    /// The command exists and cannot be executed: 126.
+    CommandNotExecutable,
+    /// A failure of ours: 1.
+    Internal,
+}
+
+impl Blame {
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Blame::Usage => 2,
+            Blame::CommandNotFound => 127,
+            Blame::CommandNotExecutable => 126,
+            Blame::Internal => 1,
+        }
+    }
+}
+
+impl ProfileError {
+    pub fn blame(&self) -> Blame {
+        match self {
+            ProfileError::Output { .. }
+            | ProfileError::Plot { .. }
+            | ProfileError::PlotNotSvg { .. }
+            | ProfileError::Attach { .. }
+            | ProfileError::Register { .. }
+            | ProfileError::NothingToProfile
+            | ProfileError::PeriodMismatch { .. } => Blame::Usage,
+            ProfileError::Device(e) if device_error_is_usage(e) => Blame::Usage,
+            ProfileError::Spawn(e) => e.blame(),
+            _ => Blame::Internal,
+        }
+    }
+}
+
+/// The module's errors the user can act on: not loaded, no permission, ABI mismatch, busy.
+fn device_error_is_usage(e: &DeviceError) -> bool {
+    matches!(
+        e,
+        DeviceError::NotLoaded { .. }
+            | DeviceError::PermissionDenied { .. }
+            | DeviceError::AbiMismatch { .. }
+            | DeviceError::Busy { .. }
+            | DeviceError::Layout(LayoutError::VersionMismatch { .. })
+    )
+}

@@ -1,0 +1,310 @@
+//! One profile from start to end, whichever backend produces the samples: open the
+//! output, start the session and the command, consume every sample, reap the command,
+//! then write the plot and the summary.
+
+use std::ffi::OsString;
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use shared_layout::wait::Waiter;
+use shared_layout::{Area, Mode};
+
+use crate::backend::{Backend, Targets};
+use crate::child::{self, Held};
+use crate::error::ProfileError;
+use crate::output::{Destination, Output, PlotFile};
+use crate::plot;
+use crate::procstat::ProcessCounters;
+use crate::report::{ChildReport, ExitStatus, Format, Row, Summary, Timeline, Totals};
+use crate::signals::Signals;
+use crate::source::{Ending, Source};
+
+/// How long the consumer waits for samples at most while nothing else needs it: the
+/// producer's cancellation and every signal wake it earlier.
+const IDLE_WAIT: Duration = Duration::from_secs(1);
+/// How often the live status line is redrawn.
+const STATUS_EVERY: Duration = Duration::from_millis(250);
+/// How long a stopped profile waits for its command to exit, having sent it the signal.
+const EXIT_WAIT: Duration = Duration::from_millis(50);
+
+/// What the user asked for.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub mode: Mode,
+    /// Relaxed mode: how often to drain the ring.
+    pub interval: Duration,
+    pub format: Format,
+    pub output: Destination,
+    pub plot: Option<PathBuf>,
+    /// `monitor run`'s command and arguments.
+    pub command: Option<Vec<OsString>>,
+    pub pids: Vec<u32>,
+    pub period_ms: Option<u32>,
+}
+
+/// How the consumer loop ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum End {
+    /// The producer ended the session: every process is gone.
+    Finished,
+    /// A signal stopped it.
+    Stopped,
+    /// The output's reader went away.
+    OutputClosed,
+}
+
+/// Profiles what `request` names with backend `B`; the exit code `monitor` ends with.
+pub fn profile<B: Backend>(request: Request) -> Result<u8, ProfileError> {
+    // The output first: an unwritable path fails before anything runs, and nothing
+    // replaces an earlier file before the profile is complete.
+    let mut output = Output::open(request.output.clone(), request.format)?;
+    let plot = request.plot.as_deref().map(PlotFile::create).transpose()?;
+    let mut backend = B::open(&Targets {
+        pids: request.pids.clone(),
+        command: request.command.is_some(),
+        period_ms: request.period_ms,
+    })?;
+    let signals = Signals::install()?;
+    // Dropped on an error below, the held command never runs.
+    let held = request
+        .command
+        .as_deref()
+        .map(|argv| child::spawn_held(argv, backend.command_registers_itself()))
+        .transpose()?;
+    let (area, waiter) = backend.start(request.mode)?;
+    let source = Source::new(Arc::clone(&area), waiter, request.interval);
+    let ending = source.ending();
+    let command = held.map(Held::release).transpose()?;
+    if let Some(pid) = command {
+        signals.forward_to(pid);
+    }
+    backend.produce(&area, command, ending.clone())?;
+    let reaper = command
+        .map(|pid| reap(pid, &signals, backend.on_command_exit(), ending.clone()))
+        .transpose()?;
+    let stop = backend.stopper();
+    signals.stop_with(Box::new(move || {
+        let stopped = stop();
+        ending.ring();
+        stopped
+    }));
+
+    let status_line = output.leaves_stderr_to_the_status_line();
+    let view = View {
+        status_line,
+        keep_rows: plot.is_some(),
+    };
+    let consumed = consume(&mut output, &area, source, &signals, &backend, view)?;
+    let (child, code) = command_outcome(reaper, consumed.end)?;
+    let notes = backend_notes(backend, consumed.end, child.is_some(), command)?;
+    output.commit()?;
+    if let Some(plot) = plot {
+        let caption = format!(
+            "pfprof: {} backend, {} mode, {} ms period",
+            consumed.backend,
+            request.mode,
+            area.period().as_millis()
+        );
+        plot.commit(&plot::render(&consumed.rows, &caption).map_err(ProfileError::Draw)?)?;
+    }
+    let counters = area.counters();
+    let summary = Summary {
+        backend: consumed.backend,
+        mode: request.mode,
+        totals: &consumed.totals,
+        blocked: Duration::from_nanos(counters.blocked_ns),
+        deferred: counters.deferred,
+        child,
+        notes: &notes,
+    };
+    // A closed stderr cannot be told anything.
+    let _ = writeln!(io::stderr(), "{summary}");
+    Ok(code)
+}
+
+/// The backend's notes, and what the way the profile ended leaves out.
+fn backend_notes<B: Backend>(
+    backend: B,
+    end: End,
+    reaped: bool,
+    command: Option<u32>,
+) -> Result<Vec<String>, ProfileError> {
+    let mut notes = backend.finish()?;
+    if end == End::OutputClosed {
+        notes.push("the output was closed: the profile ended there".to_owned());
+    }
+    if let (Some(pid), false) = (command, reaped) {
+        notes.push(format!(
+            "stopped before the command ended: it is still running (pid {pid})"
+        ));
+    }
+    Ok(notes)
+}
+
+/// What the consumer loop gathered.
+struct Consumed {
+    backend: &'static str,
+    totals: Totals,
+    /// Every row, when a plot is drawn from them.
+    rows: Vec<Row>,
+    end: End,
+}
+
+/// What the consumer loop shows and keeps besides the output.
+#[derive(Clone, Copy)]
+struct View {
+    /// Draw the live status line on stderr.
+    status_line: bool,
+    /// Keep every row for the plot.
+    keep_rows: bool,
+}
+
+/// Takes samples until the producer ends the session, or a stop (a signal, a closed
+/// output) and the backend's grace period, writing every row as it arrives.
+fn consume<W: Waiter, B: Backend>(
+    output: &mut Output,
+    area: &Area,
+    mut source: Source<W>,
+    signals: &Signals,
+    backend: &B,
+    view: View,
+) -> Result<Consumed, ProfileError> {
+    let status_line = view.status_line;
+    let ring_error = |source| ProfileError::Ring {
+        advice: backend.ring_advice(),
+        source,
+    };
+    let mut timeline = Timeline::new(area.period());
+    let mut totals = Totals::default();
+    let mut recent = Totals::default();
+    let mut rows = Vec::new();
+    let mut batch = Vec::new();
+    let mut last_status = Instant::now();
+    let mut give_up: Option<Instant> = None;
+    let mut end = End::Finished;
+    let idle = if status_line { STATUS_EVERY } else { IDLE_WAIT };
+    output.header()?;
+    loop {
+        if give_up.is_none() && signals.stop_requested() {
+            give_up = Some(Instant::now() + backend.grace());
+            end = if output.is_closed() {
+                End::OutputClosed
+            } else {
+                End::Stopped
+            };
+        }
+        let b = match give_up {
+            Some(deadline) if Instant::now() >= deadline => {
+                let mut b = source.drain_now(&mut batch).map_err(ring_error)?;
+                b.ended = true;
+                Ok(b)
+            }
+            Some(deadline) => source.next(&mut batch, idle.min(deadline - Instant::now())),
+            None => source.next(&mut batch, idle),
+        }
+        .map_err(ring_error)?;
+        totals.lost += b.lost;
+        for sample in batch.drain(..) {
+            let row = timeline.row(&sample);
+            totals.add(&row);
+            recent.add(&row);
+            output.write(&row)?;
+            if view.keep_rows {
+                rows.push(row);
+            }
+        }
+        output.flush()?;
+        if output.is_closed() && give_up.is_none() {
+            // Nobody reads on: end the profile now, whatever it profiles.
+            signals.request_stop();
+            continue;
+        }
+        if status_line && last_status.elapsed() >= STATUS_EVERY && recent.samples > 0 {
+            let _ = write!(io::stderr(), "\r{}\x1b[K", totals.status_line(&recent));
+            recent = Totals::default();
+            last_status = Instant::now();
+        }
+        if b.ended {
+            break;
+        }
+    }
+    if status_line {
+        let _ = write!(io::stderr(), "\r\x1b[K");
+    }
+    if let Some(e) = signals.take_stop_error() {
+        return Err(e);
+    }
+    Ok(Consumed {
+        backend: backend.name(),
+        totals,
+        rows,
+        end,
+    })
+}
+
+type Reaper = JoinHandle<io::Result<ChildReport>>;
+
+/// A thread that reaps the command `monitor run` started, stops forwarding signals to
+/// its pid, and hands its final counts to `on_exit`.
+fn reap(
+    pid: u32,
+    signals: &Signals,
+    on_exit: Box<dyn FnOnce(ProcessCounters) + Send>,
+    ending: Arc<Ending>,
+) -> Result<Reaper, ProfileError> {
+    let signals = signals.clone();
+    thread::Builder::new()
+        .name("pfprof-reaper".into())
+        .spawn(move || {
+            // Stop forwarding while the pid is still the command's, and only then reap
+            // it: a reaped pid may be given to someone else.
+            let exited = child::wait_exited(pid);
+            signals.forward_to(0);
+            exited?;
+            ending.ring();
+            let (status, totals) = child::wait(pid)?;
+            on_exit(totals);
+            Ok(ChildReport {
+                minor: totals.minor,
+                major: totals.major,
+                cpu_ns: totals.cpu_ns,
+                status,
+            })
+        })
+        .map_err(|source| ProfileError::System {
+            what: "starting the thread that waits for the command",
+            source,
+        })
+}
+
+/// The command's rusage and the exit code `monitor` ends with: the command's own; when
+/// the profile ended before the command, 130 (interrupted) after a signal, 141 (as a
+/// writer killed by SIGPIPE) after the output was closed.
+fn command_outcome(
+    reaper: Option<Reaper>,
+    end: End,
+) -> Result<(Option<ChildReport>, u8), ProfileError> {
+    let Some(reaper) = reaper else {
+        return Ok((None, 0));
+    };
+    let waited = Instant::now();
+    while end != End::Finished && !reaper.is_finished() {
+        if waited.elapsed() >= EXIT_WAIT {
+            let signal = match end {
+                End::OutputClosed => Signal::SIGPIPE,
+                _ => Signal::SIGINT,
+            };
+            return Ok((None, ExitStatus::Signaled(signal as i32).code()));
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    let report = reaper
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        .map_err(ProfileError::Reap)?;
+    Ok((Some(report), report.status.code()))
+}
