@@ -59,7 +59,9 @@ u64 pfprof_ring_slot_count(void);
 void pfprof_ring_start(u32 mode);
 void pfprof_ring_stop(void);
 bool pfprof_ring_open(void);
-enum pfprof_put pfprof_ring_put(const struct pfprof_sample *sample, bool last);
+unsigned int pfprof_ring_session(void);
+enum pfprof_put pfprof_ring_put(const struct pfprof_sample *sample, bool last,
+				unsigned int session);
 bool pfprof_ring_await_slot(void);
 bool pfprof_ring_retry_fired(void);
 bool pfprof_ring_take_retry(void);

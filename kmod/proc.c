@@ -226,6 +226,7 @@ static int pfprof_register(const struct file *file, pid_t nr)
 	struct task_struct *leader;
 	struct pfprof_proc *p;
 	struct pid *pid;
+	bool first;
 	int ret;
 
 	ret = pfprof_lookup(file, nr, &pid, &leader);
@@ -254,9 +255,12 @@ static int pfprof_register(const struct file *file, pid_t nr)
 	list_add_tail(&p->node, &pfprof_procs);
 	WRITE_ONCE(pfprof_nr, pfprof_nr + 1);
 	WRITE_ONCE(pfprof_changes, pfprof_changes + 1);
+	first = pfprof_nr == 1;
 	mutex_unlock(&pfprof_reg_lock);
 
-	pfprof_sampler_kick();
+	/* Only an idle sampler needs telling: a busy one keeps its deadlines. */
+	if (first)
+		pfprof_sampler_kick();
 	return 0;
 
 err_unlock:
@@ -273,6 +277,7 @@ static int pfprof_unregister(const struct file *file, pid_t nr)
 	struct task_struct *leader;
 	struct pfprof_proc *p;
 	struct pid *pid;
+	bool last = false;
 	int ret;
 
 	ret = pfprof_lookup(file, nr, &pid, &leader);
@@ -286,6 +291,7 @@ static int pfprof_unregister(const struct file *file, pid_t nr)
 		pfprof_account(p);
 		pfprof_proc_free(p);
 		WRITE_ONCE(pfprof_changes, pfprof_changes + 1);
+		last = !pfprof_nr;
 	}
 	mutex_unlock(&pfprof_reg_lock);
 
@@ -294,7 +300,8 @@ static int pfprof_unregister(const struct file *file, pid_t nr)
 	if (!p)
 		return -ENOENT;
 	/* The last one gone: let the sampler deliver and cancel now. */
-	pfprof_sampler_kick();
+	if (last)
+		pfprof_sampler_kick();
 	return 0;
 }
 

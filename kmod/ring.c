@@ -14,6 +14,7 @@
 
 #include <linux/atomic.h>
 #include <linux/build_bug.h>
+#include <linux/lockdep.h>
 #include <linux/math64.h>
 #include <linux/mutex.h>
 #include <linux/poll.h>
@@ -109,11 +110,19 @@ void pfprof_ring_exit(void)
 	ring.area = NULL;
 }
 
-/* Both sides wake up and look again: the session they knew is gone. */
-static void pfprof_ring_wake_all(void)
+/*
+ * The consumer wakes up and looks again: the session it knew is gone.  The
+ * sampler needs no telling: it offers its sample at its next deadline.
+ */
+static void pfprof_ring_wake_consumer(void)
 {
-	pfprof_sampler_kick();
 	wake_up_interruptible(&ring.consumer_wq);
+}
+
+/* Names the running session: it changes when one starts or ends. */
+unsigned int pfprof_ring_session(void)
+{
+	return READ_ONCE(ring.generation);
 }
 
 void pfprof_ring_start(u32 mode)
@@ -144,23 +153,29 @@ void pfprof_ring_start(u32 mode)
 	ring.deferred = 0;
 	atomic_set(&ring.retry, PFPROF_RETRY_NONE);
 	mutex_unlock(&ring.lock);
-	pfprof_ring_wake_all();
+	pfprof_ring_wake_consumer();
 }
 
+/*
+ * Called from release() only, before the device can be opened again: no
+ * session can start until it returns.
+ */
 void pfprof_ring_stop(void)
 {
 	mutex_lock(&ring.lock);
-	/*
-	 * The next opener may be another user and may map the area before it
-	 * starts a session: leave it nothing of this one.  No mapping is left:
-	 * each holds the file, so release() runs after the last munmap().
-	 */
-	memset(ring.area, 0, ring.size);
 	WRITE_ONCE(ring.mode, PFPROF_MODE_NONE);
 	atomic_set(&ring.retry, PFPROF_RETRY_NONE);
 	WRITE_ONCE(ring.generation, ring.generation + 1);
 	mutex_unlock(&ring.lock);
-	pfprof_ring_wake_all();
+	/*
+	 * The next opener may be another user and may map the area before it
+	 * starts a session: leave it nothing of this one.  No mapping is left:
+	 * each holds the file, so release() runs after the last munmap().  The
+	 * sampler writes nothing without a session, and clearing up to 256 MiB
+	 * outside the lock keeps it from waiting on the clearing.
+	 */
+	memset(ring.area, 0, ring.size);
+	pfprof_ring_wake_consumer();
 }
 
 /* A session is running and still takes samples. */
@@ -246,6 +261,7 @@ static void pfprof_account_blocked(struct pfprof_area *a, bool delivered)
 {
 	u64 now = ktime_get_ns();
 
+	lockdep_assert_held(&ring.lock);
 	if (!ring.full_since)
 		ring.full_since = now;
 	WRITE_ONCE(a->blocked_ns, ring.blocked_ns + (now - ring.full_since));
@@ -259,6 +275,7 @@ static enum pfprof_put pfprof_put_strict(const struct pfprof_sample *s)
 {
 	struct pfprof_area *a = ring.area;
 
+	lockdep_assert_held(&ring.lock);
 	if (!ring.slot_reserved) {
 		if (!pfprof_sem_try_down(&a->empty.count)) {
 			pfprof_account_blocked(a, false);
@@ -286,6 +303,7 @@ static enum pfprof_put pfprof_put_relaxed(const struct pfprof_sample *s)
 {
 	struct pfprof_area *a = ring.area;
 
+	lockdep_assert_held(&ring.lock);
 	if (!pfprof_lock_try(&a->lock)) {
 		pfprof_defer(a);
 		return PFPROF_PUT_DEFERRED;
@@ -302,6 +320,7 @@ static enum pfprof_put pfprof_put_relaxed(const struct pfprof_sample *s)
 /* End the session: nothing follows the sample just written. */
 static void pfprof_cancel_locked(struct pfprof_area *a)
 {
+	lockdep_assert_held(&ring.lock);
 	WRITE_ONCE(ring.canceled, true);
 	/* Pairs with the consumer's acquire: last sample first. */
 	smp_store_release(&a->canceled, 1);
@@ -310,17 +329,20 @@ static void pfprof_cancel_locked(struct pfprof_area *a)
 
 /*
  * Offer @sample to the running session.  @last: nobody was registered when
- * it was collected, so once it is written the session ends - in the same
- * critical section, so that the cancellation can only reach the session
- * that received the sample, never one started after it.  A registration
- * that slipped in since the collection keeps the session going.
+ * it was collected for @session, so once it is written that session ends -
+ * in the same critical section, so that the cancellation can only reach the
+ * session that received the sample; one started since gets neither the
+ * sample nor the end.  A registration that slipped in since the collection
+ * keeps the session going.
  */
-enum pfprof_put pfprof_ring_put(const struct pfprof_sample *sample, bool last)
+enum pfprof_put pfprof_ring_put(const struct pfprof_sample *sample, bool last,
+				unsigned int session)
 {
 	enum pfprof_put ret;
 
 	mutex_lock(&ring.lock);
-	if (ring.mode == PFPROF_MODE_NONE || ring.canceled)
+	if (ring.mode == PFPROF_MODE_NONE || ring.canceled ||
+	    (last && session != ring.generation))
 		ret = PFPROF_PUT_NO_SESSION;
 	else if (ring.mode == PFPROF_MODE_STRICT)
 		ret = pfprof_put_strict(sample);
@@ -348,7 +370,8 @@ bool pfprof_ring_await_slot(void)
 	mutex_lock(&ring.lock);
 	if (ring.mode == PFPROF_MODE_STRICT && !ring.canceled) {
 		atomic_set(&ring.retry, PFPROF_RETRY_ARMED);
-		WRITE_ONCE(a->empty.waiters, 1);
+		/* The consumer that sees waiters sees the retry armed. */
+		smp_store_release(&a->empty.waiters, 1);
 		/* Pairs with the consumer's barrier between up(empty) and xchg. */
 		smp_mb();
 		free_now = READ_ONCE(a->empty.count);

@@ -125,7 +125,10 @@ static void pfprof_sleep_until(ktime_t deadline, const struct pfprof_wake *w)
 		prepare_to_wait(&pfprof_sampler_wq, &wait, TASK_INTERRUPTIBLE);
 		if (pfprof_woken(w))
 			break;
-		/* 0: the timer expired; -EINTR: woken before it. */
+		/*
+		 * No slack: the period is what the user asked for, one timer
+		 * interrupt a period.  0: the timer expired; -EINTR: woken.
+		 */
 		if (!schedule_hrtimeout_range(&deadline, 0, HRTIMER_MODE_ABS))
 			break;
 	}
@@ -153,7 +156,9 @@ static int pfprof_sampler_fn(void *unused)
 	bool undelivered = false;
 	/* The consumer's last WAKE_PRODUCER came with a free slot. */
 	bool retry_earned = true;
-	ktime_t deadline = 0;
+	/* The session the last sample (wake.draining) was collected for. */
+	unsigned int drain_session = 0;
+	ktime_t deadline = ktime_add_ns(ktime_get(), period);
 	enum pfprof_put put;
 	unsigned int nr;
 	ktime_t now;
@@ -177,7 +182,8 @@ static int pfprof_sampler_fn(void *unused)
 			/* The consumer freed a slot: the same sample, once more. */
 			if (!pfprof_ring_take_retry() || !undelivered)
 				continue;
-			put = pfprof_ring_put(&sample, wake.draining);
+			put = pfprof_ring_put(&sample, wake.draining,
+					      drain_session);
 			retry_earned = put != PFPROF_PUT_FULL;
 			if (put == PFPROF_PUT_DONE) {
 				pfprof_reg_settle(&pending);
@@ -197,17 +203,25 @@ static int pfprof_sampler_fn(void *unused)
 			wake.draining = false;
 			continue;
 		}
+		/* A last sample belongs to the session it was collected for. */
+		if (!nr && !wake.draining)
+			drain_session = pfprof_ring_session();
 		wake.draining = !nr;
-		sample.time_ns = ktime_to_ns(now);
+		/* When the counts were read: after the collection. */
+		sample.time_ns = ktime_get_ns();
 		sample.minor = pending.minor;
 		sample.major = pending.major;
 		sample.cpu_ns = pending.cpu_ns;
 
-		put = pfprof_ring_put(&sample, wake.draining);
+		put = pfprof_ring_put(&sample, wake.draining, drain_session);
 		/* Full: ask for one retry, or make it now if a slot came free. */
 		if (put == PFPROF_PUT_FULL && retry_earned &&
 		    pfprof_ring_await_slot())
-			put = pfprof_ring_put(&sample, wake.draining);
+			put = pfprof_ring_put(&sample, wake.draining,
+					      drain_session);
+		/* Its session is gone: nobody is left to end, nothing to keep. */
+		if (put == PFPROF_PUT_NO_SESSION && wake.draining)
+			put = PFPROF_PUT_DONE;
 		undelivered = put != PFPROF_PUT_DONE;
 		if (!undelivered) {
 			pfprof_reg_settle(&pending);

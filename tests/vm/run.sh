@@ -67,13 +67,16 @@ set +e
 # zeroed. Debian's cloud kernels also have DEBUG_LIST, BUG_ON_DATA_CORRUPTION,
 # HARDENED_USERCOPY and the lockup detectors; the debug kernel adds KASAN,
 # lockdep, kmemleak, KFENCE (sampling every 10 ms instead of 100) and UBSAN,
-# and more memory for their shadow and metadata.
+# and more memory for their shadow and metadata. It has no HPET to fall back
+# on (no ACPI), and under a loaded TCG the clocksource watchdog once marked
+# the TSC unstable against the jiffies and left the guest on jiffies: hrtimers
+# at tick resolution. TCG's TSC follows the host's clock: tsc=reliable.
 # PFPROF_SEED=<n> replays the randomized tests (it reaches the guest's
 # environment as an unknown kernel parameter).
 checkers="preempt=full slub_debug=FZPU sysctl.kernel.hung_task_timeout_secs=20 init_on_free=1"
 mem=1G
 if ((vm_debug)); then
-	checkers+=" kfence.sample_interval=10"
+	checkers+=" kfence.sample_interval=10 tsc=reliable"
 	mem=2G
 fi
 vm_boot "$work/initramfs.cpio.gz" "$log" "$vm_timeout" "$mem" \

@@ -364,3 +364,60 @@ pub fn registrations_and_sessions_churning_at_once_leave_the_kernel_clean(env: &
     })?;
     module.unload()
 }
+
+/// The last process leaves while the strict ring of the session it was in is
+/// full, so the last sample waits; that session closes and the next one
+/// starts with nobody registered. The waiting sample belonged to the closed
+/// session: the new one must get neither it nor its end.
+pub fn a_last_sample_left_by_a_closed_session_neither_reaches_nor_ends_the_next(
+    env: &Env,
+) -> Result<()> {
+    let mark = klog::Mark::now()?;
+    let module = kmod::insmod(env, &["period_ms=5", "buffer_pages=2"])?;
+    let mut sleeper = Profiled::spawn(&["faults", "0", "0", "stay"])?;
+    kmod::register(sleeper.pid)?;
+    let first = Device::open()?;
+    let area = first.start(Mode::Strict)?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while area.counters().write_seq < area.slot_count() {
+        ensure!(
+            Instant::now() < deadline,
+            "the ring never filled: {:?}",
+            area.counters()
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    // Its last sample is collected now and finds the ring full.
+    kmod::unregister(sleeper.pid)?;
+    thread::sleep(Duration::from_millis(50));
+    ensure!(
+        !area.counters().canceled,
+        "a full ring took the last sample"
+    );
+    drop((area, first));
+
+    let next = Device::open()?;
+    let area = next.start(Mode::Strict)?;
+    // Many periods: the sampler offers what it holds at every deadline.
+    thread::sleep(Duration::from_millis(200));
+    let counters = area.counters();
+    ensure!(
+        !counters.canceled && counters.write_seq == 0,
+        "the closed session's last sample reached the next one: {counters:?}"
+    );
+    // The new session still works: a registration brings samples.
+    kmod::register(sleeper.pid)?;
+    let mut consumer = StrictConsumer::new(area.clone(), next.waiter());
+    let mut samples = Vec::new();
+    while samples.is_empty() {
+        ensure!(Instant::now() < deadline, "no sample in the new session");
+        consumer.take(&mut samples, Some(Duration::from_millis(100)))?;
+    }
+    kmod::unregister(sleeper.pid)?;
+    crate::sampling::take_until_ended(&mut consumer, &mut samples)?;
+    drop((consumer, area, next));
+    sleeper.go()?;
+    sleeper.reap()?;
+    module.unload()?;
+    mark.ensure_clean()
+}

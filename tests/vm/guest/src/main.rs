@@ -147,6 +147,10 @@ const TESTS: &[(&str, Test)] = &[
         races::a_process_unregistered_while_the_sampler_is_mid_tick_still_ends_the_session,
     ),
     (
+        "a_last_sample_left_by_a_closed_session_neither_reaches_nor_ends_the_next",
+        lifecycle::a_last_sample_left_by_a_closed_session_neither_reaches_nor_ends_the_next,
+    ),
+    (
         "the_sampler_keeps_the_period_asked_on_absolute_deadlines",
         period::the_sampler_keeps_the_period_asked_on_absolute_deadlines,
     ),
