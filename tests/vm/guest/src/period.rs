@@ -191,6 +191,17 @@ pub fn a_consumer_flashing_a_free_slot_cannot_make_the_sampler_collect_more_ofte
 /// docs/benchmarks.md; runs only when a filter names it.
 pub fn bench_sampler_cost_by_processes_and_threads(env: &Env) -> Result<()> {
     const SPAN: Duration = Duration::from_secs(4);
+    // Two pipes per child: 1,000 children need more than the default 1,024 descriptors.
+    let limit = libc::rlimit {
+        rlim_cur: 8192,
+        rlim_max: 8192,
+    };
+    // SAFETY: a valid rlimit for our own process.
+    ensure!(
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } == 0,
+        "setrlimit(RLIMIT_NOFILE): {}",
+        std::io::Error::last_os_error()
+    );
     for (processes, threads) in [(1, 1), (1, 100), (1, 1000), (100, 1), (1000, 1), (10, 100)] {
         let module = kmod::insmod(env, &["period_ms=50"])?;
         let sampler = sampler_pid()?;
