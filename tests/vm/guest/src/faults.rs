@@ -375,10 +375,7 @@ pub fn processes_sigkilled_while_faulting_have_every_fault_in_a_strict_sample(
     crate::figure(&format!(
         "profiled processes SIGKILLed: {PROCESS_KILLS}, {faults} minor faults, all in strict samples"
     ));
-    ensure!(
-        klog::module_slab_objects()? == 0,
-        "a killed process stayed registered"
-    );
+    klog::ensure_module_slab_objects(0, "registrations: a killed process stayed registered")?;
     module.unload()?;
     mark.ensure_clean()
 }

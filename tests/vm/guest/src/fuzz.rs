@@ -562,11 +562,7 @@ pub fn proc_file_survives_fuzzing_and_registers_exactly_what_valid_commands_aske
         kmod::registered()?,
         outsider.pid
     );
-    ensure!(
-        klog::module_slab_objects()? == 1,
-        "the module holds {} slab objects for 1 registration",
-        klog::module_slab_objects()?
-    );
+    klog::ensure_module_slab_objects(1, "registration")?;
     let dev = Device::open()?;
     let area = dev.start(Mode::Strict)?;
     let mut consumer = StrictConsumer::new(area, dev.waiter());
@@ -579,7 +575,7 @@ pub fn proc_file_survives_fuzzing_and_registers_exactly_what_valid_commands_aske
     kmod::unregister(outsider.pid)?;
     take_until_ended(&mut consumer, &mut samples)?;
     drop((consumer, dev));
-    ensure!(klog::module_slab_objects()? == 0, "a registration leaked");
+    klog::ensure_module_slab_objects(0, "registrations: one leaked")?;
     outsider.go()?;
     outsider.reap()?;
     module.unload()?;

@@ -140,7 +140,7 @@ fn module_kfence_objects() -> Result<u64> {
 /// line per call site, led by its object count) and from KFENCE's list,
 /// after KASAN's quarantine has let go of what was freed. The module's only
 /// slab allocation is one object per registered process.
-pub fn module_slab_objects() -> Result<u64> {
+fn module_slab_objects() -> Result<u64> {
     let mut total = module_kfence_objects()?;
     let mut traced = 0;
     let dir = "/sys/kernel/debug/slab";
@@ -171,6 +171,25 @@ pub fn module_slab_objects() -> Result<u64> {
         "no kmalloc cache traces its allocations: boot with slub_debug=U"
     );
     Ok(total)
+}
+
+/// Waits until the module holds exactly `expected` slab objects: a process
+/// that exited registered (unnamed, so no longer listed) keeps its object
+/// until the sampler's next tick drops it. Fails with the last count after
+/// a few seconds, far more than a tick.
+pub fn ensure_module_slab_objects(expected: u64, what: &str) -> Result<()> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let objects = module_slab_objects()?;
+        if objects == expected {
+            return Ok(());
+        }
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "the module holds {objects} slab objects for {expected} {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 /// Where pfprof.ko's code was each time it was loaded: [start, end) from

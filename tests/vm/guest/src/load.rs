@@ -307,12 +307,7 @@ pub fn eight_threads_churning_8000_processes_leave_exactly_the_live_registration
         );
         thread::sleep(Duration::from_millis(20));
     }
-    let objects = klog::module_slab_objects()?;
-    ensure!(
-        objects == expected.len() as u64,
-        "the module holds {objects} slab objects for {} registrations",
-        expected.len()
-    );
+    klog::ensure_module_slab_objects(expected.len() as u64, "registrations")?;
 
     // Strict: the monitor got every sample written (nothing lost under load).
     let mut samples = samples;
@@ -344,10 +339,7 @@ pub fn eight_threads_churning_8000_processes_leave_exactly_the_live_registration
         kmod::registered()?.is_empty(),
         "registrations left after the load"
     );
-    ensure!(
-        klog::module_slab_objects()? == 0,
-        "slab objects left after the load"
-    );
+    klog::ensure_module_slab_objects(0, "registrations after the load")?;
     drop((consumer, area, dev));
     anchor.go()?;
     anchor.reap()?;
