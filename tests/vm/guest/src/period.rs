@@ -125,7 +125,10 @@ pub fn a_consumer_flashing_a_free_slot_cannot_make_the_sampler_collect_more_ofte
     env: &Env,
 ) -> Result<()> {
     const PERIOD_MS: u64 = 20;
-    const SPAN: Duration = Duration::from_secs(3);
+    /// Each phase runs in this many windows, the two alternating, so that a
+    /// change in the host's load weighs on both alike.
+    const WINDOWS: u32 = 6;
+    const WINDOW: Duration = Duration::from_millis(500);
     let mark = klog::Mark::now()?;
     let module = kmod::insmod(env, &[&format!("period_ms={PERIOD_MS}"), "buffer_pages=2"])?;
     let sampler = sampler_pid()?;
@@ -139,30 +142,35 @@ pub fn a_consumer_flashing_a_free_slot_cannot_make_the_sampler_collect_more_ofte
     // The control: a ring with no free slot, simply held so, by a loop paced
     // like the attack's with a system call that is not pfprof's (under TCG a
     // busy vCPU slows the other, and the sampler's CPU time grows with it).
-    // Thousands of rounds a second are what made the old sampler collect
-    // thousands of times a second.
-    let nap = || thread::sleep(Duration::from_micros(100));
-    let (held_cpu, held_woke) = sampler_usage(sampler, SPAN, || {
-        empty.store(0, Ordering::SeqCst);
-        // SAFETY: getppid has no arguments and cannot fail.
-        unsafe { libc::getppid() };
-        empty.store(0, Ordering::SeqCst);
-        nap();
-    })?;
+    // A thousand rounds a second made the old sampler collect a thousand
+    // times a second, 20 times its period.
+    let nap = || thread::sleep(Duration::from_millis(1));
+    let (mut held_cpu, mut held_woke, mut attack_cpu, mut attack_woke) = (0, 0, 0, 0);
     let mut rounds = 0u64;
-    let (attack_cpu, attack_woke) = sampler_usage(sampler, SPAN, || {
-        empty.store(1, Ordering::SeqCst);
-        let _ = ioctl(&file, abi::IOC_WAKE_PRODUCER, std::ptr::null_mut::<u8>());
-        empty.store(0, Ordering::SeqCst);
-        rounds += 1;
-        nap();
-    })?;
-    let secs = SPAN.as_secs_f64();
+    for _ in 0..WINDOWS {
+        let (cpu, woke) = sampler_usage(sampler, WINDOW, || {
+            empty.store(0, Ordering::SeqCst);
+            // SAFETY: getppid has no arguments and cannot fail.
+            unsafe { libc::getppid() };
+            empty.store(0, Ordering::SeqCst);
+            nap();
+        })?;
+        (held_cpu, held_woke) = (held_cpu + cpu, held_woke + woke);
+        let (cpu, woke) = sampler_usage(sampler, WINDOW, || {
+            empty.store(1, Ordering::SeqCst);
+            let _ = ioctl(&file, abi::IOC_WAKE_PRODUCER, std::ptr::null_mut::<u8>());
+            empty.store(0, Ordering::SeqCst);
+            rounds += 1;
+            nap();
+        })?;
+        (attack_cpu, attack_woke) = (attack_cpu + cpu, attack_woke + woke);
+    }
+    let secs = (WINDOW * WINDOWS).as_secs_f64();
     let per_second = |ns: u64| ns as f64 / 1e6 / secs;
     crate::figure(&format!(
         "flashing a free slot: {rounds} rounds in {secs:.0} s; sampler {:.1} ms CPU/s and \
          {:.0} wake-ups/s, against {:.1} ms/s and {:.0}/s with the ring held full \
-         (500 threads, period {PERIOD_MS} ms)",
+         (500 threads, period {PERIOD_MS} ms, {WINDOWS} alternating windows of each)",
         per_second(attack_cpu),
         attack_woke as f64 / secs,
         per_second(held_cpu),
