@@ -93,7 +93,9 @@ def commands(run):
 def workload(run):
     """Iterations and accesses per iteration of one `work` of the run."""
     text = (run / "experiment.log").read_text()
-    m = re.search(r"^work: (\d+) iterations of (\d+) accesses", text, re.M)
+    # Not anchored: runs before work wrote its line in one piece have lines of
+    # concurrent works interleaved ("work: 20work: 20 iterations of ...").
+    m = re.search(r"work: (\d+) iterations of (\d+) accesses", text)
     return int(m.group(1)), int(m.group(2))
 
 

@@ -17,7 +17,7 @@
 # Environment: CARGO_TARGET_DIR (default: target/), PFPROF_CASE_OUT (default
 # docs/figures), PFPROF_CASE_VENV (a venv with matplotlib to reuse; default: a
 # fresh one, from PyPI). Needs what tests/vm/run.sh needs, binutils (strip)
-# and python3 with venv. Took 16 minutes on 2 busy host CPUs.
+# and python3 with venv. Took 16 to 25 minutes on 2 busy host CPUs.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

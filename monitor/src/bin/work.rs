@@ -1,6 +1,7 @@
 //! `work`: the workload generator of the original assignment. Allocates MiB of memory and
 //! makes random (R) or local (L) accesses to it, iteration after iteration.
 
+use std::io::Write;
 use std::process::ExitCode;
 use std::thread;
 use std::time::Duration;
@@ -62,9 +63,9 @@ fn run(args: &Args) -> anyhow::Result<()> {
         registration::unregister(pid)
             .with_context(|| format!("unregistering process {pid} from pfprof"))?;
     }
-    eprintln!(
+    let line = format!(
         "work: {} iterations of {} accesses to {} MiB done (checksum {checksum}): \
-         {} minor faults, {} major faults, {} ms CPU",
+         {} minor faults, {} major faults, {} ms CPU\n",
         args.iterations,
         args.accesses,
         args.mib,
@@ -72,6 +73,11 @@ fn run(args: &Args) -> anyhow::Result<()> {
         counters.major,
         counters.cpu_ns / 1_000_000
     );
+    // One write, so that the lines of `work`s sharing a pipe never interleave
+    // (eprintln! writes piece by piece; a pipe keeps a write of at most PIPE_BUF whole).
+    std::io::stderr()
+        .write_all(line.as_bytes())
+        .context("writing the summary to stderr")?;
     Ok(())
 }
 
