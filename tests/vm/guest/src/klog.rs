@@ -118,21 +118,20 @@ pub fn settle_frees(name: &str) -> Result<()> {
 /// Live objects KFENCE allocated for pfprof.ko (debugfs: kfence/objects,
 /// one block per object: its allocation stack, and "freed by" once freed).
 /// slub's traces do not see these; none on a kernel without KFENCE.
-fn module_kfence_objects() -> Result<u64> {
+fn module_kfence_objects(found: &mut Vec<String>) -> Result<u64> {
     let text = match fs::read_to_string("/sys/kernel/debug/kfence/objects") {
         Ok(text) => text,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(0),
         Err(e) => return Err(e).context("/sys/kernel/debug/kfence/objects"),
     };
-    let live = text
-        .split("kfence-#")
-        .skip(1)
-        .filter(|object| {
-            let allocated = object.split("freed by").next().unwrap_or("");
-            allocated.contains("[pfprof]") && !object.contains("freed by")
-        })
-        .count();
-    Ok(live as u64)
+    let mut live = 0;
+    for object in text.split("kfence-#").skip(1) {
+        if object.contains("[pfprof]") && !object.contains("freed by") {
+            live += 1;
+            found.push(format!("kfence-#{}", object.lines().next().unwrap_or("")));
+        }
+    }
+    Ok(live)
 }
 
 /// Live slab objects that pfprof.ko allocated, from the allocation traces
@@ -140,8 +139,8 @@ fn module_kfence_objects() -> Result<u64> {
 /// line per call site, led by its object count) and from KFENCE's list,
 /// after KASAN's quarantine has let go of what was freed. The module's only
 /// slab allocation is one object per registered process.
-fn module_slab_objects() -> Result<u64> {
-    let mut total = module_kfence_objects()?;
+fn module_slab_objects(found: &mut Vec<String>) -> Result<u64> {
+    let mut total = module_kfence_objects(found)?;
     let mut traced = 0;
     let dir = "/sys/kernel/debug/slab";
     for entry in fs::read_dir(dir).with_context(|| format!("no {dir}: mount debugfs"))? {
@@ -163,6 +162,7 @@ fn module_slab_objects() -> Result<u64> {
             // Stack lines under a call site have no count: skip them.
             if let Some(Ok(count)) = line.split_whitespace().next().map(str::parse::<u64>) {
                 total += count;
+                found.push(format!("{name}: {}", line.trim()));
             }
         }
     }
@@ -180,13 +180,15 @@ fn module_slab_objects() -> Result<u64> {
 pub fn ensure_module_slab_objects(expected: u64, what: &str) -> Result<()> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {
-        let objects = module_slab_objects()?;
+        let mut found = Vec::new();
+        let objects = module_slab_objects(&mut found)?;
         if objects == expected {
             return Ok(());
         }
         ensure!(
             std::time::Instant::now() < deadline,
-            "the module holds {objects} slab objects for {expected} {what}"
+            "the module holds {objects} slab objects for {expected} {what}: {}",
+            found.join(" | ")
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
