@@ -1,9 +1,10 @@
 //! The semaphore steps both protocols share: down, down-all, post, and the
-//! waiting side's half of the waiters-word Dekker pattern (pfprof.h).
+//! waiting side's half of the waiters-word Dekker pattern (pfprof.h), preceded
+//! by a bounded, adaptive poll.
 
 use std::time::{Duration, Instant};
 
-use crate::sync::{fence, Ordering::SeqCst};
+use crate::sync::{fence, Ordering::Relaxed, Ordering::SeqCst, SpinBudget};
 use crate::wait::{SemKind, WaitError, Waiter};
 use crate::Area;
 
@@ -22,7 +23,12 @@ pub(crate) fn try_down(area: &Area, sem: SemKind) -> bool {
 
 /// down(sem) by every unit available at once; 0 when none is.
 pub(crate) fn try_down_all(area: &Area, sem: SemKind) -> u32 {
-    area.sem_count(sem).swap(0, SeqCst)
+    let count = area.sem_count(sem);
+    // Test first: swapping 0 for 0 would still take the line from the poster.
+    match count.load(SeqCst) {
+        0 => 0,
+        _ => count.swap(0, SeqCst),
+    }
 }
 
 /// up(sem, k), waking the other side if it announced it may sleep.
@@ -34,34 +40,128 @@ pub(crate) fn post<W: Waiter>(
 ) -> Result<(), WaitError> {
     area.sem_count(sem).fetch_add(k, SeqCst);
     fence(SeqCst);
-    if area.sem_waiters(sem).swap(0, SeqCst) != 0 {
+    // Test first: with the other side polling instead of sleeping, waiters is
+    // nearly always 0, and only the xchg that clears a 1 may wake.
+    let waiters = area.sem_waiters(sem);
+    if waiters.load(SeqCst) != 0 && waiters.swap(0, SeqCst) != 0 {
         waiter.wake(area, sem)?;
     }
     Ok(())
 }
 
-/// What a caller of [`sleep_on`] does next.
-pub(crate) enum Slept {
+/// What a caller of [`Wait::wait`] does next.
+pub(crate) enum Waited {
     /// Re-check the count and `canceled`.
     Retry,
     /// The deadline has passed.
     TimedOut,
 }
 
+/// The shortest poll: a hand-off already under way (the other side between its
+/// down and its up) is still caught without a sleep.
+const MIN_SPIN: Duration = Duration::from_micros(1);
+/// The longest poll: about what a futex sleep and wake-up cost the two sides
+/// (16 µs per hand-off in docs/benchmarks.md); polling longer cannot pay.
+const MAX_SPIN: Duration = Duration::from_micros(20);
+
+/// How long one side polls a semaphore (its count and `canceled`) before it
+/// announces itself on the waiters word and sleeps. Kept by each user-space
+/// side for itself, never in the area. It learns from that side's own waits:
+/// one that ended within [`MAX_SPIN`] (during the poll, or soon after the
+/// sleep began) raises the limit to twice what it took, a longer one halves
+/// it, so a consumer idling between 50 ms samples polls [`MIN_SPIN`] per wait.
+pub(crate) struct AdaptiveSpin {
+    limit: Duration,
+}
+
+impl AdaptiveSpin {
+    pub(crate) fn new() -> AdaptiveSpin {
+        AdaptiveSpin { limit: MIN_SPIN }
+    }
+
+    /// A wait that begins now, after a try found nothing: it ends at `timeout`.
+    pub(crate) fn begin(&self, timeout: Option<Duration>) -> Wait {
+        let started = Instant::now();
+        Wait {
+            started,
+            deadline: timeout.map(|t| started.checked_add(t).unwrap_or_else(far_future)),
+            poll: Some(self.limit),
+        }
+    }
+
+    /// The wait is over (a unit taken, canceled, or timed out): adapt to how long it took.
+    pub(crate) fn learn(&mut self, wait: &Wait) {
+        let waited = wait.started.elapsed();
+        self.limit = if waited <= MAX_SPIN {
+            (2 * waited).clamp(self.limit, MAX_SPIN)
+        } else {
+            (self.limit / 2).max(MIN_SPIN)
+        };
+    }
+}
+
+/// One side's wait for a unit of a semaphore, from the try that found none.
+pub(crate) struct Wait {
+    started: Instant,
+    deadline: Option<Instant>,
+    /// How long to poll first; `None` once polled.
+    poll: Option<Duration>,
+}
+
+impl Wait {
+    /// How long the side has waited so far.
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Poll `sem` (only the first time), then announce and sleep until it may
+    /// have a unit, the session is canceled, or the deadline passes.
+    pub(crate) fn wait<W: Waiter>(
+        &mut self,
+        area: &Area,
+        waiter: &W,
+        sem: SemKind,
+    ) -> Result<Waited, WaitError> {
+        if let Some(limit) = self.poll.take() {
+            let left = self
+                .deadline
+                .map_or(limit, |d| d.saturating_duration_since(Instant::now()));
+            if poll(area, sem, SpinBudget::start(limit.min(left))) {
+                return Ok(Waited::Retry);
+            }
+        }
+        sleep_on(area, waiter, sem, self.deadline)
+    }
+}
+
+/// Read `sem`'s count and `canceled` until either is set (true) or `budget` is spent.
+/// Loads only: the poster's line is not taken from it, and the waiters word stays 0,
+/// so a unit posted meanwhile costs neither side a system call.
+fn poll(area: &Area, sem: SemKind, budget: SpinBudget) -> bool {
+    loop {
+        if area.sem_count(sem).load(Relaxed) > 0 || area.canceled().load(Relaxed) != 0 {
+            return true;
+        }
+        if budget.spent() {
+            return false;
+        }
+    }
+}
+
 /// Announce on the waiters word, re-check, then sleep: either this side sees
 /// the poster's count (or `canceled`), or the poster sees waiters == 1 and
 /// wakes it.
-pub(crate) fn sleep_on<W: Waiter>(
+fn sleep_on<W: Waiter>(
     area: &Area,
     waiter: &W,
     sem: SemKind,
     deadline: Option<Instant>,
-) -> Result<Slept, WaitError> {
+) -> Result<Waited, WaitError> {
     let timeout = match deadline {
         None => None,
         Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
             Some(left) if !left.is_zero() => Some(left),
-            _ => return Ok(Slept::TimedOut),
+            _ => return Ok(Waited::TimedOut),
         },
     };
     // Read-modify-writes rather than stores: the same on x86 (a SeqCst store
@@ -72,17 +172,126 @@ pub(crate) fn sleep_on<W: Waiter>(
     fence(SeqCst);
     if area.sem_count(sem).load(SeqCst) > 0 || area.canceled().load(SeqCst) != 0 {
         waiters.swap(0, SeqCst);
-        return Ok(Slept::Retry);
+        return Ok(Waited::Retry);
     }
     waiter.wait(area, sem, timeout)?;
-    Ok(Slept::Retry)
-}
-
-/// The instant `timeout` from now; `None` waits for ever.
-pub(crate) fn deadline(timeout: Option<Duration>) -> Option<Instant> {
-    timeout.map(|t| Instant::now().checked_add(t).unwrap_or_else(far_future))
+    Ok(Waited::Retry)
 }
 
 fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::Mode;
+
+    /// A wait of `spin` that began `ago`.
+    fn wait_that_took(spin: &AdaptiveSpin, ago: Duration) -> Wait {
+        let mut wait = spin.begin(None);
+        wait.started -= ago;
+        wait
+    }
+
+    #[test]
+    fn waits_longer_than_a_sleep_costs_shrink_the_poll_to_its_floor() {
+        let mut spin = AdaptiveSpin { limit: MAX_SPIN };
+        for _ in 0..10 {
+            spin.learn(&wait_that_took(&spin, Duration::from_millis(50)));
+        }
+        assert_eq!(spin.limit, MIN_SPIN);
+    }
+
+    #[test]
+    fn a_short_wait_raises_the_poll_to_twice_what_it_took_and_never_past_the_ceiling() {
+        let mut spin = AdaptiveSpin::new();
+        spin.learn(&wait_that_took(&spin, Duration::from_micros(6)));
+        assert!(spin.limit >= Duration::from_micros(12), "{:?}", spin.limit);
+        spin.learn(&wait_that_took(&spin, MAX_SPIN * 3 / 4));
+        assert_eq!(spin.limit, MAX_SPIN);
+        spin.learn(&wait_that_took(&spin, Duration::from_millis(50)));
+        assert_eq!(spin.limit, MAX_SPIN / 2);
+    }
+
+    /// Sleeps return at once and are counted, with the waiters word as they found it.
+    #[derive(Default)]
+    struct CountingWaiter {
+        waits: std::cell::Cell<u32>,
+    }
+
+    impl Waiter for CountingWaiter {
+        fn wait(&self, area: &Area, sem: SemKind, _: Option<Duration>) -> Result<(), WaitError> {
+            assert_eq!(area.sem_waiters(sem).load(SeqCst), 1, "announced first");
+            self.waits.set(self.waits.get() + 1);
+            Ok(())
+        }
+
+        fn wake(&self, _: &Area, _: SemKind) -> Result<(), WaitError> {
+            Ok(())
+        }
+    }
+
+    fn area() -> Area {
+        Area::create_memfd_with_slots(4, Mode::Strict, Duration::from_millis(50))
+            .expect("memfd area")
+    }
+
+    #[test]
+    fn a_wait_polls_for_its_limit_once_and_only_then_sleeps() {
+        let (area, waiter) = (area(), CountingWaiter::default());
+        let spin = AdaptiveSpin { limit: MAX_SPIN };
+        let mut wait = spin.begin(None);
+        let start = Instant::now();
+        assert!(matches!(
+            wait.wait(&area, &waiter, SemKind::Full),
+            Ok(Waited::Retry)
+        ));
+        assert!(start.elapsed() >= MAX_SPIN, "polled {:?}", start.elapsed());
+        assert_eq!(waiter.waits.get(), 1);
+        let start = Instant::now();
+        assert!(matches!(
+            wait.wait(&area, &waiter, SemKind::Full),
+            Ok(Waited::Retry)
+        ));
+        assert!(start.elapsed() < MAX_SPIN, "polled again");
+        assert_eq!(waiter.waits.get(), 2);
+    }
+
+    #[test]
+    fn a_poll_that_sees_a_unit_or_the_end_returns_at_once_without_sleeping() {
+        let area = area();
+        for word in [area.sem_count(SemKind::Full), area.canceled()] {
+            word.store(1, SeqCst);
+            let waiter = CountingWaiter::default();
+            let spin = AdaptiveSpin {
+                limit: Duration::from_secs(1),
+            };
+            let start = Instant::now();
+            let waited = spin.begin(None).wait(&area, &waiter, SemKind::Full);
+            assert!(matches!(waited, Ok(Waited::Retry)));
+            assert!(start.elapsed() < Duration::from_millis(500), "polled on");
+            assert_eq!(waiter.waits.get(), 0);
+            word.store(0, SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_poll_ends_at_the_deadline() {
+        let (area, waiter) = (area(), CountingWaiter::default());
+        let spin = AdaptiveSpin {
+            limit: Duration::from_secs(1),
+        };
+        let mut wait = spin.begin(Some(Duration::from_millis(1)));
+        let start = Instant::now();
+        assert!(matches!(
+            wait.wait(&area, &waiter, SemKind::Full),
+            Ok(Waited::TimedOut)
+        ));
+        assert!(
+            start.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            start.elapsed()
+        );
+    }
 }
