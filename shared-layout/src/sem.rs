@@ -67,9 +67,12 @@ const MAX_SPIN: Duration = Duration::from_micros(20);
 /// How long one side polls a semaphore (its count and `canceled`) before it
 /// announces itself on the waiters word and sleeps. Kept by each user-space
 /// side for itself, never in the area. It learns from that side's own waits:
-/// one that ended within [`MAX_SPIN`] (during the poll, or soon after the
-/// sleep began) raises the limit to twice what it took, a longer one halves
-/// it, so a consumer idling between 50 ms samples polls [`MIN_SPIN`] per wait.
+/// a poll that paid off raises the limit to twice what the wait took (at most
+/// [`MAX_SPIN`]); a wait that slept halves it, down to [`MIN_SPIN`]. So a
+/// consumer idling between 50 ms samples polls 1 µs per wait, and on a machine
+/// too busy to run both sides at once (where polling only delays the side it
+/// waits for) the polls shrink as well: there, sleeping is what makes a wait
+/// short, so a short wait that slept is no reason to poll longer.
 pub(crate) struct AdaptiveSpin {
     limit: Duration,
 }
@@ -86,16 +89,16 @@ impl AdaptiveSpin {
             started,
             deadline: timeout.map(|t| started.checked_add(t).unwrap_or_else(far_future)),
             poll: Some(self.limit),
+            slept: false,
         }
     }
 
-    /// The wait is over (a unit taken, canceled, or timed out): adapt to how long it took.
+    /// The wait is over (a unit taken, canceled, or timed out): adapt to how it went.
     pub(crate) fn learn(&mut self, wait: &Wait) {
-        let waited = wait.started.elapsed();
-        self.limit = if waited <= MAX_SPIN {
-            (2 * waited).clamp(self.limit, MAX_SPIN)
-        } else {
+        self.limit = if wait.slept {
             (self.limit / 2).max(MIN_SPIN)
+        } else {
+            (2 * wait.elapsed()).clamp(self.limit, MAX_SPIN)
         };
     }
 }
@@ -106,6 +109,8 @@ pub(crate) struct Wait {
     deadline: Option<Instant>,
     /// How long to poll first; `None` once polled.
     poll: Option<Duration>,
+    /// The poll did not pay off.
+    slept: bool,
 }
 
 impl Wait {
@@ -130,6 +135,7 @@ impl Wait {
                 return Ok(Waited::Retry);
             }
         }
+        self.slept = true;
         sleep_on(area, waiter, sem, self.deadline)
     }
 }
@@ -187,30 +193,36 @@ mod tests {
     use super::*;
     use crate::Mode;
 
-    /// A wait of `spin` that began `ago`.
-    fn wait_that_took(spin: &AdaptiveSpin, ago: Duration) -> Wait {
+    /// A wait of `spin` that began `ago` and `slept` or ended in the poll.
+    fn wait_that_took(spin: &AdaptiveSpin, ago: Duration, slept: bool) -> Wait {
         let mut wait = spin.begin(None);
         wait.started -= ago;
+        wait.slept = slept;
         wait
     }
 
     #[test]
-    fn waits_longer_than_a_sleep_costs_shrink_the_poll_to_its_floor() {
+    fn waits_that_slept_shrink_the_poll_to_its_floor_however_short_they_were() {
         let mut spin = AdaptiveSpin { limit: MAX_SPIN };
-        for _ in 0..10 {
-            spin.learn(&wait_that_took(&spin, Duration::from_millis(50)));
+        for ago in [Duration::from_millis(50), Duration::from_micros(5)].repeat(5) {
+            spin.learn(&wait_that_took(&spin, ago, true));
         }
         assert_eq!(spin.limit, MIN_SPIN);
     }
 
     #[test]
-    fn a_short_wait_raises_the_poll_to_twice_what_it_took_and_never_past_the_ceiling() {
+    fn a_poll_that_paid_off_raises_the_limit_to_twice_what_it_took_and_never_past_the_ceiling() {
         let mut spin = AdaptiveSpin::new();
-        spin.learn(&wait_that_took(&spin, Duration::from_micros(6)));
+        spin.learn(&wait_that_took(&spin, Duration::from_micros(6), false));
         assert!(spin.limit >= Duration::from_micros(12), "{:?}", spin.limit);
-        spin.learn(&wait_that_took(&spin, MAX_SPIN * 3 / 4));
+        spin.learn(&wait_that_took(&spin, Duration::from_micros(1), false));
+        assert!(
+            spin.limit >= Duration::from_micros(12),
+            "a quick one keeps it"
+        );
+        spin.learn(&wait_that_took(&spin, MAX_SPIN * 3 / 4, false));
         assert_eq!(spin.limit, MAX_SPIN);
-        spin.learn(&wait_that_took(&spin, Duration::from_millis(50)));
+        spin.learn(&wait_that_took(&spin, Duration::from_millis(50), true));
         assert_eq!(spin.limit, MAX_SPIN / 2);
     }
 
@@ -249,6 +261,7 @@ mod tests {
         ));
         assert!(start.elapsed() >= MAX_SPIN, "polled {:?}", start.elapsed());
         assert_eq!(waiter.waits.get(), 1);
+        assert!(wait.slept, "learns that the poll did not pay off");
         let start = Instant::now();
         assert!(matches!(
             wait.wait(&area, &waiter, SemKind::Full),
@@ -268,10 +281,12 @@ mod tests {
                 limit: Duration::from_secs(1),
             };
             let start = Instant::now();
-            let waited = spin.begin(None).wait(&area, &waiter, SemKind::Full);
+            let mut wait = spin.begin(None);
+            let waited = wait.wait(&area, &waiter, SemKind::Full);
             assert!(matches!(waited, Ok(Waited::Retry)));
             assert!(start.elapsed() < Duration::from_millis(500), "polled on");
             assert_eq!(waiter.waits.get(), 0);
+            assert!(!wait.slept, "learns that the poll paid off");
             word.store(0, SeqCst);
         }
     }
