@@ -8,10 +8,13 @@ pub(crate) use std::sync::atomic::Ordering;
 pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64};
 
 /// A bounded busy wait: it lasts `limit`, or under loom (where time means
-/// nothing) a single attempt.
+/// nothing) two attempts, so that a spin that fails and then succeeds, and one
+/// that fails twice, are both models.
 pub(crate) struct SpinBudget {
     #[cfg(not(loom))]
     until: std::time::Instant,
+    #[cfg(loom)]
+    retries: std::cell::Cell<u32>,
 }
 
 impl SpinBudget {
@@ -21,13 +24,24 @@ impl SpinBudget {
         SpinBudget {
             #[cfg(not(loom))]
             until: std::time::Instant::now() + limit,
+            #[cfg(loom)]
+            retries: std::cell::Cell::new(1),
         }
     }
 
     /// Whether the budget is used up; otherwise pause before the next attempt.
     pub(crate) fn spent(&self) -> bool {
         #[cfg(loom)]
-        return true;
+        {
+            let retries = self.retries.get();
+            if retries == 0 {
+                return true;
+            }
+            self.retries.set(retries - 1);
+            // The other side may run meanwhile, as it would during a real spin.
+            loom::thread::yield_now();
+            false
+        }
         #[cfg(not(loom))]
         {
             let spent = std::time::Instant::now() >= self.until;
