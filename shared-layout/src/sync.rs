@@ -53,8 +53,8 @@ impl SpinBudget {
     }
 }
 
-/// Back off after `round` failed attempts: spin, then yield, then sleep a
-/// little longer each time (at most 1 ms), so a waiter that is not the
+/// Back off after `round` failed attempts that followed a spin: yield, then
+/// sleep a little longer each time (at most 1 ms), so a waiter that is not the
 /// lock's owner leaves the CPU to it.
 pub(crate) fn backoff(round: u32) {
     #[cfg(loom)]
@@ -64,10 +64,9 @@ pub(crate) fn backoff(round: u32) {
     }
     #[cfg(not(loom))]
     match round {
-        0..64 => std::hint::spin_loop(),
-        64..128 => std::thread::yield_now(),
+        0..64 => std::thread::yield_now(),
         _ => std::thread::sleep(std::time::Duration::from_micros(
-            u64::from(round - 127).min(20) * 50,
+            u64::from(round - 63).min(20) * 50,
         )),
     }
 }
