@@ -128,10 +128,9 @@ impl Wait {
         sem: SemKind,
     ) -> Result<Waited, WaitError> {
         if let Some(limit) = self.poll.take() {
-            let left = self
-                .deadline
-                .map_or(limit, |d| d.saturating_duration_since(Instant::now()));
-            if poll(area, sem, SpinBudget::start(limit.min(left))) {
+            let polled = self.started + limit;
+            let until = self.deadline.map_or(polled, |d| d.min(polled));
+            if poll(area, sem, SpinBudget::until(until)) {
                 return Ok(Waited::Retry);
             }
         }
@@ -253,8 +252,8 @@ mod tests {
     fn a_wait_polls_for_its_limit_once_and_only_then_sleeps() {
         let (area, waiter) = (area(), CountingWaiter::default());
         let spin = AdaptiveSpin { limit: MAX_SPIN };
-        let mut wait = spin.begin(None);
         let start = Instant::now();
+        let mut wait = spin.begin(None);
         assert!(matches!(
             wait.wait(&area, &waiter, SemKind::Full),
             Ok(Waited::Retry)

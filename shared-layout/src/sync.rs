@@ -19,11 +19,16 @@ pub(crate) struct SpinBudget {
 
 impl SpinBudget {
     pub(crate) fn start(limit: std::time::Duration) -> SpinBudget {
+        SpinBudget::until(std::time::Instant::now() + limit)
+    }
+
+    /// A budget that ends at `until`: for a caller that has just read the clock.
+    pub(crate) fn until(until: std::time::Instant) -> SpinBudget {
         #[cfg(loom)]
-        let _ = limit;
+        let _ = until;
         SpinBudget {
             #[cfg(not(loom))]
-            until: std::time::Instant::now() + limit,
+            until,
             #[cfg(loom)]
             retries: std::cell::Cell::new(1),
         }
