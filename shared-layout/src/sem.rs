@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::sync::{fence, Ordering::Relaxed, Ordering::SeqCst, SpinBudget};
+use crate::sync::{dekker_fence, Ordering::Relaxed, Ordering::SeqCst, SpinBudget};
 use crate::wait::{SemKind, WaitError, Waiter};
 use crate::Area;
 
@@ -39,7 +39,7 @@ pub(crate) fn post<W: Waiter>(
     k: u32,
 ) -> Result<(), WaitError> {
     area.sem_count(sem).fetch_add(k, SeqCst);
-    fence(SeqCst);
+    dekker_fence();
     // Test first: with the other side polling instead of sleeping, waiters is
     // nearly always 0, and only the xchg that clears a 1 may wake.
     let waiters = area.sem_waiters(sem);
@@ -174,7 +174,7 @@ fn sleep_on<W: Waiter>(
     // that loom can model exactly.
     let waiters = area.sem_waiters(sem);
     waiters.swap(1, SeqCst);
-    fence(SeqCst);
+    dekker_fence();
     if area.sem_count(sem).load(SeqCst) > 0 || area.canceled().load(SeqCst) != 0 {
         waiters.swap(0, SeqCst);
         return Ok(Waited::Retry);

@@ -7,6 +7,19 @@ pub(crate) use std::sync::atomic::Ordering;
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64};
 
+/// The full barrier each side of the waiters-word Dekker pattern (pfprof.h)
+/// puts between its SeqCst read-modify-write of one word and its SeqCst load
+/// of the other. Outside loom the pattern already has it: SeqCst operations
+/// form one total order, so the two loads cannot both miss the other side's
+/// write (C++20 [atomics.order]), and on x86 the locked instruction is the
+/// barrier; an extra fence cost every post a locked instruction of its own.
+/// Loom models SeqCst accesses as acquire/release only and needs the fence.
+#[inline]
+pub(crate) fn dekker_fence() {
+    #[cfg(loom)]
+    fence(Ordering::SeqCst);
+}
+
 /// A bounded busy wait: it lasts `limit`, or under loom (where time means
 /// nothing) two attempts, so that a spin that fails and then succeeds, and one
 /// that fails twice, are both models.
