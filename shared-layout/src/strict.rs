@@ -62,6 +62,10 @@ pub struct StrictConsumer<W: Waiter> {
     waiter: W,
     /// Our own copy of read_seq: we are its only writer.
     read_seq: u64,
+    /// The highest write_seq read so far: samples below it stay published
+    /// until we take them, so a take that ends below it need not re-read the
+    /// producer's line.
+    published: u64,
     /// How long to poll `full` before sleeping on it.
     spin: AdaptiveSpin,
 }
@@ -73,6 +77,7 @@ impl<W: Waiter> StrictConsumer<W> {
             area,
             waiter,
             read_seq,
+            published: 0,
             spin: AdaptiveSpin::new(),
         }
     }
@@ -165,10 +170,12 @@ impl<W: Waiter> StrictConsumer<W> {
         let end = start.checked_add(u64::from(k));
         {
             let _lock = lock_consumer(area);
-            let write_seq = area.write_seq().load(Ordering::Acquire);
-            let Some(end) = end.filter(|&end| end <= write_seq) else {
+            if end.map_or(true, |end| end > self.published) {
+                self.published = area.write_seq().load(Ordering::Acquire);
+            }
+            let Some(end) = end.filter(|&end| end <= self.published) else {
                 return Err(ProtocolError::CursorOutOfRange {
-                    write_seq,
+                    write_seq: self.published,
                     read_seq: end.unwrap_or(start),
                 });
             };
