@@ -36,7 +36,8 @@ impl RelaxedConsumer {
     }
 
     /// Snapshot the cursors under the lock, copy without it, then detect under
-    /// the lock again which copied slots the producer reused meanwhile.
+    /// the lock again which copied slots the producer reused meanwhile. A drain
+    /// that finds nothing new takes the lock once.
     pub fn drain(&mut self, out: &mut Vec<Sample>) -> Result<Drain, ProtocolError> {
         let area = &*self.area;
         check_mode(area, Mode::Relaxed)?;
@@ -53,6 +54,13 @@ impl RelaxedConsumer {
             return Err(ProtocolError::CursorOutOfRange {
                 write_seq: w,
                 read_seq: r,
+            });
+        }
+        if w == r {
+            // Nothing new: no slot to copy or check, and read_seq already says r.
+            return Ok(Drain {
+                ended: canceled,
+                ..Drain::default()
             });
         }
         let start = r.max(w.saturating_sub(n));

@@ -1,9 +1,10 @@
 //! The semaphore steps both protocols share: down, down-all, post, and the
-//! waiting side's half of the waiters-word Dekker pattern (pfprof.h).
+//! waiting side's half of the waiters-word Dekker pattern (pfprof.h), preceded
+//! by a bounded, adaptive poll.
 
 use std::time::{Duration, Instant};
 
-use crate::sync::{fence, Ordering::SeqCst};
+use crate::sync::{dekker_fence, Ordering::Relaxed, Ordering::SeqCst, SpinBudget};
 use crate::wait::{SemKind, WaitError, Waiter};
 use crate::Area;
 
@@ -22,7 +23,12 @@ pub(crate) fn try_down(area: &Area, sem: SemKind) -> bool {
 
 /// down(sem) by every unit available at once; 0 when none is.
 pub(crate) fn try_down_all(area: &Area, sem: SemKind) -> u32 {
-    area.sem_count(sem).swap(0, SeqCst)
+    let count = area.sem_count(sem);
+    // Test first: swapping 0 for 0 would still take the line from the poster.
+    match count.load(SeqCst) {
+        0 => 0,
+        _ => count.swap(0, SeqCst),
+    }
 }
 
 /// up(sem, k), waking the other side if it announced it may sleep.
@@ -33,35 +39,134 @@ pub(crate) fn post<W: Waiter>(
     k: u32,
 ) -> Result<(), WaitError> {
     area.sem_count(sem).fetch_add(k, SeqCst);
-    fence(SeqCst);
-    if area.sem_waiters(sem).swap(0, SeqCst) != 0 {
+    dekker_fence();
+    // Test first: with the other side polling instead of sleeping, waiters is
+    // nearly always 0, and only the xchg that clears a 1 may wake.
+    let waiters = area.sem_waiters(sem);
+    if waiters.load(SeqCst) != 0 && waiters.swap(0, SeqCst) != 0 {
         waiter.wake(area, sem)?;
     }
     Ok(())
 }
 
-/// What a caller of [`sleep_on`] does next.
-pub(crate) enum Slept {
+/// What a caller of [`Wait::wait`] does next.
+pub(crate) enum Waited {
     /// Re-check the count and `canceled`.
     Retry,
     /// The deadline has passed.
     TimedOut,
 }
 
+/// The shortest poll: a hand-off already under way (the other side between its
+/// down and its up) is still caught without a sleep.
+const MIN_SPIN: Duration = Duration::from_micros(1);
+/// The longest poll: about what a futex sleep and wake-up cost the two sides
+/// (16 µs per hand-off in docs/benchmarks.md); polling longer cannot pay.
+const MAX_SPIN: Duration = Duration::from_micros(20);
+
+/// How long one side polls a semaphore (its count and `canceled`) before it
+/// announces itself on the waiters word and sleeps. Kept by each user-space
+/// side for itself, never in the area. It learns from that side's own waits:
+/// a poll that paid off raises the limit to twice what the wait took (at most
+/// [`MAX_SPIN`]); a wait that slept halves it, down to [`MIN_SPIN`]. So a
+/// consumer idling between 50 ms samples polls 1 µs per wait, and on a machine
+/// too busy to run both sides at once (where polling only delays the side it
+/// waits for) the polls shrink as well: there, sleeping is what makes a wait
+/// short, so a short wait that slept is no reason to poll longer.
+pub(crate) struct AdaptiveSpin {
+    limit: Duration,
+}
+
+impl AdaptiveSpin {
+    pub(crate) fn new() -> AdaptiveSpin {
+        AdaptiveSpin { limit: MIN_SPIN }
+    }
+
+    /// A wait that begins now, after a try found nothing: it ends at `timeout`.
+    pub(crate) fn begin(&self, timeout: Option<Duration>) -> Wait {
+        let started = Instant::now();
+        Wait {
+            started,
+            deadline: timeout.map(|t| started.checked_add(t).unwrap_or_else(far_future)),
+            poll: Some(self.limit),
+            slept: false,
+        }
+    }
+
+    /// The wait is over (a unit taken, canceled, or timed out): adapt to how it went.
+    pub(crate) fn learn(&mut self, wait: &Wait) {
+        self.limit = if wait.slept {
+            (self.limit / 2).max(MIN_SPIN)
+        } else {
+            (2 * wait.elapsed()).clamp(self.limit, MAX_SPIN)
+        };
+    }
+}
+
+/// One side's wait for a unit of a semaphore, from the try that found none.
+pub(crate) struct Wait {
+    started: Instant,
+    deadline: Option<Instant>,
+    /// How long to poll first; `None` once polled.
+    poll: Option<Duration>,
+    /// The poll did not pay off.
+    slept: bool,
+}
+
+impl Wait {
+    /// How long the side has waited so far.
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Poll `sem` (only the first time), then announce and sleep until it may
+    /// have a unit, the session is canceled, or the deadline passes.
+    pub(crate) fn wait<W: Waiter>(
+        &mut self,
+        area: &Area,
+        waiter: &W,
+        sem: SemKind,
+    ) -> Result<Waited, WaitError> {
+        if let Some(limit) = self.poll.take() {
+            let polled = self.started + limit;
+            let until = self.deadline.map_or(polled, |d| d.min(polled));
+            if poll(area, sem, SpinBudget::until(until)) {
+                return Ok(Waited::Retry);
+            }
+        }
+        self.slept = true;
+        sleep_on(area, waiter, sem, self.deadline)
+    }
+}
+
+/// Read `sem`'s count and `canceled` until either is set (true) or `budget` is spent.
+/// Loads only: the poster's line is not taken from it, and the waiters word stays 0,
+/// so a unit posted meanwhile costs neither side a system call.
+fn poll(area: &Area, sem: SemKind, budget: SpinBudget) -> bool {
+    loop {
+        if area.sem_count(sem).load(Relaxed) > 0 || area.canceled().load(Relaxed) != 0 {
+            return true;
+        }
+        if budget.spent() {
+            return false;
+        }
+    }
+}
+
 /// Announce on the waiters word, re-check, then sleep: either this side sees
 /// the poster's count (or `canceled`), or the poster sees waiters == 1 and
 /// wakes it.
-pub(crate) fn sleep_on<W: Waiter>(
+fn sleep_on<W: Waiter>(
     area: &Area,
     waiter: &W,
     sem: SemKind,
     deadline: Option<Instant>,
-) -> Result<Slept, WaitError> {
+) -> Result<Waited, WaitError> {
     let timeout = match deadline {
         None => None,
         Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
             Some(left) if !left.is_zero() => Some(left),
-            _ => return Ok(Slept::TimedOut),
+            _ => return Ok(Waited::TimedOut),
         },
     };
     // Read-modify-writes rather than stores: the same on x86 (a SeqCst store
@@ -69,20 +174,138 @@ pub(crate) fn sleep_on<W: Waiter>(
     // that loom can model exactly.
     let waiters = area.sem_waiters(sem);
     waiters.swap(1, SeqCst);
-    fence(SeqCst);
+    dekker_fence();
     if area.sem_count(sem).load(SeqCst) > 0 || area.canceled().load(SeqCst) != 0 {
         waiters.swap(0, SeqCst);
-        return Ok(Slept::Retry);
+        return Ok(Waited::Retry);
     }
     waiter.wait(area, sem, timeout)?;
-    Ok(Slept::Retry)
-}
-
-/// The instant `timeout` from now; `None` waits for ever.
-pub(crate) fn deadline(timeout: Option<Duration>) -> Option<Instant> {
-    timeout.map(|t| Instant::now().checked_add(t).unwrap_or_else(far_future))
+    Ok(Waited::Retry)
 }
 
 fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::Mode;
+
+    /// A wait of `spin` that began `ago` and `slept` or ended in the poll.
+    fn wait_that_took(spin: &AdaptiveSpin, ago: Duration, slept: bool) -> Wait {
+        let mut wait = spin.begin(None);
+        wait.started -= ago;
+        wait.slept = slept;
+        wait
+    }
+
+    #[test]
+    fn waits_that_slept_shrink_the_poll_to_its_floor_however_short_they_were() {
+        let mut spin = AdaptiveSpin { limit: MAX_SPIN };
+        for ago in [Duration::from_millis(50), Duration::from_micros(5)].repeat(5) {
+            spin.learn(&wait_that_took(&spin, ago, true));
+        }
+        assert_eq!(spin.limit, MIN_SPIN);
+    }
+
+    #[test]
+    fn a_poll_that_paid_off_raises_the_limit_to_twice_what_it_took_and_never_past_the_ceiling() {
+        let mut spin = AdaptiveSpin::new();
+        spin.learn(&wait_that_took(&spin, Duration::from_micros(6), false));
+        assert!(spin.limit >= Duration::from_micros(12), "{:?}", spin.limit);
+        spin.learn(&wait_that_took(&spin, Duration::from_micros(1), false));
+        assert!(
+            spin.limit >= Duration::from_micros(12),
+            "a quick one keeps it"
+        );
+        spin.learn(&wait_that_took(&spin, MAX_SPIN * 3 / 4, false));
+        assert_eq!(spin.limit, MAX_SPIN);
+        spin.learn(&wait_that_took(&spin, Duration::from_millis(50), true));
+        assert_eq!(spin.limit, MAX_SPIN / 2);
+    }
+
+    /// Sleeps return at once and are counted, with the waiters word as they found it.
+    #[derive(Default)]
+    struct CountingWaiter {
+        waits: std::cell::Cell<u32>,
+    }
+
+    impl Waiter for CountingWaiter {
+        fn wait(&self, area: &Area, sem: SemKind, _: Option<Duration>) -> Result<(), WaitError> {
+            assert_eq!(area.sem_waiters(sem).load(SeqCst), 1, "announced first");
+            self.waits.set(self.waits.get() + 1);
+            Ok(())
+        }
+
+        fn wake(&self, _: &Area, _: SemKind) -> Result<(), WaitError> {
+            Ok(())
+        }
+    }
+
+    fn area() -> Area {
+        Area::create_memfd_with_slots(4, Mode::Strict, Duration::from_millis(50))
+            .expect("memfd area")
+    }
+
+    #[test]
+    fn a_wait_polls_for_its_limit_once_and_only_then_sleeps() {
+        let (area, waiter) = (area(), CountingWaiter::default());
+        let spin = AdaptiveSpin { limit: MAX_SPIN };
+        let start = Instant::now();
+        let mut wait = spin.begin(None);
+        assert!(matches!(
+            wait.wait(&area, &waiter, SemKind::Full),
+            Ok(Waited::Retry)
+        ));
+        assert!(start.elapsed() >= MAX_SPIN, "polled {:?}", start.elapsed());
+        assert_eq!(waiter.waits.get(), 1);
+        assert!(wait.slept, "learns that the poll did not pay off");
+        let start = Instant::now();
+        assert!(matches!(
+            wait.wait(&area, &waiter, SemKind::Full),
+            Ok(Waited::Retry)
+        ));
+        assert!(start.elapsed() < MAX_SPIN, "polled again");
+        assert_eq!(waiter.waits.get(), 2);
+    }
+
+    #[test]
+    fn a_poll_that_sees_a_unit_or_the_end_returns_at_once_without_sleeping() {
+        let area = area();
+        for word in [area.sem_count(SemKind::Full), area.canceled()] {
+            word.store(1, SeqCst);
+            let waiter = CountingWaiter::default();
+            let spin = AdaptiveSpin {
+                limit: Duration::from_secs(1),
+            };
+            let start = Instant::now();
+            let mut wait = spin.begin(None);
+            let waited = wait.wait(&area, &waiter, SemKind::Full);
+            assert!(matches!(waited, Ok(Waited::Retry)));
+            assert!(start.elapsed() < Duration::from_millis(500), "polled on");
+            assert_eq!(waiter.waits.get(), 0);
+            assert!(!wait.slept, "learns that the poll paid off");
+            word.store(0, SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_poll_ends_at_the_deadline() {
+        let (area, waiter) = (area(), CountingWaiter::default());
+        let spin = AdaptiveSpin {
+            limit: Duration::from_secs(1),
+        };
+        let mut wait = spin.begin(Some(Duration::from_millis(1)));
+        let start = Instant::now();
+        assert!(matches!(
+            wait.wait(&area, &waiter, SemKind::Full),
+            Ok(Waited::TimedOut)
+        ));
+        assert!(
+            start.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            start.elapsed()
+        );
+    }
 }

@@ -2,11 +2,11 @@
 //! sample is ever lost or duplicated (pfprof.h, "Strict protocol").
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::abi::Sample;
 use crate::lock::{lock_consumer, try_lock_producer};
-use crate::sem::{deadline, post, sleep_on, try_down, try_down_all, Slept};
+use crate::sem::{post, try_down, try_down_all, AdaptiveSpin, Waited};
 use crate::sync::Ordering;
 use crate::wait::{SemKind, Waiter};
 use crate::{Area, Mode, ProtocolError};
@@ -62,6 +62,12 @@ pub struct StrictConsumer<W: Waiter> {
     waiter: W,
     /// Our own copy of read_seq: we are its only writer.
     read_seq: u64,
+    /// The highest write_seq read so far: samples below it stay published
+    /// until we take them, so a take that ends below it need not re-read the
+    /// producer's line.
+    published: u64,
+    /// How long to poll `full` before sleeping on it.
+    spin: AdaptiveSpin,
 }
 
 impl<W: Waiter> StrictConsumer<W> {
@@ -71,6 +77,8 @@ impl<W: Waiter> StrictConsumer<W> {
             area,
             waiter,
             read_seq,
+            published: 0,
+            spin: AdaptiveSpin::new(),
         }
     }
 
@@ -110,30 +118,36 @@ impl<W: Waiter> StrictConsumer<W> {
         }
     }
 
-    /// Down `full` with `try_take`, sleeping while it gets nothing. After
-    /// `canceled` it looks once more: the producer cancels after its last up.
+    /// Down `full` with `try_take`, polling then sleeping while it gets nothing.
+    /// After `canceled` it looks once more: the producer cancels after its last up.
     fn down(
-        &self,
+        &mut self,
         timeout: Option<Duration>,
         try_take: impl Fn(&Area, SemKind) -> u32,
     ) -> Result<Down, ProtocolError> {
-        check_mode(&self.area, Mode::Strict)?;
-        let deadline = deadline(timeout);
-        loop {
-            let k = try_take(&self.area, SemKind::Full);
+        let area = &*self.area;
+        check_mode(area, Mode::Strict)?;
+        let mut wait = None;
+        let down = loop {
+            let k = try_take(area, SemKind::Full);
             if k > 0 {
-                return Ok(Down::Got(k));
+                break Down::Got(k);
             }
-            if self.area.canceled().load(Ordering::Acquire) != 0 {
-                return match try_take(&self.area, SemKind::Full) {
-                    0 => Ok(Down::Ended),
-                    k => Ok(Down::Got(k)),
+            if area.canceled().load(Ordering::Acquire) != 0 {
+                break match try_take(area, SemKind::Full) {
+                    0 => Down::Ended,
+                    k => Down::Got(k),
                 };
             }
-            if let Slept::TimedOut = sleep_on(&self.area, &self.waiter, SemKind::Full, deadline)? {
-                return Ok(Down::TimedOut);
+            let wait = wait.get_or_insert_with(|| self.spin.begin(timeout));
+            if let Waited::TimedOut = wait.wait(area, &self.waiter, SemKind::Full)? {
+                break Down::TimedOut;
             }
+        };
+        if let Some(wait) = wait {
+            self.spin.learn(&wait);
         }
+        Ok(down)
     }
 
     /// lock, `read` slots [read_seq, read_seq + k) (area, start, count), publish read_seq,
@@ -156,10 +170,12 @@ impl<W: Waiter> StrictConsumer<W> {
         let end = start.checked_add(u64::from(k));
         {
             let _lock = lock_consumer(area);
-            let write_seq = area.write_seq().load(Ordering::Acquire);
-            let Some(end) = end.filter(|&end| end <= write_seq) else {
+            if end.map_or(true, |end| end > self.published) {
+                self.published = area.write_seq().load(Ordering::Acquire);
+            }
+            let Some(end) = end.filter(|&end| end <= self.published) else {
                 return Err(ProtocolError::CursorOutOfRange {
-                    write_seq,
+                    write_seq: self.published,
                     read_seq: end.unwrap_or(start),
                 });
             };
@@ -184,6 +200,8 @@ pub struct StrictProducer<W: Waiter> {
     waiter: W,
     /// Our own write_seq: published, never read back.
     write_seq: u64,
+    /// How long to poll `empty` before sleeping on it.
+    spin: AdaptiveSpin,
 }
 
 impl<W: Waiter> StrictProducer<W> {
@@ -193,11 +211,12 @@ impl<W: Waiter> StrictProducer<W> {
             area,
             waiter,
             write_seq,
+            spin: AdaptiveSpin::new(),
         }
     }
 
-    /// down(empty) (sleeping while full, bounded by `timeout`), lock, write, unlock, up(full).
-    /// Time spent sleeping for a slot is added to `blocked_ns`.
+    /// down(empty) (polling, then sleeping while full, bounded by `timeout`), lock, write,
+    /// unlock, up(full). Time spent waiting for a slot is added to `blocked_ns`.
     pub fn push(
         &mut self,
         sample: Sample,
@@ -206,8 +225,7 @@ impl<W: Waiter> StrictProducer<W> {
         let area = &*self.area;
         check_mode(area, Mode::Strict)?;
         let next_seq = next_seq(self.write_seq)?;
-        let deadline = deadline(timeout);
-        let mut blocked_since: Option<Instant> = None;
+        let mut wait = None;
         let refused = loop {
             if area.canceled().load(Ordering::Acquire) != 0 {
                 break Some(Push::Canceled);
@@ -215,14 +233,15 @@ impl<W: Waiter> StrictProducer<W> {
             if try_down(area, SemKind::Empty) {
                 break None;
             }
-            blocked_since.get_or_insert_with(Instant::now);
-            if let Slept::TimedOut = sleep_on(area, &self.waiter, SemKind::Empty, deadline)? {
+            let wait = wait.get_or_insert_with(|| self.spin.begin(timeout));
+            if let Waited::TimedOut = wait.wait(area, &self.waiter, SemKind::Empty)? {
                 break Some(Push::Full);
             }
         };
-        if let Some(since) = blocked_since {
-            let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        if let Some(wait) = wait {
+            let ns = u64::try_from(wait.elapsed().as_nanos()).unwrap_or(u64::MAX);
             area.blocked_ns().fetch_add(ns, Ordering::Relaxed);
+            self.spin.learn(&wait);
         }
         if let Some(refused) = refused {
             return Ok(refused);

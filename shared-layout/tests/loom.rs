@@ -1,5 +1,7 @@
-//! Model checks of both protocols on a 2-slot ring with loom: every
-//! interleaving (up to the preemption bound) of one producer and one consumer.
+//! Model checks of both protocols on tiny rings with loom: every interleaving
+//! (up to the preemption bound) of one producer and one consumer. Each bounded
+//! spin (the strict sides' poll before they sleep, the lock's tries) is
+//! modeled as two attempts with the other side free to run between them.
 //!
 //! RUSTFLAGS="--cfg loom" cargo test -p shared-layout --test loom --release
 #![cfg(loom)]
@@ -31,11 +33,11 @@ fn model(test: impl Fn() + Sync + Send + 'static) {
     builder.check(test);
 }
 
-/// One producer pushing 3 samples into the 2-slot ring (retrying a refused
+/// One producer pushing 3 samples into a ring of `slots` (retrying a refused
 /// lock) and cancelling, against a consumer running `consume` until the end.
-fn strict_model(consume: fn(&mut StrictConsumer<ModelFutex>) -> Vec<Sample>) {
+fn strict_model(slots: u64, consume: fn(&mut StrictConsumer<ModelFutex>) -> Vec<Sample>) {
     model(move || {
-        let area = Arc::new(Area::model(SLOTS, Mode::Strict));
+        let area = Arc::new(Area::model(slots, Mode::Strict));
         let futex = ModelFutex::default();
         let mut producer = StrictProducer::new(Arc::clone(&area), futex.clone());
         let producing = thread::spawn(move || {
@@ -58,7 +60,7 @@ fn strict_model(consume: fn(&mut StrictConsumer<ModelFutex>) -> Vec<Sample>) {
 
 #[test]
 fn strict_batches_deliver_every_sample_once_in_order_under_every_interleaving() {
-    strict_model(|consumer| {
+    strict_model(SLOTS, |consumer| {
         let mut received = Vec::new();
         while consumer.take(&mut received, None).unwrap() != Take::Ended {}
         received
@@ -67,13 +69,22 @@ fn strict_batches_deliver_every_sample_once_in_order_under_every_interleaving() 
 
 #[test]
 fn strict_single_takes_deliver_every_sample_once_in_order_under_every_interleaving() {
-    strict_model(|consumer| {
-        let mut received = Vec::new();
-        while let TakeOne::Sample(sample) = consumer.take_one(None).unwrap() {
-            received.push(sample);
-        }
-        received
-    });
+    strict_model(SLOTS, take_each);
+}
+
+/// With one slot every push after the first waits on `empty` and every take
+/// on `full`: both sides poll, then sleep, at every hand-off.
+#[test]
+fn strict_hand_offs_through_one_slot_poll_and_sleep_without_losing_a_wake_up() {
+    strict_model(1, take_each);
+}
+
+fn take_each(consumer: &mut StrictConsumer<ModelFutex>) -> Vec<Sample> {
+    let mut received = Vec::new();
+    while let TakeOne::Sample(sample) = consumer.take_one(None).unwrap() {
+        received.push(sample);
+    }
+    received
 }
 
 #[test]
