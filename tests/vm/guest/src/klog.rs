@@ -115,9 +115,13 @@ pub fn settle_frees(name: &str) -> Result<()> {
     }
 }
 
-/// Live objects KFENCE allocated for pfprof.ko (debugfs: kfence/objects,
-/// one block per object: its allocation stack, and "freed by" once freed).
-/// slub's traces do not see these; none on a kernel without KFENCE.
+/// Live kmalloc objects KFENCE allocated at a call site in pfprof.ko
+/// (debugfs: kfence/objects, one block per object: a header naming its cache,
+/// its allocation stack, allocator frames skipped, and "freed by" once
+/// freed). As with slub's traces, the allocation site counts, not every
+/// frame: the module's /proc entry, made by procfs under pfprof_init, is
+/// not one of its registrations. slub's traces do not see these objects;
+/// none on a kernel without KFENCE.
 fn module_kfence_objects(found: &mut Vec<String>) -> Result<u64> {
     let text = match fs::read_to_string("/sys/kernel/debug/kfence/objects") {
         Ok(text) => text,
@@ -126,7 +130,16 @@ fn module_kfence_objects(found: &mut Vec<String>) -> Result<u64> {
     };
     let mut live = 0;
     for object in text.split("kfence-#").skip(1) {
-        if object.contains("[pfprof]") && !object.contains("freed by") {
+        let mut lines = object.lines();
+        let header = lines.next().unwrap_or("");
+        let site = lines
+            .skip_while(|l| !l.starts_with("allocated by"))
+            .nth(1)
+            .unwrap_or("");
+        if header.contains("cache=kmalloc-")
+            && site.contains("[pfprof]")
+            && !object.contains("freed by")
+        {
             live += 1;
             found.push(format!("kfence-#{}", object.lines().next().unwrap_or("")));
         }
