@@ -67,16 +67,21 @@ set +e
 # zeroed. Debian's cloud kernels also have DEBUG_LIST, BUG_ON_DATA_CORRUPTION,
 # HARDENED_USERCOPY and the lockup detectors; the debug kernel adds KASAN,
 # lockdep, kmemleak, KFENCE (sampling every 10 ms instead of 100) and UBSAN,
-# and more memory for their shadow and metadata. It has no HPET to fall back
-# on (no ACPI), and under a loaded TCG the clocksource watchdog once marked
-# the TSC unstable against the jiffies and left the guest on jiffies: hrtimers
-# at tick resolution. TCG's TSC follows the host's clock: tsc=reliable.
+# and more memory for their shadow and metadata. Without ACPI it has no HPET
+# or PM timer, only the PIT, to calibrate the TSC against and to fall back on:
+# under a loaded host the calibration failed once ("could not calculate TSC
+# khz") and the watchdog demoted the TSC once, each time leaving the guest on
+# the jiffies clocksource, hrtimers at tick resolution. TCG's guest TSC is the
+# host's (qemu reads the host's), so the guest is told its frequency
+# (tsc_early_khz, from the host's cpu MHz) and that it is reliable.
 # PFPROF_SEED=<n> replays the randomized tests (it reaches the guest's
 # environment as an unknown kernel parameter).
 checkers="preempt=full slub_debug=FZPU sysctl.kernel.hung_task_timeout_secs=20 init_on_free=1"
 mem=1G
 if ((vm_debug)); then
 	checkers+=" kfence.sample_interval=10 tsc=reliable"
+	host_tsc_khz=$(awk -F': *' '/^cpu MHz/ { printf "%d", $2 * 1000; exit }' /proc/cpuinfo)
+	[[ -z $host_tsc_khz || $host_tsc_khz == 0 ]] || checkers+=" tsc_early_khz=$host_tsc_khz"
 	mem=2G
 fi
 vm_boot "$work/initramfs.cpio.gz" "$log" "$vm_timeout" "$mem" \
