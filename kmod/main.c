@@ -3,8 +3,8 @@
  * pfprof: per-process page-fault profiler.
  *
  * Module parameters, and bringing the parts up and down in order: the
- * area first (the device maps it, the sampler writes it), then the
- * sampler, the registration file and the device; teardown in reverse.
+ * registration file, then the device, whose every open is a session with
+ * its own area and sampler; teardown in reverse.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -13,20 +13,22 @@
 
 #include "pfprof_internal.h"
 
-#define PFPROF_PERIOD_MS_MIN		1
-#define PFPROF_PERIOD_MS_MAX		10000
-/* A control page and at least one page of slots; at most 256 MiB. */
-#define PFPROF_BUFFER_PAGES_MIN		2
-#define PFPROF_BUFFER_PAGES_MAX		65536
+/* Sessions one user may have open at once: each holds an area and a kthread. */
+#define PFPROF_MAX_SESSIONS_MAX		1024
 
-unsigned int pfprof_period_ms = 50;
+unsigned int pfprof_period_ms = PFPROF_PERIOD_MS_DEFAULT;
 module_param_named(period_ms, pfprof_period_ms, uint, 0444);
 MODULE_PARM_DESC(period_ms, "Sampling period in milliseconds (1..10000, default 50)");
 
-unsigned int pfprof_buffer_pages = 128;
+unsigned int pfprof_buffer_pages = PFPROF_BUFFER_PAGES_DEFAULT;
 module_param_named(buffer_pages, pfprof_buffer_pages, uint, 0444);
 MODULE_PARM_DESC(buffer_pages,
-		 "Pages in the shared area, control page included (2..65536, default 128)");
+		 "Pages in each session's area, control page included (2..65536, default 128)");
+
+unsigned int pfprof_max_sessions = 16;
+module_param_named(max_sessions, pfprof_max_sessions, uint, 0444);
+MODULE_PARM_DESC(max_sessions,
+		 "Sessions (opens of /dev/pfprof) one user may have at once (1..1024, default 16)");
 
 static int pfprof_check_params(void)
 {
@@ -43,6 +45,12 @@ static int pfprof_check_params(void)
 		       PFPROF_BUFFER_PAGES_MAX);
 		return -EINVAL;
 	}
+	if (pfprof_max_sessions < 1 ||
+	    pfprof_max_sessions > PFPROF_MAX_SESSIONS_MAX) {
+		pr_err("max_sessions=%u out of range 1..%u\n",
+		       pfprof_max_sessions, PFPROF_MAX_SESSIONS_MAX);
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -54,43 +62,28 @@ static int __init pfprof_init(void)
 	if (ret)
 		return ret;
 
-	ret = pfprof_ring_init();
-	if (ret)
-		return ret;
-
-	ret = pfprof_sampler_start();
-	if (ret)
-		goto err_free_ring;
-
 	ret = pfprof_proc_init();
 	if (ret)
-		goto err_stop_sampler;
+		return ret;
 
 	ret = pfprof_chardev_init();
 	if (ret)
 		goto err_remove_proc;
 
-	pr_info("loaded: period %u ms, %u pages, %llu slots\n",
-		pfprof_period_ms, pfprof_buffer_pages, pfprof_ring_slot_count());
+	pr_info("loaded: period %u ms, %u pages a session, %u sessions a user\n",
+		pfprof_period_ms, pfprof_buffer_pages, pfprof_max_sessions);
 	return 0;
 
 err_remove_proc:
 	pfprof_proc_exit();
-err_stop_sampler:
-	pfprof_sampler_stop();
-err_free_ring:
-	pfprof_ring_exit();
 	return ret;
 }
 
 static void __exit pfprof_exit(void)
 {
-	/* The device cannot be open here: its fops pin the module. */
+	/* No session is open here: the device's fops pin the module. */
 	pfprof_chardev_exit();
-	/* No new registrations; the sampler may still hold some. */
-	pfprof_sampler_stop();
 	pfprof_proc_exit();
-	pfprof_ring_exit();
 	pr_info("unloaded\n");
 }
 

@@ -1,18 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * pfprof: the registered processes and /proc/pfprof/status.
+ * pfprof: /proc/pfprof/status, the registry it keeps, and the sessions
+ * that follow it.
  *
- * Writing "R <pid>" registers a process, "U <pid>" unregisters it; reading
- * lists "<pid> <minor> <major> <cpu_ns>" per registered process, totals
- * since registration.  Each process's change since the sampler last looked
- * is added to one pending sample, which the sampler hands to the ring; a
- * process that leaves (unregistered or exited) adds its final change first,
- * so every fault between registration and leaving lands in one sample.
+ * Writing "R <pid>" registers a process, "U <pid>" unregisters it (the
+ * grammar and the rules are in pfprof.h).  A registration joins every
+ * session that follows registrations in its scope and whose opener may
+ * read the process; unregistering takes it out of them again.  Reading
+ * lists the registered processes the reader may read, with their counts
+ * since registration.  A registered process that is gone is forgotten the
+ * next time the registry is used.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
-#include <linux/capability.h>
-#include <linux/cred.h>
 #include <linux/ctype.h>
 #include <linux/fs.h>
 #include <linux/kernel.h>
@@ -20,7 +20,8 @@
 #include <linux/mutex.h>
 #include <linux/pid.h>
 #include <linux/proc_fs.h>
-#include <linux/sched/coredump.h>
+#include <linux/sched.h>
+#include <linux/sched/signal.h>
 #include <linux/sched/task.h>
 #include <linux/seq_file.h>
 #include <linux/slab.h>
@@ -31,241 +32,175 @@
 /* "R 2147483647\n" fits; anything longer is not a command. */
 #define PFPROF_CMD_MAX	32
 
-struct pfprof_proc {
+struct pfprof_reg {
 	struct list_head node;
 	struct task_struct *leader;	/* referenced: keeps ->signal alive */
 	struct pid *pid;		/* referenced: the tgid, for listing */
 	struct pfprof_totals base;	/* totals at registration */
-	struct pfprof_totals seen;	/* totals the sampler last accounted */
 };
 
 static struct proc_dir_entry *pfprof_proc_dir;
 
-/*
- * Protects the list, pfprof_nr and pfprof_changes (both also read
- * locklessly) and pending.
- */
+/* The registry, the sessions and what they follow: see pfprof_internal.h. */
 static DEFINE_MUTEX(pfprof_reg_lock);
-static LIST_HEAD(pfprof_procs);
-static unsigned int pfprof_nr;
-/*
- * Registrations and unregistrations since load: tells the sampler about
- * one it has not collected since, even when the count is back where it was.
- */
-static unsigned int pfprof_changes;
-static struct pfprof_totals pfprof_pending;
+static LIST_HEAD(pfprof_regs);
+static LIST_HEAD(pfprof_sessions);
 
-/* Totals only grow; a smaller reading (never expected) adds nothing. */
-static u64 pfprof_advance(u64 *seen, u64 now)
+static void pfprof_reg_free(struct pfprof_reg *r)
 {
-	u64 old = *seen;
-
-	if (now <= old)
-		return 0;
-	*seen = now;
-	return now - old;
+	list_del(&r->node);
+	put_pid(r->pid);
+	put_task_struct(r->leader);
+	kfree(r);
 }
 
-/* Adds what @p did since the sampler last looked to pending. */
-static bool pfprof_account(struct pfprof_proc *p)
+/* Forgets the registered processes that are gone. */
+static void pfprof_reg_prune(void)
 {
+	struct pfprof_reg *r, *tmp;
 	struct pfprof_totals now;
-	bool alive = pfprof_read_totals(p->leader, &now);
 
-	pfprof_pending.minor += pfprof_advance(&p->seen.minor, now.minor);
-	pfprof_pending.major += pfprof_advance(&p->seen.major, now.major);
-	pfprof_pending.cpu_ns += pfprof_advance(&p->seen.cpu_ns, now.cpu_ns);
-	return alive;
-}
-
-static void pfprof_proc_free(struct pfprof_proc *p)
-{
-	list_del(&p->node);
-	WRITE_ONCE(pfprof_nr, pfprof_nr - 1);
-	put_pid(p->pid);
-	put_task_struct(p->leader);
-	kfree(p);
-}
-
-unsigned int pfprof_nr_registered(void)
-{
-	return READ_ONCE(pfprof_nr);
-}
-
-unsigned int pfprof_reg_changes(void)
-{
-	return READ_ONCE(pfprof_changes);
-}
-
-/*
- * Accounts every registered process, drops those that are gone, and copies
- * the pending sample to @pending.  Returns how many remain registered.
- */
-unsigned int pfprof_reg_collect(struct pfprof_totals *pending)
-{
-	struct pfprof_proc *p, *tmp;
-	unsigned int nr;
-
-	mutex_lock(&pfprof_reg_lock);
-	list_for_each_entry_safe(p, tmp, &pfprof_procs, node) {
-		if (!pfprof_account(p))
-			pfprof_proc_free(p);
+	lockdep_assert_held(&pfprof_reg_lock);
+	list_for_each_entry_safe(r, tmp, &pfprof_regs, node) {
+		if (!pfprof_read_totals(r->leader, &now, false))
+			pfprof_reg_free(r);
 	}
-	*pending = pfprof_pending;
-	nr = pfprof_nr;
-	mutex_unlock(&pfprof_reg_lock);
-	return nr;
 }
 
-/* Removes what the sampler delivered (or discarded) from pending. */
-void pfprof_reg_settle(const struct pfprof_totals *delivered)
+static struct pfprof_reg *pfprof_reg_find(struct task_struct *leader)
 {
-	mutex_lock(&pfprof_reg_lock);
-	pfprof_pending.minor -= delivered->minor;
-	pfprof_pending.major -= delivered->major;
-	pfprof_pending.cpu_ns -= delivered->cpu_ns;
-	mutex_unlock(&pfprof_reg_lock);
-}
+	struct pfprof_reg *r;
 
-/*
- * The signal struct identifies the process: the leader's task_struct does
- * not, since a thread that execs becomes the new leader.
- */
-static struct pfprof_proc *pfprof_find(struct task_struct *leader)
-{
-	struct pfprof_proc *p;
-
-	list_for_each_entry(p, &pfprof_procs, node) {
-		if (p->leader->signal == leader->signal)
-			return p;
+	list_for_each_entry(r, &pfprof_regs, node) {
+		if (r->leader->signal == leader->signal)
+			return r;
 	}
 	return NULL;
 }
 
-/* The filesystem ids of @cred are every id of @tcred's (ptrace's rule). */
-static bool pfprof_ids_match(const struct cred *cred, const struct cred *tcred)
+/* @s follows registrations, and @leader is in the scope it follows. */
+static bool pfprof_follows(struct pfprof_session *s, struct task_struct *leader)
 {
-	return uid_eq(cred->fsuid, tcred->euid) &&
-	       uid_eq(cred->fsuid, tcred->suid) &&
-	       uid_eq(cred->fsuid, tcred->uid) &&
-	       gid_eq(cred->fsgid, tcred->egid) &&
-	       gid_eq(cred->fsgid, tcred->sgid) &&
-	       gid_eq(cred->fsgid, tcred->gid);
-}
-
-/*
- * ptrace_may_access() is not exported: this is its read check with
- * filesystem credentials, as /proc uses it.  Both the writer and whoever
- * opened @file must pass, so that a privileged process writing to a
- * descriptor an unprivileged one handed it (as its stdout, say) lends it
- * no authority.
- */
-static bool pfprof_may_read(struct task_struct *task, const struct file *file)
-{
-	const struct cred *tcred;
-	struct mm_struct *mm;
-	bool ok;
-
-	rcu_read_lock();
-	tcred = __task_cred(task);
-	ok = (pfprof_ids_match(current_cred(), tcred) ||
-	      ns_capable(tcred->user_ns, CAP_SYS_PTRACE)) &&
-	     (pfprof_ids_match(file->f_cred, tcred) ||
-	      file_ns_capable(file, tcred->user_ns, CAP_SYS_PTRACE));
-	rcu_read_unlock();
-	if (!ok)
+	lockdep_assert_held(&pfprof_reg_lock);
+	switch (s->follow) {
+	case PFPROF_FOLLOW_ALL:
+		return true;
+	case PFPROF_FOLLOW_DESCENDANTS:
+		return leader->signal == s->follow_root->signal ||
+		       pfprof_descends_from(leader, s->follow_root);
+	default:
 		return false;
+	}
+}
 
-	task_lock(task);
-	mm = task->mm;
-	if (mm && get_dumpable(mm) != SUID_DUMP_USER &&
-	    !(ns_capable(mm->user_ns, CAP_SYS_PTRACE) &&
-	      file_ns_capable(file, mm->user_ns, CAP_SYS_PTRACE)))
-		ok = false;
-	task_unlock(task);
-	return ok;
+/* A registered process joins @s if @s follows it and may read it. */
+static void pfprof_offer(struct pfprof_session *s, struct task_struct *leader)
+{
+	if (pfprof_follows(s, leader) && pfprof_opener_may_read(s->file, leader))
+		/* Counted already, full or ended: it simply does not join. */
+		pfprof_members_join(s, leader, s->follow_flags, true);
+}
+
+/* The sessions a user opened: max_sessions bounds them. */
+static unsigned int pfprof_sessions_of(kuid_t owner)
+{
+	struct pfprof_session *s;
+	unsigned int n = 0;
+
+	list_for_each_entry(s, &pfprof_sessions, node)
+		n += uid_eq(s->owner, owner);
+	return n;
+}
+
+int pfprof_session_add(struct pfprof_session *s)
+{
+	int ret = 0;
+
+	mutex_lock(&pfprof_reg_lock);
+	if (pfprof_sessions_of(s->owner) >= pfprof_max_sessions)
+		ret = -EMFILE;
+	else
+		list_add_tail(&s->node, &pfprof_sessions);
+	mutex_unlock(&pfprof_reg_lock);
+	return ret;
+}
+
+/* No registration reaches @s once this returns. */
+void pfprof_session_remove(struct pfprof_session *s)
+{
+	mutex_lock(&pfprof_reg_lock);
+	list_del(&s->node);
+	if (s->follow_root)
+		put_task_struct(s->follow_root);
+	s->follow_root = NULL;
+	s->follow = PFPROF_FOLLOW_NONE;
+	mutex_unlock(&pfprof_reg_lock);
 }
 
 /*
- * Looks up the process (thread group) @nr in the caller's pid namespace,
- * for a command written to @file.
+ * @s follows @scope from now on (@root: referenced by the caller, for
+ * DESCENDANTS); the processes registered already join at once.
  */
-static int pfprof_lookup(const struct file *file, pid_t nr, struct pid **pidp,
-			 struct task_struct **leaderp)
+int pfprof_session_follow(struct pfprof_session *s, u32 scope, u32 flags,
+			  struct task_struct *root)
 {
-	struct task_struct *leader;
-	struct pid *pid;
-	int ret;
+	struct pfprof_reg *r;
 
-	pid = find_get_pid(nr);
-	if (!pid)
-		return -ESRCH;
-	/* Only a thread group's leader is attached to its tgid. */
-	leader = get_pid_task(pid, PIDTYPE_TGID);
-	if (!leader) {
-		ret = -ESRCH;
-		goto err_put_pid;
-	}
-	if (!pfprof_may_read(leader, file)) {
-		ret = -EPERM;
-		goto err_put_task;
-	}
-	*pidp = pid;
-	*leaderp = leader;
+	mutex_lock(&pfprof_reg_lock);
+	if (s->follow_root)
+		put_task_struct(s->follow_root);
+	if (root)
+		get_task_struct(root);
+	s->follow_root = root;
+	s->follow = scope;
+	s->follow_flags = flags;
+	pfprof_reg_prune();
+	list_for_each_entry(r, &pfprof_regs, node)
+		pfprof_offer(s, r->leader);
+	mutex_unlock(&pfprof_reg_lock);
 	return 0;
-
-err_put_task:
-	put_task_struct(leader);
-err_put_pid:
-	put_pid(pid);
-	return ret;
 }
 
 static int pfprof_register(const struct file *file, pid_t nr)
 {
+	struct pfprof_session *s;
 	struct task_struct *leader;
-	struct pfprof_proc *p;
+	struct pfprof_reg *r;
 	struct pid *pid;
-	bool first;
 	int ret;
 
 	ret = pfprof_lookup(file, nr, &pid, &leader);
 	if (ret)
 		return ret;
 
-	p = kzalloc(sizeof(*p), GFP_KERNEL);
-	if (!p) {
+	r = kzalloc(sizeof(*r), GFP_KERNEL);
+	if (!r) {
 		ret = -ENOMEM;
 		goto err_put_refs;
 	}
-	p->leader = leader;
-	p->pid = pid;
+	r->leader = leader;
+	r->pid = pid;
 
 	mutex_lock(&pfprof_reg_lock);
-	if (pfprof_find(leader)) {
+	pfprof_reg_prune();
+	if (pfprof_reg_find(leader)) {
 		ret = -EEXIST;
 		goto err_unlock;
 	}
-	if (!pfprof_read_totals(leader, &p->base)) {
+	if (!pfprof_read_totals(leader, &r->base, false)) {
 		/* Exited and reaped between the lookup and now. */
 		ret = -ESRCH;
 		goto err_unlock;
 	}
-	p->seen = p->base;
-	list_add_tail(&p->node, &pfprof_procs);
-	WRITE_ONCE(pfprof_nr, pfprof_nr + 1);
-	WRITE_ONCE(pfprof_changes, pfprof_changes + 1);
-	first = pfprof_nr == 1;
+	list_add_tail(&r->node, &pfprof_regs);
+	list_for_each_entry(s, &pfprof_sessions, node)
+		pfprof_offer(s, leader);
 	mutex_unlock(&pfprof_reg_lock);
-
-	/* Only an idle sampler needs telling: a busy one keeps its deadlines. */
-	if (first)
-		pfprof_sampler_kick();
 	return 0;
 
 err_unlock:
 	mutex_unlock(&pfprof_reg_lock);
-	kfree(p);
+	kfree(r);
 err_put_refs:
 	put_task_struct(leader);
 	put_pid(pid);
@@ -274,10 +209,10 @@ err_put_refs:
 
 static int pfprof_unregister(const struct file *file, pid_t nr)
 {
+	struct pfprof_session *s;
 	struct task_struct *leader;
-	struct pfprof_proc *p;
+	struct pfprof_reg *r;
 	struct pid *pid;
-	bool last = false;
 	int ret;
 
 	ret = pfprof_lookup(file, nr, &pid, &leader);
@@ -285,24 +220,17 @@ static int pfprof_unregister(const struct file *file, pid_t nr)
 		return ret;
 
 	mutex_lock(&pfprof_reg_lock);
-	p = pfprof_find(leader);
-	if (p) {
-		/* Its last faults still belong to the pending sample. */
-		pfprof_account(p);
-		pfprof_proc_free(p);
-		WRITE_ONCE(pfprof_changes, pfprof_changes + 1);
-		last = !pfprof_nr;
+	r = pfprof_reg_find(leader);
+	if (r) {
+		list_for_each_entry(s, &pfprof_sessions, node)
+			pfprof_members_leave(s, leader);
+		pfprof_reg_free(r);
 	}
 	mutex_unlock(&pfprof_reg_lock);
 
 	put_task_struct(leader);
 	put_pid(pid);
-	if (!p)
-		return -ENOENT;
-	/* The last one gone: let the sampler deliver and cancel now. */
-	if (last)
-		pfprof_sampler_kick();
-	return 0;
+	return r ? 0 : -ENOENT;
 }
 
 /* Exactly "R <pid>" or "U <pid>", decimal pid > 0, one optional '\n'. */
@@ -354,19 +282,20 @@ static ssize_t pfprof_status_write(struct file *file, const char __user *ubuf,
 static int pfprof_status_show(struct seq_file *m, void *v)
 {
 	struct pfprof_totals now;
-	struct pfprof_proc *p;
+	struct pfprof_reg *r;
 
 	mutex_lock(&pfprof_reg_lock);
-	list_for_each_entry(p, &pfprof_procs, node) {
+	pfprof_reg_prune();
+	list_for_each_entry(r, &pfprof_regs, node) {
 		/* Pids are the reader's; one it cannot name is not listed. */
-		pid_t nr = pid_vnr(p->pid);
+		pid_t nr = pid_vnr(r->pid);
 
-		if (!nr)
+		if (!nr || !pfprof_may_read(m->file, r->leader))
 			continue;
-		pfprof_read_totals(p->leader, &now);
+		pfprof_read_totals(r->leader, &now, false);
 		seq_printf(m, "%d %llu %llu %llu\n", nr,
-			   now.minor - p->base.minor, now.major - p->base.major,
-			   now.cpu_ns - p->base.cpu_ns);
+			   now.minor - r->base.minor, now.major - r->base.major,
+			   now.cpu_ns - r->base.cpu_ns);
 	}
 	mutex_unlock(&pfprof_reg_lock);
 	return 0;
@@ -390,7 +319,7 @@ int pfprof_proc_init(void)
 	pfprof_proc_dir = proc_mkdir("pfprof", NULL);
 	if (!pfprof_proc_dir)
 		return -ENOMEM;
-	/* Anyone may write; pfprof_may_read() decides per target. */
+	/* Anyone may write and read; pfprof_may_read() decides per process. */
 	if (!proc_create("status", 0666, pfprof_proc_dir, &pfprof_status_ops)) {
 		proc_remove(pfprof_proc_dir);
 		return -ENOMEM;
@@ -398,15 +327,17 @@ int pfprof_proc_init(void)
 	return 0;
 }
 
-/* Removes the file (waiting for writers in flight) and every registration. */
+/*
+ * Removes the file (waiting for writers in flight) and the registry.  No
+ * session is left: each pins the module while its device file is open.
+ */
 void pfprof_proc_exit(void)
 {
-	struct pfprof_proc *p, *tmp;
+	struct pfprof_reg *r, *tmp;
 
 	proc_remove(pfprof_proc_dir);
 	mutex_lock(&pfprof_reg_lock);
-	list_for_each_entry_safe(p, tmp, &pfprof_procs, node)
-		pfprof_proc_free(p);
-	pfprof_pending = (struct pfprof_totals){};
+	list_for_each_entry_safe(r, tmp, &pfprof_regs, node)
+		pfprof_reg_free(r);
 	mutex_unlock(&pfprof_reg_lock);
 }

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * pfprof: the shared area and the session running over it.
+ * pfprof: a session's shared area and the protocol running over it.
  *
- * The area is allocated once at load.  A session starts when the consumer
- * selects a mode (the control page is reinitialized) and ends when it
- * closes the device.  Everything that decides where the module writes
- * (write sequence, geometry, mode, cancellation) is kept here in kernel
- * memory and only published to the area: see "Trust" in pfprof.h.  Words
+ * Each session allocates its own area when /dev/pfprof is opened and frees
+ * it when the file is released, after the last mapping is gone: no area
+ * ever serves two sessions.  The ring starts when the consumer selects a
+ * mode (the control page is reinitialized).  Everything that decides where
+ * the module writes (write sequence, geometry, mode, cancellation) is kept
+ * in kernel memory and only published to the area: see "Trust" in pfprof.h.  Words
  * the consumer writes are read once and only decide whether to write a
  * slot now or later; every wait on them is bounded.
  */
@@ -26,8 +27,6 @@
 
 #include "pfprof_internal.h"
 
-/* How long the producer tries for the shared lock before deferring. */
-#define PFPROF_LOCK_SPIN_NS	(10 * NSEC_PER_USEC)
 /* A consumer rewriting a count without end cannot keep us in a CAS loop. */
 #define PFPROF_SEM_TRIES	64
 
@@ -41,148 +40,89 @@ enum pfprof_retry {
 	PFPROF_RETRY_FIRED,	/* the consumer asked: the sampler offers once */
 };
 
-static struct {
-	struct pfprof_area *area;	/* control page, then the slots */
-	struct pfprof_sample *slots;
-	u64 size;
-	u64 slot_count;
-
-	/* Serializes session changes and writes to the area. */
-	struct mutex lock;
-	/* Written under lock, read locklessly with READ_ONCE(). */
-	u32 mode;			/* PFPROF_MODE_NONE: no session */
-	bool canceled;
-	unsigned int generation;	/* bumped when a session starts or ends */
-	u64 write_seq;
-	/* Under lock only. */
-	bool slot_reserved;		/* strict: empty downed, slot not written */
-	u64 overwritten;
-	u64 blocked_ns;
-	u64 full_since;			/* strict: first refused offer, 0: none */
-	u64 deferred;
-	atomic_t retry;			/* enum pfprof_retry */
-
-	wait_queue_head_t consumer_wq;	/* WAIT_FULL and poll */
-} ring;
-
-void *pfprof_ring_area(void)
-{
-	return ring.area;
-}
-
-u64 pfprof_ring_size(void)
-{
-	return ring.size;
-}
-
-u64 pfprof_ring_slot_count(void)
-{
-	return ring.slot_count;
-}
-
-struct wait_queue_head *pfprof_ring_consumer_wq(void)
-{
-	return &ring.consumer_wq;
-}
-
-int pfprof_ring_init(void)
+int pfprof_ring_init(struct pfprof_ring *r)
 {
 	BUILD_BUG_ON(PAGE_SIZE != PFPROF_PAGE_SIZE);
 	BUILD_BUG_ON(sizeof(struct pfprof_area) > PFPROF_DATA_OFFSET);
 	BUILD_BUG_ON(sizeof(atomic_t) != sizeof(((struct pfprof_sem *)0)->count));
 
-	ring.size = PFPROF_AREA_SIZE(pfprof_buffer_pages);
-	ring.slot_count = (ring.size - PFPROF_DATA_OFFSET) /
-			  sizeof(struct pfprof_sample);
+	r->size = PFPROF_AREA_SIZE(pfprof_buffer_pages);
+	r->slot_count = (r->size - PFPROF_DATA_OFFSET) /
+			sizeof(struct pfprof_sample);
 	/* Zeroed, and flagged VM_USERMAP for remap_vmalloc_range(). */
-	ring.area = vmalloc_user(ring.size);
-	if (!ring.area)
+	r->area = vmalloc_user(r->size);
+	if (!r->area)
 		return -ENOMEM;
-	ring.slots = (void *)ring.area + PFPROF_DATA_OFFSET;
-	mutex_init(&ring.lock);
-	init_waitqueue_head(&ring.consumer_wq);
+	r->slots = (void *)r->area + PFPROF_DATA_OFFSET;
+	mutex_init(&r->lock);
+	init_waitqueue_head(&r->consumer_wq);
+	atomic_set(&r->retry, PFPROF_RETRY_NONE);
 	return 0;
 }
 
-void pfprof_ring_exit(void)
+/*
+ * No mapping is left (each holds the file) and the sampler is stopped.
+ * Pages somebody still pins (vmsplice(), say) stay theirs until they let
+ * go, holding this session's data only: no other session ever gets them.
+ */
+void pfprof_ring_exit(struct pfprof_ring *r)
 {
-	vfree(ring.area);
-	ring.area = NULL;
+	vfree(r->area);
+	r->area = NULL;
 }
 
 /*
- * The consumer wakes up and looks again: the session it knew is gone.  The
+ * The consumer wakes up and looks again: the ring it knew is gone.  The
  * sampler needs no telling: it offers its sample at its next deadline.
  */
-static void pfprof_ring_wake_consumer(void)
+static void pfprof_ring_wake_consumer(struct pfprof_ring *r)
 {
-	wake_up_interruptible(&ring.consumer_wq);
+	wake_up_interruptible(&r->consumer_wq);
 }
 
-/* Names the running session: it changes when one starts or ends. */
-unsigned int pfprof_ring_session(void)
+/* Names the running ring: it changes when one starts or ends. */
+unsigned int pfprof_ring_session(struct pfprof_ring *r)
 {
-	return READ_ONCE(ring.generation);
+	return READ_ONCE(r->generation);
 }
 
-void pfprof_ring_start(u32 mode)
+void pfprof_ring_start(struct pfprof_session *s, u32 mode)
 {
-	struct pfprof_area *a = ring.area;
+	struct pfprof_ring *r = &s->ring;
+	struct pfprof_area *a = r->area;
 
-	mutex_lock(&ring.lock);
+	mutex_lock(&r->lock);
 	memset(a, 0, PFPROF_DATA_OFFSET);
 	a->magic = PFPROF_MAGIC;
 	a->abi_version = PFPROF_ABI_VERSION;
 	a->mode = mode;
 	a->sample_size = sizeof(struct pfprof_sample);
-	a->area_size = ring.size;
+	a->area_size = r->size;
 	a->data_offset = PFPROF_DATA_OFFSET;
-	a->slot_count = ring.slot_count;
+	a->slot_count = r->slot_count;
 	a->period_ns = pfprof_period_ns();
 	a->lock = PFPROF_LOCK_FREE;
-	a->empty.count = ring.slot_count;
+	a->empty.count = r->slot_count;
 
-	WRITE_ONCE(ring.mode, mode);
-	WRITE_ONCE(ring.canceled, false);
-	WRITE_ONCE(ring.generation, ring.generation + 1);
-	WRITE_ONCE(ring.write_seq, 0);
-	ring.slot_reserved = false;
-	ring.overwritten = 0;
-	ring.blocked_ns = 0;
-	ring.full_since = 0;
-	ring.deferred = 0;
-	atomic_set(&ring.retry, PFPROF_RETRY_NONE);
-	mutex_unlock(&ring.lock);
-	pfprof_ring_wake_consumer();
+	WRITE_ONCE(r->mode, mode);
+	WRITE_ONCE(r->canceled, false);
+	WRITE_ONCE(r->generation, r->generation + 1);
+	WRITE_ONCE(r->write_seq, 0);
+	r->slot_reserved = false;
+	r->overwritten = 0;
+	r->blocked_ns = 0;
+	r->full_since = 0;
+	r->deferred = 0;
+	atomic_set(&r->retry, PFPROF_RETRY_NONE);
+	mutex_unlock(&r->lock);
+	pfprof_ring_wake_consumer(r);
 }
 
-/*
- * Called from release() only, before the device can be opened again: no
- * session can start until it returns.
- */
-void pfprof_ring_stop(void)
+/* Started, and not canceled: it still takes samples. */
+bool pfprof_ring_open(struct pfprof_ring *r)
 {
-	mutex_lock(&ring.lock);
-	WRITE_ONCE(ring.mode, PFPROF_MODE_NONE);
-	atomic_set(&ring.retry, PFPROF_RETRY_NONE);
-	WRITE_ONCE(ring.generation, ring.generation + 1);
-	mutex_unlock(&ring.lock);
-	/*
-	 * The next opener may be another user and may map the area before it
-	 * starts a session: leave it nothing of this one.  No mapping is left:
-	 * each holds the file, so release() runs after the last munmap().  The
-	 * sampler writes nothing without a session, and clearing up to 256 MiB
-	 * outside the lock keeps it from waiting on the clearing.
-	 */
-	memset(ring.area, 0, ring.size);
-	pfprof_ring_wake_consumer();
-}
-
-/* A session is running and still takes samples. */
-bool pfprof_ring_open(void)
-{
-	return READ_ONCE(ring.mode) != PFPROF_MODE_NONE &&
-	       !READ_ONCE(ring.canceled);
+	return READ_ONCE(r->mode) != PFPROF_MODE_NONE &&
+	       !READ_ONCE(r->canceled);
 }
 
 /* down(): take one unit unless the count is zero; never below zero. */
@@ -202,12 +142,14 @@ static bool pfprof_sem_try_down(u32 *count)
 }
 
 /* up(full) and wake the consumer, whatever full.waiters says. */
-static void pfprof_sem_up_full(struct pfprof_area *a)
+static void pfprof_sem_up_full(struct pfprof_ring *r)
 {
+	struct pfprof_area *a = r->area;
+
 	/* Fully ordered: the count is visible before waiters is read. */
 	atomic_inc_return((atomic_t *)&a->full.count);
 	xchg(&a->full.waiters, 0);
-	wake_up_interruptible(&ring.consumer_wq);
+	wake_up_interruptible(&r->consumer_wq);
 }
 
 /* Bounded test-and-set: a consumer that dies holding it cannot hang us. */
@@ -230,129 +172,149 @@ static void pfprof_lock_release(u32 *lock)
 	smp_store_release(lock, PFPROF_LOCK_FREE);
 }
 
-static void pfprof_defer(struct pfprof_area *a)
+static void pfprof_defer(struct pfprof_ring *r)
 {
-	WRITE_ONCE(a->deferred, ++ring.deferred);
+	WRITE_ONCE(r->area->deferred, ++r->deferred);
 }
 
 /* Writes the slot of the next sequence number; the lock is held. */
-static void pfprof_write_slot(struct pfprof_area *a,
+static void pfprof_write_slot(struct pfprof_ring *r,
 			      const struct pfprof_sample *s)
 {
 	struct pfprof_sample *slot;
 	u64 idx;
 
-	div64_u64_rem(ring.write_seq, ring.slot_count, &idx);
-	slot = &ring.slots[idx];
+	div64_u64_rem(r->write_seq, r->slot_count, &idx);
+	slot = &r->slots[idx];
 	WRITE_ONCE(slot->time_ns, s->time_ns);
 	WRITE_ONCE(slot->minor, s->minor);
 	WRITE_ONCE(slot->major, s->major);
 	WRITE_ONCE(slot->cpu_ns, s->cpu_ns);
-	WRITE_ONCE(ring.write_seq, ring.write_seq + 1);
+	WRITE_ONCE(r->write_seq, r->write_seq + 1);
 	/* Pairs with the consumer's acquire of write_seq: slot first. */
-	smp_store_release(&a->write_seq, ring.write_seq);
+	smp_store_release(&r->area->write_seq, r->write_seq);
 }
 
 /*
  * Strict: the time from the first offer the ring refused to the delivery,
  * published as it grows, so a consumer sees a producer that is blocked now.
  */
-static void pfprof_account_blocked(struct pfprof_area *a, bool delivered)
+static void pfprof_account_blocked(struct pfprof_ring *r, bool delivered)
 {
 	u64 now = ktime_get_ns();
 
-	lockdep_assert_held(&ring.lock);
-	if (!ring.full_since)
-		ring.full_since = now;
-	WRITE_ONCE(a->blocked_ns, ring.blocked_ns + (now - ring.full_since));
+	lockdep_assert_held(&r->lock);
+	if (!r->full_since)
+		r->full_since = now;
+	WRITE_ONCE(r->area->blocked_ns, r->blocked_ns + (now - r->full_since));
 	if (delivered) {
-		ring.blocked_ns += now - ring.full_since;
-		ring.full_since = 0;
+		r->blocked_ns += now - r->full_since;
+		r->full_since = 0;
 	}
 }
 
-static enum pfprof_put pfprof_put_strict(const struct pfprof_sample *s)
+static enum pfprof_put pfprof_put_strict(struct pfprof_ring *r,
+					 const struct pfprof_sample *s)
 {
-	struct pfprof_area *a = ring.area;
+	struct pfprof_area *a = r->area;
 
-	lockdep_assert_held(&ring.lock);
-	if (!ring.slot_reserved) {
+	lockdep_assert_held(&r->lock);
+	if (!r->slot_reserved) {
 		if (!pfprof_sem_try_down(&a->empty.count)) {
-			pfprof_account_blocked(a, false);
+			pfprof_account_blocked(r, false);
 			return PFPROF_PUT_FULL;
 		}
-		ring.slot_reserved = true;
+		r->slot_reserved = true;
 	}
 	if (!pfprof_lock_try(&a->lock)) {
-		pfprof_defer(a);
+		pfprof_defer(r);
 		return PFPROF_PUT_DEFERRED;
 	}
-	pfprof_write_slot(a, s);
+	pfprof_write_slot(r, s);
 	pfprof_lock_release(&a->lock);
-	ring.slot_reserved = false;
-	pfprof_sem_up_full(a);
-	if (ring.full_since)
-		pfprof_account_blocked(a, true);
+	r->slot_reserved = false;
+	pfprof_sem_up_full(r);
+	if (r->full_since)
+		pfprof_account_blocked(r, true);
 	/* A retry asked for and not needed any more. */
-	if (atomic_xchg(&ring.retry, PFPROF_RETRY_NONE) != PFPROF_RETRY_NONE)
+	if (atomic_xchg(&r->retry, PFPROF_RETRY_NONE) != PFPROF_RETRY_NONE)
 		WRITE_ONCE(a->empty.waiters, 0);
 	return PFPROF_PUT_DONE;
 }
 
-static enum pfprof_put pfprof_put_relaxed(const struct pfprof_sample *s)
+static enum pfprof_put pfprof_put_relaxed(struct pfprof_ring *r,
+					  const struct pfprof_sample *s)
 {
-	struct pfprof_area *a = ring.area;
+	struct pfprof_area *a = r->area;
 
-	lockdep_assert_held(&ring.lock);
+	lockdep_assert_held(&r->lock);
 	if (!pfprof_lock_try(&a->lock)) {
-		pfprof_defer(a);
+		pfprof_defer(r);
 		return PFPROF_PUT_DEFERRED;
 	}
 	/* Advisory: read_seq is whatever the consumer wrote. */
-	if (ring.write_seq >= READ_ONCE(a->read_seq) + ring.slot_count)
-		WRITE_ONCE(a->overwritten, ++ring.overwritten);
-	pfprof_write_slot(a, s);
+	if (r->write_seq >= READ_ONCE(a->read_seq) + r->slot_count)
+		WRITE_ONCE(a->overwritten, ++r->overwritten);
+	pfprof_write_slot(r, s);
 	pfprof_lock_release(&a->lock);
-	wake_up_interruptible(&ring.consumer_wq);
+	wake_up_interruptible(&r->consumer_wq);
 	return PFPROF_PUT_DONE;
 }
 
-/* End the session: nothing follows the sample just written. */
-static void pfprof_cancel_locked(struct pfprof_area *a)
+/* End the ring: nothing follows the sample just written. */
+static void pfprof_cancel_locked(struct pfprof_ring *r)
 {
-	lockdep_assert_held(&ring.lock);
-	WRITE_ONCE(ring.canceled, true);
+	lockdep_assert_held(&r->lock);
+	WRITE_ONCE(r->canceled, true);
 	/* Pairs with the consumer's acquire: last sample first. */
-	smp_store_release(&a->canceled, 1);
-	xchg(&a->full.waiters, 0);
+	smp_store_release(&r->area->canceled, 1);
+	xchg(&r->area->full.waiters, 0);
 }
 
 /*
- * Offer @sample to the running session.  @last: nobody was registered when
- * it was collected for @session, so once it is written that session ends -
- * in the same critical section, so that the cancellation can only reach the
- * session that received the sample; one started since gets neither the
- * sample nor the end.  A registration that slipped in since the collection
- * keeps the session going.
+ * PFPROF_IOC_END of a session that never counted a process: nothing is to
+ * be delivered, the ring ends now (or as it starts).
  */
-enum pfprof_put pfprof_ring_put(const struct pfprof_sample *sample, bool last,
+void pfprof_ring_cancel(struct pfprof_session *s)
+{
+	struct pfprof_ring *r = &s->ring;
+
+	mutex_lock(&r->lock);
+	if (r->mode != PFPROF_MODE_NONE)
+		pfprof_cancel_locked(r);
+	mutex_unlock(&r->lock);
+	pfprof_ring_wake_consumer(r);
+}
+
+/*
+ * Offer @sample to the ring of @s.  @last: @s had no process left when it
+ * was collected for the ring @session, so once it is written the ring ends
+ * - in the same critical section, so that the cancellation can only reach
+ * the ring that received the sample; one started since gets neither the
+ * sample nor the end.  A process that joined since the collection keeps
+ * the ring going.
+ */
+enum pfprof_put pfprof_ring_put(struct pfprof_session *s,
+				const struct pfprof_sample *sample, bool last,
 				unsigned int session)
 {
+	struct pfprof_ring *r = &s->ring;
 	enum pfprof_put ret;
 
-	mutex_lock(&ring.lock);
-	if (ring.mode == PFPROF_MODE_NONE || ring.canceled ||
-	    (last && session != ring.generation))
+	mutex_lock(&r->lock);
+	if (r->mode == PFPROF_MODE_NONE)
+		ret = PFPROF_PUT_NOT_STARTED;
+	else if (r->canceled || (last && session != r->generation))
 		ret = PFPROF_PUT_NO_SESSION;
-	else if (ring.mode == PFPROF_MODE_STRICT)
-		ret = pfprof_put_strict(sample);
+	else if (r->mode == PFPROF_MODE_STRICT)
+		ret = pfprof_put_strict(r, sample);
 	else
-		ret = pfprof_put_relaxed(sample);
-	if (ret == PFPROF_PUT_DONE && last && !pfprof_nr_registered())
-		pfprof_cancel_locked(ring.area);
-	mutex_unlock(&ring.lock);
+		ret = pfprof_put_relaxed(r, sample);
+	if (ret == PFPROF_PUT_DONE && last && !pfprof_nr_members(s))
+		pfprof_cancel_locked(r);
+	mutex_unlock(&r->lock);
 	if (ret == PFPROF_PUT_DONE && last)
-		wake_up_interruptible(&ring.consumer_wq);
+		pfprof_ring_wake_consumer(r);
 	return ret;
 }
 
@@ -362,57 +324,58 @@ enum pfprof_put pfprof_ring_put(const struct pfprof_sample *sample, bool last,
  * true when a slot is free already, so the caller offers again at once;
  * otherwise the consumer's WAKE_PRODUCER may fire one retry.
  */
-bool pfprof_ring_await_slot(void)
+bool pfprof_ring_await_slot(struct pfprof_ring *r)
 {
-	struct pfprof_area *a = ring.area;
+	struct pfprof_area *a = r->area;
 	bool free_now = false;
 
-	mutex_lock(&ring.lock);
-	if (ring.mode == PFPROF_MODE_STRICT && !ring.canceled) {
-		atomic_set(&ring.retry, PFPROF_RETRY_ARMED);
+	mutex_lock(&r->lock);
+	if (r->mode == PFPROF_MODE_STRICT && !r->canceled) {
+		atomic_set(&r->retry, PFPROF_RETRY_ARMED);
 		/* The consumer that sees waiters sees the retry armed. */
 		smp_store_release(&a->empty.waiters, 1);
 		/* Pairs with the consumer's barrier between up(empty) and xchg. */
 		smp_mb();
 		free_now = READ_ONCE(a->empty.count);
 		if (free_now) {
-			atomic_set(&ring.retry, PFPROF_RETRY_NONE);
+			atomic_set(&r->retry, PFPROF_RETRY_NONE);
 			WRITE_ONCE(a->empty.waiters, 0);
 		}
 	}
-	mutex_unlock(&ring.lock);
+	mutex_unlock(&r->lock);
 	return free_now;
 }
 
 /* The consumer fired the retry; the sampler has not taken it yet. */
-bool pfprof_ring_retry_fired(void)
+bool pfprof_ring_retry_fired(struct pfprof_ring *r)
 {
-	return atomic_read(&ring.retry) == PFPROF_RETRY_FIRED;
+	return atomic_read(&r->retry) == PFPROF_RETRY_FIRED;
 }
 
 /* Takes a fired retry: true once per WAKE_PRODUCER that found one armed. */
-bool pfprof_ring_take_retry(void)
+bool pfprof_ring_take_retry(struct pfprof_ring *r)
 {
-	return atomic_cmpxchg(&ring.retry, PFPROF_RETRY_FIRED,
+	return atomic_cmpxchg(&r->retry, PFPROF_RETRY_FIRED,
 			      PFPROF_RETRY_NONE) == PFPROF_RETRY_FIRED;
 }
 
-static bool pfprof_full_ready(unsigned int gen)
+static bool pfprof_full_ready(struct pfprof_ring *r, unsigned int gen)
 {
-	return READ_ONCE(ring.area->full.count) || READ_ONCE(ring.canceled) ||
-	       READ_ONCE(ring.generation) != gen;
+	return READ_ONCE(r->area->full.count) || READ_ONCE(r->canceled) ||
+	       READ_ONCE(r->generation) != gen;
 }
 
-/* Strict consumer: sleep until a sample is ready or the session ends. */
-int pfprof_ring_wait_full(long timeout)
+/* Strict consumer: sleep until a sample is ready or the ring ends. */
+int pfprof_ring_wait_full(struct pfprof_ring *r, long timeout)
 {
-	unsigned int gen = READ_ONCE(ring.generation);
+	unsigned int gen = READ_ONCE(r->generation);
 	long ret;
 
-	if (READ_ONCE(ring.mode) != PFPROF_MODE_STRICT)
+	if (READ_ONCE(r->mode) != PFPROF_MODE_STRICT)
 		return -EINVAL;
-	ret = wait_event_interruptible_timeout(ring.consumer_wq,
-					       pfprof_full_ready(gen), timeout);
+	ret = wait_event_interruptible_timeout(r->consumer_wq,
+					       pfprof_full_ready(r, gen),
+					       timeout);
 	if (ret < 0)
 		return -EINTR;
 	return ret ? 0 : -ETIMEDOUT;
@@ -422,32 +385,34 @@ int pfprof_ring_wait_full(long timeout)
  * Only an armed retry wakes the sampler, and only once: a consumer asking
  * again and again cannot make it wake, let alone collect, more often.
  */
-int pfprof_ring_wake_producer(void)
+int pfprof_ring_wake_producer(struct pfprof_session *s)
 {
-	if (READ_ONCE(ring.mode) != PFPROF_MODE_STRICT)
+	struct pfprof_ring *r = &s->ring;
+
+	if (READ_ONCE(r->mode) != PFPROF_MODE_STRICT)
 		return -EINVAL;
-	if (atomic_cmpxchg(&ring.retry, PFPROF_RETRY_ARMED,
+	if (atomic_cmpxchg(&r->retry, PFPROF_RETRY_ARMED,
 			   PFPROF_RETRY_FIRED) == PFPROF_RETRY_ARMED)
-		pfprof_sampler_kick();
+		pfprof_sampler_kick(s);
 	return 0;
 }
 
-__poll_t pfprof_ring_poll_mask(void)
+__poll_t pfprof_ring_poll_mask(struct pfprof_ring *r)
 {
-	u32 mode = READ_ONCE(ring.mode);
+	u32 mode = READ_ONCE(r->mode);
 	__poll_t mask = 0;
 	bool ready;
 
 	if (mode == PFPROF_MODE_NONE)
 		return 0;
 	if (mode == PFPROF_MODE_STRICT)
-		ready = READ_ONCE(ring.area->full.count);
+		ready = READ_ONCE(r->area->full.count);
 	else
-		ready = READ_ONCE(ring.write_seq) !=
-			READ_ONCE(ring.area->read_seq);
+		ready = READ_ONCE(r->write_seq) !=
+			READ_ONCE(r->area->read_seq);
 	if (ready)
 		mask |= EPOLLIN | EPOLLRDNORM;
-	if (READ_ONCE(ring.canceled))
+	if (READ_ONCE(r->canceled))
 		mask |= EPOLLHUP;
 	return mask;
 }

@@ -8,6 +8,49 @@
  * ioctl numbers.  The Rust mirror lives in shared-layout/src/abi.rs and a
  * test compiles this file to prove the two agree.
  *
+ * Sessions
+ * --------
+ * Every open of /dev/pfprof is a session of its own: a freshly allocated,
+ * zeroed area (never one an earlier session used, so pages an earlier
+ * opener pinned never show a later session's data), its own mode, its own
+ * processes and its own sampling deadlines.  Any number of sessions run at
+ * once, up to the module parameter max_sessions per user.  A sample holds
+ * the session's own processes' changes since its previous sample; a process
+ * may be in several sessions, each counting it from when it joined.
+ *
+ * A process joins a session with PFPROF_IOC_ADD on the session's file, or
+ * through a /proc registration the session follows (PFPROF_IOC_FOLLOW).
+ * Either way both the caller and the session's opener (the file's
+ * credentials) must be allowed to ptrace-read the process: its real,
+ * effective and saved ids equal their filesystem ids, or they have
+ * CAP_SYS_PTRACE over it, and a non-dumpable process needs CAP_SYS_PTRACE
+ * (the rule /proc applies; the kernel's ptrace_may_access() is not exported
+ * to modules, so security modules are not consulted).
+ *
+ * With PFPROF_TARGET_INHERIT a process counts with its descendants, as
+ * perf stat's inherit and wait4()'s RUSAGE_CHILDREN do: live descendants as
+ * they run, reaped ones through the process's cumulative children's counts,
+ * never twice.  A descendant stops counting when it leaves the tree without
+ * being waited for by it (its parent ignores SIGCHLD, or it is orphaned);
+ * what it did until then stays counted.  A process inside the tree of an
+ * inheriting member is counted already: it cannot join again (-EEXIST), and
+ * an inheriting process that joins absorbs the members in its tree.
+ *
+ * A session ends, after its last sample, when every process it counted is
+ * gone (or PFPROF_IOC_END asks), provided it ever counted one.
+ *
+ * /proc/pfprof/status
+ * -------------------
+ * Writing "R <pid>" registers a process, "U <pid>" unregisters it: exactly
+ * one letter, one space, a decimal pid greater than zero, an optional
+ * newline; the pid is read in the writer's pid namespace.  The writer and
+ * whoever opened the file must both be allowed to ptrace-read the process.
+ * A registration joins every session that follows registrations, whose
+ * scope covers the process and whose opener may ptrace-read it; unregistering
+ * takes it out of the sessions it joined that way.  Reading the file lists
+ * "<pid> <minor> <major> <cpu_ns>" per registered process the reader may
+ * ptrace-read and can name in its pid namespace, counts since registration.
+ *
  * The area
  * --------
  * One region of PFPROF_AREA_SIZE(pages) bytes: a control page followed by
@@ -85,7 +128,7 @@
  * sample.time_ns is CLOCK_MONOTONIC (clock_gettime() in user space,
  * ktime_get_ns() in the kernel) when the sample's counts were read.  The
  * module's periods end on absolute deadlines, start + k * period_ns from
- * the first registration, so intervals do not drift; a period the sampler
+ * the session's first process, so intervals do not drift; a period the sampler
  * could not keep is folded into the next sample.
  *
  * Relaxed protocol (PFPROF_MODE_RELAXED): the producer never blocks
@@ -118,14 +161,14 @@
  * PFPROF_LOCK_CONSUMER).  Taken with cmpxchg(FREE -> owner) (acquire), so
  * a failed attempt never overwrites the owner; released with a store
  * (release).  The producer never waits on it without bound: it tries for a
- * short, fixed time and otherwise defers the sample to its next period
+ * short, fixed time (PFPROF_LOCK_SPIN_NS) and otherwise defers the sample to its next period
  * (counting it in deferred), so a consumer that dies holding the lock cannot
  * hang the sampler.  The consumer may spin, yield or sleep.
  *
  * Ending
  * ------
- * When every registered process is gone and its last sample is written, the
- * producer sets canceled (release) and wakes both sides.  The consumer takes
+ * When every process of the session is gone and its last sample is
+ * written, the producer sets canceled (release) and wakes both sides.  The consumer takes
  * what is left and stops when it sees canceled (acquire) and nothing ready.
  *
  * Cache lines
@@ -141,10 +184,24 @@
 #include <linux/types.h>
 
 #define PFPROF_MAGIC		0x46504650u	/* "PFPF" in little-endian memory */
-#define PFPROF_ABI_VERSION	2u
+#define PFPROF_ABI_VERSION	3u
 
 #define PFPROF_DEVICE_PATH	"/dev/pfprof"
 #define PFPROF_PROC_PATH	"/proc/pfprof/status"
+
+/*
+ * Defaults and bounds: the module's parameters period_ms and buffer_pages,
+ * and the period and size the monitor's user-space backend uses.
+ */
+#define PFPROF_PERIOD_MS_DEFAULT	50u
+#define PFPROF_PERIOD_MS_MIN		1u
+#define PFPROF_PERIOD_MS_MAX		10000u
+#define PFPROF_BUFFER_PAGES_DEFAULT	128u
+/* A control page and at least one page of slots; at most 256 MiB. */
+#define PFPROF_BUFFER_PAGES_MIN		2u
+#define PFPROF_BUFFER_PAGES_MAX		65536u
+/* How long the producer tries for the shared lock before deferring, ns. */
+#define PFPROF_LOCK_SPIN_NS		10000u
 
 /* Modes, selected by the consumer with PFPROF_IOC_SET_MODE. */
 #define PFPROF_MODE_NONE	0u	/* no consumer attached yet */
@@ -164,7 +221,7 @@
 #define PFPROF_AREA_SIZE(pages)	((__u64)(pages) * PFPROF_PAGE_SIZE)
 
 /*
- * One sample: what every registered process did during one period, summed.
+ * One sample: what the session's processes did during one period, summed.
  * Written only by the producer, only inside a slot it owns.
  */
 struct pfprof_sample {
@@ -246,10 +303,10 @@ struct pfprof_info {
 #define PFPROF_IOC_INFO		_IOWR(PFPROF_IOC_MAGIC, 0x00, struct pfprof_info)
 /*
  * The argument points to a __u32: PFPROF_MODE_STRICT or PFPROF_MODE_RELAXED
- * (anything else: -EINVAL).  Starts a session:
- * the module reinitializes the whole control page (sequence numbers,
- * semaphores, lock, counters, canceled).  Faults taken by registered
- * processes before a session starts are reported in its first sample.
+ * (anything else: -EINVAL).  Starts the ring: the module reinitializes
+ * the whole control page (sequence numbers, semaphores, lock, counters,
+ * canceled).  What the session's processes did before is reported in its
+ * first sample.
  */
 #define PFPROF_IOC_SET_MODE	_IOW(PFPROF_IOC_MAGIC, 0x01, __u32)
 /*
@@ -261,5 +318,58 @@ struct pfprof_info {
 #define PFPROF_IOC_WAIT_FULL	_IOW(PFPROF_IOC_MAGIC, 0x02, __u32)
 /* Strict consumer: wake the producer if it sleeps waiting for a free slot. */
 #define PFPROF_IOC_WAKE_PRODUCER _IO(PFPROF_IOC_MAGIC, 0x03)
+
+/* Count the process's descendants with it (see "Sessions"). */
+#define PFPROF_TARGET_INHERIT	(1u << 0)
+/*
+ * Count what it did since it started, not since it joined: for a command
+ * the monitor forked and holds before exec, its whole life (its rusage).
+ * PFPROF_IOC_ADD only.
+ */
+#define PFPROF_TARGET_WHOLE_LIFE	(1u << 1)
+
+/*
+ * PFPROF_IOC_ADD: the process (thread group) pid, in the caller's pid
+ * namespace, joins this session; its counts start now (or at its start,
+ * PFPROF_TARGET_WHOLE_LIFE).  -EINVAL: pid <= 0,
+ * unknown flags or non-zero reserved; -ESRCH: no such process; -EPERM: the
+ * caller or the opener may not ptrace-read it; -EEXIST: the session counts
+ * it already; -ENOSPC: the session has PFPROF_MEMBERS_MAX processes;
+ * -ESHUTDOWN: the session has ended.
+ */
+struct pfprof_target {
+	__s32 pid;
+	__u32 flags;		/* PFPROF_TARGET_* */
+	__u64 reserved;		/* must be 0 */
+};
+
+#define PFPROF_MEMBERS_MAX	4096u
+
+/* Which /proc registrations a session follows (PFPROF_IOC_FOLLOW). */
+#define PFPROF_FOLLOW_NONE		0u	/* none: the default */
+#define PFPROF_FOLLOW_ALL		1u	/* every one the opener may read */
+#define PFPROF_FOLLOW_DESCENDANTS	2u	/* pid's and its descendants' */
+
+/*
+ * PFPROF_IOC_FOLLOW: from now on, registrations in scope join the session
+ * with flags (PFPROF_TARGET_*); processes registered already join at once.
+ * pid (DESCENDANTS only, else 0) is read in the caller's pid namespace and
+ * must be readable as for PFPROF_IOC_ADD.  Errors as PFPROF_IOC_ADD's.
+ */
+struct pfprof_follow {
+	__u32 scope;		/* PFPROF_FOLLOW_* */
+	__u32 flags;		/* PFPROF_TARGET_* for the processes joining */
+	__s32 pid;
+	__u32 reserved;		/* must be 0 */
+};
+
+#define PFPROF_IOC_ADD		_IOW(PFPROF_IOC_MAGIC, 0x04, struct pfprof_target)
+#define PFPROF_IOC_FOLLOW	_IOW(PFPROF_IOC_MAGIC, 0x05, struct pfprof_follow)
+/*
+ * End the session now: its processes leave (their changes since the last
+ * sample still reach it), it follows nothing more, and it ends after its
+ * last sample - at once if it never counted a process.
+ */
+#define PFPROF_IOC_END		_IO(PFPROF_IOC_MAGIC, 0x06)
 
 #endif /* _UAPI_LINUX_PFPROF_H */

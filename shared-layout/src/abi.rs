@@ -6,10 +6,21 @@
 use core::mem::{offset_of, size_of};
 
 pub const MAGIC: u32 = 0x4650_4650;
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 pub const DEVICE_PATH: &str = "/dev/pfprof";
 pub const PROC_PATH: &str = "/proc/pfprof/status";
+
+/// Defaults and bounds of the sampling period (the module's `period_ms`).
+pub const PERIOD_MS_DEFAULT: u32 = 50;
+pub const PERIOD_MS_MIN: u32 = 1;
+pub const PERIOD_MS_MAX: u32 = 10_000;
+/// Defaults and bounds of an area's size in pages (the module's `buffer_pages`).
+pub const BUFFER_PAGES_DEFAULT: u32 = 128;
+pub const BUFFER_PAGES_MIN: u32 = 2;
+pub const BUFFER_PAGES_MAX: u32 = 65_536;
+/// How long the producer tries for the shared lock before deferring, ns.
+pub const LOCK_SPIN_NS: u32 = 10_000;
 
 pub const MODE_NONE: u32 = 0;
 pub const MODE_STRICT: u32 = 1;
@@ -29,7 +40,7 @@ pub const fn area_size(pages: u64) -> u64 {
     pages * PAGE_SIZE
 }
 
-/// `struct pfprof_sample`: one period, summed over every registered process.
+/// `struct pfprof_sample`: one period, summed over the session's processes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Sample {
@@ -123,6 +134,36 @@ pub struct Info {
     pub reserved: [u64; 3],
 }
 
+/// `PFPROF_TARGET_INHERIT`: the process counts with its descendants.
+pub const TARGET_INHERIT: u32 = 1;
+/// `PFPROF_TARGET_WHOLE_LIFE`: counted since the process started, not since it joined.
+pub const TARGET_WHOLE_LIFE: u32 = 2;
+/// The most processes one session counts.
+pub const MEMBERS_MAX: u32 = 4096;
+
+/// `struct pfprof_target`: `PFPROF_IOC_ADD`'s argument.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Target {
+    pub pid: i32,
+    pub flags: u32,
+    pub reserved: u64,
+}
+
+pub const FOLLOW_NONE: u32 = 0;
+pub const FOLLOW_ALL: u32 = 1;
+pub const FOLLOW_DESCENDANTS: u32 = 2;
+
+/// `struct pfprof_follow`: `PFPROF_IOC_FOLLOW`'s argument.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Follow {
+    pub scope: u32,
+    pub flags: u32,
+    pub pid: i32,
+    pub reserved: u32,
+}
+
 // The asm-generic ioctl encoding (x86, arm, arm64, riscv, ...), or the one
 // powerpc, mips and sparc use: include/uapi/asm-generic/ioctl.h and
 // arch/*/include/uapi/asm/ioctl.h.
@@ -174,6 +215,9 @@ pub const IOC_INFO: u32 = iowr(IOC_MAGIC, 0x00, size_of::<Info>());
 pub const IOC_SET_MODE: u32 = iow(IOC_MAGIC, 0x01, size_of::<u32>());
 pub const IOC_WAIT_FULL: u32 = iow(IOC_MAGIC, 0x02, size_of::<u32>());
 pub const IOC_WAKE_PRODUCER: u32 = io(IOC_MAGIC, 0x03);
+pub const IOC_ADD: u32 = iow(IOC_MAGIC, 0x04, size_of::<Target>());
+pub const IOC_FOLLOW: u32 = iow(IOC_MAGIC, 0x05, size_of::<Follow>());
+pub const IOC_END: u32 = io(IOC_MAGIC, 0x06);
 
 /// Byte offset of slot `index` in the area.
 pub const fn slot_offset(index: u64) -> u64 {
@@ -207,6 +251,8 @@ assert_layout!(AreaHeader, size 384, align 8, {
     full: 256, reserved5: 264,
     empty: 320, reserved6: 328,
 });
+assert_layout!(Target, size 16, align 8, { pid: 0, flags: 4, reserved: 8 });
+assert_layout!(Follow, size 16, align 4, { scope: 0, flags: 4, pid: 8, reserved: 12 });
 assert_layout!(Info, size 64, align 8, {
     abi_version: 0, flags: 4, area_size: 8, slot_count: 16,
     sample_size: 24, reserved0: 28, period_ns: 32, reserved: 40,

@@ -1,8 +1,9 @@
 //! The kernel side: `/dev/pfprof`, served by pfprof.ko.
 //!
-//! [`Device::open`] does the `PFPROF_IOC_INFO` handshake, [`Device::start`]
-//! selects a mode (which starts a session: the module reinitializes the
-//! control page) and maps the area, and [`DeviceWaiter`] sleeps and wakes
+//! Every open is a session of its own (pfprof.h, "Sessions"). [`Device::open`] does
+//! the `PFPROF_IOC_INFO` handshake; [`Device::add`] and [`Device::follow`] say which
+//! processes the session counts and [`Ender`] ends it; [`Device::start`]
+//! selects a mode (the module reinitializes the control page) and maps the area, and [`DeviceWaiter`] sleeps and wakes
 //! through the module's ioctls instead of futexes: the producer is the
 //! module's sampler, which sleeps in the kernel.
 
@@ -28,8 +29,18 @@ pub enum DeviceError {
     PermissionDenied { path: PathBuf },
     #[error("the module speaks ABI version {module}, this monitor speaks {ours}: {}", rebuild_advice(*ours, *module))]
     AbiMismatch { ours: u32, module: u32 },
-    #[error("{} is busy: another monitor is attached (one at a time)", path.display())]
-    Busy { path: PathBuf },
+    #[error("too many sessions open on {}: close another monitor of this user, or raise the module's max_sessions", path.display())]
+    TooManySessions { path: PathBuf },
+    #[error("process {pid} does not exist")]
+    NoSuchProcess { pid: u32 },
+    #[error("not allowed to profile process {pid}: it belongs to another user (profile it as that user or as root)")]
+    NotAllowed { pid: u32 },
+    #[error("process {pid} is profiled by this session already")]
+    AlreadyCounted { pid: u32 },
+    #[error("the session counts {max} processes already", max = abi::MEMBERS_MAX)]
+    Full,
+    #[error("the session has ended")]
+    Ended,
     #[error("the module's answer is inconsistent: {0}")]
     BadInfo(&'static str),
     #[error("the area the module mapped is not usable: {0}")]
@@ -42,8 +53,8 @@ pub enum DeviceError {
     },
 }
 
-/// An open `/dev/pfprof` (the module allows one at a time). Closing it
-/// (dropping it, its waiters and every [`Area`] it mapped) ends the session.
+/// An open `/dev/pfprof`: a session of its own. Closing it (dropping it, its waiters
+/// and every [`Area`] it mapped) ends the session.
 pub struct Device {
     file: Arc<File>,
     path: PathBuf,
@@ -60,8 +71,22 @@ mod ioctls {
     nix::ioctl_write_ptr_bad!(ioc_set_mode, abi::IOC_SET_MODE, u32);
     nix::ioctl_write_ptr_bad!(ioc_wait_full, abi::IOC_WAIT_FULL, u32);
     nix::ioctl_none_bad!(ioc_wake_producer, abi::IOC_WAKE_PRODUCER);
+    nix::ioctl_write_ptr_bad!(ioc_add, abi::IOC_ADD, abi::Target);
+    nix::ioctl_write_ptr_bad!(ioc_follow, abi::IOC_FOLLOW, abi::Follow);
+    nix::ioctl_none_bad!(ioc_end, abi::IOC_END);
 }
-use ioctls::{ioc_info, ioc_set_mode, ioc_wait_full, ioc_wake_producer};
+use ioctls::{
+    ioc_add, ioc_end, ioc_follow, ioc_info, ioc_set_mode, ioc_wait_full, ioc_wake_producer,
+};
+
+/// Which `/proc/pfprof/status` registrations a session takes in ([`Device::follow`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Follow {
+    /// Every registration of a process the session's opener may read.
+    All,
+    /// Registrations of this process and its descendants.
+    Descendants(u32),
+}
 
 /// The `io::Error` of a failed ioctl.
 fn ioctl_result(ret: nix::Result<libc::c_int>) -> io::Result<()> {
@@ -85,7 +110,7 @@ impl Device {
                         DeviceError::NotLoaded { path }
                     }
                     Some(libc::EACCES | libc::EPERM) => DeviceError::PermissionDenied { path },
-                    Some(libc::EBUSY) => DeviceError::Busy { path },
+                    Some(libc::EMFILE) => DeviceError::TooManySessions { path },
                     _ => DeviceError::Io {
                         op: "open",
                         path,
@@ -137,8 +162,65 @@ impl Device {
         self.info
     }
 
-    /// Starts a session in `mode` and maps its area. Faults the registered
-    /// processes took before are reported in the session's first sample.
+    /// Process `pid` joins the session, counted from now, or since it started with
+    /// `whole_life` (a command held before exec); with `inherit`, with its descendants.
+    pub fn add(&self, pid: u32, inherit: bool, whole_life: bool) -> Result<(), DeviceError> {
+        let mut flags = inherit_flags(inherit);
+        if whole_life {
+            flags |= abi::TARGET_WHOLE_LIFE;
+        }
+        let target = abi::Target {
+            pid: pid_arg(pid)?,
+            flags,
+            reserved: 0,
+        };
+        // SAFETY: IOC_ADD is _IOW(.., struct pfprof_target), which Target mirrors;
+        // `target` is a live local.
+        ioctl_result(unsafe { ioc_add(self.file.as_raw_fd(), &target) })
+            .map_err(|e| self.target_error("PFPROF_IOC_ADD", pid, e))
+    }
+
+    /// From now on, the registrations `follow` names join the session (with their
+    /// descendants if `inherit`), those made already at once.
+    pub fn follow(&self, follow: Follow, inherit: bool) -> Result<(), DeviceError> {
+        let (scope, pid) = match follow {
+            Follow::All => (abi::FOLLOW_ALL, 0),
+            Follow::Descendants(pid) => (abi::FOLLOW_DESCENDANTS, pid),
+        };
+        let arg = abi::Follow {
+            scope,
+            flags: inherit_flags(inherit),
+            pid: pid_arg(pid)?,
+            reserved: 0,
+        };
+        // SAFETY: IOC_FOLLOW is _IOW(.., struct pfprof_follow), which Follow mirrors;
+        // `arg` is a live local.
+        ioctl_result(unsafe { ioc_follow(self.file.as_raw_fd(), &arg) })
+            .map_err(|e| self.target_error("PFPROF_IOC_FOLLOW", pid, e))
+    }
+
+    /// What ends the session (`PFPROF_IOC_END`), from any thread: its processes leave
+    /// after their last sample, and the module then cancels the ring.
+    pub fn ender(&self) -> Ender {
+        Ender {
+            file: Arc::clone(&self.file),
+            path: self.path.clone(),
+        }
+    }
+
+    fn target_error(&self, op: &'static str, pid: u32, e: io::Error) -> DeviceError {
+        match e.raw_os_error() {
+            Some(libc::ESRCH) => DeviceError::NoSuchProcess { pid },
+            Some(libc::EPERM | libc::EACCES) => DeviceError::NotAllowed { pid },
+            Some(libc::EEXIST) => DeviceError::AlreadyCounted { pid },
+            Some(libc::ENOSPC) => DeviceError::Full,
+            Some(libc::ESHUTDOWN) => DeviceError::Ended,
+            _ => self.io(op, e),
+        }
+    }
+
+    /// Starts the ring in `mode` and maps the area. What the session's processes did
+    /// before is reported in its first sample.
     pub fn start(&self, mode: Mode) -> Result<Arc<Area>, DeviceError> {
         let raw = mode.as_raw();
         // SAFETY: IOC_SET_MODE is _IOW(.., __u32); `raw` is a live local.
@@ -172,6 +254,38 @@ impl Device {
             path: self.path.clone(),
             source,
         }
+    }
+}
+
+/// Ends a [`Device`]'s session from wherever it is held.
+#[derive(Clone)]
+pub struct Ender {
+    file: Arc<File>,
+    path: PathBuf,
+}
+
+impl Ender {
+    /// Ends the session.
+    pub fn end(&self) -> Result<(), DeviceError> {
+        // SAFETY: IOC_END is _IO: no argument.
+        ioctl_result(unsafe { ioc_end(self.file.as_raw_fd()) }).map_err(|source| DeviceError::Io {
+            op: "PFPROF_IOC_END",
+            path: self.path.clone(),
+            source,
+        })
+    }
+}
+
+/// A pid as the ABI's `__s32`: pids are below 2^22 on Linux.
+fn pid_arg(pid: u32) -> Result<i32, DeviceError> {
+    i32::try_from(pid).map_err(|_| DeviceError::NoSuchProcess { pid })
+}
+
+fn inherit_flags(inherit: bool) -> u32 {
+    if inherit {
+        abi::TARGET_INHERIT
+    } else {
+        0
     }
 }
 

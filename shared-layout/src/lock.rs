@@ -3,7 +3,7 @@
 //! Taken with a compare-and-swap (acquire) so that a failed attempt leaves the
 //! owner's value intact, released with a store (release).
 
-use crate::abi::{LOCK_CONSUMER, LOCK_FREE, LOCK_PRODUCER};
+use crate::abi::{LOCK_CONSUMER, LOCK_FREE, LOCK_PRODUCER, LOCK_SPIN_NS};
 use std::time::Duration;
 
 use crate::sync::{backoff, Ordering, SpinBudget};
@@ -11,7 +11,7 @@ use crate::Area;
 
 /// How long the producer tries before it defers its sample, as the module
 /// does (PFPROF_LOCK_SPIN_NS): the consumer holds the lock only to copy a batch.
-const PRODUCER_SPIN: Duration = Duration::from_micros(10);
+const PRODUCER_SPIN: Duration = Duration::from_nanos(LOCK_SPIN_NS as u64);
 /// How long the consumer spins before it yields and sleeps. A user-space
 /// producer that never waits (the module's role, unpaced) takes the lock back
 /// within nanoseconds of each release; a consumer that gave up after 64 tries

@@ -7,7 +7,7 @@ use std::mem::{offset_of, size_of};
 use std::path::PathBuf;
 use std::process::Command;
 
-use shared_layout::abi::{self, AreaHeader, Info, Sample, Sem};
+use shared_layout::abi::{self, AreaHeader, Follow, Info, Sample, Sem, Target};
 
 /// One fact as both sides see it: a name, the printf conversion and argument
 /// that print it in C, and the Rust value.
@@ -132,6 +132,8 @@ fn facts() -> Vec<Fact> {
             reserved,
         ]
     );
+    struct_facts!(f, Target, "pfprof_target", [pid, flags, reserved]);
+    struct_facts!(f, Follow, "pfprof_follow", [scope, flags, pid, reserved]);
     number(&mut f, "PFPROF_MAGIC", abi::MAGIC);
     number(&mut f, "PFPROF_ABI_VERSION", abi::ABI_VERSION);
     number(&mut f, "PFPROF_MODE_NONE", abi::MODE_NONE);
@@ -155,6 +157,26 @@ fn facts() -> Vec<Fact> {
     number(&mut f, "PFPROF_IOC_SET_MODE", abi::IOC_SET_MODE);
     number(&mut f, "PFPROF_IOC_WAIT_FULL", abi::IOC_WAIT_FULL);
     number(&mut f, "PFPROF_IOC_WAKE_PRODUCER", abi::IOC_WAKE_PRODUCER);
+    number(&mut f, "PFPROF_IOC_ADD", abi::IOC_ADD);
+    number(&mut f, "PFPROF_IOC_FOLLOW", abi::IOC_FOLLOW);
+    number(&mut f, "PFPROF_IOC_END", abi::IOC_END);
+    number(&mut f, "PFPROF_TARGET_INHERIT", abi::TARGET_INHERIT);
+    number(&mut f, "PFPROF_TARGET_WHOLE_LIFE", abi::TARGET_WHOLE_LIFE);
+    number(&mut f, "PFPROF_MEMBERS_MAX", abi::MEMBERS_MAX);
+    number(&mut f, "PFPROF_FOLLOW_NONE", abi::FOLLOW_NONE);
+    number(&mut f, "PFPROF_FOLLOW_ALL", abi::FOLLOW_ALL);
+    number(&mut f, "PFPROF_FOLLOW_DESCENDANTS", abi::FOLLOW_DESCENDANTS);
+    number(&mut f, "PFPROF_PERIOD_MS_DEFAULT", abi::PERIOD_MS_DEFAULT);
+    number(&mut f, "PFPROF_PERIOD_MS_MIN", abi::PERIOD_MS_MIN);
+    number(&mut f, "PFPROF_PERIOD_MS_MAX", abi::PERIOD_MS_MAX);
+    number(
+        &mut f,
+        "PFPROF_BUFFER_PAGES_DEFAULT",
+        abi::BUFFER_PAGES_DEFAULT,
+    );
+    number(&mut f, "PFPROF_BUFFER_PAGES_MIN", abi::BUFFER_PAGES_MIN);
+    number(&mut f, "PFPROF_BUFFER_PAGES_MAX", abi::BUFFER_PAGES_MAX);
+    number(&mut f, "PFPROF_LOCK_SPIN_NS", abi::LOCK_SPIN_NS);
     string(&mut f, "PFPROF_DEVICE_PATH", abi::DEVICE_PATH);
     string(&mut f, "PFPROF_PROC_PATH", abi::PROC_PATH);
     f
