@@ -1,6 +1,6 @@
 //! Starting the command `monitor run` profiles, and reaping it with its rusage.
 
-use std::ffi::{CString, OsString};
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
@@ -9,12 +9,10 @@ use std::process::Command;
 use std::thread::{self, JoinHandle};
 
 use nix::errno::Errno;
-use nix::fcntl::{self, OFlag};
+use nix::fcntl::OFlag;
 use nix::sys::signal::{self, SigHandler, Signal};
-use nix::sys::stat::Mode;
 use nix::sys::wait::{self, Id, WaitPidFlag};
 use nix::unistd::{self, Pid};
-use shared_layout::abi::PROC_PATH;
 
 use crate::error::Blame;
 use crate::procstat::{self, ProcessCounters};
@@ -37,17 +35,11 @@ pub enum SpawnError {
         #[source]
         source: io::Error,
     },
-    #[error("{command:?} could not register with the pfprof module before it started")]
-    Register {
-        command: OsString,
-        #[source]
-        source: io::Error,
-    },
 }
 
 impl SpawnError {
     /// As shells report it: 127 for a command that is not there, 126 for one that is
-    /// and cannot be executed; a failed registration is the system's setup.
+    /// and cannot be executed.
     pub fn blame(&self) -> Blame {
         match self {
             SpawnError::Spawn { source, .. } => match source.kind() {
@@ -55,25 +47,31 @@ impl SpawnError {
                 _ => Blame::CommandNotExecutable,
             },
             SpawnError::Setup { .. } => Blame::Internal,
-            SpawnError::NoCommand | SpawnError::Register { .. } => Blame::Usage,
+            SpawnError::NoCommand => Blame::Usage,
         }
     }
 }
 
 /// Starts `argv` now; the procfs backend's way.
 pub fn spawn(argv: &[OsString]) -> Result<u32, SpawnError> {
-    spawn_held(argv, false)?.release()
+    spawn_held(argv)?.release()
 }
 
 /// A command forked and held between fork and exec until [`Held::release`]; dropping it
 /// instead makes the command fail before it runs anything.
 pub struct Held {
+    pid: u32,
     /// One byte lets the child exec; end of file makes it give up.
     go: File,
     spawner: JoinHandle<Result<u32, SpawnError>>,
 }
 
 impl Held {
+    /// The held child's pid: it can be profiled before it runs.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
     /// Lets the command exec; its pid once it runs.
     pub fn release(self) -> Result<u32, SpawnError> {
         // A child that died meanwhile makes this fail; the spawner says why.
@@ -85,16 +83,12 @@ impl Held {
     }
 }
 
-/// What the held child writes on the ready pipe: ready, or its registration failed
-/// (followed by the errno, 4 bytes in native order).
+/// What the held child writes on the ready pipe: ready, followed by its pid (4 bytes in
+/// native order).
 const READY: u8 = b'R';
-const REGISTRATION_FAILED: u8 = b'E';
 
-/// Forks `argv` and holds it before exec (see [`Held`]). With `register`, the child first
-/// writes `R <its pid>` to the module's registration file, so the module counts every
-/// fault of the command and the caller can start the session once the command is
-/// registered and before it runs; a failed registration fails the spawn.
-pub fn spawn_held(argv: &[OsString], register: bool) -> Result<Held, SpawnError> {
+/// Forks `argv` and holds it before exec (see [`Held`]).
+pub fn spawn_held(argv: &[OsString]) -> Result<Held, SpawnError> {
     let (program, args) = argv.split_first().ok_or(SpawnError::NoCommand)?;
     let setup = |source| SpawnError::Setup {
         command: program.clone(),
@@ -103,24 +97,13 @@ pub fn spawn_held(argv: &[OsString], register: bool) -> Result<Held, SpawnError>
     let (ready_rx, ready_tx) = pipe().map_err(setup)?;
     let (go_rx, go_tx) = pipe().map_err(setup)?;
     let go_tx_in_child = std::os::fd::AsRawFd::as_raw_fd(&go_tx);
-    let path = CString::new(PROC_PATH).expect("PROC_PATH has no NUL byte");
     let mut command = Command::new(program);
     command.args(args);
     // SAFETY: the hook runs in the forked child before exec and only makes
-    // async-signal-safe calls (signal, getpid, open, read, write, close) on stack memory,
-    // on `path`, allocated before the fork, and on file descriptors it owns.
+    // async-signal-safe calls (signal, getpid, read, write, close) on stack memory and on
+    // file descriptors it owns.
     unsafe {
-        command.pre_exec(move || {
-            if register {
-                if let Err(e) = register_self(&path) {
-                    let mut report = [REGISTRATION_FAILED, 0, 0, 0, 0];
-                    report[1..].copy_from_slice(&(e as i32).to_ne_bytes());
-                    let _ = retry(|| unistd::write(&ready_tx, &report));
-                    return Err(e.into());
-                }
-            }
-            hold(&ready_tx, go_tx_in_child, &go_rx)
-        });
+        command.pre_exec(move || hold(&ready_tx, go_tx_in_child, &go_rx));
     }
     // spawn() returns only once the child has exec'd: it waits in a thread of its own.
     let spawner = thread::Builder::new()
@@ -140,35 +123,23 @@ pub fn spawn_held(argv: &[OsString], register: bool) -> Result<Held, SpawnError>
             }
         })
         .map_err(setup)?;
-    let mut ready = File::from(ready_rx);
-    let mut status = [0u8];
-    let failed = match ready.read_exact(&mut status) {
-        Ok(()) if status[0] == READY => {
-            return Ok(Held {
-                go: File::from(go_tx),
-                spawner,
-            })
-        }
-        Ok(()) => {
-            let mut errno = [0u8; 4];
-            let errno = ready
-                .read_exact(&mut errno)
-                .map(|()| i32::from_ne_bytes(errno));
-            Some(SpawnError::Register {
-                command: program.clone(),
-                source: errno.map_or_else(|e| e, io::Error::from_raw_os_error),
-            })
-        }
-        // The child failed before it was ready: the spawner has the reason.
-        Err(_) => None,
-    };
+    let mut ready = [0u8; 5];
+    if File::from(ready_rx).read_exact(&mut ready).is_ok() && ready[0] == READY {
+        let pid = u32::from_ne_bytes([ready[1], ready[2], ready[3], ready[4]]);
+        return Ok(Held {
+            pid,
+            go: File::from(go_tx),
+            spawner,
+        });
+    }
+    // The child failed before it was ready: the spawner has the reason.
     drop(go_tx);
     let outcome = spawner
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-    Err(match (failed, outcome) {
-        (Some(e), _) | (None, Err(e)) => e,
-        (None, Ok(pid)) => {
+    Err(match outcome {
+        Err(e) => e,
+        Ok(pid) => {
             // Killed before it was ready: nothing ran, reap it.
             let _ = wait(pid);
             setup(io::Error::other("it was killed before it could start"))
@@ -194,7 +165,9 @@ fn hold(ready_tx: &OwnedFd, go_tx: RawFd, go_rx: &OwnedFd) -> io::Result<()> {
     // SAFETY: `go_tx` is the child's own copy of an open descriptor (the parent's copy is
     // another process's), closed once, here.
     unistd::close(unsafe { OwnedFd::from_raw_fd(go_tx) })?;
-    retry(|| unistd::write(ready_tx, &[READY]))?;
+    let mut ready = [READY, 0, 0, 0, 0];
+    ready[1..].copy_from_slice(&(unistd::getpid().as_raw() as u32).to_ne_bytes());
+    retry(|| unistd::write(ready_tx, &ready))?;
     let mut go = [0u8];
     match retry(|| unistd::read(go_rx, &mut go))? {
         1 => Ok(()),
@@ -210,32 +183,6 @@ fn retry<T>(mut call: impl FnMut() -> nix::Result<T>) -> nix::Result<T> {
             other => return other,
         }
     }
-}
-
-/// `R <getpid()>\n` to the registration file, without allocating (we are between fork
-/// and exec of a possibly multi-threaded parent).
-fn register_self(path: &CString) -> Result<(), Errno> {
-    let mut buf = [0u8; 16];
-    let mut pid = unistd::getpid().as_raw() as u32;
-    let mut start = buf.len() - 1;
-    buf[start] = b'\n';
-    loop {
-        start -= 1;
-        buf[start] = b'0' + (pid % 10) as u8;
-        pid /= 10;
-        if pid == 0 {
-            break;
-        }
-    }
-    start -= 2;
-    buf[start..start + 2].copy_from_slice(b"R ");
-    let fd = fcntl::open(
-        path.as_c_str(),
-        OFlag::O_WRONLY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
-    // One write: the module parses each write on its own.
-    retry(|| unistd::write(&fd, &buf[start..])).map(drop)
 }
 
 fn pid_of(pid: u32) -> Pid {
@@ -312,7 +259,7 @@ mod tests {
     #[test]
     fn a_held_command_runs_only_once_released() {
         let (argv, file) = toucher("released");
-        let held = spawn_held(&argv, false).unwrap();
+        let held = spawn_held(&argv).unwrap();
         thread::sleep(Duration::from_millis(200));
         assert!(!file.exists(), "the command ran before it was released");
         let pid = held.release().unwrap();
@@ -324,7 +271,7 @@ mod tests {
     #[test]
     fn a_held_command_dropped_without_release_never_runs() {
         let (argv, file) = toucher("dropped");
-        drop(spawn_held(&argv, false).unwrap());
+        drop(spawn_held(&argv).unwrap());
         thread::sleep(Duration::from_millis(300));
         assert!(!file.exists(), "the command ran");
     }
@@ -340,7 +287,7 @@ mod tests {
 
     #[test]
     fn a_command_that_does_not_exist_fails_at_release_with_127() {
-        let held = spawn_held(&["/nonexistent/pfprof-command".into()], false).unwrap();
+        let held = spawn_held(&["/nonexistent/pfprof-command".into()]).unwrap();
         let err = held.release().unwrap_err();
         assert!(matches!(err, SpawnError::Spawn { .. }), "{err:?}");
         assert_eq!(err.blame(), Blame::CommandNotFound);
@@ -348,7 +295,7 @@ mod tests {
 
     #[test]
     fn a_file_that_cannot_be_executed_fails_with_126() {
-        let held = spawn_held(&["/dev/null".into()], false).unwrap();
+        let held = spawn_held(&["/dev/null".into()]).unwrap();
         let err = held.release().unwrap_err();
         assert_eq!(err.blame(), Blame::CommandNotExecutable, "{err:?}");
     }
@@ -368,16 +315,5 @@ mod tests {
             totals.cpu_ns >= running && totals.cpu_ns > 0,
             "{totals:?} < {running}"
         );
-    }
-
-    #[test]
-    fn a_command_that_cannot_register_fails_before_it_runs() {
-        if crate::registration::available() {
-            return; // the module is loaded here: registration would succeed
-        }
-        let (argv, file) = toucher("unregistered");
-        let err = spawn_held(&argv, true).err();
-        assert!(matches!(err, Some(SpawnError::Register { .. })), "{err:?}");
-        assert!(!file.exists(), "the command ran");
     }
 }

@@ -10,7 +10,6 @@ use shared_layout::{LayoutError, ProtocolError};
 use crate::child::SpawnError;
 use crate::plot::PlotError;
 use crate::procstat::StatError;
-use crate::registration::RegistrationError;
 use crate::sampler::SamplerError;
 
 #[derive(Debug, thiserror::Error)]
@@ -34,18 +33,6 @@ pub enum ProfileError {
         pid: u32,
         #[source]
         source: StatError,
-    },
-    #[error("cannot profile process {pid}")]
-    Register {
-        pid: u32,
-        #[source]
-        source: RegistrationError,
-    },
-    #[error("unregistering process {pid}")]
-    Unregister {
-        pid: u32,
-        #[source]
-        source: RegistrationError,
     },
     #[error("cannot use the pfprof module")]
     Device(#[source] DeviceError),
@@ -110,7 +97,6 @@ impl ProfileError {
             | ProfileError::Plot { .. }
             | ProfileError::PlotNotSvg { .. }
             | ProfileError::Attach { .. }
-            | ProfileError::Register { .. }
             | ProfileError::NothingToProfile
             | ProfileError::PeriodMismatch { .. } => Blame::Usage,
             ProfileError::Device(e) if device_error_is_usage(e) => Blame::Usage,
@@ -120,14 +106,18 @@ impl ProfileError {
     }
 }
 
-/// The module's errors the user can act on: not loaded, no permission, ABI mismatch, busy.
+/// The module's errors the user can act on: not loaded, no permission, ABI mismatch, too
+/// many sessions, a process that is not there or not theirs.
 fn device_error_is_usage(e: &DeviceError) -> bool {
     matches!(
         e,
         DeviceError::NotLoaded { .. }
             | DeviceError::PermissionDenied { .. }
             | DeviceError::AbiMismatch { .. }
-            | DeviceError::Busy { .. }
+            | DeviceError::TooManySessions { .. }
+            | DeviceError::NoSuchProcess { .. }
+            | DeviceError::NotAllowed { .. }
+            | DeviceError::AlreadyCounted { .. }
             | DeviceError::Layout(LayoutError::VersionMismatch { .. })
     )
 }

@@ -44,6 +44,8 @@ pub struct Request {
     pub command: Option<Vec<OsString>>,
     pub pids: Vec<u32>,
     pub period_ms: Option<u32>,
+    /// Count each process with its descendants.
+    pub inherit: bool,
 }
 
 /// How the consumer loop ended.
@@ -67,14 +69,18 @@ pub fn profile<B: Backend>(request: Request) -> Result<u8, ProfileError> {
         pids: request.pids.clone(),
         command: request.command.is_some(),
         period_ms: request.period_ms,
+        inherit: request.inherit,
     })?;
     let signals = Signals::install()?;
     // Dropped on an error below, the held command never runs.
     let held = request
         .command
         .as_deref()
-        .map(|argv| child::spawn_held(argv, backend.command_registers_itself()))
+        .map(child::spawn_held)
         .transpose()?;
+    if let Some(held) = &held {
+        backend.adopt(held.pid())?;
+    }
     let (area, waiter) = backend.start(request.mode)?;
     let source = Source::new(Arc::clone(&area), waiter, request.interval);
     let ending = source.ending();

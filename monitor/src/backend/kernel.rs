@@ -1,23 +1,26 @@
 //! The kernel backend: the pfprof module samples, this process only consumes.
+//!
+//! The monitor's own open of `/dev/pfprof` is its session: it adds the processes it was
+//! given (`--pid`, the command) with `PFPROF_IOC_ADD`, and takes in `/proc/pfprof/status`
+//! registrations with `PFPROF_IOC_FOLLOW`: a bare `monitor` every one it may see,
+//! `monitor run` those of its command's descendants (`work` registers itself).
 
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use shared_layout::device::{Device, DeviceWaiter};
+use shared_layout::device::{Device, DeviceWaiter, Ender, Follow};
 use shared_layout::{Area, Mode};
 
 use super::{Backend, Targets};
 use crate::error::ProfileError;
 use crate::procstat::ProcessCounters;
-use crate::registration::{self, RegistrationError};
 use crate::signals::Stopper;
 use crate::source::Ending;
+use std::sync::Arc;
 
 pub struct Kernel {
     device: Device,
     period: Duration,
-    /// The processes the monitor registered itself, unregistered when it stops.
-    registered: Arc<Mutex<Vec<u32>>>,
+    inherit: bool,
     waits_for_registrations: bool,
 }
 
@@ -36,28 +39,39 @@ impl Backend for Kernel {
                 asked_ms: ms,
             });
         }
-        let kernel = Kernel {
+        for &pid in &targets.pids {
+            device
+                .add(pid, targets.inherit, false)
+                .map_err(ProfileError::Device)?;
+        }
+        let waits_for_registrations = targets.pids.is_empty() && !targets.command;
+        if waits_for_registrations {
+            device
+                .follow(Follow::All, targets.inherit)
+                .map_err(ProfileError::Device)?;
+        }
+        Ok(Kernel {
             device,
             period,
-            registered: Arc::default(),
-            waits_for_registrations: targets.pids.is_empty() && !targets.command,
-        };
-        // Everything is registered before the session starts: the module ends a session
-        // when its last registered process leaves, which an unrelated one could do before
-        // ours registered. Faults taken before the start reach the first sample.
-        for &pid in &targets.pids {
-            register_with(&mut lock(&kernel.registered), pid, registration::register)?;
-        }
-        Ok(kernel)
+            inherit: targets.inherit,
+            waits_for_registrations,
+        })
     }
 
     fn name(&self) -> &'static str {
         "kernel"
     }
 
-    fn command_registers_itself(&self) -> bool {
-        // It registers between fork and exec and waits there: no fault is missed.
-        true
+    fn adopt(&mut self, pid: u32) -> Result<(), ProfileError> {
+        // Held before exec: its whole life is counted, as its rusage is.
+        self.device
+            .add(pid, self.inherit, true)
+            .map_err(ProfileError::Device)?;
+        // Its descendants that register themselves are in its tree already, unless
+        // --no-inherit: then they join on their own.
+        self.device
+            .follow(Follow::Descendants(pid), self.inherit)
+            .map_err(ProfileError::Device)
     }
 
     fn start(&mut self, mode: Mode) -> Result<(Arc<Area>, DeviceWaiter), ProfileError> {
@@ -85,10 +99,9 @@ impl Backend for Kernel {
     }
 
     fn stopper(&self) -> Stopper {
-        let registered = Arc::clone(&self.registered);
-        // The module writes their last sample and ends the session once nobody else is
-        // registered; otherwise the grace period runs out and we take what is ready.
-        Box::new(move || unregister_all(&mut lock(&registered), registration::unregister))
+        let ender: Ender = self.device.ender();
+        // The module writes the last sample of our processes and ends the session.
+        Box::new(move || ender.end().map_err(ProfileError::Device))
     }
 
     fn grace(&self) -> Duration {
@@ -102,114 +115,5 @@ impl Backend for Kernel {
 
     fn finish(self) -> Result<Vec<String>, ProfileError> {
         Ok(Vec::new())
-    }
-}
-
-impl Drop for Kernel {
-    fn drop(&mut self) {
-        // On an error path: leave no process registered behind us.
-        let _ = unregister_all(&mut lock(&self.registered), registration::unregister);
-    }
-}
-
-fn lock(registered: &Mutex<Vec<u32>>) -> std::sync::MutexGuard<'_, Vec<u32>> {
-    // A list of pids is never left half-updated.
-    registered.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Unregisters every pid in `registered` with `unregister`, even after one fails (none
-/// may stay registered behind us), and returns the first error.
-fn unregister_all(
-    registered: &mut Vec<u32>,
-    mut unregister: impl FnMut(u32) -> Result<(), RegistrationError>,
-) -> Result<(), ProfileError> {
-    let mut first_error = None;
-    for pid in registered.drain(..) {
-        match unregister(pid) {
-            Ok(())
-            | Err(RegistrationError::NotRegistered(_) | RegistrationError::NoSuchProcess(_)) => {}
-            Err(source) => {
-                first_error.get_or_insert(ProfileError::Unregister { pid, source });
-            }
-        }
-    }
-    first_error.map_or(Ok(()), Err)
-}
-
-/// Registers `pid` with `register` and adds it to `registered`, the processes to
-/// unregister at the end. A process that registered itself (`work` does) is profiled as
-/// it is, and stays registered: it unregisters itself.
-fn register_with(
-    registered: &mut Vec<u32>,
-    pid: u32,
-    register: impl FnOnce(u32) -> Result<(), RegistrationError>,
-) -> Result<(), ProfileError> {
-    match register(pid) {
-        Ok(()) => registered.push(pid),
-        Err(RegistrationError::AlreadyRegistered(_)) => {}
-        Err(source) => return Err(ProfileError::Register { pid, source }),
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::error::Blame;
-
-    #[test]
-    fn a_process_that_registered_itself_is_profiled_and_left_registered() {
-        let mut registered = Vec::new();
-        register_with(&mut registered, 42, |pid| {
-            Err(RegistrationError::AlreadyRegistered(pid))
-        })
-        .unwrap();
-        assert!(registered.is_empty());
-    }
-
-    #[test]
-    fn a_process_we_registered_is_unregistered_at_the_end() {
-        let mut registered = Vec::new();
-        register_with(&mut registered, 42, |_| Ok(())).unwrap();
-        assert_eq!(registered, [42]);
-    }
-
-    #[test]
-    fn a_process_that_cannot_be_registered_is_a_usage_error() {
-        let mut registered = Vec::new();
-        let err = register_with(&mut registered, 42, |pid| {
-            Err(RegistrationError::NoSuchProcess(pid))
-        })
-        .unwrap_err();
-        assert_eq!(err.blame(), Blame::Usage, "{err:#?}");
-        assert!(registered.is_empty());
-    }
-
-    #[test]
-    fn every_process_is_unregistered_even_after_a_failure_and_the_first_error_is_returned() {
-        let mut registered = vec![1, 2, 3];
-        let mut tried = Vec::new();
-        let err = unregister_all(&mut registered, |pid| {
-            tried.push(pid);
-            match pid {
-                1 => Err(RegistrationError::PermissionDenied),
-                2 => Err(RegistrationError::NotLoaded),
-                _ => Ok(()),
-            }
-        })
-        .unwrap_err();
-        assert_eq!(tried, [1, 2, 3]);
-        assert!(registered.is_empty());
-        assert_eq!(err.to_string(), "unregistering process 1");
-    }
-
-    #[test]
-    fn processes_that_are_gone_or_unregistered_already_are_not_an_error() {
-        let mut registered = vec![1, 2];
-        unregister_all(&mut registered, |pid| match pid {
-            1 => Err(RegistrationError::NoSuchProcess(pid)),
-            _ => Err(RegistrationError::NotRegistered(pid)),
-        })
-        .unwrap();
     }
 }

@@ -25,10 +25,12 @@ pub struct Targets {
     pub command: bool,
     /// `--period-ms`.
     pub period_ms: Option<u32>,
+    /// Count each process with its descendants (not `--no-inherit`).
+    pub inherit: bool,
 }
 
 /// A producer of samples, in the order [`crate::session::profile`] calls it:
-/// `open`, `start`, `produce`, then `stopper`/`on_command_exit` while samples flow, and
+/// `open`, `adopt` (for a command), `start`, `produce`, then `stopper`/`on_command_exit` while samples flow, and
 /// `finish` once the session has ended.
 pub trait Backend: Sized {
     /// How the consumer sleeps while the ring is empty (strict mode).
@@ -41,8 +43,9 @@ pub trait Backend: Sized {
     /// Its name in the summary and the plot: "kernel" or "procfs".
     fn name(&self) -> &'static str;
 
-    /// Whether the command must register itself with the module between fork and exec.
-    fn command_registers_itself(&self) -> bool;
+    /// The command is forked and held before exec: profile it from here on, if the
+    /// backend can before it runs.
+    fn adopt(&mut self, pid: u32) -> Result<(), ProfileError>;
 
     /// Starts the session in `mode`: the ring, and how its consumer sleeps.
     fn start(&mut self, mode: Mode) -> Result<(Arc<Area>, Self::Waiter), ProfileError>;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shared_layout::wait::FutexWaiter;
-use shared_layout::{Area, Mode, Sample};
+use shared_layout::{abi, Area, Mode, Sample};
 
 use super::{Backend, Targets};
 use crate::error::ProfileError;
@@ -18,7 +18,6 @@ use crate::source::Ending;
 /// becomes its Rust mirror): `period_ms` 50, both backends sample 20 times a second
 /// unless told otherwise; `buffer_pages` 128, control page included: 127 data pages of
 /// 16,256 slots, more than 13 minutes of samples at 20 a second.
-const DEFAULT_PERIOD_MS: u32 = 50;
 const AREA_PAGES: u64 = 128;
 
 pub struct Procfs {
@@ -45,7 +44,7 @@ impl Backend for Procfs {
             .iter()
             .map(|&pid| Target::attach(pid).map_err(|source| ProfileError::Attach { pid, source }))
             .collect::<Result<Vec<_>, _>>()?;
-        let period_ms = targets.period_ms.unwrap_or(DEFAULT_PERIOD_MS);
+        let period_ms = targets.period_ms.unwrap_or(abi::PERIOD_MS_DEFAULT);
         Ok(Procfs {
             period: Duration::from_millis(period_ms.into()),
             ticks: targets_now.iter().any(|t| !t.nanoseconds()),
@@ -60,8 +59,9 @@ impl Backend for Procfs {
         "procfs"
     }
 
-    fn command_registers_itself(&self) -> bool {
-        false
+    fn adopt(&mut self, _pid: u32) -> Result<(), ProfileError> {
+        // Attached in `produce`, counted from zero: it is our child.
+        Ok(())
     }
 
     fn start(&mut self, mode: Mode) -> Result<(Arc<Area>, FutexWaiter), ProfileError> {

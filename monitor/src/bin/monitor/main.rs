@@ -12,12 +12,12 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use monitor::backend::kernel::Kernel;
 use monitor::backend::procfs::Procfs;
-use monitor::child::SpawnError;
 use monitor::error::{Blame, ProfileError};
 use monitor::output::Destination;
 use monitor::report::Format;
 use monitor::session::{self, Request};
 use shared_layout::abi::DEVICE_PATH;
+use shared_layout::device::DeviceError;
 use shared_layout::Mode;
 
 #[derive(Parser)]
@@ -62,8 +62,8 @@ struct Options {
     mode: Mode,
     /// Where samples come from: the pfprof module, or /proc. auto: the module when
     /// /dev/pfprof exists.
-    #[arg(long, value_enum, default_value_t = Backend::Auto)]
-    backend: Backend,
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    backend: BackendChoice,
     /// Profile process PID (repeatable).
     #[arg(
         long = "pid",
@@ -90,21 +90,28 @@ struct Options {
     /// parameter).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=60_000), value_name = "N")]
     period_ms: Option<u32>,
+    /// Profile only the named processes (the command, each --pid, each registration),
+    /// not their descendants. By default a process counts with its children and their
+    /// children, live ones as they run and reaped ones through its children's totals, as
+    /// perf stat and wait4's RUSAGE_CHILDREN do.
+    #[arg(long)]
+    no_inherit: bool,
 }
 
+/// `--backend`: which [`monitor::backend::Backend`] produces the samples.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Backend {
+enum BackendChoice {
     Auto,
     Kernel,
     Procfs,
 }
 
-impl fmt::Display for Backend {
+impl fmt::Display for BackendChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Backend::Auto => "auto",
-            Backend::Kernel => "kernel",
-            Backend::Procfs => "procfs",
+            BackendChoice::Auto => "auto",
+            BackendChoice::Kernel => "kernel",
+            BackendChoice::Procfs => "procfs",
         })
     }
 }
@@ -147,8 +154,8 @@ fn main() -> ExitCode {
 
 fn run(options: Options, command: Option<Vec<OsString>>) -> Result<u8, ProfileError> {
     let backend = match options.backend {
-        Backend::Auto if std::path::Path::new(DEVICE_PATH).exists() => Backend::Kernel,
-        Backend::Auto => Backend::Procfs,
+        BackendChoice::Auto if std::path::Path::new(DEVICE_PATH).exists() => BackendChoice::Kernel,
+        BackendChoice::Auto => BackendChoice::Procfs,
         chosen => chosen,
     };
     let output = match (options.output, &command) {
@@ -165,9 +172,10 @@ fn run(options: Options, command: Option<Vec<OsString>>) -> Result<u8, ProfileEr
         command,
         pids: options.pids,
         period_ms: options.period_ms,
+        inherit: !options.no_inherit,
     };
     match backend {
-        Backend::Kernel => session::profile::<Kernel>(request),
+        BackendChoice::Kernel => session::profile::<Kernel>(request),
         _ => session::profile::<Procfs>(request),
     }
 }
@@ -177,9 +185,10 @@ fn advice(e: &ProfileError) -> Option<String> {
     Some(match e {
         ProfileError::Output { .. } => "choose another --output".into(),
         ProfileError::Plot { .. } => "choose another --plot".into(),
-        ProfileError::Attach { pid, .. } | ProfileError::Register { pid, .. } => {
-            format!("check the pid with `ps -p {pid}` and that it is yours")
-        }
+        ProfileError::Attach { pid, .. }
+        | ProfileError::Device(
+            DeviceError::NoSuchProcess { pid } | DeviceError::NotAllowed { pid },
+        ) => format!("check the pid with `ps -p {pid}` and that it is yours"),
         ProfileError::Device(_) if e.blame() == Blame::Usage => {
             "--backend procfs works without the module".into()
         }
@@ -190,9 +199,6 @@ fn advice(e: &ProfileError) -> Option<String> {
             "--period-ms {asked_ms} needs --backend procfs, or reload the module with \
              period_ms={asked_ms}"
         ),
-        ProfileError::Spawn(SpawnError::Register { .. }) => {
-            "check that you may write /proc/pfprof/status".into()
-        }
         ProfileError::Spawn(spawn) => match spawn.blame() {
             Blame::CommandNotFound => "check the command's name and your PATH".into(),
             Blame::CommandNotExecutable => "check the command's permissions".into(),
