@@ -10,7 +10,6 @@ use std::thread;
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
-use shared_layout::device::Device;
 use shared_layout::strict::{StrictConsumer, Take};
 use shared_layout::Mode;
 
@@ -177,7 +176,7 @@ fn hold_lock() -> Result<()> {
 /// A strict consumer that sleeps in WAIT_FULL without a timeout until the
 /// session ends, then says how many samples it took.
 fn wait_full() -> Result<()> {
-    let dev = Device::open()?;
+    let dev = kmod::follow_registrations()?;
     let area = dev.start(Mode::Strict)?;
     let mut consumer = StrictConsumer::new(area, dev.waiter());
     println!("waiting");

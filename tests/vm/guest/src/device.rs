@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 use memmap2::{MmapOptions, MmapRaw};
 use shared_layout::abi::{self, AreaHeader, Info};
-use shared_layout::device::{Device, DeviceError};
 use shared_layout::Mode;
 
 use crate::kmod::{self, Profiled};
@@ -147,23 +146,99 @@ fn expect_errno(what: &str, got: std::result::Result<(), i32>, errno: i32) -> Re
     Ok(())
 }
 
-pub fn device_refuses_bad_mmaps_bad_ioctls_and_a_second_opener(env: &Env) -> Result<()> {
+pub fn add(file: &File, pid: i32, flags: u32, reserved: u64) -> std::result::Result<(), i32> {
+    let mut target = abi::Target {
+        pid,
+        flags,
+        reserved,
+    };
+    ioctl(file, abi::IOC_ADD, &mut target)
+}
+
+pub fn follow(file: &File, arg: abi::Follow) -> std::result::Result<(), i32> {
+    let mut arg = arg;
+    ioctl(file, abi::IOC_FOLLOW, &mut arg)
+}
+
+pub fn device_refuses_bad_mmaps_and_bad_ioctls(env: &Env) -> Result<()> {
     let module = kmod::insmod(env, &[])?;
     {
         let file = raw_open()?;
-        let second = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(abi::DEVICE_PATH);
-        expect_errno(
-            "second open",
-            second.map(drop).map_err(|e| e.raw_os_error().unwrap_or(-1)),
-            libc::EBUSY,
-        )?;
-        ensure!(
-            matches!(Device::open(), Err(DeviceError::Busy { .. })),
-            "Device::open of a busy device is not DeviceError::Busy"
-        );
+        // Every opener has a session of its own.
+        let second = raw_open().context("a second open")?;
+
+        // What a session counts: processes that exist, named properly.
+        let me = std::process::id() as i32;
+        for (what, pid, flags, reserved, errno) in [
+            ("pid 0", 0, 0, 0, libc::EINVAL),
+            ("pid -1", -1, 0, 0, libc::EINVAL),
+            ("unknown flags", me, 2, 0, libc::EINVAL),
+            ("reserved set", me, 0, 1, libc::EINVAL),
+            ("no such process", i32::MAX, 0, 0, libc::ESRCH),
+        ] {
+            expect_errno(
+                &format!("ADD {what}"),
+                add(&second, pid, flags, reserved),
+                errno,
+            )?;
+        }
+        ensure!(add(&second, me, 0, 0).is_ok(), "ADD of ourselves");
+        expect_errno("ADD twice", add(&second, me, 0, 0), libc::EEXIST)?;
+        for (what, bad) in [
+            (
+                "scope 3",
+                abi::Follow {
+                    scope: 3,
+                    ..abi::Follow::default()
+                },
+            ),
+            (
+                "ALL with a pid",
+                abi::Follow {
+                    scope: abi::FOLLOW_ALL,
+                    pid: me,
+                    ..abi::Follow::default()
+                },
+            ),
+            (
+                "DESCENDANTS without a pid",
+                abi::Follow {
+                    scope: abi::FOLLOW_DESCENDANTS,
+                    ..abi::Follow::default()
+                },
+            ),
+            (
+                "unknown flags",
+                abi::Follow {
+                    scope: abi::FOLLOW_ALL,
+                    flags: 4,
+                    ..abi::Follow::default()
+                },
+            ),
+            (
+                "reserved set",
+                abi::Follow {
+                    scope: abi::FOLLOW_ALL,
+                    reserved: 1,
+                    ..abi::Follow::default()
+                },
+            ),
+        ] {
+            expect_errno(
+                &format!("FOLLOW {what}"),
+                follow(&second, bad),
+                libc::EINVAL,
+            )?;
+        }
+        // Ended: nothing joins any more, and ending again is harmless.
+        for _ in 0..2 {
+            ensure!(
+                ioctl(&second, abi::IOC_END, std::ptr::null_mut::<u8>()).is_ok(),
+                "END"
+            );
+        }
+        expect_errno("ADD after END", add(&second, me, 0, 0), libc::ESHUTDOWN)?;
+        drop(second);
 
         // The handshake.
         let (ret, got) = info(&file, handshake());
@@ -293,7 +368,7 @@ pub fn device_refuses_bad_mmaps_bad_ioctls_and_a_second_opener(env: &Env) -> Res
         );
     }
     // Closed: a new opener gets a working device.
-    let dev = Device::open().context("reopening after close")?;
+    let dev = kmod::follow_registrations().context("reopening after close")?;
     let area = dev.start(Mode::Strict)?;
     ensure!(area.slot_count() == abi::slots_in(128));
     drop((area, dev));

@@ -84,7 +84,7 @@ pub fn chaos_monitor(mode: &str, seed: &str, phase: &str) -> Result<()> {
     let mode: Mode = mode.parse()?;
     let mut rng = Rng::new(seed.parse()?);
     let phase = Phase::open(phase)?;
-    let dev = Device::open()?;
+    let dev = kmod::follow_registrations()?;
     let area = dev.start(mode)?;
     let map = Mapping::new(&*device_fd(&dev)?)?;
     let lock = map.word32(offset_of!(AreaHeader, lock));
@@ -157,7 +157,7 @@ fn device_fd(_owner: &Device) -> Result<ManuallyDrop<File>> {
 /// `pfprof-guest hardening-child full-ring`: a strict monitor that never
 /// consumes, reporting the area's counters until it is killed.
 pub fn full_ring_monitor() -> Result<()> {
-    let dev = Device::open()?;
+    let dev = kmod::follow_registrations()?;
     let area = dev.start(Mode::Strict)?;
     let mut out = std::io::stdout().lock();
     loop {
@@ -212,7 +212,7 @@ fn wait_stopped(pid: u32) -> Result<()> {
 
 /// A fresh strict monitor attaches and receives samples.
 fn new_monitor_works(what: &str) -> Result<()> {
-    let dev = Device::open().with_context(|| format!("attaching after {what}"))?;
+    let dev = kmod::follow_registrations().with_context(|| format!("attaching after {what}"))?;
     let area = dev.start(Mode::Strict)?;
     let mut consumer = StrictConsumer::new(area, dev.waiter());
     let mut samples = Vec::new();
@@ -342,7 +342,7 @@ pub fn processes_sigkilled_while_faulting_have_every_fault_in_a_strict_sample(
     let mut rng = Rng::from_env_or_clock();
     let mut faults = 0;
     for round in 0..PROCESS_KILLS {
-        let dev = Device::open()?;
+        let dev = kmod::follow_registrations()?;
         let area = dev.start(Mode::Strict)?;
         let mut consumer = StrictConsumer::new(area.clone(), dev.waiter());
         let mut victim = Profiled::spawn(&["churn"])?;

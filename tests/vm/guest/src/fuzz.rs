@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use shared_layout::abi;
-use shared_layout::device::Device;
 use shared_layout::strict::{StrictConsumer, Take};
 use shared_layout::Mode;
 
@@ -563,7 +562,7 @@ pub fn proc_file_survives_fuzzing_and_registers_exactly_what_valid_commands_aske
         outsider.pid
     );
     klog::ensure_module_slab_objects(1, "registration")?;
-    let dev = Device::open()?;
+    let dev = kmod::follow_registrations()?;
     let area = dev.start(Mode::Strict)?;
     let mut consumer = StrictConsumer::new(area, dev.waiter());
     let mut samples = Vec::new();

@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use shared_layout::abi::{self, AreaHeader, Sem};
-use shared_layout::device::Device;
 use shared_layout::strict::StrictConsumer;
 use shared_layout::Mode;
 
@@ -276,7 +275,7 @@ pub fn monitor_scribbling_every_word_for_seconds_cannot_stall_or_hurt_the_sample
     ));
 
     // An honest monitor afterwards: samples arrive on period.
-    let dev = Device::open().context("attaching after the scribbling")?;
+    let dev = kmod::follow_registrations().context("attaching after the scribbling")?;
     let area = dev.start(Mode::Strict)?;
     let mut consumer = StrictConsumer::new(area.clone(), dev.waiter());
     let mut samples = Vec::new();

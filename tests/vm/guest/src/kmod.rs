@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use shared_layout::abi;
+use shared_layout::device::{Device, Follow};
 
 use crate::Env;
 
@@ -99,6 +100,14 @@ pub fn write_status(bytes: &[u8]) -> std::result::Result<(), i32> {
         Ok(_) => Err(-1),
         Err(e) => Err(e.raw_os_error().unwrap_or(-1)),
     }
+}
+
+/// A session that takes in every registration through /proc/pfprof/status, each process
+/// counted on its own (a bare `monitor --no-inherit`).
+pub fn follow_registrations() -> Result<Device> {
+    let dev = Device::open()?;
+    dev.follow(Follow::All, false)?;
+    Ok(dev)
 }
 
 pub fn register(pid: u32) -> Result<()> {

@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use shared_layout::abi;
-use shared_layout::device::{Device, DeviceError};
 use shared_layout::strict::{StrictConsumer, Take};
 use shared_layout::Mode;
 
@@ -88,7 +87,7 @@ pub fn module_refuses_out_of_range_parameters_at_load(env: &Env) -> Result<()> {
         ["period_ms=10000", "buffer_pages=4096"],
     ] {
         let module = kmod::insmod(env, &good)?;
-        let dev = Device::open()?;
+        let dev = kmod::follow_registrations()?;
         let info = dev.info();
         ensure!(
             format!("period_ms={}", info.period_ns / 1_000_000) == good[0]
@@ -124,7 +123,7 @@ pub fn sigkilled_monitor_holding_the_lock_does_not_stop_the_sampler(env: &Env) -
     monitor.reap()?;
 
     // The lock dies with its session: a new monitor attaches and gets samples.
-    let dev = Device::open().context("attaching after the killed monitor")?;
+    let dev = kmod::follow_registrations().context("attaching after the killed monitor")?;
     let area = dev.start(Mode::Strict)?;
     let mut consumer = StrictConsumer::new(area.clone(), dev.waiter());
     let mut samples = Vec::new();
@@ -184,7 +183,7 @@ pub fn module_unloads_with_processes_registered_and_the_sampler_blocked(env: &En
     let module = kmod::insmod(env, &["period_ms=1", "buffer_pages=2"])?;
     let mut sleeper = Profiled::spawn(&["faults", "0", "0", "stay"])?;
     kmod::register(sleeper.pid)?;
-    let dev = Device::open()?;
+    let dev = kmod::follow_registrations()?;
     let area = dev.start(Mode::Strict)?;
     // Nobody consumes: the ring fills and the sampler blocks on empty.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -329,15 +328,7 @@ pub fn registrations_and_sessions_churning_at_once_leave_the_kernel_clean(env: &
         // Monitors come, pick a mode, read a little, and go.
         let mut round = 0u32;
         while Instant::now() < until {
-            // A child being spawned holds our descriptor until its exec.
-            let dev = match Device::open() {
-                Ok(dev) => dev,
-                Err(DeviceError::Busy { .. }) => {
-                    thread::sleep(Duration::from_millis(1));
-                    continue;
-                }
-                Err(e) => bail!("open: {e}"),
-            };
+            let dev = kmod::follow_registrations()?;
             let mode = if round.is_multiple_of(2) {
                 Mode::Strict
             } else {
@@ -376,7 +367,7 @@ pub fn a_last_sample_left_by_a_closed_session_neither_reaches_nor_ends_the_next(
     let module = kmod::insmod(env, &["period_ms=5", "buffer_pages=2"])?;
     let mut sleeper = Profiled::spawn(&["faults", "0", "0", "stay"])?;
     kmod::register(sleeper.pid)?;
-    let first = Device::open()?;
+    let first = kmod::follow_registrations()?;
     let area = first.start(Mode::Strict)?;
     let deadline = Instant::now() + Duration::from_secs(20);
     while area.counters().write_seq < area.slot_count() {
@@ -396,7 +387,7 @@ pub fn a_last_sample_left_by_a_closed_session_neither_reaches_nor_ends_the_next(
     );
     drop((area, first));
 
-    let next = Device::open()?;
+    let next = kmod::follow_registrations()?;
     let area = next.start(Mode::Strict)?;
     // Many periods: the sampler offers what it holds at every deadline.
     thread::sleep(Duration::from_millis(200));

@@ -10,7 +10,6 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use shared_layout::device::Device;
 use shared_layout::strict::{StrictConsumer, Take};
 use shared_layout::Mode;
 
@@ -251,7 +250,7 @@ pub fn eight_threads_churning_8000_processes_leave_exactly_the_live_registration
     // Keeps the set from emptying, so one session spans the whole load.
     let mut anchor = Profiled::spawn(&["faults", "0", "0", "stay"])?;
     kmod::register(anchor.pid)?;
-    let dev = Device::open()?;
+    let dev = kmod::follow_registrations()?;
     let area = dev.start(Mode::Strict)?;
     let mut rng = Rng::from_env_or_clock();
     let seeds: Vec<u64> = (0..THREADS).map(|_| rng.next_u64()).collect();

@@ -25,6 +25,7 @@ mod races;
 mod registration;
 mod rng;
 mod sampling;
+mod sessions;
 
 use std::panic::{self, AssertUnwindSafe};
 use std::path::PathBuf;
@@ -63,8 +64,8 @@ const TESTS: &[(&str, Test)] = &[
         registration::every_malformed_or_refused_command_gets_its_errno_and_the_module_lives_on,
     ),
     (
-        "device_refuses_bad_mmaps_bad_ioctls_and_a_second_opener",
-        device::device_refuses_bad_mmaps_bad_ioctls_and_a_second_opener,
+        "device_refuses_bad_mmaps_and_bad_ioctls",
+        device::device_refuses_bad_mmaps_and_bad_ioctls,
     ),
     (
         "poll_reports_ready_samples_and_the_end_of_the_session",
@@ -162,6 +163,22 @@ const TESTS: &[(&str, Test)] = &[
         "bench_sampler_cost_by_processes_and_threads",
         period::bench_sampler_cost_by_processes_and_threads,
     ),
+    (
+        "monitors_of_root_and_nobody_at_once_each_count_only_their_own_command",
+        sessions::monitors_of_root_and_nobody_at_once_each_count_only_their_own_command,
+    ),
+    (
+        "nobody_can_neither_join_prolong_nor_read_roots_session",
+        sessions::nobody_can_neither_join_prolong_nor_read_roots_session,
+    ),
+    (
+        "a_shell_and_its_children_count_as_they_run_and_add_up_to_its_rusage",
+        sessions::a_shell_and_its_children_count_as_they_run_and_add_up_to_its_rusage,
+    ),
+    (
+        "a_process_in_two_sessions_is_counted_in_each_from_its_joining",
+        sessions::a_process_in_two_sessions_is_counted_in_each_from_its_joining,
+    ),
 ];
 
 fn run(env: &Env, filters: &[String]) -> ExitCode {
@@ -238,6 +255,9 @@ fn hardening_child(args: &[String]) -> ExitCode {
         Some("non-dumpable") => permissions::non_dumpable().map(|()| ExitCode::SUCCESS),
         Some("deputy") if args.len() == 2 => {
             permissions::deputy(&args[1]).map(|()| ExitCode::SUCCESS)
+        }
+        Some("probe-session") if args.len() == 2 => {
+            sessions::probe_session(&args[1]).map(|()| ExitCode::SUCCESS)
         }
         Some("own-session") if args.len() == 2 => {
             permissions::own_session(&args[1]).map(|()| ExitCode::SUCCESS)

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use shared_layout::abi::{self, AreaHeader, Sem};
-use shared_layout::device::Device;
 use shared_layout::strict::StrictConsumer;
 use shared_layout::{Mode, Sample};
 
@@ -56,7 +55,7 @@ pub fn the_sampler_keeps_the_period_asked_on_absolute_deadlines(env: &Env) -> Re
     for period_ms in [50u32, 20, 10] {
         let module = kmod::insmod(env, &[&format!("period_ms={period_ms}")])?;
         let mut child = threaded_child(1)?;
-        let dev = Device::open()?;
+        let dev = kmod::follow_registrations()?;
         ensure!(
             dev.info().period_ns == u64::from(period_ms) * 1_000_000,
             "the module publishes a period of {} ns for period_ms={period_ms}",
@@ -225,7 +224,7 @@ pub fn bench_sampler_cost_by_processes_and_threads(env: &Env) -> Result<()> {
         for child in &children {
             kmod::register(child.pid)?;
         }
-        let dev = Device::open()?;
+        let dev = kmod::follow_registrations()?;
         let area = dev.start(Mode::Strict)?;
         let mut consumer = StrictConsumer::new(area, dev.waiter());
         let mut samples = Vec::new();

@@ -11,7 +11,6 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
 use anyhow::{ensure, Context, Result};
 use shared_layout::abi;
-use shared_layout::device::Device;
 use shared_layout::strict::StrictConsumer;
 use shared_layout::Mode;
 
@@ -115,7 +114,7 @@ pub fn deputy(pid: &str) -> Result<()> {
 /// every sample. Says "ok <minor in samples> <pages> <minflt during>".
 pub fn own_session(pages: &str) -> Result<()> {
     let pages: usize = pages.parse()?;
-    let dev = Device::open()?;
+    let dev = kmod::follow_registrations()?;
     let area = dev.start(Mode::Strict)?;
     let mut consumer = StrictConsumer::new(area, dev.waiter());
     let mem = vec![0u8; pages * 4096 + 4096];

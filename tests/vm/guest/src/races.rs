@@ -7,7 +7,6 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
-use shared_layout::device::Device;
 use shared_layout::strict::{StrictConsumer, Take};
 use shared_layout::Mode;
 
@@ -77,7 +76,7 @@ pub fn a_process_registered_and_unregistered_between_two_sampler_looks_still_end
     // A period longer than the test: only the registration events drive it.
     let module = kmod::insmod(env, &["period_ms=10000"])?;
     let mut sleeper = Profiled::spawn(&["faults", "0", "0", "stay"])?;
-    let dev = Device::open()?;
+    let dev = kmod::follow_registrations()?;
     let area = dev.start(Mode::Strict)?;
     let mut consumer = StrictConsumer::new(area, dev.waiter());
 
@@ -131,7 +130,7 @@ pub fn a_process_unregistered_while_the_sampler_is_mid_tick_still_ends_the_sessi
         "the threaded child is not ready"
     );
     let sampler = sampler_pid()?;
-    let dev = Device::open()?;
+    let dev = kmod::follow_registrations()?;
     let mut rng = Rng::from_env_or_clock();
     let ours = affinity(0)?;
     set_affinity(sampler, &only_cpu0())?;

@@ -60,7 +60,7 @@ fn wait_for(area: &Area, done: impl Fn(&Counters) -> bool) -> Result<()> {
 }
 
 fn start(mode: Mode) -> Result<(Device, Arc<Area>)> {
-    let dev = Device::open()?;
+    let dev = kmod::follow_registrations()?;
     let area = dev.start(mode)?;
     Ok((dev, area))
 }

@@ -1,0 +1,413 @@
+//! Sessions: every open of /dev/pfprof its own, private, several at once, and a
+//! profiled process counted with its descendants.
+
+use std::fs::{self, File};
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::{chown, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use shared_layout::abi;
+use shared_layout::device::{Device, Follow};
+use shared_layout::strict::StrictConsumer;
+use shared_layout::Mode;
+
+use crate::device::{add, follow, raw_open, Mapping};
+use crate::kmod::{self, Profiled};
+use crate::sampling::take_until_ended;
+use crate::{klog, Env};
+
+const NOBODY: u32 = 65534;
+/// The faults a held command may take between its fork and its exec, before the
+/// monitor adds it, at most (measured: a few dozen).
+const BEFORE_ADD_MAX: u64 = 200;
+
+/// The device as the udev rule leaves it: anyone may open a session.
+fn open_to_all() -> Result<()> {
+    fs::set_permissions(abi::DEVICE_PATH, fs::Permissions::from_mode(0o666))
+        .context("chmod /dev/pfprof")
+}
+
+/// A directory nobody may write its CSVs to.
+fn nobodys_dir() -> Result<&'static str> {
+    let dir = "/tmp/nobody";
+    fs::create_dir_all(dir)?;
+    chown(dir, Some(NOBODY), Some(NOBODY))?;
+    Ok(dir)
+}
+
+/// The `minor` column of a monitor CSV: its sum, and how many rows had any.
+fn csv_minor(path: &str) -> Result<(u64, Vec<u64>)> {
+    let text = fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().context("empty CSV")?.split(',').collect();
+    let col = header
+        .iter()
+        .position(|h| *h == "minor")
+        .with_context(|| format!("no minor column in {header:?}"))?;
+    let rows = lines
+        .map(|line| {
+            line.split(',')
+                .nth(col)
+                .with_context(|| format!("short row {line:?}"))?
+                .parse::<u64>()
+                .with_context(|| format!("row {line:?}"))
+        })
+        .collect::<Result<Vec<u64>>>()?;
+    Ok((rows.iter().sum(), rows))
+}
+
+/// The command's minor faults as the monitor's summary reports its wait4() rusage.
+fn rusage_minor(stderr: &str) -> Result<u64> {
+    let line = stderr
+        .lines()
+        .find(|l| l.trim_start().starts_with("command rusage"))
+        .with_context(|| format!("no command rusage in the summary:\n{stderr}"))?;
+    line.split_whitespace()
+        .nth(2)
+        .context("short rusage line")?
+        .parse()
+        .with_context(|| format!("{line:?}"))
+}
+
+/// `monitor run --backend BACKEND --mode MODE -o CSV [EXTRA...] -- CMD...`, as `uid`.
+fn monitor_run(
+    uid: Option<u32>,
+    backend: &str,
+    mode: &str,
+    csv: &str,
+    extra: &[&str],
+    cmd: &[&str],
+) -> Result<std::process::Child> {
+    let mut c = Command::new("/bin/monitor");
+    if let Some(uid) = uid {
+        c.uid(uid).gid(uid);
+    }
+    c.args([
+        "run",
+        "--backend",
+        backend,
+        "--mode",
+        mode,
+        "--interval",
+        "100ms",
+    ])
+    .args(["-o", csv])
+    .args(extra)
+    .arg("--")
+    .args(cmd)
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .context("running /bin/monitor")
+}
+
+fn finished(what: &str, out: Output) -> Result<String> {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    ensure!(
+        out.status.success(),
+        "{what} failed ({}): {stderr}",
+        out.status
+    );
+    Ok(stderr)
+}
+
+pub fn monitors_of_root_and_nobody_at_once_each_count_only_their_own_command(
+    env: &Env,
+) -> Result<()> {
+    let mark = klog::Mark::now()?;
+    let module = kmod::insmod(env, &["period_ms=10"])?;
+    open_to_all()?;
+    let dir = nobodys_dir()?;
+    // Nobody keeps a process of its own registered and faulting throughout: it may be
+    // in nobody's sessions, never in root's.
+    let mut churn = Profiled::spawn_raw(&["churn"], Some(NOBODY))?;
+    ensure!(churn.read_line()? == "ready");
+    let said = Command::new(std::env::current_exe()?)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .args(["hardening-child", "status", "R", &churn.pid.to_string()])
+        .output()?;
+    ensure!(
+        String::from_utf8_lossy(&said.stdout).trim() == "ok",
+        "{said:?}"
+    );
+    churn.go()?;
+
+    let work = ["work", "4", "R", "3000", "3", "--sleep-ms", "30"];
+    let started = Instant::now();
+    let runs = [
+        (None, "strict"),
+        (None, "relaxed"),
+        (Some(NOBODY), "strict"),
+        (Some(NOBODY), "relaxed"),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, (uid, mode))| {
+        let csv = format!("{dir}/sessions-{i}.csv");
+        let child = monitor_run(uid, "kernel", mode, &csv, &[], &work)?;
+        Ok((uid, mode, csv, child))
+    })
+    .collect::<Result<Vec<_>>>()?;
+    for (uid, mode, csv, child) in runs {
+        let who = format!("{} {mode}", if uid.is_some() { "nobody" } else { "root" });
+        let stderr = finished(&who, child.wait_with_output()?)?;
+        let (sum, rows) = csv_minor(&csv)?;
+        let rusage = rusage_minor(&stderr)?;
+        ensure!(
+            sum == rusage,
+            "{who}: the samples hold {sum} minor faults, the command's rusage {rusage} \
+             ({} rows)",
+            rows.len()
+        );
+        ensure!(sum >= 1024, "{who}: {sum} minor faults for 4 MiB touched");
+        crate::figure(&format!(
+            "sessions: {who}: {sum} minor faults in {} samples = its command's rusage",
+            rows.len()
+        ));
+    }
+    let took = started.elapsed();
+    // Four `work`s of ~0.3 s each on two emulated CPUs: nobody's churner, registered all
+    // along, must not have kept any session open.
+    ensure!(took < Duration::from_secs(20), "the monitors took {took:?}");
+    churn.go()?;
+    churn.reap()?;
+    fs::remove_dir_all(dir)?;
+    module.unload()?;
+    mark.ensure_clean()
+}
+
+/// `hardening-child probe-session <root's pid>`, as nobody: what it may do to root's
+/// profile. Says one line of verdicts, maps its own session's area and splices its
+/// first two pages into a pipe, says "spliced", and once told (a byte on stdin)
+/// reads the pipe and says "zeros" or what it found.
+pub fn probe_session(root_pid: &str) -> Result<()> {
+    let pid: i32 = root_pid.parse()?;
+    let file = raw_open()?;
+    let errno = |r: std::result::Result<(), i32>| match r {
+        Ok(()) => "ok".to_string(),
+        Err(e) => format!("errno {e}"),
+    };
+    let added = errno(add(&file, pid, abi::TARGET_INHERIT, 0));
+    let followed = errno(follow(
+        &file,
+        abi::Follow {
+            scope: abi::FOLLOW_DESCENDANTS,
+            pid,
+            ..abi::Follow::default()
+        },
+    ));
+    let listed = kmod::registered()?.contains(&(pid as u32));
+    println!("add {added}; follow {followed}; listed {listed}");
+
+    let map = Mapping::new(&file)?;
+    let mut fds = [0; 2];
+    // SAFETY: a two-int array for pipe(2) to fill.
+    ensure!(unsafe { libc::pipe(fds.as_mut_ptr()) } == 0, "pipe");
+    // SAFETY: pipe(2) just gave us both descriptors; each is owned once, here.
+    let (mut rx, tx) = unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
+    let iov = libc::iovec {
+        iov_base: map.word64(0).as_ptr().cast(),
+        iov_len: 2 * abi::PAGE_SIZE as usize,
+    };
+    // SAFETY: the iovec covers two pages of our live mapping; the pipe holds them.
+    let spliced = unsafe { libc::vmsplice(tx.as_raw_fd(), &iov, 1, 0) };
+    ensure!(
+        spliced == 2 * abi::PAGE_SIZE as isize,
+        "vmsplice: {spliced} ({})",
+        std::io::Error::last_os_error()
+    );
+    drop(map);
+    drop(file);
+    println!("spliced");
+    std::io::stdin().read_exact(&mut [0u8])?;
+    drop(tx);
+    let mut pages = Vec::new();
+    rx.read_to_end(&mut pages)?;
+    if pages.iter().all(|&b| b == 0) {
+        println!("zeros");
+    } else {
+        let word = |o: usize| u32::from_ne_bytes(pages[o..o + 4].try_into().unwrap_or([0; 4]));
+        println!("data magic={:#x} mode={}", word(0), word(8));
+    }
+    Ok(())
+}
+
+pub fn nobody_can_neither_join_prolong_nor_read_roots_session(env: &Env) -> Result<()> {
+    let mark = klog::Mark::now()?;
+    let module = kmod::insmod(env, &["period_ms=10"])?;
+    open_to_all()?;
+    let mut roots = Profiled::spawn(&["faults", "256", "1", "exit"])?;
+    kmod::register(roots.pid)?;
+
+    let mut probe = Profiled::spawn_mode(
+        "hardening-child",
+        &["probe-session", &roots.pid.to_string()],
+        Some(NOBODY),
+    )?;
+    let verdicts = probe.read_line()?;
+    let eperm = format!("errno {}", libc::EPERM);
+    ensure!(
+        verdicts == format!("add {eperm}; follow {eperm}; listed false"),
+        "nobody against root's process: {verdicts}"
+    );
+    ensure!(
+        kmod::registered()?.contains(&roots.pid),
+        "root does not see its own registration"
+    );
+    ensure!(probe.read_line()? == "spliced");
+
+    // Nobody registers a process of its own too, and leaves it: root's session does not
+    // follow it, so it neither adds to nor prolongs root's.
+    let mut nobodys = Profiled::spawn_raw(&["churn"], Some(NOBODY))?;
+    ensure!(nobodys.read_line()? == "ready");
+    let said = Command::new(std::env::current_exe()?)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .args(["hardening-child", "status", "R", &nobodys.pid.to_string()])
+        .output()?;
+    ensure!(
+        String::from_utf8_lossy(&said.stdout).trim() == "ok",
+        "{said:?}"
+    );
+    nobodys.go()?;
+
+    let dev = Device::open()?;
+    dev.add(roots.pid, true, false)?;
+    dev.follow(Follow::Descendants(roots.pid), true)?;
+    let area = dev.start(Mode::Strict)?;
+    let mut consumer = StrictConsumer::new(area, dev.waiter());
+    roots.go()?;
+    let reaped = roots.reap()?;
+    let gone = Instant::now();
+    let mut samples = Vec::new();
+    take_until_ended(&mut consumer, &mut samples)?;
+    let ended_after = gone.elapsed();
+    let minor: u64 = samples.iter().map(|s| s.minor).sum();
+    ensure!(
+        (256..=reaped.minflt).contains(&minor),
+        "root's session holds {minor} minor faults; its process took {} for 256 pages",
+        reaped.minflt
+    );
+    ensure!(
+        ended_after < Duration::from_secs(2),
+        "root's session ended {ended_after:?} after its process was reaped"
+    );
+
+    // What nobody pinned of its own session shows nothing of root's.
+    probe.go()?;
+    let found = probe.read_line()?;
+    ensure!(found == "zeros", "nobody's spliced pages hold {found}");
+    probe.reap()?;
+    drop((consumer, dev));
+    crate::figure(&format!(
+        "sessions: nobody refused ADD and FOLLOW of root's process, its listing hid it, its \
+         spliced pages held zeros; root's session: {minor} minor faults, ended {ended_after:?} \
+         after the reap with nobody's process still registered"
+    ));
+    nobodys.go()?;
+    nobodys.reap()?;
+    module.unload()?;
+    mark.ensure_clean()
+}
+
+pub fn a_shell_and_its_children_count_as_they_run_and_add_up_to_its_rusage(
+    env: &Env,
+) -> Result<()> {
+    let mark = klog::Mark::now()?;
+    let module = kmod::insmod(env, &["period_ms=20"])?;
+    let script = "work 8 R 20000 4 --sleep-ms 50 & work 8 R 20000 4 --sleep-ms 50 & wait";
+    let cmd = ["sh", "-c", script];
+    for backend in ["kernel", "procfs"] {
+        for inherit in [true, false] {
+            let csv = format!("/tmp/tree-{backend}-{inherit}.csv");
+            let extra: &[&str] = if inherit { &[] } else { &["--no-inherit"] };
+            let child = monitor_run(None, backend, "strict", &csv, extra, &cmd)?;
+            let what = format!("{backend} backend, inherit {inherit}");
+            let stderr = finished(&what, child.wait_with_output()?)?;
+            let (sum, rows) = csv_minor(&csv)?;
+            let rusage = rusage_minor(&stderr)?;
+            let busy = rows.iter().filter(|&&m| m > 0).count();
+            crate::figure(&format!(
+                "tree: {what}: {sum} minor faults in {} rows ({busy} with faults), \
+                 command rusage {rusage}",
+                rows.len()
+            ));
+            if !inherit {
+                // The shell alone: a few hundred faults of its own.
+                ensure!(
+                    sum < rusage / 4,
+                    "{what}: {sum} of the tree's {rusage} faults without inherit"
+                );
+                continue;
+            }
+            // The children's faults show while they run, not in one row at the end.
+            ensure!(busy >= 4, "{what}: only {busy} rows with faults: {rows:?}");
+            let last = rows.last().copied().unwrap_or(0);
+            ensure!(
+                last < sum / 2,
+                "{what}: the last row holds {last} of {sum} faults"
+            );
+            if backend == "kernel" {
+                ensure!(
+                    sum == rusage,
+                    "{what}: {sum} minor faults sampled, rusage {rusage}"
+                );
+            } else {
+                ensure!(
+                    sum.abs_diff(rusage) <= BEFORE_ADD_MAX,
+                    "{what}: {sum} minor faults sampled, rusage {rusage}"
+                );
+            }
+        }
+    }
+    module.unload()?;
+    mark.ensure_clean()
+}
+
+/// Two sessions count the same process, each from when it joined.
+pub fn a_process_in_two_sessions_is_counted_in_each_from_its_joining(env: &Env) -> Result<()> {
+    let module = kmod::insmod(env, &["period_ms=10"])?;
+    let mut p = Profiled::spawn(&["faults", "300", "0", "stay"])?;
+    let first = Device::open()?;
+    first.add(p.pid, false, false)?;
+    let second = Device::open()?;
+    second.add(p.pid, false, false)?;
+    let a = first.start(Mode::Strict)?;
+    let b = second.start(Mode::Relaxed)?;
+    let mut ca = StrictConsumer::new(a, first.waiter());
+    let mut cb = shared_layout::relaxed::RelaxedConsumer::new(b);
+    p.go()?;
+    ensure!(p.read_line()? == "done");
+    p.go()?;
+    let reaped = p.reap()?;
+    let mut sa = Vec::new();
+    take_until_ended(&mut ca, &mut sa)?;
+    let mut sb = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let drained = cb.drain(&mut sb)?;
+        if drained.ended {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("the relaxed session never ended");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (ma, mb): (u64, u64) = (
+        sa.iter().map(|s| s.minor).sum(),
+        sb.iter().map(|s| s.minor).sum(),
+    );
+    ensure!(
+        ma == mb && (300..=reaped.minflt).contains(&ma),
+        "the two sessions hold {ma} and {mb} minor faults for 300 pages ({} taken)",
+        reaped.minflt
+    );
+    drop((ca, cb, first, second));
+    module.unload()
+}
