@@ -154,7 +154,7 @@ static long pfprof_ioc_add(struct file *file, struct pfprof_target __user *uarg)
 	ret = pfprof_lookup(file, target.pid, &pid, &leader);
 	if (ret)
 		return ret;
-	ret = pfprof_members_join(s, leader, target.flags, false);
+	ret = pfprof_members_join(s, leader, target.flags, NULL);
 	put_task_struct(leader);
 	put_pid(pid);
 	return ret;

@@ -237,12 +237,30 @@ bool pfprof_descends_from(struct task_struct *p,
 }
 
 /*
- * @leader joins @s.  A process the session counts already (a member, or
- * in an inheriting member's tree) is refused; an inheriting one takes the
- * members in its tree into its own count, after their last change.
+ * Joined through /proc: its own counts run from its registration (what the
+ * listing shows, and what a session started since still gets in its first
+ * sample), its descendants' from now.
+ */
+static void pfprof_since_registration(struct pfprof_member *m,
+				      const struct pfprof_totals *registered)
+{
+	struct pfprof_totals own;
+
+	pfprof_read_totals(m->leader, &own, false);
+	m->seen.minor = m->now.minor - (own.minor - registered->minor);
+	m->seen.major = m->now.major - (own.major - registered->major);
+	m->seen.cpu_ns = m->now.cpu_ns - (own.cpu_ns - registered->cpu_ns);
+}
+
+/*
+ * @leader joins @s, through /proc when @registered (its own totals at
+ * registration) is given.  A process the session counts already (a
+ * member, or in an inheriting member's tree) is refused; an inheriting one
+ * takes the members in its tree into its own count, after their last
+ * change.
  */
 int pfprof_members_join(struct pfprof_session *s, struct task_struct *leader,
-			u32 flags, bool from_registry)
+			u32 flags, const struct pfprof_totals *registered)
 {
 	struct pfprof_member *m, *other, *tmp;
 	bool counted, first;
@@ -254,7 +272,7 @@ int pfprof_members_join(struct pfprof_session *s, struct task_struct *leader,
 	get_task_struct(leader);
 	m->leader = leader;
 	m->inherit = flags & PFPROF_TARGET_INHERIT;
-	m->from_registry = from_registry;
+	m->from_registry = registered;
 
 	mutex_lock(&s->members_lock);
 	if (s->ended || READ_ONCE(s->ring.canceled)) {
@@ -293,14 +311,16 @@ int pfprof_members_join(struct pfprof_session *s, struct task_struct *leader,
 	if (m->inherit)
 		pfprof_add_descendants(s, m);
 	/* Whole life: everything so far goes into the next sample. */
-	if (!(flags & PFPROF_TARGET_WHOLE_LIFE))
+	if (registered)
+		pfprof_since_registration(m, registered);
+	else if (!(flags & PFPROF_TARGET_WHOLE_LIFE))
 		m->seen = m->now;
 	list_add_tail(&m->node, &s->members);
 	if (m->inherit)
 		s->nr_inheriting++;
 	WRITE_ONCE(s->nr_members, s->nr_members + 1);
 	WRITE_ONCE(s->changes, s->changes + 1);
-	s->counted_any = true;
+	WRITE_ONCE(s->counted_any, true);
 	first = s->nr_members == 1;
 	mutex_unlock(&s->members_lock);
 
@@ -344,7 +364,7 @@ void pfprof_members_end(struct pfprof_session *s)
 	bool counted_any;
 
 	mutex_lock(&s->members_lock);
-	s->ended = true;
+	WRITE_ONCE(s->ended, true);
 	if (s->nr_members)
 		pfprof_account_all(s);
 	list_for_each_entry_safe(m, tmp, &s->members, node)

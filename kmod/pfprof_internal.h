@@ -111,7 +111,7 @@ bool pfprof_descends_from(struct task_struct *p,
 			  const struct task_struct *ancestor);
 void pfprof_members_init(struct pfprof_session *s);
 int pfprof_members_join(struct pfprof_session *s, struct task_struct *leader,
-			u32 flags, bool from_registry);
+			u32 flags, const struct pfprof_totals *registered);
 void pfprof_members_leave(struct pfprof_session *s, struct task_struct *leader);
 void pfprof_members_end(struct pfprof_session *s);
 void pfprof_members_free(struct pfprof_session *s);

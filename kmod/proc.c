@@ -8,8 +8,8 @@
  * session that follows registrations in its scope and whose opener may
  * read the process; unregistering takes it out of them again.  Reading
  * lists the registered processes the reader may read, with their counts
- * since registration.  A registered process that is gone is forgotten the
- * next time the registry is used.
+ * since registration.  A registered process that is gone is forgotten
+ * within a second (sooner if the registry is used).
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -26,6 +26,7 @@
 #include <linux/seq_file.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
+#include <linux/workqueue.h>
 
 #include "pfprof_internal.h"
 
@@ -46,6 +47,10 @@ static DEFINE_MUTEX(pfprof_reg_lock);
 static LIST_HEAD(pfprof_regs);
 static LIST_HEAD(pfprof_sessions);
 
+static void pfprof_prune_fn(struct work_struct *work);
+/* Runs while the registry is not empty: nothing tells us of an exit. */
+static DECLARE_DELAYED_WORK(pfprof_prune_work, pfprof_prune_fn);
+
 static void pfprof_reg_free(struct pfprof_reg *r)
 {
 	list_del(&r->node);
@@ -65,6 +70,15 @@ static void pfprof_reg_prune(void)
 		if (!pfprof_read_totals(r->leader, &now, false))
 			pfprof_reg_free(r);
 	}
+}
+
+static void pfprof_prune_fn(struct work_struct *work)
+{
+	mutex_lock(&pfprof_reg_lock);
+	pfprof_reg_prune();
+	if (!list_empty(&pfprof_regs))
+		schedule_delayed_work(&pfprof_prune_work, HZ);
+	mutex_unlock(&pfprof_reg_lock);
 }
 
 static struct pfprof_reg *pfprof_reg_find(struct task_struct *leader)
@@ -94,11 +108,12 @@ static bool pfprof_follows(struct pfprof_session *s, struct task_struct *leader)
 }
 
 /* A registered process joins @s if @s follows it and may read it. */
-static void pfprof_offer(struct pfprof_session *s, struct task_struct *leader)
+static void pfprof_offer(struct pfprof_session *s, struct pfprof_reg *r)
 {
-	if (pfprof_follows(s, leader) && pfprof_opener_may_read(s->file, leader))
+	if (pfprof_follows(s, r->leader) &&
+	    pfprof_opener_may_read(s->file, r->leader))
 		/* Counted already, full or ended: it simply does not join. */
-		pfprof_members_join(s, leader, s->follow_flags, true);
+		pfprof_members_join(s, r->leader, s->follow_flags, &r->base);
 }
 
 /* The sessions a user opened: max_sessions bounds them. */
@@ -156,7 +171,7 @@ int pfprof_session_follow(struct pfprof_session *s, u32 scope, u32 flags,
 	s->follow_flags = flags;
 	pfprof_reg_prune();
 	list_for_each_entry(r, &pfprof_regs, node)
-		pfprof_offer(s, r->leader);
+		pfprof_offer(s, r);
 	mutex_unlock(&pfprof_reg_lock);
 	return 0;
 }
@@ -194,7 +209,9 @@ static int pfprof_register(const struct file *file, pid_t nr)
 	}
 	list_add_tail(&r->node, &pfprof_regs);
 	list_for_each_entry(s, &pfprof_sessions, node)
-		pfprof_offer(s, leader);
+		pfprof_offer(s, r);
+	/* Already pending while others are registered: then a no-op. */
+	schedule_delayed_work(&pfprof_prune_work, HZ);
 	mutex_unlock(&pfprof_reg_lock);
 	return 0;
 
@@ -336,6 +353,8 @@ void pfprof_proc_exit(void)
 	struct pfprof_reg *r, *tmp;
 
 	proc_remove(pfprof_proc_dir);
+	/* Also when it re-queues itself. */
+	cancel_delayed_work_sync(&pfprof_prune_work);
 	mutex_lock(&pfprof_reg_lock);
 	list_for_each_entry_safe(r, tmp, &pfprof_regs, node)
 		pfprof_reg_free(r);

@@ -71,6 +71,8 @@ void pfprof_ring_exit(struct pfprof_ring *r)
 	r->area = NULL;
 }
 
+static void pfprof_cancel_locked(struct pfprof_ring *r);
+
 /*
  * The consumer wakes up and looks again: the ring it knew is gone.  The
  * sampler needs no telling: it offers its sample at its next deadline.
@@ -114,6 +116,9 @@ void pfprof_ring_start(struct pfprof_session *s, u32 mode)
 	r->full_since = 0;
 	r->deferred = 0;
 	atomic_set(&r->retry, PFPROF_RETRY_NONE);
+	/* Ended before it counted anything: there is nothing to wait for. */
+	if (READ_ONCE(s->ended) && !READ_ONCE(s->counted_any))
+		pfprof_cancel_locked(r);
 	mutex_unlock(&r->lock);
 	pfprof_ring_wake_consumer(r);
 }

@@ -16,7 +16,8 @@
  * processes and its own sampling deadlines.  Any number of sessions run at
  * once, up to the module parameter max_sessions per user.  A sample holds
  * the session's own processes' changes since its previous sample; a process
- * may be in several sessions, each counting it from when it joined.
+ * may be in several sessions, each counting it from when it joined (one
+ * joining through /proc: its own counts from its registration).
  *
  * A process joins a session with PFPROF_IOC_ADD on the session's file, or
  * through a /proc registration the session follows (PFPROF_IOC_FOLLOW).
@@ -47,7 +48,8 @@
  * whoever opened the file must both be allowed to ptrace-read the process.
  * A registration joins every session that follows registrations, whose
  * scope covers the process and whose opener may ptrace-read it; unregistering
- * takes it out of the sessions it joined that way.  Reading the file lists
+ * takes it out of the sessions it joined that way.  A registered process
+ * that is gone is forgotten within a second.  Reading the file lists
  * "<pid> <minor> <major> <cpu_ns>" per registered process the reader may
  * ptrace-read and can name in its pid namespace, counts since registration.
  *

@@ -13,7 +13,7 @@ use anyhow::{bail, ensure, Context, Result};
 use shared_layout::strict::{StrictConsumer, Take};
 use shared_layout::Mode;
 
-use crate::device::{raw_open, set_mode, Mapping};
+use crate::device::{raw_session, set_mode, Mapping};
 use crate::kmod;
 
 const PAGE: usize = 4096;
@@ -160,7 +160,7 @@ fn churn() -> Result<()> {
 /// A monitor that takes the shared lock and never lets it go, reporting the
 /// area's deferred counter until it is killed.
 fn hold_lock() -> Result<()> {
-    let file = raw_open()?;
+    let file = raw_session()?;
     set_mode(&file, Mode::Strict.as_raw()).map_err(|e| anyhow::anyhow!("SET_MODE: {e}"))?;
     let map = Mapping::new(&file)?;
     map.lock_as_consumer()?;

@@ -23,6 +23,20 @@ pub fn raw_open() -> Result<File> {
         .context("opening /dev/pfprof")
 }
 
+/// A session opened by hand that takes in every registration, each process on its own.
+pub fn raw_session() -> Result<File> {
+    let file = raw_open()?;
+    follow(
+        &file,
+        abi::Follow {
+            scope: abi::FOLLOW_ALL,
+            ..abi::Follow::default()
+        },
+    )
+    .map_err(|e| anyhow::anyhow!("FOLLOW all: errno {e}"))?;
+    Ok(file)
+}
+
 /// One ioctl; Err(errno) on failure.
 pub fn ioctl<T>(file: &File, request: u32, arg: *mut T) -> std::result::Result<(), i32> {
     // SAFETY: the tests pass pointers to live values of the size the request
@@ -390,7 +404,7 @@ fn poll(file: &File, timeout_ms: i32) -> Result<i16> {
 
 pub fn poll_reports_ready_samples_and_the_end_of_the_session(env: &Env) -> Result<()> {
     let module = kmod::insmod(env, &["period_ms=10"])?;
-    let file = raw_open()?;
+    let file = raw_session()?;
     set_mode(&file, abi::MODE_RELAXED).map_err(|e| anyhow::anyhow!("SET_MODE: {e}"))?;
     let idle = poll(&file, 100)?;
     ensure!(idle == 0, "poll with nothing registered: {idle:#x}");

@@ -19,10 +19,10 @@ use shared_layout::abi::{self, AreaHeader, Sem};
 use shared_layout::strict::StrictConsumer;
 use shared_layout::Mode;
 
-use crate::device::{ioctl, raw_open, set_mode, Mapping};
+use crate::device::{ioctl, raw_session, set_mode, Mapping};
 use crate::klog;
 use crate::kmod::{self, Profiled};
-use crate::lifecycle::{sampler_pid, wakeups};
+use crate::lifecycle::{opened_with_sampler, wakeups};
 use crate::rng::Rng;
 use crate::sampling::take_until_ended;
 use crate::Env;
@@ -170,10 +170,16 @@ pub fn monitor_scribbling_every_word_for_seconds_cannot_stall_or_hurt_the_sample
 ) -> Result<()> {
     let mark = klog::Mark::now()?;
     let module = kmod::insmod(env, &["period_ms=1", "buffer_pages=2"])?;
-    let sampler = sampler_pid()?;
     let mut churn = Profiled::spawn(&["churn"])?;
     kmod::register(churn.pid)?;
     churn.go()?;
+    // The control is an honest session's sampler doing the same work: relaxed, it never
+    // waits for its consumer.
+    let (honest, sampler) = opened_with_sampler(|| {
+        let file = raw_session()?;
+        set_mode(&file, abi::MODE_RELAXED).map_err(|e| anyhow::anyhow!("SET_MODE: {e}"))?;
+        Ok(file)
+    })?;
     let mut rng = Rng::from_env_or_clock();
     let slots = abi::slots_in(2);
 
@@ -207,7 +213,8 @@ pub fn monitor_scribbling_every_word_for_seconds_cannot_stall_or_hurt_the_sample
     let mut busiest = 0f64;
     let mut running = 0f64;
     for mode in [abi::MODE_STRICT, abi::MODE_RELAXED, abi::MODE_NONE] {
-        let file = raw_open()?;
+        // Each scribbled session has a sampler of its own: the one that must not stall.
+        let (file, sampler) = opened_with_sampler(raw_session)?;
         if mode != abi::MODE_NONE {
             set_mode(&file, mode).map_err(|e| anyhow::anyhow!("SET_MODE {mode}: {e}"))?;
         }
@@ -274,6 +281,7 @@ pub fn monitor_scribbling_every_word_for_seconds_cannot_stall_or_hurt_the_sample
         rng.seed()
     ));
 
+    drop(honest);
     // An honest monitor afterwards: samples arrive on period.
     let dev = kmod::follow_registrations().context("attaching after the scribbling")?;
     let area = dev.start(Mode::Strict)?;

@@ -188,8 +188,9 @@ fn module_slab_objects(found: &mut Vec<String>) -> Result<u64> {
 
 /// Waits until the module holds exactly `expected` slab objects: a process
 /// that exited registered (unnamed, so no longer listed) keeps its object
-/// until the sampler's next tick drops it. Fails with the last count after
-/// a few seconds, far more than a tick.
+/// until the registry's pruning (within a second) drops it, a session's
+/// member until its sampler's next collection. Fails with the last count
+/// after a few seconds.
 pub fn ensure_module_slab_objects(expected: u64, what: &str) -> Result<()> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {

@@ -244,19 +244,46 @@ pub fn consumer_sleeping_in_wait_full_wakes_when_the_last_process_leaves(env: &E
 }
 
 /// The sampler kthread's pid.
-pub fn sampler_pid() -> Result<u32> {
+/// The sampler kthreads of every open session ("pfprof/<opener's pid>").
+fn samplers() -> Result<Vec<u32>> {
+    let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc")? {
         let entry = entry?;
         let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
             continue;
         };
         if std::fs::read_to_string(entry.path().join("comm"))
-            .is_ok_and(|c| c.trim() == "pfprof-sampler")
+            .is_ok_and(|c| c.starts_with("pfprof/"))
         {
-            return Ok(pid);
+            found.push(pid);
         }
     }
-    bail!("no pfprof-sampler thread")
+    Ok(found)
+}
+
+/// The sampler of the one session open.
+pub fn sampler_pid() -> Result<u32> {
+    match samplers()?.as_slice() {
+        [one] => Ok(*one),
+        many => bail!("{} session samplers, expected one: {many:?}", many.len()),
+    }
+}
+
+/// Opens a session with `open` and finds the sampler kthread it started.
+pub fn opened_with_sampler<T>(open: impl FnOnce() -> Result<T>) -> Result<(T, u32)> {
+    let before = samplers()?;
+    let session = open()?;
+    let new: Vec<u32> = samplers()?
+        .into_iter()
+        .filter(|pid| !before.contains(pid))
+        .collect();
+    match new.as_slice() {
+        [one] => Ok((session, *one)),
+        other => bail!(
+            "opening a session started {} samplers: {other:?}",
+            other.len()
+        ),
+    }
 }
 
 /// How often it has gone to sleep: once per period while it samples.
@@ -271,7 +298,7 @@ pub fn wakeups(pid: u32) -> Result<u64> {
 
 pub fn sampler_sleeps_without_a_timer_while_nobody_is_registered(env: &Env) -> Result<()> {
     let module = kmod::insmod(env, &["period_ms=1"])?;
-    let sampler = sampler_pid()?;
+    let (dev, sampler) = opened_with_sampler(kmod::follow_registrations)?;
     let quiet = |when: &str| -> Result<()> {
         let before = wakeups(sampler)?;
         thread::sleep(Duration::from_millis(500));
@@ -283,7 +310,7 @@ pub fn sampler_sleeps_without_a_timer_while_nobody_is_registered(env: &Env) -> R
         );
         Ok(())
     };
-    quiet("after load")?;
+    quiet("after the session opened")?;
 
     let mut sleeper = Profiled::spawn(&["faults", "0", "0", "stay"])?;
     kmod::register(sleeper.pid)?;
@@ -299,6 +326,7 @@ pub fn sampler_sleeps_without_a_timer_while_nobody_is_registered(env: &Env) -> R
     thread::sleep(Duration::from_millis(100));
     quiet("after the last process left")?;
     sleeper.reap()?;
+    drop(dev);
     module.unload()
 }
 

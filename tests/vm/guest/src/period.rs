@@ -13,10 +13,10 @@ use shared_layout::abi::{self, AreaHeader, Sem};
 use shared_layout::strict::StrictConsumer;
 use shared_layout::{Mode, Sample};
 
-use crate::device::{ioctl, raw_open, set_mode, Mapping};
+use crate::device::{ioctl, raw_session, set_mode, Mapping};
 use crate::klog;
 use crate::kmod::{self, Profiled};
-use crate::lifecycle::{sampler_pid, wakeups};
+use crate::lifecycle::{opened_with_sampler, wakeups};
 use crate::sampling::take_until_ended;
 use crate::Env;
 
@@ -136,10 +136,9 @@ pub fn a_consumer_flashing_a_free_slot_cannot_make_the_sampler_collect_more_ofte
     const WINDOW: Duration = Duration::from_millis(500);
     let mark = klog::Mark::now()?;
     let module = kmod::insmod(env, &[&format!("period_ms={PERIOD_MS}"), "buffer_pages=2"])?;
-    let sampler = sampler_pid()?;
     let mut child = threaded_child(500)?;
     kmod::register(child.pid)?;
-    let file = raw_open()?;
+    let (file, sampler) = opened_with_sampler(raw_session)?;
     set_mode(&file, abi::MODE_STRICT).map_err(|e| anyhow::anyhow!("SET_MODE: errno {e}"))?;
     let map = Mapping::new(&file)?;
     let empty = map.word32(offset_of!(AreaHeader, empty) + offset_of!(Sem, count));
@@ -217,14 +216,13 @@ pub fn bench_sampler_cost_by_processes_and_threads(env: &Env) -> Result<()> {
     );
     for (processes, threads) in [(1, 1), (1, 100), (1, 1000), (100, 1), (1000, 1), (10, 100)] {
         let module = kmod::insmod(env, &["period_ms=50"])?;
-        let sampler = sampler_pid()?;
         let mut children = (0..processes)
             .map(|_| threaded_child(threads - 1))
             .collect::<Result<Vec<_>>>()?;
         for child in &children {
             kmod::register(child.pid)?;
         }
-        let dev = kmod::follow_registrations()?;
+        let (dev, sampler) = opened_with_sampler(kmod::follow_registrations)?;
         let area = dev.start(Mode::Strict)?;
         let mut consumer = StrictConsumer::new(area, dev.waiter());
         let mut samples = Vec::new();

@@ -12,7 +12,7 @@ use shared_layout::Mode;
 
 use crate::klog;
 use crate::kmod::{self, Profiled};
-use crate::lifecycle::sampler_pid;
+use crate::lifecycle::{opened_with_sampler, sampler_pid};
 use crate::rng::Rng;
 use crate::Env;
 
@@ -129,8 +129,7 @@ pub fn a_process_unregistered_while_the_sampler_is_mid_tick_still_ends_the_sessi
         sleeper.read_line()? == "ready",
         "the threaded child is not ready"
     );
-    let sampler = sampler_pid()?;
-    let dev = kmod::follow_registrations()?;
+    let (dev, sampler) = opened_with_sampler(kmod::follow_registrations)?;
     let mut rng = Rng::from_env_or_clock();
     let ours = affinity(0)?;
     set_affinity(sampler, &only_cpu0())?;
