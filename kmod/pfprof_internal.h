@@ -141,8 +141,7 @@ void pfprof_sampler_kick(struct pfprof_session *s);
 /* ring.c */
 enum pfprof_put {
 	PFPROF_PUT_DONE,	/* sample written */
-	PFPROF_PUT_NOT_STARTED,	/* no mode selected yet: offer it again later */
-	PFPROF_PUT_NO_SESSION,	/* canceled, or the ring the sample was for is gone */
+	PFPROF_PUT_NO_SESSION,	/* not started, canceled, or not the ring asked for */
 	PFPROF_PUT_FULL,	/* strict: no free slot */
 	PFPROF_PUT_DEFERRED,	/* the consumer holds the lock */
 };

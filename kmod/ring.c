@@ -121,6 +121,8 @@ void pfprof_ring_start(struct pfprof_session *s, u32 mode)
 		pfprof_cancel_locked(r);
 	mutex_unlock(&r->lock);
 	pfprof_ring_wake_consumer(r);
+	/* The sampler waits for the start. */
+	pfprof_sampler_kick(s);
 }
 
 /* Started, and not canceled: it still takes samples. */
@@ -307,9 +309,8 @@ enum pfprof_put pfprof_ring_put(struct pfprof_session *s,
 	enum pfprof_put ret;
 
 	mutex_lock(&r->lock);
-	if (r->mode == PFPROF_MODE_NONE)
-		ret = PFPROF_PUT_NOT_STARTED;
-	else if (r->canceled || (last && session != r->generation))
+	if (r->mode == PFPROF_MODE_NONE || r->canceled ||
+	    (last && session != r->generation))
 		ret = PFPROF_PUT_NO_SESSION;
 	else if (r->mode == PFPROF_MODE_STRICT)
 		ret = pfprof_put_strict(r, sample);

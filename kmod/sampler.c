@@ -56,6 +56,7 @@ struct pfprof_wake {
 	struct pfprof_session *session;
 	unsigned int seen;	/* idle: member changes at the last collection */
 	bool idle;		/* waiting for a process to join */
+	bool unstarted;		/* waiting for the consumer to start the ring */
 	bool draining;		/* the last sample is collected, not delivered */
 };
 
@@ -65,6 +66,8 @@ static bool pfprof_woken(const struct pfprof_wake *w)
 
 	if (kthread_should_stop())
 		return true;
+	if (w->unstarted)
+		return READ_ONCE(s->ring.mode) != PFPROF_MODE_NONE;
 	if (w->idle)
 		return pfprof_sampler_has_work(s, w->seen);
 	/* The last process left: its final sample ends the ring now. */
@@ -127,6 +130,18 @@ static int pfprof_sampler_fn(void *data)
 	ktime_t now;
 
 	while (!kthread_should_stop()) {
+		/*
+		 * Nobody to deliver to yet: what the members do meanwhile is
+		 * read at the start (a member that exits keeps its final
+		 * counts readable), so no timer until then.
+		 */
+		if (READ_ONCE(r->mode) == PFPROF_MODE_NONE) {
+			wake.unstarted = true;
+			pfprof_sleep_until(KTIME_MAX, &wake);
+			wake.unstarted = false;
+			deadline = ktime_add_ns(ktime_get(), period);
+			continue;
+		}
 		if (!undelivered && !pfprof_sampler_has_work(s, wake.seen)) {
 			wake.idle = true;
 			pfprof_sleep_until(KTIME_MAX, &wake);

@@ -186,7 +186,7 @@ pub fn device_refuses_bad_mmaps_and_bad_ioctls(env: &Env) -> Result<()> {
         for (what, pid, flags, reserved, errno) in [
             ("pid 0", 0, 0, 0, libc::EINVAL),
             ("pid -1", -1, 0, 0, libc::EINVAL),
-            ("unknown flags", me, 2, 0, libc::EINVAL),
+            ("unknown flags", me, 4, 0, libc::EINVAL),
             ("reserved set", me, 0, 1, libc::EINVAL),
             ("no such process", i32::MAX, 0, 0, libc::ESRCH),
         ] {

@@ -213,8 +213,10 @@ pub fn monitor_scribbling_every_word_for_seconds_cannot_stall_or_hurt_the_sample
     let mut busiest = 0f64;
     let mut running = 0f64;
     for mode in [abi::MODE_STRICT, abi::MODE_RELAXED, abi::MODE_NONE] {
-        // Each scribbled session has a sampler of its own: the one that must not stall.
-        let (file, sampler) = opened_with_sampler(raw_session)?;
+        // Each scribbled session has a sampler of its own: the one that must not stall
+        // once its ring runs. Before that it has nothing to do; the honest one then.
+        let (file, own) = opened_with_sampler(raw_session)?;
+        let sampler = if mode == abi::MODE_NONE { sampler } else { own };
         if mode != abi::MODE_NONE {
             set_mode(&file, mode).map_err(|e| anyhow::anyhow!("SET_MODE {mode}: {e}"))?;
         }
