@@ -116,7 +116,8 @@ static struct pfprof_member *pfprof_member_of(struct pfprof_session *s,
 
 /*
  * The inheriting member whose tree holds @p (not itself a member): its
- * nearest inheriting real ancestor.  Under RCU.
+ * nearest inheriting real ancestor.  Under RCU, which keeps every task not
+ * yet released when it began (a live task's parent is one) from being freed.
  */
 static struct pfprof_member *pfprof_tree_owner(struct pfprof_session *s,
 					       struct task_struct *p)
@@ -125,8 +126,12 @@ static struct pfprof_member *pfprof_tree_owner(struct pfprof_session *s,
 	int depth;
 
 	for (depth = 0; depth < PFPROF_TREE_DEPTH_MAX; depth++) {
-		struct task_struct *parent = rcu_dereference(p->real_parent);
+		struct task_struct *parent;
 
+		/* A released task's parent pointer may be stale. */
+		if (!pid_alive(p))
+			return NULL;
+		parent = rcu_dereference(p->real_parent);
 		if (parent == p || parent == &init_task)
 			return NULL;
 		p = parent;
@@ -222,8 +227,12 @@ bool pfprof_descends_from(struct task_struct *p,
 
 	rcu_read_lock();
 	for (depth = 0; depth < PFPROF_TREE_DEPTH_MAX; depth++) {
-		struct task_struct *parent = rcu_dereference(p->real_parent);
+		struct task_struct *parent;
 
+		/* A released task's parent pointer may be stale. */
+		if (!pid_alive(p))
+			break;
+		parent = rcu_dereference(p->real_parent);
 		if (parent == p || parent == &init_task)
 			break;
 		p = parent;
