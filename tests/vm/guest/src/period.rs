@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use shared_layout::abi::{self, AreaHeader, Sem};
+use shared_layout::device::Device;
 use shared_layout::strict::StrictConsumer;
 use shared_layout::{Mode, Sample};
 
@@ -214,15 +215,34 @@ pub fn bench_sampler_cost_by_processes_and_threads(env: &Env) -> Result<()> {
         "setrlimit(RLIMIT_NOFILE): {}",
         std::io::Error::last_os_error()
     );
-    for (processes, threads) in [(1, 1), (1, 100), (1, 1000), (100, 1), (1000, 1), (10, 100)] {
+    // tree: the children are not registered; this process joins, counted with its
+    // descendants, and the sampler walks the process list at every collection.
+    for (processes, threads, tree) in [
+        (1, 1, false),
+        (1, 100, false),
+        (1, 1000, false),
+        (100, 1, false),
+        (1000, 1, false),
+        (10, 100, false),
+        (100, 1, true),
+        (1000, 1, true),
+    ] {
         let module = kmod::insmod(env, &["period_ms=50"])?;
         let mut children = (0..processes)
             .map(|_| threaded_child(threads - 1))
             .collect::<Result<Vec<_>>>()?;
-        for child in &children {
-            kmod::register(child.pid)?;
-        }
-        let (dev, sampler) = opened_with_sampler(kmod::follow_registrations)?;
+        let (dev, sampler) = if tree {
+            opened_with_sampler(|| {
+                let dev = Device::open()?;
+                dev.add(std::process::id(), true, false)?;
+                Ok(dev)
+            })?
+        } else {
+            for child in &children {
+                kmod::register(child.pid)?;
+            }
+            opened_with_sampler(kmod::follow_registrations)?
+        };
         let area = dev.start(Mode::Strict)?;
         let mut consumer = StrictConsumer::new(area, dev.waiter());
         let mut samples = Vec::new();
@@ -234,8 +254,13 @@ pub fn bench_sampler_cost_by_processes_and_threads(env: &Env) -> Result<()> {
         })?;
         let secs = SPAN.as_secs_f64();
         let collections = woke.max(1) as f64;
+        let what = if tree {
+            format!("1 inheriting process with {processes} children")
+        } else {
+            format!("{processes} processes x {threads} threads")
+        };
         crate::figure(&format!(
-            "sampler cost: {processes} processes x {threads} threads: {:.3} ms CPU/s \
+            "sampler cost: {what}: {:.3} ms CPU/s \
              ({:.3}% of a CPU), {:.1} us per collection, {:.0} ns per thread, {:.1} wake-ups/s",
             cpu as f64 / 1e6 / secs,
             cpu as f64 / 1e7 / secs,
@@ -243,8 +268,12 @@ pub fn bench_sampler_cost_by_processes_and_threads(env: &Env) -> Result<()> {
             cpu as f64 / collections / (processes * threads) as f64,
             woke as f64 / secs
         ));
-        for child in &children {
-            kmod::unregister(child.pid)?;
+        if tree {
+            dev.ender().end()?;
+        } else {
+            for child in &children {
+                kmod::unregister(child.pid)?;
+            }
         }
         take_until_ended(&mut consumer, &mut samples)?;
         drop((consumer, dev));
