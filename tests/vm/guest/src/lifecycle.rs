@@ -301,6 +301,8 @@ pub fn sampler_sleeps_without_a_timer_while_nobody_is_registered(env: &Env) -> R
     let (dev, sampler) = opened_with_sampler(kmod::follow_registrations)?;
     // Relaxed: the ring never makes the sampler wait for us.
     let area = dev.start(Mode::Relaxed)?;
+    // The start wakes it once, to find nobody to sample: let it go back to sleep.
+    thread::sleep(Duration::from_millis(100));
     let quiet = |when: &str| -> Result<()> {
         let before = wakeups(sampler)?;
         thread::sleep(Duration::from_millis(500));
