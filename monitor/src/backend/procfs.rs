@@ -9,7 +9,7 @@ use shared_layout::{Area, Mode, Sample};
 
 use super::{Backend, Targets};
 use crate::error::ProfileError;
-use crate::procstat::ProcessCounters;
+use crate::procstat::{self, ProcessCounters};
 use crate::sampler::{Event, Events, Sampler, Target};
 use crate::signals::Stopper;
 use crate::source::Ending;
@@ -29,6 +29,10 @@ pub struct Procfs {
     events: Option<Events>,
     /// The command `monitor run` started.
     command: Option<u32>,
+    /// Processes count with their descendants.
+    inherit: bool,
+    /// They do, but the kernel does not list children: only reaped ones count.
+    unlisted: bool,
     /// A process whose CPU clock could not be read is measured in clock ticks.
     ticks: bool,
 }
@@ -43,7 +47,10 @@ impl Backend for Procfs {
         let targets_now = targets
             .pids
             .iter()
-            .map(|&pid| Target::attach(pid).map_err(|source| ProfileError::Attach { pid, source }))
+            .map(|&pid| {
+                Target::attach(pid, targets.inherit)
+                    .map_err(|source| ProfileError::Attach { pid, source })
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let period_ms = targets.period_ms.unwrap_or(DEFAULT_PERIOD_MS);
         Ok(Procfs {
@@ -53,6 +60,8 @@ impl Backend for Procfs {
             sampler: None,
             events: None,
             command: None,
+            inherit: targets.inherit,
+            unlisted: targets.inherit && !procstat::children_listed(),
         })
     }
 
@@ -78,8 +87,8 @@ impl Backend for Procfs {
     ) -> Result<(), ProfileError> {
         let mut targets = std::mem::take(&mut self.targets);
         if let Some(pid) = command {
-            let target =
-                Target::child(pid).map_err(|source| ProfileError::Attach { pid, source })?;
+            let target = Target::child(pid, self.inherit)
+                .map_err(|source| ProfileError::Attach { pid, source })?;
             self.ticks |= !target.nanoseconds();
             targets.push(target);
         }
@@ -130,6 +139,13 @@ impl Backend for Procfs {
         if self.ticks {
             notes.push(
                 "CPU time is in clock ticks (10 ms): a process's CPU clock could not be read"
+                    .to_owned(),
+            );
+        }
+        if self.unlisted {
+            notes.push(
+                "this kernel does not list children in /proc (CONFIG_PROC_CHILDREN): \
+                 descendants count only once reaped, through their parent's counts"
                     .to_owned(),
             );
         }

@@ -90,6 +90,13 @@ struct Options {
     /// parameter).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=60_000), value_name = "N")]
     period_ms: Option<u32>,
+    /// Count only the processes named (the command, the --pid processes), not their
+    /// descendants. By default each counts with its descendants, as with `perf stat` and
+    /// `time`: live ones as they run, reaped ones through its children's counts. One that
+    /// leaves without being waited for (orphaned, or its parent does not wait) stops
+    /// counting then; what it did before stays counted.
+    #[arg(long)]
+    no_inherit: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -165,6 +172,7 @@ fn run(options: Options, command: Option<Vec<OsString>>) -> Result<u8, ProfileEr
         command,
         pids: options.pids,
         period_ms: options.period_ms,
+        inherit: !options.no_inherit,
     };
     match backend {
         Backend::Kernel => session::profile::<Kernel>(request),
