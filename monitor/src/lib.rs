@@ -13,4 +13,5 @@ pub mod sampler;
 pub mod session;
 pub mod signals;
 pub mod source;
+pub mod tree;
 pub mod workload;

@@ -9,6 +9,7 @@
 
 use std::fs::{self, File};
 use std::io::{self, ErrorKind};
+use std::ops::{Add, AddAssign};
 use std::os::unix::fs::FileExt;
 use std::sync::OnceLock;
 
@@ -22,6 +23,41 @@ pub struct ProcessCounters {
     pub major: u64,
     /// utime + stime.
     pub cpu_ns: u64,
+}
+
+impl ProcessCounters {
+    fn each(self, other: ProcessCounters, f: impl Fn(u64, u64) -> u64) -> ProcessCounters {
+        ProcessCounters {
+            minor: f(self.minor, other.minor),
+            major: f(self.major, other.major),
+            cpu_ns: f(self.cpu_ns, other.cpu_ns),
+        }
+    }
+
+    /// Field by field, never below zero.
+    pub fn saturating_sub(self, other: ProcessCounters) -> ProcessCounters {
+        self.each(other, u64::saturating_sub)
+    }
+
+    /// The larger of each field.
+    pub fn max(self, other: ProcessCounters) -> ProcessCounters {
+        self.each(other, u64::max)
+    }
+}
+
+/// Field by field, saturating.
+impl Add for ProcessCounters {
+    type Output = ProcessCounters;
+
+    fn add(self, other: ProcessCounters) -> ProcessCounters {
+        self.each(other, u64::saturating_add)
+    }
+}
+
+impl AddAssign for ProcessCounters {
+    fn add_assign(&mut self, other: ProcessCounters) {
+        *self = *self + other;
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -41,7 +77,15 @@ pub enum StatError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stat {
     pub counters: ProcessCounters,
+    /// What its children had done when it reaped them (cminflt, cmajflt, cutime +
+    /// cstime: CPU time in clock ticks), each with its own reaped children's.
+    pub reaped: ProcessCounters,
     pub exited: bool,
+    /// Dead (state X): being reaped, its counts on their way to its parent's `reaped`
+    /// (or to nobody's, when its parent does not wait for children).
+    pub dead: bool,
+    /// Its parent process.
+    pub ppid: u32,
     /// When it started, in clock ticks after boot: with the pid, it names the process
     /// (a pid alone may have been given to another since).
     pub start: u64,
@@ -143,22 +187,59 @@ pub fn read_self() -> Result<ProcessCounters, StatError> {
     Ok(read(std::process::id())?.counters)
 }
 
+/// The children of process `pid`, sorted: what every thread's
+/// `/proc/<pid>/task/<tid>/children` lists, since a child's parent is the thread that
+/// forked it. None once the process is gone (or where the kernel has no such file, see
+/// [`children_listed`]); a thread that exits meanwhile hands its children to another
+/// thread, which a list read before may miss.
+pub fn children(pid: u32) -> Vec<u32> {
+    let mut children = Vec::new();
+    // Unreadable means gone: the caller finds out from the process's stat.
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return children;
+    };
+    for task in tasks.flatten() {
+        if let Ok(list) = fs::read_to_string(task.path().join("children")) {
+            children.extend(
+                list.split_ascii_whitespace()
+                    .filter_map(|c| c.parse::<u32>().ok()),
+            );
+        }
+    }
+    children.sort_unstable();
+    children.dedup();
+    children
+}
+
+/// Whether the kernel lists children in /proc (CONFIG_PROC_CHILDREN).
+pub fn children_listed() -> bool {
+    std::path::Path::new("/proc/thread-self/children").exists()
+}
+
 /// Parses a stat line; `ns_per_tick` converts utime and stime from clock ticks.
 pub fn parse(text: &str, ns_per_tick: u64) -> Option<Stat> {
     // comm (field 2) may contain spaces and parentheses: fields resume after the last ')'.
     let rest = &text[text.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
-    // fields[0] is field 3 (state); minflt is field 10, majflt 12, utime 14, stime 15,
-    // starttime 22.
+    // fields[0] is field 3 (state); ppid is field 4, minflt 10, cminflt 11, majflt 12,
+    // cmajflt 13, utime 14, stime 15, cutime 16, cstime 17, starttime 22.
     let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+    let state = *fields.first()?;
     Some(Stat {
         counters: ProcessCounters {
             minor: field(10)?,
             major: field(12)?,
             cpu_ns: (field(14)? + field(15)?) * ns_per_tick,
         },
+        reaped: ProcessCounters {
+            minor: field(11)?,
+            major: field(13)?,
+            cpu_ns: (field(16)? + field(17)?) * ns_per_tick,
+        },
         // Z: zombie, X: dead.
-        exited: matches!(*fields.first()?, "Z" | "X"),
+        exited: matches!(state, "Z" | "X"),
+        dead: state == "X",
+        ppid: u32::try_from(field(4)?).ok()?,
         start: field(22)?,
     })
 }

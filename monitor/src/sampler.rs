@@ -1,7 +1,7 @@
 //! The procfs backend's producer: a thread that reads every profiled process each period
-//! (faults from `/proc/<pid>/stat`, CPU time from its CPU clock) and feeds the per-period
-//! deltas to a [`Producer`] on a memfd area, playing the module's role in the very same
-//! protocol.
+//! (faults from `/proc/<pid>/stat`, CPU time from its CPU clock), with its descendants
+//! when it inherits ([`crate::tree`]), and feeds the per-period deltas to a [`Producer`]
+//! on a memfd area, playing the module's role in the very same protocol.
 //!
 //! Between periods it sleeps in poll() on an eventfd (events from other threads) and on a
 //! pidfd per process that is not our child, so an exit is seen at once and the process's
@@ -21,7 +21,8 @@ use shared_layout::abi::{self, Sample};
 use shared_layout::producer::{Finish, Producer};
 use shared_layout::{Area, ProtocolError};
 
-use crate::procstat::{Probe, ProcessCounters, StatError};
+use crate::procstat::{Probe, ProcessCounters, Stat, StatError};
+use crate::tree::Tree;
 
 /// How long the last sample may wait for a free slot before the session is canceled anyway.
 const FINISH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -38,7 +39,8 @@ const CLOCK_READ_TRIES: u32 = 3;
 pub struct Target {
     pub pid: u32,
     /// Counts already accounted for: zero for a child we forked (it is profiled from
-    /// its first instruction), the counters at attach time for `--pid`.
+    /// its first instruction), the counters at attach time for `--pid` (with its
+    /// descendants' when it inherits).
     pub baseline: ProcessCounters,
     /// Our own child: its exit is reported with [`Event::Exited`] and its last counts
     /// come from wait4(), so /proc vanishing is not the end of it.
@@ -49,14 +51,19 @@ pub struct Target {
     probe: Probe,
     /// Readable once a process that is not our child has exited.
     pidfd: Option<OwnedFd>,
+    /// Its descendants, when they count with it (inherit).
+    tree: Option<Tree>,
+    /// Its own stat as last counted: while its CPU clock stands still, it is unchanged.
+    last: Option<Stat>,
 }
 
 impl Target {
-    /// A running process, counted from its counters now.
-    pub fn attach(pid: u32) -> Result<Target, StatError> {
+    /// A running process, counted from its counters now; with `inherit`, with its
+    /// descendants.
+    pub fn attach(pid: u32, inherit: bool) -> Result<Target, StatError> {
         let mut probe = Probe::open(pid)?;
         let stat = probe.read()?;
-        Ok(Target {
+        let mut target = Target {
             pid,
             baseline: stat.counters,
             child: false,
@@ -64,12 +71,16 @@ impl Target {
             // Without pidfds (Linux < 5.3) the exit is seen at the next period.
             pidfd: pidfd_open(pid).ok(),
             probe,
-        })
+            tree: inherit.then(|| Tree::new(pid)),
+            last: None,
+        };
+        target.baseline = target.counts(&stat, true);
+        Ok(target)
     }
 
     /// Our child, not reaped yet (its pid is still its own), counted from zero: the
-    /// kernel zeroes a process's counters at fork.
-    pub fn child(pid: u32) -> Result<Target, StatError> {
+    /// kernel zeroes a process's counters at fork. With `inherit`, with its descendants.
+    pub fn child(pid: u32, inherit: bool) -> Result<Target, StatError> {
         let mut probe = Probe::open(pid)?;
         Ok(Target {
             pid,
@@ -78,12 +89,24 @@ impl Target {
             start: probe.read()?.start,
             pidfd: None,
             probe,
+            tree: inherit.then(|| Tree::new(pid)),
+            last: None,
         })
     }
 
     /// Whether its CPU time is read in nanoseconds (else in clock ticks).
     pub fn nanoseconds(&self) -> bool {
         self.probe.nanoseconds()
+    }
+
+    /// What counts of it given its own stat (`fresh`: just read, else as last counted):
+    /// its own counters, or its tree's total.
+    fn counts(&mut self, stat: &Stat, fresh: bool) -> ProcessCounters {
+        self.last = Some(*stat);
+        match &mut self.tree {
+            Some(tree) => tree.total(stat, fresh),
+            None => stat.counters,
+        }
     }
 }
 
@@ -197,6 +220,7 @@ impl Sampler {
 
 struct Profiled {
     target: Target,
+    /// What has been counted of it (its tree's total when it inherits), never lowered.
     seen: ProcessCounters,
     /// Its CPU clock, read in the sample's window.
     cpu_now: Option<std::io::Result<u64>>,
@@ -301,8 +325,8 @@ fn run(
             while let Ok(event) = events.try_recv() {
                 match event {
                     Event::Exited { pid, totals } => {
-                        if let Some(p) = procs.remove(&pid) {
-                            pending += delta(p.seen, totals);
+                        if let Some(mut p) = procs.remove(&pid) {
+                            pending += advance(&mut p.seen, totals);
                         }
                     }
                     Event::Stop => {
@@ -345,7 +369,10 @@ fn run(
 /// if its parent reaped it already, say what is missing.
 fn read_last(p: &mut Profiled, pending: &mut Sample, unread: &mut Vec<Unread>) {
     match p.target.probe.read() {
-        Ok(stat) if stat.start == p.target.start => *pending += delta(p.seen, stat.counters),
+        Ok(stat) if stat.start == p.target.start => {
+            let now = p.target.counts(&stat, true);
+            *pending += advance(&mut p.seen, now);
+        }
         _ => unread.push(Unread {
             pid: p.target.pid,
             since: p.read_at.elapsed(),
@@ -378,28 +405,38 @@ fn poll_all(procs: &mut HashMap<u32, Profiled>, pending: &mut Sample) -> Result<
     for (&pid, p) in procs.iter_mut() {
         let cpu_now = p.cpu_now.take();
         // Faults are counted to the thread that takes them: a process whose CPU clock has
-        // not moved took none, and its stat (the costly read) would say nothing new. Only
-        // where its exit is seen by other means (pidfd, reaper): stat is how a zombie is
-        // seen otherwise.
-        let idle = matches!(&cpu_now, Some(Ok(ns)) if *ns == p.seen.cpu_ns);
-        if idle && (p.target.child || p.target.pidfd.is_some()) {
-            p.read_at = Instant::now();
-            continue;
-        }
-        match p.target.probe.read_with_cpu(cpu_now) {
-            Ok(stat) if stat.start == p.target.start => {
-                *pending += delta(p.seen, stat.counters);
-                p.seen = stat.counters;
+        // not moved took none (nor forked or reaped a child), and its stat (the costly
+        // read) would say nothing new. Only where its exit is seen by other means (pidfd,
+        // reaper): stat is how a zombie is seen otherwise.
+        let unchanged = p.target.last.filter(|last| {
+            matches!(&cpu_now, Some(Ok(ns)) if *ns == last.counters.cpu_ns)
+                && (p.target.child || p.target.pidfd.is_some())
+        });
+        let (stat, fresh) = match unchanged {
+            // Alone, it has nothing new; its descendants may have.
+            Some(_) if p.target.tree.is_none() => {
                 p.read_at = Instant::now();
-                // A zombie's counters are final; its parent may never reap it.
-                if stat.exited && !p.target.child {
-                    gone.push(pid);
-                }
+                continue;
             }
-            // Ok: another process has the pid now, ours is gone.
-            Ok(_) | Err(StatError::NoSuchProcess(_)) if !p.target.child => gone.push(pid),
-            Ok(_) | Err(StatError::NoSuchProcess(_)) => {}
-            Err(e) => return Err(e),
+            Some(last) => (last, false),
+            None => match p.target.probe.read_with_cpu(cpu_now) {
+                Ok(stat) if stat.start == p.target.start => (stat, true),
+                // Ok: another process has the pid now, ours is gone.
+                Ok(_) | Err(StatError::NoSuchProcess(_)) => {
+                    if !p.target.child {
+                        gone.push(pid);
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        let now = p.target.counts(&stat, fresh);
+        *pending += advance(&mut p.seen, now);
+        p.read_at = Instant::now();
+        // A zombie's counters are final; its parent may never reap it.
+        if stat.exited && !p.target.child {
+            gone.push(pid);
         }
     }
     for pid in gone {
@@ -408,14 +445,19 @@ fn poll_all(procs: &mut HashMap<u32, Profiled>, pending: &mut Sample) -> Result<
     Ok(time_ns)
 }
 
-/// `now - seen` as a sample to add to the pending one (`time_ns` 0: it keeps its own),
-/// never negative.
-fn delta(seen: ProcessCounters, now: ProcessCounters) -> Sample {
+/// What `now` adds to what was `seen` of a process, as a sample to add to the pending one
+/// (`time_ns` 0: it keeps its own), raising `seen` to it. A count below what was seen
+/// adds nothing and lowers nothing: a tree's total may dip for a pass (a child its
+/// parent's list missed; CPU time, whose reaped part is in clock ticks), and what it
+/// recovers then is not new.
+fn advance(seen: &mut ProcessCounters, now: ProcessCounters) -> Sample {
+    let new = now.saturating_sub(*seen);
+    *seen = seen.max(now);
     Sample {
         time_ns: 0,
-        minor: now.minor.saturating_sub(seen.minor),
-        major: now.major.saturating_sub(seen.major),
-        cpu_ns: now.cpu_ns.saturating_sub(seen.cpu_ns),
+        minor: new.minor,
+        major: new.major,
+        cpu_ns: new.cpu_ns,
     }
 }
 
@@ -426,7 +468,7 @@ mod tests {
     #[test]
     fn a_pid_given_to_another_process_is_not_counted_as_the_one_profiled() {
         for child in [false, true] {
-            let mut me = Target::attach(std::process::id()).unwrap();
+            let mut me = Target::attach(std::process::id(), false).unwrap();
             // Our pid with another start time: a process that had our pid before us.
             me.baseline = ProcessCounters::default();
             me.child = child;
@@ -442,13 +484,27 @@ mod tests {
 
     #[test]
     fn the_process_that_still_holds_the_pid_is_counted() {
-        let mut me = Target::attach(std::process::id()).unwrap();
+        let mut me = Target::attach(std::process::id(), false).unwrap();
         let baseline = me.baseline;
         me.baseline = ProcessCounters::default();
         let mut procs = profiled(vec![me]);
         let mut pending = Sample::default();
         poll_all(&mut procs, &mut pending).unwrap();
         assert!(pending.minor >= baseline.minor && pending.minor > 0);
+    }
+
+    #[test]
+    fn a_count_below_what_was_seen_adds_nothing_and_what_it_recovers_is_not_new() {
+        let minor = |minor| ProcessCounters {
+            minor,
+            ..ProcessCounters::default()
+        };
+        let mut seen = minor(100);
+        assert_eq!(advance(&mut seen, minor(150)).minor, 50);
+        // A tree's total dips: a child its parent's list missed.
+        assert_eq!(advance(&mut seen, minor(120)).minor, 0);
+        assert_eq!(seen, minor(150));
+        assert_eq!(advance(&mut seen, minor(160)).minor, 10);
     }
 
     #[test]
@@ -470,19 +526,23 @@ mod tests {
         {
             thread::sleep(Duration::from_millis(5));
         }
-        let mut procs = profiled(vec![Target::attach(pid).unwrap()]);
+        let mut procs = profiled(vec![Target::attach(pid, false).unwrap()]);
         // A fault count it never had: a stat read would replace it.
-        let invented = ProcessCounters {
-            minor: u64::MAX,
-            ..procs[&pid].seen
-        };
-        procs.get_mut(&pid).unwrap().seen = invented;
+        let target = &mut procs.get_mut(&pid).unwrap().target;
+        let invented = target.last.map(|last| Stat {
+            counters: ProcessCounters {
+                minor: u64::MAX,
+                ..last.counters
+            },
+            ..last
+        });
+        target.last = invented;
         let mut pending = Sample::default();
         poll_all(&mut procs, &mut pending).unwrap();
         sleeper.kill().unwrap();
         sleeper.wait().unwrap();
         assert_eq!(pending, Sample::default());
-        assert_eq!(procs[&pid].seen, invented, "stat was read again");
+        assert_eq!(procs[&pid].target.last, invented, "stat was read again");
     }
 
     #[test]
@@ -497,7 +557,7 @@ mod tests {
             .trim()
             .parse()
             .unwrap();
-        let target = Target::attach(pid).unwrap();
+        let target = Target::attach(pid, false).unwrap();
         assert!(target.pidfd.is_some(), "no pidfd on this kernel");
         let procs = profiled(vec![target]);
         let bell = EventFd::from_flags(EfdFlags::EFD_NONBLOCK).unwrap();

@@ -18,7 +18,7 @@ use crate::child::{self, Held};
 use crate::error::ProfileError;
 use crate::output::{Destination, Output, PlotFile};
 use crate::plot;
-use crate::procstat::ProcessCounters;
+use crate::procstat::{Probe, ProcessCounters};
 use crate::report::{ChildReport, ExitStatus, Format, Row, Summary, Timeline, Totals};
 use crate::signals::Signals;
 use crate::source::{Ending, Source};
@@ -44,7 +44,7 @@ pub struct Request {
     pub command: Option<Vec<OsString>>,
     pub pids: Vec<u32>,
     pub period_ms: Option<u32>,
-    /// Count each process with its descendants.
+    /// Processes count with their descendants (not with `--no-inherit`).
     pub inherit: bool,
 }
 
@@ -90,7 +90,10 @@ pub fn profile<B: Backend>(request: Request) -> Result<u8, ProfileError> {
     }
     backend.produce(&area, command, ending.clone())?;
     let reaper = command
-        .map(|pid| reap(pid, &signals, backend.on_command_exit(), ending.clone()))
+        .map(|pid| {
+            let on_exit = backend.on_command_exit();
+            reap(pid, request.inherit, &signals, on_exit, ending.clone())
+        })
         .transpose()?;
     let stop = backend.stopper();
     signals.stop_with(Box::new(move || {
@@ -255,9 +258,11 @@ fn consume<W: Waiter, B: Backend>(
 type Reaper = JoinHandle<io::Result<ChildReport>>;
 
 /// A thread that reaps the command `monitor run` started, stops forwarding signals to
-/// its pid, and hands its final counts to `on_exit`.
+/// its pid, and hands its final counts to `on_exit`: wait4()'s, its own and its reaped
+/// descendants', or with `inherit` off, its own alone.
 fn reap(
     pid: u32,
+    inherit: bool,
     signals: &Signals,
     on_exit: Box<dyn FnOnce(ProcessCounters) + Send>,
     ending: Arc<Ending>,
@@ -272,8 +277,14 @@ fn reap(
             signals.forward_to(0);
             exited?;
             ending.ring();
+            // Its zombie's stat has its own counts (and its CPU clock its own time) until
+            // the reap; wait4() adds its reaped children's.
+            let own = (!inherit)
+                .then(|| Probe::open(pid).and_then(|mut zombie| zombie.read()).ok())
+                .flatten();
             let (status, totals) = child::wait(pid)?;
-            on_exit(totals);
+            // Without /proc, which the procfs backend could not have run without anyway.
+            on_exit(own.map_or(totals, |stat| stat.counters));
             Ok(ChildReport {
                 minor: totals.minor,
                 major: totals.major,

@@ -16,6 +16,14 @@ use nix::unistd::Pid;
 /// `monitor run` on a short `work` with the given extra options, samples to a file;
 /// returns the output and the samples.
 fn profile_work(options: &[&str], work: &[&str]) -> (Output, String) {
+    let mut command = vec![WORK];
+    command.extend_from_slice(work);
+    profile(options, &command)
+}
+
+/// `monitor run` on `command` with the given extra options, samples to a file; returns
+/// the output and the samples.
+fn profile(options: &[&str], command: &[&str]) -> (Output, String) {
     static RUNS: AtomicUsize = AtomicUsize::new(0);
     let dir = Scratch::new(&format!(
         "profile-work-{}",
@@ -31,8 +39,7 @@ fn profile_work(options: &[&str], work: &[&str]) -> (Output, String) {
     ];
     args.extend_from_slice(options);
     args.push("--");
-    args.push(WORK);
-    args.extend_from_slice(work);
+    args.extend_from_slice(command);
     let out = monitor(&args);
     let text = std::fs::read_to_string(&samples).unwrap_or_default();
     (out, text)
@@ -111,6 +118,44 @@ fn relaxed_procfs_run_writes_json_lines_with_the_csv_keys() {
     );
     assert_eq!(summary_value(&err, "minor faults"), minor);
     assert!(!err.contains("producer blocked"), "strict-only line: {err}");
+}
+
+/// A shell running two `work`s at once and waiting for them (`$0` is the `work` binary).
+const TWO_WORKS: &str =
+    "\"$0\" 32 R 10000 3 --sleep-ms 50 & \"$0\" 32 R 10000 3 --sleep-ms 50 & wait";
+
+#[test]
+fn a_command_counts_with_its_children_while_they_run_and_sums_to_its_rusage() {
+    let (out, csv) = profile(&[], &["sh", "-c", TWO_WORKS, WORK]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let rows = parse_csv(&csv);
+    // Counted only once reaped, the children's faults would all be in the last row.
+    let busy = rows.iter().filter(|r| r.minor > 1000).count();
+    assert!(busy >= 2, "the children's faults are in {busy} rows: {csv}");
+    let minor: u64 = rows.iter().map(|r| r.minor).sum();
+    assert_eq!(minor, summary_value(&err, "command rusage"), "{err}");
+    let works = work_self_reports(&err);
+    assert_eq!(works.len(), 2, "{err}");
+    let children: u64 = works.iter().map(|(minor, _)| minor).sum();
+    assert!(minor > children, "{minor} <= {children}: {err}");
+}
+
+#[test]
+fn no_inherit_counts_the_command_alone_without_the_children_it_reaped() {
+    let (out, csv) = profile(&["--no-inherit"], &["sh", "-c", TWO_WORKS, WORK]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let minor: u64 = parse_csv(&csv).iter().map(|r| r.minor).sum();
+    // wait4()'s rusage holds the shell's own faults and its children's.
+    let rusage = summary_value(&err, "command rusage");
+    let children: u64 = work_self_reports(&err).iter().map(|(minor, _)| minor).sum();
+    assert!(children > 10_000, "{err}");
+    assert!(minor > 0, "{err}");
+    assert!(
+        minor + children <= rusage,
+        "the children are in the profile: {minor} + {children} > {rusage}: {err}"
+    );
 }
 
 #[test]

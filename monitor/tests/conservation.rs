@@ -3,12 +3,14 @@
 
 mod common;
 
+use std::ffi::OsString;
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
 use common::*;
 use monitor::child;
+use monitor::procstat::ProcessCounters;
 use monitor::sampler::{Event, Sampler, Target};
 use monitor::source::Source;
 use shared_layout::wait::FutexWaiter;
@@ -81,33 +83,35 @@ fn the_minor_column_sums_to_the_commands_rusage_in_relaxed_mode() {
     conserved_in("relaxed");
 }
 
-#[test]
-fn a_two_slot_strict_ring_and_a_slow_consumer_lose_no_fault() {
-    // The producer finds the ring full most periods: it merges those periods into the
-    // next sample and waits (blocked_ns) instead of dropping anything.
-    let area = Arc::new(
-        Area::create_memfd_with_slots(2, Mode::Strict, Duration::from_millis(10)).unwrap(),
-    );
-    let argv = [WORK, "32", "R", "3000", "6", "--sleep-ms", "30"].map(Into::into);
-    let pid = child::spawn(&argv).unwrap();
+/// Samples the command `argv` (counted with its descendants) every `period` into a strict
+/// ring of `slots`, the consumer taking what is ready every `pause`; returns every sample
+/// received, the command's wait4() counts and the area.
+fn sample_command(
+    argv: &[OsString],
+    period: Duration,
+    slots: u64,
+    pause: Duration,
+) -> (Vec<Sample>, ProcessCounters, Arc<Area>) {
+    let area = Arc::new(Area::create_memfd_with_slots(slots, Mode::Strict, period).unwrap());
+    let pid = child::spawn(argv).unwrap();
     let sampler = Sampler::spawn(
         Arc::clone(&area),
-        vec![Target::child(pid).unwrap()],
-        Duration::from_millis(10),
+        vec![Target::child(pid, true).unwrap()],
+        period,
         || {},
     )
     .unwrap();
     let events = sampler.events();
     let reaper = thread::spawn(move || {
-        let (status, totals) = child::wait(pid).unwrap();
+        let (_, totals) = child::wait(pid).unwrap();
         events.send(Event::Exited { pid, totals });
-        (status, totals)
+        totals
     });
 
     let mut source = Source::new(Arc::clone(&area), FutexWaiter, Duration::from_secs(1));
     let mut samples: Vec<Sample> = Vec::new();
     loop {
-        thread::sleep(Duration::from_millis(40));
+        thread::sleep(pause);
         if source
             .next(&mut samples, Duration::from_millis(100))
             .unwrap()
@@ -117,13 +121,55 @@ fn a_two_slot_strict_ring_and_a_slow_consumer_lose_no_fault() {
         }
     }
     let report = sampler.join().unwrap();
-    let (_, totals) = reaper.join().unwrap();
+    let totals = reaper.join().unwrap();
     assert_eq!(report.unflushed, Sample::default());
-    assert_eq!(samples.iter().map(|s| s.minor).sum::<u64>(), totals.minor);
-    assert_eq!(samples.iter().map(|s| s.major).sum::<u64>(), totals.major);
-    assert_eq!(samples.iter().map(|s| s.cpu_ns).sum::<u64>(), totals.cpu_ns);
+    (samples, totals, area)
+}
+
+fn sums(samples: &[Sample]) -> ProcessCounters {
+    ProcessCounters {
+        minor: samples.iter().map(|s| s.minor).sum(),
+        major: samples.iter().map(|s| s.major).sum(),
+        cpu_ns: samples.iter().map(|s| s.cpu_ns).sum(),
+    }
+}
+
+#[test]
+fn a_two_slot_strict_ring_and_a_slow_consumer_lose_no_fault() {
+    // The producer finds the ring full most periods: it merges those periods into the
+    // next sample and waits (blocked_ns) instead of dropping anything.
+    let argv = [WORK, "32", "R", "3000", "6", "--sleep-ms", "30"].map(Into::into);
+    let (samples, totals, area) = sample_command(
+        &argv,
+        Duration::from_millis(10),
+        2,
+        Duration::from_millis(40),
+    );
+    assert_eq!(sums(&samples), totals);
     assert!(
         area.counters().blocked_ns > 0,
         "the ring never filled: the test proves nothing"
     );
+}
+
+#[test]
+fn children_reaped_while_their_shell_is_read_every_millisecond_count_once_each() {
+    // Eighty `work`s, two at a time, each reaped by the shell while the sampler reads
+    // the tree every millisecond: reaps race with reads all along.
+    let script = "i=0; while [ $i -lt 40 ]; do \
+                  \"$0\" 4 R 2000 1 --sleep-ms 0 2>/dev/null & \
+                  \"$0\" 4 R 2000 1 --sleep-ms 0 2>/dev/null; wait; i=$((i+1)); done";
+    let argv = ["sh", "-c", script, WORK].map(Into::into);
+    let (samples, totals, _) = sample_command(
+        &argv,
+        Duration::from_millis(1),
+        4096,
+        Duration::from_millis(10),
+    );
+    let counted = sums(&samples);
+    // Exact for faults: live children as they run, then in the shell's reaped counts.
+    assert_eq!((counted.minor, counted.major), (totals.minor, totals.major));
+    // Far more than the shell's own: the children's, while they ran.
+    let live = samples.iter().filter(|s| s.minor > 200).count();
+    assert!(live > 20, "{live} samples with the children's faults");
 }

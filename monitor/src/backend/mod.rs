@@ -17,7 +17,7 @@ use crate::signals::Stopper;
 use crate::source::Ending;
 
 /// What to profile, as the user asked.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Targets {
     /// `--pid`: running processes.
     pub pids: Vec<u32>,
@@ -25,8 +25,20 @@ pub struct Targets {
     pub command: bool,
     /// `--period-ms`.
     pub period_ms: Option<u32>,
-    /// Count each process with its descendants (not `--no-inherit`).
+    /// Each process counts with its descendants (unless `--no-inherit`): the live ones as
+    /// they run, the reaped ones through its children's counts.
     pub inherit: bool,
+}
+
+impl Default for Targets {
+    fn default() -> Targets {
+        Targets {
+            pids: Vec::new(),
+            command: false,
+            period_ms: None,
+            inherit: true,
+        }
+    }
 }
 
 /// A producer of samples, in the order [`crate::session::profile`] calls it:

@@ -9,16 +9,10 @@ use shared_layout::{abi, Area, Mode, Sample};
 
 use super::{Backend, Targets};
 use crate::error::ProfileError;
-use crate::procstat::ProcessCounters;
+use crate::procstat::{self, ProcessCounters};
 use crate::sampler::{Event, Events, Sampler, Target};
 use crate::signals::Stopper;
 use crate::source::Ending;
-
-/// The module's defaults, copied from kmod/main.c until pfprof.h defines them (then this
-/// becomes its Rust mirror): `period_ms` 50, both backends sample 20 times a second
-/// unless told otherwise; `buffer_pages` 128, control page included: 127 data pages of
-/// 16,256 slots, more than 13 minutes of samples at 20 a second.
-const AREA_PAGES: u64 = 128;
 
 pub struct Procfs {
     period: Duration,
@@ -28,6 +22,10 @@ pub struct Procfs {
     events: Option<Events>,
     /// The command `monitor run` started.
     command: Option<u32>,
+    /// Processes count with their descendants.
+    inherit: bool,
+    /// They do, but the kernel does not list children: only reaped ones count.
+    unlisted: bool,
     /// A process whose CPU clock could not be read is measured in clock ticks.
     ticks: bool,
 }
@@ -42,7 +40,10 @@ impl Backend for Procfs {
         let targets_now = targets
             .pids
             .iter()
-            .map(|&pid| Target::attach(pid).map_err(|source| ProfileError::Attach { pid, source }))
+            .map(|&pid| {
+                Target::attach(pid, targets.inherit)
+                    .map_err(|source| ProfileError::Attach { pid, source })
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let period_ms = targets.period_ms.unwrap_or(abi::PERIOD_MS_DEFAULT);
         Ok(Procfs {
@@ -52,6 +53,8 @@ impl Backend for Procfs {
             sampler: None,
             events: None,
             command: None,
+            inherit: targets.inherit,
+            unlisted: targets.inherit && !procstat::children_listed(),
         })
     }
 
@@ -65,8 +68,8 @@ impl Backend for Procfs {
     }
 
     fn start(&mut self, mode: Mode) -> Result<(Arc<Area>, FutexWaiter), ProfileError> {
-        let area =
-            Area::create_memfd(AREA_PAGES, mode, self.period).map_err(ProfileError::Memfd)?;
+        let area = Area::create_memfd(abi::BUFFER_PAGES_DEFAULT.into(), mode, self.period)
+            .map_err(ProfileError::Memfd)?;
         Ok((Arc::new(area), FutexWaiter))
     }
 
@@ -78,8 +81,8 @@ impl Backend for Procfs {
     ) -> Result<(), ProfileError> {
         let mut targets = std::mem::take(&mut self.targets);
         if let Some(pid) = command {
-            let target =
-                Target::child(pid).map_err(|source| ProfileError::Attach { pid, source })?;
+            let target = Target::child(pid, self.inherit)
+                .map_err(|source| ProfileError::Attach { pid, source })?;
             self.ticks |= !target.nanoseconds();
             targets.push(target);
         }
@@ -130,6 +133,13 @@ impl Backend for Procfs {
         if self.ticks {
             notes.push(
                 "CPU time is in clock ticks (10 ms): a process's CPU clock could not be read"
+                    .to_owned(),
+            );
+        }
+        if self.unlisted {
+            notes.push(
+                "this kernel does not list children in /proc (CONFIG_PROC_CHILDREN): \
+                 descendants count only once reaped, through their parent's counts"
                     .to_owned(),
             );
         }

@@ -96,21 +96,28 @@ pub fn summary_value(stderr: &str, label: &str) -> u64 {
 
 /// What `work` says about itself when done: (minor, major) from its own /proc/self/stat.
 pub fn work_self_report(stderr: &str) -> (u64, u64) {
-    let line = stderr
+    *work_self_reports(stderr).first().expect("work's report")
+}
+
+/// What every `work` said about itself, in the order they ended.
+pub fn work_self_reports(stderr: &str) -> Vec<(u64, u64)> {
+    stderr
         .lines()
-        .find(|l| l.starts_with("work: "))
-        .expect("work's report");
-    let number_before = |what: &str| -> u64 {
-        let end = line.find(what).unwrap();
-        line[..end]
-            .split_whitespace()
-            .last()
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
-    (
-        number_before(" minor faults"),
-        number_before(" major faults"),
-    )
+        .filter(|l| l.starts_with("work: "))
+        .map(|line| {
+            let number_before = |what: &str| -> u64 {
+                let end = line.find(what).unwrap();
+                line[..end]
+                    .split_whitespace()
+                    .last()
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            };
+            (
+                number_before(" minor faults"),
+                number_before(" major faults"),
+            )
+        })
+        .collect()
 }

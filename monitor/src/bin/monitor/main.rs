@@ -90,10 +90,12 @@ struct Options {
     /// parameter).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=60_000), value_name = "N")]
     period_ms: Option<u32>,
-    /// Profile only the named processes (the command, each --pid, each registration),
-    /// not their descendants. By default a process counts with its children and their
-    /// children, live ones as they run and reaped ones through its children's totals, as
-    /// perf stat and wait4's RUSAGE_CHILDREN do.
+    /// Count only the processes named (the command, the --pid processes, and with the
+    /// module each process that registers itself), not their descendants. By default each
+    /// counts with its descendants, as with `perf stat` and `time`: live ones as they run,
+    /// reaped ones through its children's counts. One that leaves without being waited
+    /// for (orphaned, or its parent does not wait) stops counting then; what it did
+    /// before stays counted.
     #[arg(long)]
     no_inherit: bool,
 }
