@@ -335,13 +335,24 @@ pub fn sampler_sleeps_without_a_timer_while_nobody_is_registered(env: &Env) -> R
 }
 
 pub fn registrations_and_sessions_churning_at_once_leave_the_kernel_clean(env: &Env) -> Result<()> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const ROUNDS: u32 = 5;
     let module = kmod::insmod(env, &["period_ms=1", "buffer_pages=2"])?;
-    let until = Instant::now() + Duration::from_secs(4);
+    let started = Instant::now();
+    let (processes, sessions) = (&AtomicU32::new(0), &AtomicU32::new(0));
+    // At least 4 s and 5 rounds of each (a loaded host may slow either side), at most 60 s.
+    let churning = || {
+        let elapsed = started.elapsed();
+        elapsed < Duration::from_secs(60)
+            && (elapsed < Duration::from_secs(4)
+                || processes.load(Ordering::Relaxed) < ROUNDS
+                || sessions.load(Ordering::Relaxed) < ROUNDS)
+    };
     thread::scope(|s| -> Result<()> {
         // Processes come, fault, register, leave by U or by exiting.
-        let registrar = s.spawn(|| -> Result<u32> {
+        let registrar = s.spawn(|| -> Result<()> {
             let mut round = 0u32;
-            while Instant::now() < until {
+            while churning() {
                 let mut p = Profiled::spawn(&["faults", "64", "2", "exit"])?;
                 kmod::register(p.pid)?;
                 p.go()?;
@@ -354,12 +365,13 @@ pub fn registrations_and_sessions_churning_at_once_leave_the_kernel_clean(env: &
                 }
                 p.reap()?;
                 round += 1;
+                processes.store(round, Ordering::Relaxed);
             }
-            Ok(round)
+            Ok(())
         });
         // Monitors come, pick a mode, read a little, and go.
         let mut round = 0u32;
-        while Instant::now() < until {
+        while churning() {
             let dev = kmod::follow_registrations()?;
             let mode = if round.is_multiple_of(2) {
                 Mode::Strict
@@ -375,14 +387,24 @@ pub fn registrations_and_sessions_churning_at_once_leave_the_kernel_clean(env: &
                 shared_layout::relaxed::RelaxedConsumer::new(area).drain(&mut Vec::new())?;
             }
             round += 1;
+            sessions.store(round, Ordering::Relaxed);
         }
-        let registered = registrar
+        registrar
             .join()
             .map_err(|_| anyhow::anyhow!("registrar panicked"))??;
-        ensure!(
-            registered >= 5 && round >= 5,
-            "too little churn: {registered} processes, {round} sessions"
+        let (registered, opened) = (
+            processes.load(Ordering::Relaxed),
+            sessions.load(Ordering::Relaxed),
         );
+        ensure!(
+            registered >= ROUNDS && opened >= ROUNDS,
+            "too little churn in {:?}: {registered} processes, {opened} sessions",
+            started.elapsed()
+        );
+        crate::figure(&format!(
+            "churn: {registered} processes and {opened} sessions in {:.1} s",
+            started.elapsed().as_secs_f64()
+        ));
         Ok(())
     })?;
     module.unload()
