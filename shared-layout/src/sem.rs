@@ -1,6 +1,6 @@
-//! The semaphore steps both protocols share: down, down-all, post, and the
-//! waiting side's half of the waiters-word Dekker pattern (pfprof.h), preceded
-//! by a bounded, adaptive poll.
+//! The semaphore steps both protocols share: down, post, the wait for a
+//! down-all's batch to grow, and the waiting side's half of the waiters-word
+//! Dekker pattern (pfprof.h), preceded by a bounded, adaptive poll.
 
 use std::time::{Duration, Instant};
 
@@ -21,15 +21,32 @@ pub(crate) fn try_down(area: &Area, sem: SemKind) -> bool {
     false
 }
 
-/// down(sem) by every unit available at once; 0 when none is.
-pub(crate) fn try_down_all(area: &Area, sem: SemKind) -> u32 {
+/// Let `sem`'s count grow towards `target` before a down-all takes it: look
+/// at it every [`GROW_PAUSES`] pauses, and stop once it reaches `target`, once
+/// it stopped moving between two looks (the other side is idle, preempted,
+/// done or canceled), or when `budget` is spent. Loads only, and sparse ones:
+/// between two looks the poster keeps the count's line (and the lock's and
+/// the slots') to itself, which is the point of waiting.
+pub(crate) fn let_grow(area: &Area, sem: SemKind, seen: u32, target: u32, budget: SpinBudget) {
     let count = area.sem_count(sem);
-    // Test first: swapping 0 for 0 would still take the line from the poster.
-    match count.load(SeqCst) {
-        0 => 0,
-        _ => count.swap(0, SeqCst),
+    let mut seen = seen;
+    while !budget.spent() {
+        #[cfg(not(loom))]
+        for _ in 0..GROW_PAUSES {
+            std::hint::spin_loop();
+        }
+        let now = count.load(Relaxed);
+        if now >= target || now == seen {
+            return;
+        }
+        seen = now;
     }
 }
+
+/// Pauses between two looks at a growing count: a few hundred ns on x86, long
+/// enough for an active poster to add several units without losing its line.
+#[cfg(not(loom))]
+const GROW_PAUSES: u32 = 16;
 
 /// up(sem, k), waking the other side if it announced it may sleep.
 pub(crate) fn post<W: Waiter>(
@@ -288,6 +305,58 @@ mod tests {
             assert!(!wait.slept, "learns that the poll paid off");
             word.store(0, SeqCst);
         }
+    }
+
+    #[test]
+    fn a_batch_stops_growing_at_once_when_the_count_does_not_move() {
+        let area = area();
+        area.sem_count(SemKind::Full).store(1, SeqCst);
+        let start = Instant::now();
+        let_grow(
+            &area,
+            SemKind::Full,
+            1,
+            4,
+            SpinBudget::start(Duration::from_secs(10)),
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[test]
+    fn a_batch_stops_growing_at_its_target_or_its_budget() {
+        let area = area();
+        area.sem_count(SemKind::Full).store(4, SeqCst);
+        let start = Instant::now();
+        // Seen as 1 before: it moved, and reached the target.
+        let budget = SpinBudget::start(Duration::from_secs(10));
+        let_grow(&area, SemKind::Full, 1, 4, budget);
+        assert!(start.elapsed() < Duration::from_secs(1));
+        // A count that moves without reaching it: only the budget ends the wait.
+        let count = area.sem_count(SemKind::Full);
+        count.store(1, SeqCst);
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !done.load(Relaxed) {
+                    count.store(if count.load(Relaxed) == 1 { 2 } else { 1 }, Relaxed);
+                    std::hint::spin_loop();
+                }
+            });
+            let start = Instant::now();
+            let_grow(
+                &area,
+                SemKind::Full,
+                1,
+                4,
+                SpinBudget::start(Duration::from_micros(200)),
+            );
+            done.store(true, Relaxed);
+            assert!(start.elapsed() < Duration::from_secs(1));
+        });
     }
 
     #[test]

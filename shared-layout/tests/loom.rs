@@ -1,7 +1,8 @@
 //! Model checks of both protocols on tiny rings with loom: every interleaving
 //! (up to the preemption bound) of one producer and one consumer. Each bounded
-//! spin (the strict sides' poll before they sleep, the lock's tries) is
-//! modeled as two attempts with the other side free to run between them.
+//! spin (the strict sides' poll before they sleep, the lock's tries, a batched
+//! take's wait for its batch to grow) is modeled as two attempts with the
+//! other side free to run between them.
 //!
 //! RUSTFLAGS="--cfg loom" cargo test -p shared-layout --test loom --release
 #![cfg(loom)]
@@ -60,11 +61,21 @@ fn strict_model(slots: u64, consume: fn(&mut StrictConsumer<ModelFutex>) -> Vec<
 
 #[test]
 fn strict_batches_deliver_every_sample_once_in_order_under_every_interleaving() {
-    strict_model(SLOTS, |consumer| {
-        let mut received = Vec::new();
-        while consumer.take(&mut received, None).unwrap() != Take::Ended {}
-        received
-    });
+    strict_model(SLOTS, take_batches);
+}
+
+/// With four slots a batched take that finds one sample ready lets the batch
+/// grow towards two first (two looks at the count, the producer free to run
+/// between them; under loom the producer always counts as active).
+#[test]
+fn strict_batches_that_wait_to_grow_deliver_every_sample_once_in_order_under_every_interleaving() {
+    strict_model(4, take_batches);
+}
+
+fn take_batches(consumer: &mut StrictConsumer<ModelFutex>) -> Vec<Sample> {
+    let mut received = Vec::new();
+    while consumer.take(&mut received, None).unwrap() != Take::Ended {}
+    received
 }
 
 #[test]
