@@ -89,6 +89,8 @@ pub struct Stat {
     /// When it started, in clock ticks after boot: with the pid, it names the process
     /// (a pid alone may have been given to another since).
     pub start: u64,
+    /// Its threads (num_threads): how many CPUs it can keep busy at once.
+    pub threads: u64,
 }
 
 fn stat_error(pid: u32, e: io::Error) -> StatError {
@@ -222,7 +224,7 @@ pub fn parse(text: &str, ns_per_tick: u64) -> Option<Stat> {
     let rest = &text[text.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
     // fields[0] is field 3 (state); ppid is field 4, minflt 10, cminflt 11, majflt 12,
-    // cmajflt 13, utime 14, stime 15, cutime 16, cstime 17, starttime 22.
+    // cmajflt 13, utime 14, stime 15, cutime 16, cstime 17, num_threads 20, starttime 22.
     let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
     let state = *fields.first()?;
     Some(Stat {
@@ -241,6 +243,7 @@ pub fn parse(text: &str, ns_per_tick: u64) -> Option<Stat> {
         dead: state == "X",
         ppid: u32::try_from(field(4)?).ok()?,
         start: field(22)?,
+        threads: field(20)?,
     })
 }
 
@@ -277,6 +280,7 @@ mod tests {
         );
         assert!(!s.exited);
         assert_eq!(s.start, 100);
+        assert_eq!(s.threads, 1);
     }
 
     #[test]

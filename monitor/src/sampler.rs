@@ -27,11 +27,9 @@ use crate::tree::Tree;
 /// How long the last sample may wait for a free slot before the session is canceled anyway.
 const FINISH_TIMEOUT: Duration = Duration::from_secs(5);
 /// The widest window in which the timestamp and every CPU clock of a sample are read, so
-/// that reading adds no error of its own to a period's CPU time. (The kernel brings the
-/// CPU time of another process's running threads up to date only at its ticks and
-/// context switches: a busy thread's period may still show up to a tick of the previous
-/// one.) A sampler preempted inside the window reads again, at most `CLOCK_READ_TRIES`
-/// times.
+/// that reading adds no error of its own to a period's CPU time. (The kernel's own lag,
+/// up to a tick, is [`CpuCap`]'s.) A sampler preempted inside the window reads again, at
+/// most `CLOCK_READ_TRIES` times.
 const CLOCK_WINDOW_NS: u64 = 50_000;
 const CLOCK_READ_TRIES: u32 = 3;
 
@@ -97,6 +95,15 @@ impl Target {
     /// Whether its CPU time is read in nanoseconds (else in clock ticks).
     pub fn nanoseconds(&self) -> bool {
         self.probe.nanoseconds()
+    }
+
+    /// Its threads as last read (with its descendants' when it inherits, and those of
+    /// descendants that left since the read before): how many CPUs it could keep busy.
+    fn threads(&self) -> u64 {
+        match &self.tree {
+            Some(tree) => tree.threads(),
+            None => self.last.map_or(1, |stat| stat.threads),
+        }
     }
 
     /// What counts of it given its own stat (`fresh`: just read, else as last counted):
@@ -226,6 +233,8 @@ struct Profiled {
     cpu_now: Option<std::io::Result<u64>>,
     /// When it was last read.
     read_at: Instant,
+    /// Its threads when it was last read.
+    threads: u64,
 }
 
 fn profiled(targets: Vec<Target>) -> HashMap<u32, Profiled> {
@@ -238,6 +247,7 @@ fn profiled(targets: Vec<Target>) -> HashMap<u32, Profiled> {
                 Profiled {
                     seen: target.baseline,
                     cpu_now: None,
+                    threads: target.threads(),
                     target,
                     read_at: now,
                 },
@@ -303,6 +313,9 @@ fn run(
     let mut report = SamplerReport::default();
     // Counts of processes that left since the last sample.
     let mut pending = Sample::default();
+    // The threads that could have run since the last sample.
+    let mut threads = 0;
+    let mut cap = CpuCap::new(period);
     let mut next = Instant::now() + period;
 
     // Whatever happens, the session must end canceled, or the consumer waits forever.
@@ -310,7 +323,8 @@ fn run(
         // The first sample marks where the profile starts (and holds what the processes
         // did before it, a command's exec): the consumer measures every later period from
         // a timestamp, never from a nominal period.
-        pending.time_ns = poll_all(&mut procs, &mut pending)?;
+        pending.time_ns = poll_all(&mut procs, &mut pending, &mut threads)?;
+        cap.apply(&mut pending, std::mem::take(&mut threads));
         producer.record(std::mem::take(&mut pending))?;
         loop {
             let exited = match sleep(&procs, bell, next)? {
@@ -319,7 +333,7 @@ fn run(
             };
             for pid in exited {
                 if let Some(mut p) = procs.remove(&pid) {
-                    read_last(&mut p, &mut pending, &mut report.unread);
+                    threads += read_last(&mut p, &mut pending, &mut report.unread);
                 }
             }
             while let Ok(event) = events.try_recv() {
@@ -327,10 +341,11 @@ fn run(
                     Event::Exited { pid, totals } => {
                         if let Some(mut p) = procs.remove(&pid) {
                             pending += advance(&mut p.seen, totals);
+                            threads += p.threads;
                         }
                     }
                     Event::Stop => {
-                        pending.time_ns = poll_all(&mut procs, &mut pending)?;
+                        pending.time_ns = poll_all(&mut procs, &mut pending, &mut threads)?;
                         return Ok(());
                     }
                 }
@@ -341,11 +356,12 @@ fn run(
             }
             if Instant::now() >= next {
                 next += period;
-                let time_ns = poll_all(&mut procs, &mut pending)?;
+                let time_ns = poll_all(&mut procs, &mut pending, &mut threads)?;
                 if procs.is_empty() {
                     return Ok(());
                 }
                 pending.time_ns = time_ns;
+                cap.apply(&mut pending, std::mem::take(&mut threads));
                 producer.record(std::mem::take(&mut pending))?;
             }
         }
@@ -354,6 +370,7 @@ fn run(
     if pending.time_ns == 0 {
         pending.time_ns = abi::monotonic_ns();
     }
+    cap.flush(&mut pending);
     let recorded = producer.record(pending);
     let finished = producer.finish(Instant::now() + FINISH_TIMEOUT);
     outcome?;
@@ -366,17 +383,22 @@ fn run(
 }
 
 /// A process that is not our child exited: read its final counts while it is a zombie;
-/// if its parent reaped it already, say what is missing.
-fn read_last(p: &mut Profiled, pending: &mut Sample, unread: &mut Vec<Unread>) {
+/// if its parent reaped it already, say what is missing. Returns how many threads it
+/// could have run since it was last read.
+fn read_last(p: &mut Profiled, pending: &mut Sample, unread: &mut Vec<Unread>) -> u64 {
     match p.target.probe.read() {
         Ok(stat) if stat.start == p.target.start => {
             let now = p.target.counts(&stat, true);
             *pending += advance(&mut p.seen, now);
+            p.threads.max(p.target.threads())
         }
-        _ => unread.push(Unread {
-            pid: p.target.pid,
-            since: p.read_at.elapsed(),
-        }),
+        _ => {
+            unread.push(Unread {
+                pid: p.target.pid,
+                since: p.read_at.elapsed(),
+            });
+            p.threads
+        }
     }
 }
 
@@ -396,13 +418,20 @@ fn read_clocks(procs: &mut HashMap<u32, Profiled>) -> u64 {
     }
 }
 
-/// Adds what every process did since it was last read to `pending`; forgets processes
-/// that are gone, except children, whose final counts wait4() will bring. Returns the
-/// timestamp the counts belong to.
-fn poll_all(procs: &mut HashMap<u32, Profiled>, pending: &mut Sample) -> Result<u64, StatError> {
+/// Adds what every process did since it was last read to `pending`, and to `threads` how
+/// many threads it could have run meanwhile (the more of its count then and now);
+/// forgets processes that are gone, except children, whose final counts wait4() will
+/// bring. Returns the timestamp the counts belong to.
+fn poll_all(
+    procs: &mut HashMap<u32, Profiled>,
+    pending: &mut Sample,
+    threads: &mut u64,
+) -> Result<u64, StatError> {
     let time_ns = read_clocks(procs);
     let mut gone = Vec::new();
     for (&pid, p) in procs.iter_mut() {
+        // As last read: it did not run (its clock stood still), or it is gone.
+        *threads += p.threads;
         let cpu_now = p.cpu_now.take();
         // Faults are counted to the thread that takes them: a process whose CPU clock has
         // not moved took none (nor forked or reaped a child), and its stat (the costly
@@ -434,6 +463,10 @@ fn poll_all(procs: &mut HashMap<u32, Profiled>, pending: &mut Sample) -> Result<
         let now = p.target.counts(&stat, fresh);
         *pending += advance(&mut p.seen, now);
         p.read_at = Instant::now();
+        // More now than at the last read: the new ones could have run too.
+        let now_threads = p.target.threads();
+        *threads += now_threads.saturating_sub(p.threads);
+        p.threads = now_threads;
         // A zombie's counters are final; its parent may never reap it.
         if stat.exited && !p.target.child {
             gone.push(pid);
@@ -443,6 +476,67 @@ fn poll_all(procs: &mut HashMap<u32, Profiled>, pending: &mut Sample) -> Result<
         procs.remove(&pid);
     }
     Ok(time_ns)
+}
+
+/// Keeps a sample's CPU time within what its threads could have used: the kernel brings
+/// the CPU time of another process's running thread up to date only at its ticks and
+/// context switches, so a busy thread's clock, read each period, may lag by up to a
+/// tick at one read and not at the next: that period would show more than its length
+/// of CPU (up to ~1.2 of it at 50 ms), the period before as much less.
+///
+/// A sample's CPU time is capped at (threads that could have run) × (its period), and
+/// what is above is carried into the next samples, which take it as far as their own
+/// cap allows; the last sample takes whatever is left, so the total is unchanged. The
+/// carry never exceeds what the lag can explain, `CARRY_PER_THREAD` per thread (or one
+/// period per thread, when longer): beyond that the threads were more than counted
+/// (threads or children that started and ended between two reads), and the CPU time is
+/// shown in its own period, above the cap.
+struct CpuCap {
+    /// The nominal period: the first sample's (the report measures it so too).
+    period_ns: u64,
+    /// The previous sample's timestamp.
+    previous: Option<u64>,
+    /// CPU time read but not shown yet, ns.
+    carry: u64,
+}
+
+/// The most CPU time carried per thread, when the period is shorter: a thread's clock
+/// lags by less than a kernel tick (1 to 10 ms), twice over for safety.
+const CARRY_PER_THREAD: Duration = Duration::from_millis(20);
+
+impl CpuCap {
+    fn new(period: Duration) -> CpuCap {
+        CpuCap {
+            period_ns: u64::try_from(period.as_nanos()).unwrap_or(u64::MAX),
+            previous: None,
+            carry: 0,
+        }
+    }
+
+    /// Caps `sample`'s CPU time, given how many `threads` could have run in its period.
+    fn apply(&mut self, sample: &mut Sample, threads: u64) {
+        let length = match self.previous.replace(sample.time_ns) {
+            Some(previous) => sample.time_ns.saturating_sub(previous),
+            None => self.period_ns,
+        };
+        let threads = threads.max(1);
+        let cap = threads.saturating_mul(length);
+        let limit = threads.saturating_mul(length.max(CARRY_PER_THREAD.as_nanos() as u64));
+        let cpu = sample.cpu_ns.saturating_add(self.carry);
+        sample.cpu_ns = cpu.min(cap);
+        self.carry = cpu - sample.cpu_ns;
+        if self.carry > limit {
+            sample.cpu_ns += self.carry - limit;
+            self.carry = limit;
+        }
+    }
+
+    /// The last sample: it takes whatever is left.
+    fn flush(&mut self, sample: &mut Sample) {
+        sample.cpu_ns = sample
+            .cpu_ns
+            .saturating_add(std::mem::take(&mut self.carry));
+    }
 }
 
 /// What `now` adds to what was `seen` of a process, as a sample to add to the pending one
@@ -475,7 +569,7 @@ mod tests {
             me.start = me.start.wrapping_sub(1);
             let mut procs = profiled(vec![me]);
             let mut pending = Sample::default();
-            poll_all(&mut procs, &mut pending).unwrap();
+            poll_all(&mut procs, &mut pending, &mut 0).unwrap();
             assert_eq!(pending, Sample::default(), "child: {child}");
             // A child's last counts come from wait4(): it stays until Event::Exited.
             assert_eq!(procs.is_empty(), !child);
@@ -489,8 +583,87 @@ mod tests {
         me.baseline = ProcessCounters::default();
         let mut procs = profiled(vec![me]);
         let mut pending = Sample::default();
-        poll_all(&mut procs, &mut pending).unwrap();
+        poll_all(&mut procs, &mut pending, &mut 0).unwrap();
         assert!(pending.minor >= baseline.minor && pending.minor > 0);
+    }
+
+    const MS: u64 = 1_000_000;
+
+    /// Samples every `period` ms from `start` with these raw CPU deltas (ms), capped
+    /// for `threads`, the last one flushed; their rows' cpu_util (the report's
+    /// [`crate::report::Timeline`]) and CPU times.
+    fn capped(period: u64, threads: u64, raw_ms: &[f64]) -> (Vec<f64>, Vec<u64>) {
+        let mut cap = CpuCap::new(Duration::from_millis(period));
+        let mut timeline = crate::report::Timeline::new(Duration::from_millis(period));
+        let (mut utils, mut cpu) = (Vec::new(), Vec::new());
+        for (i, raw) in raw_ms.iter().enumerate() {
+            let mut sample = Sample {
+                time_ns: 1_000 * MS + i as u64 * period * MS,
+                cpu_ns: (raw * MS as f64) as u64,
+                ..Sample::default()
+            };
+            if i + 1 == raw_ms.len() {
+                cap.flush(&mut sample);
+            } else {
+                cap.apply(&mut sample, threads);
+            }
+            utils.push(timeline.row(&sample).cpu_util);
+            cpu.push(sample.cpu_ns);
+        }
+        (utils, cpu)
+    }
+
+    fn total_ns(raw_ms: &[f64]) -> u64 {
+        raw_ms.iter().map(|raw| (raw * MS as f64) as u64).sum()
+    }
+
+    #[test]
+    fn a_busy_thread_whose_clock_lags_shows_at_most_one_cpu_and_the_same_total() {
+        // One thread busy all along, its clock read every 50 ms a tick (4 ms) late or on
+        // time: the raw deltas swing around 50 ms, up to 1.19 of a period.
+        let raw = [
+            44.0, 54.0, 50.0, 59.5, 40.5, 52.0, 50.0, 48.0, 56.0, 46.0, 30.0,
+        ];
+        assert!(raw.iter().any(|&ms| ms / 50.0 > 1.1));
+        let (utils, cpu) = capped(50, 1, &raw);
+        let (last, full) = utils.split_last().unwrap();
+        assert!(full.iter().all(|&u| u <= 1.0), "{utils:?}");
+        assert_eq!(cpu.iter().sum::<u64>(), total_ns(&raw));
+        // The clock was 6 ms late at the first read, as much on time at the last: the
+        // carry, which the last sample takes.
+        assert_eq!(*last, 36.0 / 50.0);
+        assert_eq!(&cpu[1..10], &[50 * MS; 9]);
+    }
+
+    #[test]
+    fn a_process_with_more_threads_may_use_as_many_cpus() {
+        let raw = [100.0, 110.0, 90.0, 100.0];
+        let (utils, cpu) = capped(50, 2, &raw);
+        assert_eq!(utils, [2.0, 2.0, 2.0, 2.0]);
+        assert_eq!(cpu.iter().sum::<u64>(), total_ns(&raw));
+    }
+
+    #[test]
+    fn cpu_time_beyond_what_a_lag_explains_is_shown_in_its_own_period() {
+        // Counted as one thread, but three ran (threads that started and ended between
+        // two reads): at most one period's cap is carried, the rest is shown where it
+        // came, above the cap, never held back for the end of the profile.
+        let raw = [150.0; 6];
+        let (utils, cpu) = capped(50, 1, &raw);
+        assert_eq!(utils, [2.0, 3.0, 3.0, 3.0, 3.0, 4.0]);
+        assert_eq!(cpu.iter().sum::<u64>(), total_ns(&raw));
+    }
+
+    #[test]
+    fn the_carry_outlasts_a_period_shorter_than_a_tick() {
+        // 2 ms periods, a thread busy from the third, its clock 4 ms late then on time.
+        let raw = [0.0, 0.0, 0.0, 0.0, 6.0, 2.0, 2.0, 1.0];
+        let (utils, cpu) = capped(2, 1, &raw);
+        let (last, full) = utils.split_last().unwrap();
+        assert!(full.iter().all(|&u| u <= 1.0), "{utils:?}");
+        // Two periods' worth carried, then taken by the last sample.
+        assert_eq!(*last, 2.5);
+        assert_eq!(cpu.iter().sum::<u64>(), total_ns(&raw));
     }
 
     #[test]
@@ -538,7 +711,7 @@ mod tests {
         });
         target.last = invented;
         let mut pending = Sample::default();
-        poll_all(&mut procs, &mut pending).unwrap();
+        poll_all(&mut procs, &mut pending, &mut 0).unwrap();
         sleeper.kill().unwrap();
         sleeper.wait().unwrap();
         assert_eq!(pending, Sample::default());

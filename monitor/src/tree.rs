@@ -135,6 +135,9 @@ pub struct Tree {
     /// The descendants in the tree at the last pass.
     procs: HashMap<u32, Proc>,
     ledger: Ledger,
+    /// The threads of the last pass's processes, and of those that left the tree since
+    /// the pass before (as last read): how many could have run in between.
+    threads: u64,
 }
 
 /// A descendant, read again and again.
@@ -167,6 +170,7 @@ impl Tree {
             root_children: Vec::new(),
             procs: HashMap::new(),
             ledger: Ledger::default(),
+            threads: 0,
         }
     }
 
@@ -176,6 +180,7 @@ impl Tree {
         if fresh {
             self.root_children = procstat::children(self.root);
         }
+        self.threads = 0;
         let mut pass = vec![(self.root, Seen::In(*root))];
         let mut found = HashSet::from([self.root]);
         let mut visited = HashSet::new();
@@ -193,7 +198,28 @@ impl Tree {
             }
         }
         self.strays(&mut found, &mut pass);
+        self.threads += pass
+            .iter()
+            .map(|(_, seen)| match seen {
+                Seen::In(stat) => stat.threads,
+                _ => 0,
+            })
+            .sum::<u64>();
         self.ledger.settle(&pass)
+    }
+
+    /// How many threads could have run between the last pass and the one before: those
+    /// of the processes in the tree at the last pass, and of those that left it since.
+    pub fn threads(&self) -> u64 {
+        self.threads
+    }
+
+    /// Forgets a descendant that left the tree, counting its threads (as last read) among
+    /// those that could have run since the last pass.
+    fn forget(&mut self, pid: u32) {
+        if let Some(proc) = self.procs.remove(&pid) {
+            self.threads += proc.stat.threads;
+        }
     }
 
     /// Reads a listed process: its stat if it is in the tree (alive or a zombie).
@@ -204,7 +230,7 @@ impl Tree {
                 return Some(stat);
             }
             dead = Some(proc.stat.start);
-            self.procs.remove(&pid);
+            self.forget(pid);
             pass.push((pid, Seen::Dead));
         }
         // Gone before it could be read: its parent's reaped counts have it, or will. Listed
@@ -236,7 +262,7 @@ impl Tree {
             match proc.and_then(|p| p.probe.read().ok()).filter(|s| !s.dead) {
                 Some(stat) => alive.push((pid, stat)),
                 None => {
-                    self.procs.remove(&pid);
+                    self.forget(pid);
                     pass.push((pid, Seen::Dead));
                 }
             }
@@ -252,7 +278,7 @@ impl Tree {
             pass.push((pid, Seen::In(stat)));
         }
         for (pid, _) in alive {
-            self.procs.remove(&pid);
+            self.forget(pid);
             pass.push((pid, Seen::Out));
         }
     }
@@ -289,6 +315,7 @@ mod tests {
             dead: false,
             ppid,
             start,
+            threads: 1,
         })
     }
 
@@ -458,6 +485,7 @@ mod tests {
         assert!(c.reaped.minor > 1000, "dd took {} faults", c.reaped.minor);
         let own = |s: &Stat| s.counters.minor + s.reaped.minor;
         assert_eq!(alive, own(&p) + own(&c), "before the reap");
+        assert_eq!(tree.threads(), p.threads + c.threads);
 
         // Resumed, it exits and is reaped: its pid may become another process's.
         guard.0.truncate(1);

@@ -10,6 +10,7 @@
 //! plays the processes the tests profile (`pfprof-guest child ...`).
 
 mod child;
+mod cost;
 mod device;
 mod e2e;
 mod faults;
@@ -162,6 +163,10 @@ const TESTS: &[(&str, Test)] = &[
     (
         "bench_sampler_cost_by_processes_and_threads",
         period::bench_sampler_cost_by_processes_and_threads,
+    ),
+    (
+        "bench_monitor_cost_by_backend",
+        cost::bench_monitor_cost_by_backend,
     ),
     (
         "monitors_of_root_and_nobody_at_once_each_count_only_their_own_command",
