@@ -5,30 +5,10 @@ use std::process::Command;
 
 use anyhow::{ensure, Context, Result};
 
+use crate::sessions::csv_minor;
+
 use crate::kmod;
 use crate::Env;
-
-/// Sum of the `minor` column and the number of rows of a monitor CSV.
-fn csv_minor(text: &str) -> Result<(u64, usize)> {
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().context("empty CSV")?.split(',').collect();
-    let col = header
-        .iter()
-        .position(|h| *h == "minor")
-        .with_context(|| format!("no minor column in {header:?}"))?;
-    let (mut sum, mut rows) = (0, 0);
-    for line in lines {
-        let field = line
-            .split(',')
-            .nth(col)
-            .with_context(|| format!("short row {line:?}"))?;
-        sum += field
-            .parse::<u64>()
-            .with_context(|| format!("row {line:?}"))?;
-        rows += 1;
-    }
-    Ok((sum, rows))
-}
 
 pub fn monitor_profiles_work_through_the_module_in_both_modes(env: &Env) -> Result<()> {
     let module = kmod::insmod(env, &["period_ms=10"])?;
@@ -65,7 +45,8 @@ pub fn monitor_profiles_work_through_the_module_in_both_modes(env: &Env) -> Resu
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         );
-        let (minor, rows) = csv_minor(&std::fs::read_to_string(&csv)?)?;
+        let (minor, rows) = csv_minor(&csv)?;
+        let rows = rows.len();
         ensure!(
             rows >= 10,
             "--mode {mode}: only {rows} samples for a half-second run"

@@ -39,8 +39,8 @@ fn nobodys_dir() -> Result<&'static str> {
     Ok(dir)
 }
 
-/// The `minor` column of a monitor CSV: its sum, and how many rows had any.
-fn csv_minor(path: &str) -> Result<(u64, Vec<u64>)> {
+/// The `minor` column of a monitor CSV: its sum, and the column row by row.
+pub fn csv_minor(path: &str) -> Result<(u64, Vec<u64>)> {
     let text = fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().context("empty CSV")?.split(',').collect();
@@ -71,6 +71,20 @@ fn rusage_minor(stderr: &str) -> Result<u64> {
         .context("short rusage line")?
         .parse()
         .with_context(|| format!("{line:?}"))
+}
+
+/// Nobody registers its own process `pid` through /proc/pfprof/status.
+fn register_as_nobody(pid: u32) -> Result<()> {
+    let said = Command::new(std::env::current_exe()?)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .args(["hardening-child", "status", "R", &pid.to_string()])
+        .output()?;
+    ensure!(
+        String::from_utf8_lossy(&said.stdout).trim() == "ok",
+        "nobody registering {pid}: {said:?}"
+    );
+    Ok(())
 }
 
 /// `monitor run --backend BACKEND --mode MODE -o CSV [EXTRA...] -- CMD...`, as `uid`.
@@ -126,15 +140,7 @@ pub fn monitors_of_root_and_nobody_at_once_each_count_only_their_own_command(
     // in nobody's sessions, never in root's.
     let mut churn = Profiled::spawn_raw(&["churn"], Some(NOBODY))?;
     ensure!(churn.read_line()? == "ready");
-    let said = Command::new(std::env::current_exe()?)
-        .uid(NOBODY)
-        .gid(NOBODY)
-        .args(["hardening-child", "status", "R", &churn.pid.to_string()])
-        .output()?;
-    ensure!(
-        String::from_utf8_lossy(&said.stdout).trim() == "ok",
-        "{said:?}"
-    );
+    register_as_nobody(churn.pid)?;
     churn.go()?;
 
     let work = ["work", "4", "R", "3000", "3", "--sleep-ms", "30"];
@@ -265,15 +271,7 @@ pub fn nobody_can_neither_join_prolong_nor_read_roots_session(env: &Env) -> Resu
     // follow it, so it neither adds to nor prolongs root's.
     let mut nobodys = Profiled::spawn_raw(&["churn"], Some(NOBODY))?;
     ensure!(nobodys.read_line()? == "ready");
-    let said = Command::new(std::env::current_exe()?)
-        .uid(NOBODY)
-        .gid(NOBODY)
-        .args(["hardening-child", "status", "R", &nobodys.pid.to_string()])
-        .output()?;
-    ensure!(
-        String::from_utf8_lossy(&said.stdout).trim() == "ok",
-        "{said:?}"
-    );
+    register_as_nobody(nobodys.pid)?;
     nobodys.go()?;
 
     let dev = Device::open()?;
