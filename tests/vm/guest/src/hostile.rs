@@ -174,12 +174,15 @@ pub fn monitor_scribbling_every_word_for_seconds_cannot_stall_or_hurt_the_sample
     kmod::register(churn.pid)?;
     churn.go()?;
     // The control is an honest session's sampler doing the same work: relaxed, it never
-    // waits for its consumer.
-    let (honest, sampler) = opened_with_sampler(|| {
+    // waits for its consumer. A twin stands in for the scribbled session's sampler
+    // meanwhile, so that as many samplers compete for the CPUs in the control as later.
+    let honest_session = || {
         let file = raw_session()?;
         set_mode(&file, abi::MODE_RELAXED).map_err(|e| anyhow::anyhow!("SET_MODE: {e}"))?;
         Ok(file)
-    })?;
+    };
+    let (honest, sampler) = opened_with_sampler(honest_session)?;
+    let twin = honest_session()?;
     let mut rng = Rng::from_env_or_clock();
     let slots = abi::slots_in(2);
 
@@ -207,6 +210,7 @@ pub fn monitor_scribbling_every_word_for_seconds_cannot_stall_or_hurt_the_sample
     let control_busy =
         (kmod::main_thread_cpu_ns(sampler)? - ran) as f64 / started.elapsed().as_nanos() as f64;
 
+    drop(twin);
     let (mut words, mut rounds) = (0u64, 0u64);
     let mut scribbled = Duration::ZERO;
     let mut slowest = f64::MAX;
