@@ -11,7 +11,11 @@
  *
  * Descendants are found without the tasklist lock (not exported to
  * modules): the process list is walked under RCU, and a process belongs to
- * the nearest inheriting member among its real parents.  Nothing is
+ * the nearest inheriting member among its real parents.  The list holds
+ * every parent before its children, so the walk decides each process from
+ * its parent alone (a member, or a process it already put in a tree): its
+ * cost grows with the number of processes, not with how deeply a user
+ * nests them.  Nothing is
  * counted twice when a child is reaped: the reaper sets the child's
  * exit_state to EXIT_DEAD before it adds the child's totals to its own
  * cumulative children's counts, and the process list holds every parent
@@ -25,6 +29,8 @@
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/hash.h>
+#include <linux/log2.h>
+#include <linux/mm.h>
 #include <linux/rcupdate.h>
 #include <linux/sched.h>
 #include <linux/sched/signal.h>
@@ -34,8 +40,16 @@
 
 #include "pfprof_internal.h"
 
-/* How far up the real parents the walk looks for a member. */
+/* How far up the real parents a lookup looks for a member. */
 #define PFPROF_TREE_DEPTH_MAX	256
+/* The walk's map: at most this many slots (16 bytes each), half of them used. */
+#define PFPROF_TREE_MAP_MAX	(1u << 17)
+
+/* A process the walk found in a tree, keyed by its signal struct. */
+struct pfprof_tree_slot {
+	const struct signal_struct *sig;
+	struct pfprof_member *owner;
+};
 
 struct pfprof_member {
 	struct list_head node;
@@ -142,6 +156,61 @@ static struct pfprof_member *pfprof_tree_owner(struct pfprof_session *s,
 	return NULL;
 }
 
+/* Open addressing, linear probing: the slot of @sig, or the free one it would take. */
+static struct pfprof_tree_slot *pfprof_tree_slot(struct pfprof_session *s,
+						 const struct signal_struct *sig)
+{
+	unsigned int i = hash_ptr(sig, ilog2(s->tree_cap));
+
+	while (s->tree_map[i].sig && s->tree_map[i].sig != sig)
+		i = (i + 1) & (s->tree_cap - 1);
+	return &s->tree_map[i];
+}
+
+/*
+ * An empty map with room for the processes the last walk found, and then
+ * some; without it (or once it is half full) the walk falls back to
+ * looking up each process's real parents.
+ */
+static void pfprof_tree_map_reset(struct pfprof_session *s)
+{
+	unsigned int want = roundup_pow_of_two(4 * (s->tree_used + 64));
+
+	want = min(want, PFPROF_TREE_MAP_MAX);
+	if (s->tree_cap < want) {
+		kvfree(s->tree_map);
+		s->tree_map = kvmalloc_array(want, sizeof(*s->tree_map),
+					     GFP_KERNEL);
+		s->tree_cap = s->tree_map ? want : 0;
+	}
+	if (s->tree_map)
+		memset(s->tree_map, 0, s->tree_cap * sizeof(*s->tree_map));
+	s->tree_used = 0;
+}
+
+/*
+ * The inheriting member whose tree holds @p, in a walk of the process list:
+ * @p's parent was visited before it, so the parent is a member, or in the
+ * map if it is in a tree at all.  Under RCU.
+ */
+static struct pfprof_member *pfprof_walk_owner(struct pfprof_session *s,
+					       struct task_struct *p, bool full)
+{
+	struct task_struct *parent;
+	struct pfprof_member *m;
+
+	if (!s->tree_cap || full)
+		return pfprof_tree_owner(s, p);
+	/* A released task's parent pointer may be stale. */
+	if (!pid_alive(p))
+		return NULL;
+	parent = rcu_dereference(p->real_parent);
+	m = pfprof_member_of(s, parent->signal);
+	if (m)
+		return m->inherit ? m : NULL;
+	return pfprof_tree_slot(s, parent->signal)->owner;
+}
+
 /*
  * Adds every live descendant's totals to its inheriting member's ->now,
  * or only @only's when it is given.  The members' own totals are read
@@ -150,10 +219,13 @@ static struct pfprof_member *pfprof_tree_owner(struct pfprof_session *s,
 static void pfprof_add_descendants(struct pfprof_session *s,
 				   struct pfprof_member *only)
 {
+	struct pfprof_tree_slot *slot;
 	struct pfprof_totals t;
 	struct pfprof_member *m;
 	struct task_struct *p;
+	bool full = false;
 
+	pfprof_tree_map_reset(s);
 	rcu_read_lock();
 	for_each_process(p) {
 		/* Parents' cumulative counts, read before, first. */
@@ -161,8 +233,16 @@ static void pfprof_add_descendants(struct pfprof_session *s,
 		if (READ_ONCE(p->exit_state) == EXIT_DEAD ||
 		    pfprof_member_of(s, p->signal))
 			continue;
-		m = pfprof_tree_owner(s, p);
-		if (!m || (only && m != only))
+		m = pfprof_walk_owner(s, p, full);
+		if (!m)
+			continue;
+		if (!full) {
+			slot = pfprof_tree_slot(s, p->signal);
+			slot->sig = p->signal;
+			slot->owner = m;
+			full = ++s->tree_used >= s->tree_cap / 2;
+		}
+		if (only && m != only)
 			continue;
 		pfprof_read_totals(p, &t, true);
 		m->now.minor += t.minor;
@@ -396,6 +476,9 @@ void pfprof_members_free(struct pfprof_session *s)
 	mutex_lock(&s->members_lock);
 	list_for_each_entry_safe(m, tmp, &s->members, node)
 		pfprof_member_free(s, m);
+	kvfree(s->tree_map);
+	s->tree_map = NULL;
+	s->tree_cap = 0;
 	mutex_unlock(&s->members_lock);
 }
 

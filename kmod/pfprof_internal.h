@@ -23,6 +23,7 @@
 #include "pfprof.h"
 
 struct file;
+struct pfprof_tree_slot;
 struct pid;
 struct task_struct;
 
@@ -97,6 +98,10 @@ struct pfprof_session {
 	bool counted_any;		/* some process joined, ever */
 	bool ended;			/* PFPROF_IOC_END: nobody joins any more */
 	struct pfprof_totals pending;	/* collected, not delivered yet */
+	/* The process-list walk's map of processes in trees (members.c). */
+	struct pfprof_tree_slot *tree_map;
+	unsigned int tree_cap;		/* slots, a power of two, or 0 */
+	unsigned int tree_used;		/* processes the last walk put in it */
 
 	struct pfprof_ring ring;
 

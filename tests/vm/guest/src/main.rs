@@ -177,8 +177,8 @@ const TESTS: &[(&str, Test)] = &[
         sessions::nobody_can_neither_join_prolong_nor_read_roots_session,
     ),
     (
-        "a_shell_and_its_children_count_as_they_run_and_add_up_to_its_rusage",
-        sessions::a_shell_and_its_children_count_as_they_run_and_add_up_to_its_rusage,
+        "a_shell_and_its_descendants_count_as_they_run_and_add_up_to_its_rusage",
+        sessions::a_shell_and_its_descendants_count_as_they_run_and_add_up_to_its_rusage,
     ),
     (
         "a_process_in_two_sessions_is_counted_in_each_from_its_joining",
