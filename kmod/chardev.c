@@ -182,12 +182,12 @@ static long pfprof_ioc_follow(struct file *file,
 		if (ret)
 			return ret;
 	}
-	ret = pfprof_session_follow(s, follow.scope, follow.flags, root);
+	pfprof_session_follow(s, follow.scope, follow.flags, root);
 	if (root) {
 		put_task_struct(root);
 		put_pid(pid);
 	}
-	return ret;
+	return 0;
 }
 
 static long pfprof_dev_ioctl(struct file *file, unsigned int cmd,

@@ -12,17 +12,16 @@
  * Descendants are found without the tasklist lock (not exported to
  * modules): the process list is walked under RCU, and a process belongs to
  * the nearest inheriting member among its real parents.  The list holds
- * every parent before its children, so the walk decides each process from
- * its parent alone (a member, or a process it already put in a tree): its
- * cost grows with the number of processes, not with how deeply a user
- * nests them.  Nothing is
+ * every parent before its children (a process is added at fork, after its
+ * parent, and an orphan is adopted by one of its ancestors), so the walk
+ * decides each process from its parent alone (a member, or a process it
+ * already put in a tree): its cost grows with the number of processes, not
+ * with how deeply a user nests them.  For the same reason nothing is
  * counted twice when a child is reaped: the reaper sets the child's
  * exit_state to EXIT_DEAD before it adds the child's totals to its own
- * cumulative children's counts, and the process list holds every parent
- * before its children (a process is added at fork, after its parent, and
- * an orphan is adopted by one of its ancestors), so the walk reads a
- * parent's cumulative counts before it looks at a child, and a child whose
- * counts are in them is already seen as dead.  A race can only leave a
+ * cumulative children's counts, and the walk reads a parent's cumulative
+ * counts before it looks at a child, so a child whose counts are in them
+ * is already seen as dead.  A race can only leave a
  * child out of one collection; totals only grow, so the next one makes up
  * for it.
  */
@@ -129,9 +128,24 @@ static struct pfprof_member *pfprof_member_of(struct pfprof_session *s,
 }
 
 /*
+ * @p's real parent, or NULL at the top (init) or once @p is released: a
+ * released task's parent pointer may be stale.  Under RCU, which keeps
+ * every task not yet released when it began (a live task's parent is one)
+ * from being freed.
+ */
+static struct task_struct *pfprof_real_parent(struct task_struct *p)
+{
+	struct task_struct *parent;
+
+	if (!pid_alive(p))
+		return NULL;
+	parent = rcu_dereference(p->real_parent);
+	return parent == p || parent == &init_task ? NULL : parent;
+}
+
+/*
  * The inheriting member whose tree holds @p (not itself a member): its
- * nearest inheriting real ancestor.  Under RCU, which keeps every task not
- * yet released when it began (a live task's parent is one) from being freed.
+ * nearest inheriting real ancestor.  Under RCU.
  */
 static struct pfprof_member *pfprof_tree_owner(struct pfprof_session *s,
 					       struct task_struct *p)
@@ -140,15 +154,9 @@ static struct pfprof_member *pfprof_tree_owner(struct pfprof_session *s,
 	int depth;
 
 	for (depth = 0; depth < PFPROF_TREE_DEPTH_MAX; depth++) {
-		struct task_struct *parent;
-
-		/* A released task's parent pointer may be stale. */
-		if (!pid_alive(p))
+		p = pfprof_real_parent(p);
+		if (!p)
 			return NULL;
-		parent = rcu_dereference(p->real_parent);
-		if (parent == p || parent == &init_task)
-			return NULL;
-		p = parent;
 		m = pfprof_member_of(s, p->signal);
 		if (m && m->inherit)
 			return m;
@@ -201,10 +209,9 @@ static struct pfprof_member *pfprof_walk_owner(struct pfprof_session *s,
 
 	if (!s->tree_cap || full)
 		return pfprof_tree_owner(s, p);
-	/* A released task's parent pointer may be stale. */
-	if (!pid_alive(p))
+	parent = pfprof_real_parent(p);
+	if (!parent)
 		return NULL;
-	parent = rcu_dereference(p->real_parent);
 	m = pfprof_member_of(s, parent->signal);
 	if (m)
 		return m->inherit ? m : NULL;
@@ -306,20 +313,11 @@ bool pfprof_descends_from(struct task_struct *p,
 	int depth;
 
 	rcu_read_lock();
-	for (depth = 0; depth < PFPROF_TREE_DEPTH_MAX; depth++) {
-		struct task_struct *parent;
-
-		/* A released task's parent pointer may be stale. */
-		if (!pid_alive(p))
+	for (depth = 0; depth < PFPROF_TREE_DEPTH_MAX && !found; depth++) {
+		p = pfprof_real_parent(p);
+		if (!p)
 			break;
-		parent = rcu_dereference(p->real_parent);
-		if (parent == p || parent == &init_task)
-			break;
-		p = parent;
-		if (p->signal == ancestor->signal) {
-			found = true;
-			break;
-		}
+		found = p->signal == ancestor->signal;
 	}
 	rcu_read_unlock();
 	return found;

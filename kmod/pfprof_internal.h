@@ -135,8 +135,8 @@ int pfprof_proc_init(void);
 void pfprof_proc_exit(void);
 int pfprof_session_add(struct pfprof_session *s);
 void pfprof_session_remove(struct pfprof_session *s);
-int pfprof_session_follow(struct pfprof_session *s, u32 scope, u32 flags,
-			  struct task_struct *root);
+void pfprof_session_follow(struct pfprof_session *s, u32 scope, u32 flags,
+			   struct task_struct *root);
 
 /* sampler.c: a session's sampling kthread. */
 int pfprof_sampler_start(struct pfprof_session *s);
@@ -155,7 +155,6 @@ int pfprof_ring_init(struct pfprof_ring *r);
 void pfprof_ring_exit(struct pfprof_ring *r);
 void pfprof_ring_start(struct pfprof_session *s, u32 mode);
 void pfprof_ring_cancel(struct pfprof_session *s);
-bool pfprof_ring_open(struct pfprof_ring *r);
 unsigned int pfprof_ring_session(struct pfprof_ring *r);
 enum pfprof_put pfprof_ring_put(struct pfprof_session *s,
 				const struct pfprof_sample *sample, bool last,

@@ -156,8 +156,8 @@ void pfprof_session_remove(struct pfprof_session *s)
  * @s follows @scope from now on (@root: referenced by the caller, for
  * DESCENDANTS); the processes registered already join at once.
  */
-int pfprof_session_follow(struct pfprof_session *s, u32 scope, u32 flags,
-			  struct task_struct *root)
+void pfprof_session_follow(struct pfprof_session *s, u32 scope, u32 flags,
+			   struct task_struct *root)
 {
 	struct pfprof_reg *r;
 
@@ -173,7 +173,6 @@ int pfprof_session_follow(struct pfprof_session *s, u32 scope, u32 flags,
 	list_for_each_entry(r, &pfprof_regs, node)
 		pfprof_offer(s, r);
 	mutex_unlock(&pfprof_reg_lock);
-	return 0;
 }
 
 static int pfprof_register(const struct file *file, pid_t nr)

@@ -125,13 +125,6 @@ void pfprof_ring_start(struct pfprof_session *s, u32 mode)
 	pfprof_sampler_kick(s);
 }
 
-/* Started, and not canceled: it still takes samples. */
-bool pfprof_ring_open(struct pfprof_ring *r)
-{
-	return READ_ONCE(r->mode) != PFPROF_MODE_NONE &&
-	       !READ_ONCE(r->canceled);
-}
-
 /* down(): take one unit unless the count is zero; never below zero. */
 static bool pfprof_sem_try_down(u32 *count)
 {

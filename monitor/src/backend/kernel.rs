@@ -5,9 +5,10 @@
 //! registrations with `PFPROF_IOC_FOLLOW`: a bare `monitor` every one it may see,
 //! `monitor run` those of its command's descendants (`work` registers itself).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use shared_layout::device::{Device, DeviceWaiter, Ender, Follow};
+use shared_layout::device::{Device, DeviceWaiter, Follow};
 use shared_layout::{Area, Mode};
 
 use super::{Backend, Targets};
@@ -15,7 +16,6 @@ use crate::error::ProfileError;
 use crate::procstat::ProcessCounters;
 use crate::signals::Stopper;
 use crate::source::Ending;
-use std::sync::Arc;
 
 pub struct Kernel {
     device: Device,
@@ -99,7 +99,7 @@ impl Backend for Kernel {
     }
 
     fn stopper(&self) -> Stopper {
-        let ender: Ender = self.device.ender();
+        let ender = self.device.ender();
         // The module writes the last sample of our processes and ends the session.
         Box::new(move || ender.end().map_err(ProfileError::Device))
     }
