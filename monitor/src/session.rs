@@ -130,8 +130,9 @@ pub fn profile<B: Backend>(request: Request) -> Result<u8, ProfileError> {
         child,
         notes: &notes,
     };
-    // A closed stderr cannot be told anything.
-    let _ = writeln!(io::stderr(), "{summary}");
+    // Formatted first: stderr is unbuffered, and the summary's padding would otherwise
+    // reach it a character per write. A closed stderr cannot be told anything.
+    let _ = io::stderr().write_all(format!("{summary}\n").as_bytes());
     Ok(code)
 }
 
@@ -233,7 +234,8 @@ fn consume<W: Waiter, B: Backend>(
             continue;
         }
         if status_line && last_status.elapsed() >= STATUS_EVERY && recent.samples > 0 {
-            let _ = write!(io::stderr(), "\r{}\x1b[K", totals.status_line(&recent));
+            let line = format!("\r{}\x1b[K", totals.status_line(&recent));
+            let _ = io::stderr().write_all(line.as_bytes());
             recent = Totals::default();
             last_status = Instant::now();
         }
