@@ -77,9 +77,14 @@ pub(crate) enum Waited {
 /// The shortest poll: a hand-off already under way (the other side between its
 /// down and its up) is still caught without a sleep.
 const MIN_SPIN: Duration = Duration::from_micros(1);
-/// The longest poll: about what a futex sleep and wake-up cost the two sides
-/// (16 µs per hand-off in docs/benchmarks.md); polling longer cannot pay.
-const MAX_SPIN: Duration = Duration::from_micros(20);
+/// The longest poll: about twice what a sleep and wake-up cost, on the slowest
+/// machine measured (a futex hand-off takes 6 µs on one, 24 µs on another,
+/// where a wake-up costs the woken thread 46 µs of CPU: docs/benchmarks.md).
+/// It must outlast the other side's wake-up: with a ceiling below it, two
+/// sides that once woke each other could never again catch each other by
+/// polling and kept sleeping at every turn of a small ring (the convoy: 20 µs
+/// on the 24 µs machine, 35-60 sleeps per 1000 samples on 8 slots).
+const MAX_SPIN: Duration = Duration::from_micros(100);
 
 /// How long one side polls a semaphore (its count and `canceled`) before it
 /// announces itself on the waiters word and sleeps. Kept by each user-space
