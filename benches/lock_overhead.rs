@@ -8,7 +8,7 @@
 //! thread slept and was preempted, so the doc can say where the time went.
 
 use std::hint::black_box;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -413,6 +413,20 @@ fn baselines(c: &mut Criterion) {
         tally.report(&format!("baselines/{id}"), None);
     }
 
+    // The least any per-sample semaphore design can cost: only the two counts, downed and
+    // upped once per sample by each side, with no slot, no lock and no sleeping.
+    for (ring, label) in RINGS {
+        let id = format!("semaphore_pair/{label}");
+        let mut tally = Tally::default();
+        group.bench_function(&id, |b| {
+            b.iter_custom(|iters| {
+                let run = semaphore_pair(slot_count(ring), iters);
+                tally.add(iters, &run)
+            });
+        });
+        tally.report(&format!("baselines/{id}"), None);
+    }
+
     // The memory limit: the default ring's bytes copied out, as a drain would.
     let slots = slot_count(DEFAULT_RING);
     let ring: Vec<Sample> = (0..slots).map(sample).collect();
@@ -436,6 +450,47 @@ fn baselines(c: &mut Criterion) {
     });
     tally.report("baselines/futex_pingpong (per round trip)", None);
     group.finish();
+}
+
+/// A count on a line of its own, as the area's semaphores are.
+#[repr(align(64))]
+struct LineCount(AtomicU64);
+
+/// Spins until `count` is above zero and takes one (the semaphores' compare-and-swap down).
+fn spin_down(count: &AtomicU64) {
+    let mut seen = count.load(Ordering::Relaxed);
+    loop {
+        if seen == 0 {
+            std::hint::spin_loop();
+            seen = count.load(Ordering::Relaxed);
+            continue;
+        }
+        match count.compare_exchange_weak(seen, seen - 1, Ordering::AcqRel, Ordering::Relaxed) {
+            Ok(_) => return,
+            Err(now) => seen = now,
+        }
+    }
+}
+
+/// `iters` items handed over through a full/empty pair of counts on `slots` slots: the
+/// producer downs empty and ups full per item, the consumer downs full and ups empty.
+fn semaphore_pair(slots: u64, iters: u64) -> Run {
+    let full = LineCount(AtomicU64::new(0));
+    let empty = LineCount(AtomicU64::new(slots));
+    two_threads(
+        || {
+            for _ in 0..iters {
+                spin_down(&empty.0);
+                full.0.fetch_add(1, Ordering::Release);
+            }
+        },
+        || {
+            for _ in 0..iters {
+                spin_down(&full.0);
+                empty.0.fetch_add(1, Ordering::Release);
+            }
+        },
+    )
 }
 
 fn slot_count(ring: Ring) -> u64 {
