@@ -260,8 +260,8 @@ fn profiled(targets: Vec<Target>) -> HashMap<u32, Profiled> {
 enum Woken {
     /// The period is over.
     Period,
-    /// Events are waiting, or these processes exited.
-    Early(Vec<u32>),
+    /// The bell rang (events are waiting), or these processes exited.
+    Early { rang: bool, exited: Vec<u32> },
 }
 
 /// Sleeps until `deadline`, an event, or the exit of a process watched by pidfd.
@@ -289,7 +289,8 @@ fn sleep(
         Err(e) => return Err(SamplerError::Wait(e.into())),
     }
     let ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
-    if ready(&fds[0]) {
+    let rang = ready(&fds[0]);
+    if rang {
         // Non-blocking: a read that finds the count at zero just fails.
         let _ = bell.read();
     }
@@ -299,7 +300,7 @@ fn sleep(
         .filter(|(_, fd)| ready(fd))
         .map(|((pid, _), _)| *pid)
         .collect();
-    Ok(Woken::Early(exited))
+    Ok(Woken::Early { rang, exited })
 }
 
 fn run(
@@ -327,16 +328,17 @@ fn run(
         cap.apply(&mut pending, std::mem::take(&mut threads));
         producer.record(std::mem::take(&mut pending))?;
         loop {
-            let exited = match sleep(&procs, bell, next)? {
-                Woken::Period => Vec::new(),
-                Woken::Early(exited) => exited,
+            let (rang, exited) = match sleep(&procs, bell, next)? {
+                Woken::Period => (false, Vec::new()),
+                Woken::Early { rang, exited } => (rang, exited),
             };
             for pid in exited {
                 if let Some(mut p) = procs.remove(&pid) {
                     threads += read_last(&mut p, &mut pending, &mut report.unread);
                 }
             }
-            while let Ok(event) = events.try_recv() {
+            // Every event rings the bell after it is sent: a silent bell, no events.
+            while let Some(event) = rang.then(|| events.try_recv().ok()).flatten() {
                 match event {
                     Event::Exited { pid, totals } => {
                         if let Some(mut p) = procs.remove(&pid) {
@@ -442,8 +444,9 @@ fn poll_all(
                 && (p.target.child || p.target.pidfd.is_some())
         });
         let (stat, fresh) = match unchanged {
-            // Alone, it has nothing new; its descendants may have.
-            Some(_) if p.target.tree.is_none() => {
+            // Alone, it has nothing new; so has a tree of it alone, since only a process
+            // that runs forks: its descendants, if it has any, may have.
+            Some(_) if p.target.tree.as_ref().is_none_or(Tree::is_root_alone) => {
                 p.read_at = Instant::now();
                 continue;
             }
@@ -736,6 +739,6 @@ mod tests {
         let bell = EventFd::from_flags(EfdFlags::EFD_NONBLOCK).unwrap();
         // A deadline far away: only the exit can end this wait.
         let woken = sleep(&procs, &bell, Instant::now() + Duration::from_secs(3600)).unwrap();
-        assert!(matches!(woken, Woken::Early(ref exited) if exited == &[pid]));
+        assert!(matches!(woken, Woken::Early { rang: false, ref exited } if exited == &[pid]));
     }
 }

@@ -208,6 +208,12 @@ impl Tree {
         self.ledger.settle(&pass)
     }
 
+    /// Whether the last pass found no descendant: the root neither had a child nor
+    /// left one in the tree.
+    pub fn is_root_alone(&self) -> bool {
+        self.root_children.is_empty() && self.procs.is_empty()
+    }
+
     /// How many threads could have run between the last pass and the one before: those
     /// of the processes in the tree at the last pass, and of those that left it since.
     pub fn threads(&self) -> u64 {
