@@ -1,6 +1,7 @@
 //! What the monitor itself costs: its own CPU time while it profiles one sleeping process
 //! for 10 s at 50 ms, procfs backend, side by side with `perf stat -I 50 -p` on the same
-//! process in the same run. A benchmark, not a test:
+//! process in the same run, and with the floor of both: a thread of this program that
+//! does nothing but wake at the same deadlines. A benchmark, not a test:
 //!
 //!     cargo build --release -p monitor && cargo run --release -p monitor --example cost [ROUNDS] [MONITOR]
 //!
@@ -11,11 +12,12 @@
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
 use monitor::child;
 use nix::sys::signal::{kill, Signal};
+use nix::time::{clock_gettime, ClockId};
 use nix::unistd::Pid;
 
 const PROFILE_FOR: Duration = Duration::from_secs(10);
@@ -42,6 +44,24 @@ fn stop(child: Child) -> anyhow::Result<f64> {
     Ok(used.cpu_ns as f64 / 1e6)
 }
 
+/// The floor: the CPU time, in ms, of a thread that only wakes every `period` for
+/// [`PROFILE_FOR`], as any sampler must.
+fn wake_only(period: Duration) -> anyhow::Result<f64> {
+    let thread_cpu = || -> anyhow::Result<Duration> {
+        Ok(clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID)
+            .context("reading the thread's CPU clock")?
+            .into())
+    };
+    let before = thread_cpu()?;
+    let mut next = Instant::now();
+    let end = next + PROFILE_FOR;
+    while next + period <= end {
+        next += period;
+        thread::sleep(next.saturating_duration_since(Instant::now()));
+    }
+    Ok((thread_cpu()? - before).as_secs_f64() * 1e3)
+}
+
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let rounds: u32 = args.next().map_or(Ok(3), |r| r.parse()).context("ROUNDS")?;
@@ -59,8 +79,12 @@ fn main() -> anyhow::Result<()> {
         monitor.display()
     );
 
-    println!("| round | mode | monitor (ms CPU / 10 s) | perf stat -I 50 (ms CPU / 10 s) | monitor / perf |");
-    println!("|---:|---|---:|---:|---:|");
+    let period = Duration::from_millis(PERIOD_MS.parse()?);
+    println!(
+        "| round | mode | monitor (ms CPU / 10 s) | perf stat -I 50 (ms CPU / 10 s) | \
+         monitor / perf | a thread that only wakes (ms CPU / 10 s) |"
+    );
+    println!("|---:|---|---:|---:|---:|---:|");
     for round in 1..=rounds {
         for mode in ["strict", "relaxed"] {
             let mut sleeper = Command::new("sleep").arg("3600").spawn()?;
@@ -85,7 +109,9 @@ fn main() -> anyhow::Result<()> {
                 "perf",
                 &["stat", "-I", PERIOD_MS, "-p", &pid, "-o", "/dev/null"],
             )?;
-            thread::sleep(PROFILE_FOR);
+            let floor_ms = thread::spawn(move || wake_only(period))
+                .join()
+                .expect("the waking thread panicked")?;
             let monitor_ms = stop(monitor)?;
             let perf_ms = perf.map(stop).transpose()?;
             sleeper.kill()?;
@@ -94,7 +120,9 @@ fn main() -> anyhow::Result<()> {
                 Some(p) => (format!("{p:.1}"), format!("{:.2}", monitor_ms / p)),
                 None => ("(perf not installed)".into(), "".into()),
             };
-            println!("| {round} | {mode} | {monitor_ms:.1} | {perf_cell} | {ratio} |");
+            println!(
+                "| {round} | {mode} | {monitor_ms:.1} | {perf_cell} | {ratio} | {floor_ms:.1} |"
+            );
         }
     }
     Ok(())
