@@ -1,24 +1,157 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * pfprof: the kernel API differences between the kernels pfprof builds on
- * (Debian's 6.1 and 6.12 and everything between), in one place.  Each is
- * keyed on the version that changed the API.
+ * (Debian's 6.1, 6.12 and 7.x, and what lies between), in one place.  Each
+ * is decided by what the kernel's headers offer, as conftest.sh found it
+ * (conftest.h), never by LINUX_VERSION_CODE: distribution kernels backport
+ * such changes without changing their version.
  */
 #ifndef _PFPROF_COMPAT_H
 #define _PFPROF_COMPAT_H
 
+#include <linux/err.h>
 #include <linux/mm.h>
-#include <linux/version.h>
+#include <linux/rcupdate.h>
+#include <linux/sched.h>
+#include <linux/sched/coredump.h>
+#include <linux/sched/signal.h>
+#include <linux/sched/task.h>
+#include <linux/user_namespace.h>
+
+#include "conftest.h"
+
+#ifdef PFPROF_HAVE_TASK_EXEC_STATE
+#include <linux/sched/exec_state.h>
+#endif
 
 /*
- * 6.3 made vma->vm_flags read-only (commit bc292ab00f6c, "mm: introduce
- * vma->vm_flags wrapper functions"); the setters take the mmap lock into
- * account.  Before that the field is written directly.
+ * Before 6.3 vma->vm_flags is written directly; since, through setters
+ * that take the mmap lock into account.
  */
-#if LINUX_VERSION_CODE < KERNEL_VERSION(6, 3, 0)
+#ifndef PFPROF_HAVE_VM_FLAGS_SET
 static inline void vm_flags_set(struct vm_area_struct *vma, vm_flags_t flags)
 {
 	vma->vm_flags |= flags;
+}
+#endif
+
+/*
+ * The user namespace of @task's last exec, referenced (put_user_ns()), when
+ * that exec left it not dumpable by its owner (a setuid program, say), so
+ * that reading it takes CAP_SYS_PTRACE there; NULL when it is dumpable, or
+ * has nothing exec'd to judge (a kernel thread; before 7.x also a process
+ * whose mm is gone).  Where the kernel keeps the two, read under the rule it
+ * documents for them: the mm's under task_lock(), 7.x's task_exec_state
+ * under RCU (its accessors are not exported).
+ */
+static inline struct user_namespace *pfprof_undumpable_ns(struct task_struct *task)
+{
+	struct user_namespace *ns = NULL;
+#if defined(PFPROF_HAVE_TASK_EXEC_STATE)
+	const struct task_exec_state *es;
+
+	rcu_read_lock();
+	es = rcu_dereference(task->exec_state);
+	if (es && es->dumpable != TASK_DUMPABLE_OWNER)
+		ns = get_user_ns(es->user_ns);
+	rcu_read_unlock();
+#elif defined(PFPROF_HAVE_MM_DUMPABLE)
+	struct mm_struct *mm;
+
+	task_lock(task);
+	mm = task->mm;
+	if (mm && get_dumpable(mm) != SUID_DUMP_USER)
+		ns = get_user_ns(mm->user_ns);
+	task_unlock(task);
+#else
+#error "conftest.sh found dumpability neither in task_exec_state nor in mm_struct"
+#endif
+	return ns;
+}
+
+/*
+ * Pages of @mm's counter @member (MM_ANONPAGES, MM_FILEPAGES,
+ * MM_SHMEMPAGES, MM_SWAPENTS), as exactly as the kernel keeps them: the sum
+ * of its per-CPU counters, or (before 6.2) its count and what the threads
+ * of @leader, which share @mm, have not folded into it yet.  Under the lock
+ * that keeps @mm (task_lock() of a thread using it).
+ */
+#ifdef PFPROF_HAVE_MM_RSS_PERCPU
+static inline unsigned long pfprof_mm_pages(struct mm_struct *mm,
+					    struct task_struct *leader,
+					    int member)
+{
+	return percpu_counter_sum_positive(&mm->rss_stat[member]);
+}
+#else
+static inline unsigned long pfprof_mm_pages(struct mm_struct *mm,
+					    struct task_struct *leader,
+					    int member)
+{
+	long pages = atomic_long_read(&mm->rss_stat.count[member]);
+#ifdef SPLIT_RSS_COUNTING
+	struct task_struct *t;
+
+	rcu_read_lock();
+	for_each_thread(leader, t)
+		pages += READ_ONCE(t->rss_stat.count[member]);
+	rcu_read_unlock();
+#endif
+	return pages > 0 ? pages : 0;
+}
+#endif
+
+/*
+ * Control groups, absent from a kernel built without CONFIG_CGROUPS: a
+ * session can then not be given one.
+ */
+#ifdef PFPROF_HAVE_CGROUP
+#include <linux/cgroup.h>
+
+/* The cgroup2 directory open as @fd, referenced, or an ERR_PTR. */
+static inline struct cgroup *pfprof_cgroup_from_fd(int fd)
+{
+	return cgroup_get_from_fd(fd);
+}
+
+static inline void pfprof_cgroup_put(struct cgroup *cgrp)
+{
+	cgroup_put(cgrp);
+}
+
+/*
+ * Not removed (rmdir) yet: its own css is online (css_is_dying() does not
+ * say it of a cgroup's own css on every kernel: 6.12 flags only a
+ * controller's dying).
+ */
+static inline bool pfprof_cgroup_alive(struct cgroup *cgrp)
+{
+	return READ_ONCE(cgrp->self.flags) & CSS_ONLINE;
+}
+
+/* @p's cgroup of the default hierarchy is @cgrp or below it.  Under RCU. */
+static inline bool pfprof_in_cgroup(struct cgroup *cgrp, struct task_struct *p)
+{
+	return cgroup_is_descendant(task_dfl_cgroup(p), cgrp);
+}
+#else
+static inline struct cgroup *pfprof_cgroup_from_fd(int fd)
+{
+	return ERR_PTR(-EOPNOTSUPP);
+}
+
+static inline void pfprof_cgroup_put(struct cgroup *cgrp)
+{
+}
+
+static inline bool pfprof_cgroup_alive(struct cgroup *cgrp)
+{
+	return false;
+}
+
+static inline bool pfprof_in_cgroup(struct cgroup *cgrp, struct task_struct *p)
+{
+	return false;
 }
 #endif
 

@@ -10,25 +10,42 @@
 
 #include <linux/module.h>
 #include <linux/moduleparam.h>
+#include <linux/stringify.h>
 
 #include "pfprof_internal.h"
 
 /* Sessions one user may have open at once: each holds an area and a kthread. */
+#define PFPROF_MAX_SESSIONS_DEFAULT	16
 #define PFPROF_MAX_SESSIONS_MAX		1024
+#define PFPROF_MAX_REGISTRATIONS_DEFAULT	1024
+
+/* "(MIN..MAX, default D)" for a parameter's description. */
+#define PFPROF_RANGE(min, max, def) \
+	"(" __stringify(min) ".." __stringify(max) ", default " __stringify(def) ")"
 
 unsigned int pfprof_period_ms = PFPROF_PERIOD_MS_DEFAULT;
 module_param_named(period_ms, pfprof_period_ms, uint, 0444);
-MODULE_PARM_DESC(period_ms, "Sampling period in milliseconds (1..10000, default 50)");
+MODULE_PARM_DESC(period_ms, "Sampling period in milliseconds " PFPROF_RANGE(
+		 PFPROF_PERIOD_MS_MIN, PFPROF_PERIOD_MS_MAX, PFPROF_PERIOD_MS_DEFAULT));
 
 unsigned int pfprof_buffer_pages = PFPROF_BUFFER_PAGES_DEFAULT;
 module_param_named(buffer_pages, pfprof_buffer_pages, uint, 0444);
 MODULE_PARM_DESC(buffer_pages,
-		 "Pages in each session's area, control page included (2..65536, default 128)");
+		 "Pages in each session's area, control page included " PFPROF_RANGE(
+		 PFPROF_BUFFER_PAGES_MIN, PFPROF_BUFFER_PAGES_MAX,
+		 PFPROF_BUFFER_PAGES_DEFAULT));
 
-unsigned int pfprof_max_sessions = 16;
+unsigned int pfprof_max_sessions = PFPROF_MAX_SESSIONS_DEFAULT;
 module_param_named(max_sessions, pfprof_max_sessions, uint, 0444);
 MODULE_PARM_DESC(max_sessions,
-		 "Sessions (opens of /dev/pfprof) one user may have at once (1..1024, default 16)");
+		 "Sessions (opens of /dev/pfprof) one user may have at once " PFPROF_RANGE(
+		 1, PFPROF_MAX_SESSIONS_MAX, PFPROF_MAX_SESSIONS_DEFAULT));
+
+unsigned int pfprof_max_registrations = PFPROF_MAX_REGISTRATIONS_DEFAULT;
+module_param_named(max_registrations, pfprof_max_registrations, uint, 0444);
+MODULE_PARM_DESC(max_registrations,
+		 "Processes one user may have registered through /proc at once " PFPROF_RANGE(
+		 1, PFPROF_MEMBERS_MAX, PFPROF_MAX_REGISTRATIONS_DEFAULT));
 
 static int pfprof_check_params(void)
 {
@@ -51,6 +68,12 @@ static int pfprof_check_params(void)
 		       pfprof_max_sessions, PFPROF_MAX_SESSIONS_MAX);
 		return -EINVAL;
 	}
+	if (pfprof_max_registrations < 1 ||
+	    pfprof_max_registrations > PFPROF_MEMBERS_MAX) {
+		pr_err("max_registrations=%u out of range 1..%u\n",
+		       pfprof_max_registrations, PFPROF_MEMBERS_MAX);
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -70,8 +93,9 @@ static int __init pfprof_init(void)
 	if (ret)
 		goto err_remove_proc;
 
-	pr_info("loaded: period %u ms, %u pages a session, %u sessions a user\n",
-		pfprof_period_ms, pfprof_buffer_pages, pfprof_max_sessions);
+	pr_info("loaded: period %u ms, %u pages a session, %u sessions and %u registrations a user\n",
+		pfprof_period_ms, pfprof_buffer_pages, pfprof_max_sessions,
+		pfprof_max_registrations);
 	return 0;
 
 err_remove_proc:

@@ -4,32 +4,30 @@
  *
  * Each member is a process (thread group) with what the session last saw
  * of it; at every collection its change since then is added to the
- * session's pending sample.  A member that inherits counts its
- * descendants too.  Members are found by their signal struct: a thread
- * group's leader's task_struct does not identify it, since a thread that
- * execs becomes the new leader.
+ * session's pending sample.  A member that inherits counts its tree too
+ * (tree.c).  A member is counted while the session's opener may read it:
+ * one that exec'd a program the opener may not read (a setuid one) is
+ * withdrawn at the collection that finds it so, without its change since
+ * the last one, as perf stops counting a task at such an exec.
  *
- * Descendants are found without the tasklist lock (not exported to
- * modules): the process list is walked under RCU, and a process belongs to
- * the nearest inheriting member among its real parents.  The list holds
- * every parent before its children (a process is added at fork, after its
- * parent, and an orphan is adopted by one of its ancestors), so the walk
- * decides each process from its parent alone (a member, or a process it
- * already put in a tree): its cost grows with the number of processes, not
- * with how deeply a user nests them.  For the same reason nothing is
- * counted twice when a child is reaped: the reaper sets the child's
- * exit_state to EXIT_DEAD before it adds the child's totals to its own
- * cumulative children's counts, and the walk reads a parent's cumulative
- * counts before it looks at a child, so a child whose counts are in them
- * is already seen as dead.  A race can only leave a
- * child out of one collection; totals only grow, so the next one makes up
- * for it.
+ * A member that is gone is freed at the next collection, its final counts
+ * in the pending sample; before the ring starts (no collections yet) at
+ * every join and once a second (sampler.c), so that no session pins dead
+ * processes.
+ *
+ * A process ADDed joins at once (the opener's own request, and its own
+ * cost).  One offered by a /proc registration, or recalled by "U", is only
+ * marked (joining, leaving), at the cost of a hash lookup: the session's
+ * sampler completes the change at its next collection, with the walk it
+ * makes anyway, so that no user's registrations make another user's
+ * session walk the process list.  A registration's counts run from the
+ * registration whenever its join completes.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
-#include <linux/hash.h>
-#include <linux/log2.h>
+#include <linux/err.h>
 #include <linux/mm.h>
+#include <linux/pid.h>
 #include <linux/rcupdate.h>
 #include <linux/sched.h>
 #include <linux/sched/signal.h>
@@ -37,232 +35,94 @@
 #include <linux/seqlock.h>
 #include <linux/slab.h>
 
+#include "compat.h"
 #include "pfprof_internal.h"
-
-/* How far up the real parents a lookup looks for a member. */
-#define PFPROF_TREE_DEPTH_MAX	256
-/* The walk's map: at most this many slots (16 bytes each), half of them used. */
-#define PFPROF_TREE_MAP_MAX	(1u << 17)
-
-/* A process the walk found in a tree, keyed by its signal struct. */
-struct pfprof_tree_slot {
-	const struct signal_struct *sig;
-	struct pfprof_member *owner;
-};
-
-struct pfprof_member {
-	struct list_head node;
-	struct hlist_node hash;		/* by_signal, keyed by leader->signal */
-	struct task_struct *leader;	/* referenced: keeps ->signal alive */
-	bool inherit;
-	bool from_registry;		/* joined through /proc: leaves by "U" */
-	bool alive;			/* collection scratch */
-	struct pfprof_totals now;	/* collection scratch */
-	struct pfprof_totals seen;	/* what the session last accounted */
-};
-
-/*
- * Totals of the process whose group leader is @leader, read the way
- * do_task_stat() and thread_group_cputime() read them and without writing
- * anything: the signal struct holds what exited threads took (added by
- * __exit_signal() under stats_lock, in the same section that unlinks the
- * thread), each live thread holds its own.  CPU time is sum_exec_runtime in
- * nanoseconds: what utime + stime of wait4() add up to.  @with_children adds
- * the reaped children's counts (wait4()'s RUSAGE_CHILDREN).  Returns false
- * once every thread has been released: the totals are then final.
- *
- * The caller's reference on @leader, or RCU, keeps ->signal alive.
- */
-bool pfprof_read_totals(struct task_struct *leader, struct pfprof_totals *t,
-			bool with_children)
-{
-	struct signal_struct *sig = leader->signal;
-	struct task_struct *th;
-	unsigned long flags;
-	int seq, nextseq = 0;
-	bool alive;
-
-	rcu_read_lock();
-	do {
-		seq = nextseq;
-		flags = read_seqbegin_or_lock_irqsave(&sig->stats_lock, &seq);
-		t->minor = sig->min_flt;
-		t->major = sig->maj_flt;
-		t->cpu_ns = sig->sum_sched_runtime;
-		if (with_children) {
-			t->minor += sig->cmin_flt;
-			t->major += sig->cmaj_flt;
-			t->cpu_ns += sig->cutime + sig->cstime;
-		}
-		__for_each_thread(sig, th) {
-			t->minor += READ_ONCE(th->min_flt);
-			t->major += READ_ONCE(th->maj_flt);
-			t->cpu_ns += READ_ONCE(th->se.sum_exec_runtime);
-		}
-		alive = !list_empty(&sig->thread_head);
-		/* If the lockless pass raced a writer, retry holding the lock. */
-		nextseq = 1;
-	} while (need_seqretry(&sig->stats_lock, seq));
-	done_seqretry_irqrestore(&sig->stats_lock, seq, flags);
-	rcu_read_unlock();
-	return alive;
-}
 
 void pfprof_members_init(struct pfprof_session *s)
 {
 	mutex_init(&s->members_lock);
 	INIT_LIST_HEAD(&s->members);
 	hash_init(s->by_signal);
-}
-
-static struct pfprof_member *pfprof_member_of(struct pfprof_session *s,
-					      const struct signal_struct *sig)
-{
-	struct pfprof_member *m;
-
-	hash_for_each_possible(s->by_signal, m, hash, (unsigned long)sig) {
-		if (m->leader->signal == sig)
-			return m;
-	}
-	return NULL;
+	pfprof_tree_init(&s->tree);
 }
 
 /*
- * @p's real parent, or NULL at the top (init) or once @p is released: a
- * released task's parent pointer may be stale.  Under RCU, which keeps
- * every task not yet released when it began (a live task's parent is one)
- * from being freed.
+ * Reads @m's own totals, and its reaped children's if it inherits, into
+ * ->now, ->reaped and ->alive; tree.c adds its live descendants'.
  */
-static struct task_struct *pfprof_real_parent(struct task_struct *p)
-{
-	struct task_struct *parent;
-
-	if (!pid_alive(p))
-		return NULL;
-	parent = rcu_dereference(p->real_parent);
-	return parent == p || parent == &init_task ? NULL : parent;
-}
-
-/*
- * The inheriting member whose tree holds @p (not itself a member): its
- * nearest inheriting real ancestor.  Under RCU.
- */
-static struct pfprof_member *pfprof_tree_owner(struct pfprof_session *s,
-					       struct task_struct *p)
-{
-	struct pfprof_member *m;
-	int depth;
-
-	for (depth = 0; depth < PFPROF_TREE_DEPTH_MAX; depth++) {
-		p = pfprof_real_parent(p);
-		if (!p)
-			return NULL;
-		m = pfprof_member_of(s, p->signal);
-		if (m && m->inherit)
-			return m;
-	}
-	return NULL;
-}
-
-/* Open addressing, linear probing: the slot of @sig, or the free one it would take. */
-static struct pfprof_tree_slot *pfprof_tree_slot(struct pfprof_session *s,
-						 const struct signal_struct *sig)
-{
-	unsigned int i = hash_ptr(sig, ilog2(s->tree_cap));
-
-	while (s->tree_map[i].sig && s->tree_map[i].sig != sig)
-		i = (i + 1) & (s->tree_cap - 1);
-	return &s->tree_map[i];
-}
-
-/*
- * An empty map with room for the processes the last walk found, and then
- * some; without it (or once it is half full) the walk falls back to
- * looking up each process's real parents.
- */
-static void pfprof_tree_map_reset(struct pfprof_session *s)
-{
-	unsigned int want = roundup_pow_of_two(4 * (s->tree_used + 64));
-
-	want = min(want, PFPROF_TREE_MAP_MAX);
-	if (s->tree_cap < want) {
-		kvfree(s->tree_map);
-		s->tree_map = kvmalloc_array(want, sizeof(*s->tree_map),
-					     GFP_KERNEL);
-		s->tree_cap = s->tree_map ? want : 0;
-	}
-	if (s->tree_map)
-		memset(s->tree_map, 0, s->tree_cap * sizeof(*s->tree_map));
-	s->tree_used = 0;
-}
-
-/*
- * The inheriting member whose tree holds @p, in a walk of the process list:
- * @p's parent was visited before it, so the parent is a member, or in the
- * map if it is in a tree at all.  Under RCU.
- */
-static struct pfprof_member *pfprof_walk_owner(struct pfprof_session *s,
-					       struct task_struct *p, bool full)
-{
-	struct task_struct *parent;
-	struct pfprof_member *m;
-
-	if (!s->tree_cap || full)
-		return pfprof_tree_owner(s, p);
-	parent = pfprof_real_parent(p);
-	if (!parent)
-		return NULL;
-	m = pfprof_member_of(s, parent->signal);
-	if (m)
-		return m->inherit ? m : NULL;
-	return pfprof_tree_slot(s, parent->signal)->owner;
-}
-
-/*
- * Adds every live descendant's totals to its inheriting member's ->now,
- * or only @only's when it is given.  The members' own totals are read
- * already: before any of their children is looked at.
- */
-static void pfprof_add_descendants(struct pfprof_session *s,
-				   struct pfprof_member *only)
-{
-	struct pfprof_tree_slot *slot;
-	struct pfprof_totals t;
-	struct pfprof_member *m;
-	struct task_struct *p;
-	bool full = false;
-
-	pfprof_tree_map_reset(s);
-	rcu_read_lock();
-	for_each_process(p) {
-		/* Parents' cumulative counts, read before, first. */
-		smp_rmb();
-		if (READ_ONCE(p->exit_state) == EXIT_DEAD ||
-		    pfprof_member_of(s, p->signal))
-			continue;
-		m = pfprof_walk_owner(s, p, full);
-		if (!m)
-			continue;
-		if (!full) {
-			slot = pfprof_tree_slot(s, p->signal);
-			slot->sig = p->signal;
-			slot->owner = m;
-			full = ++s->tree_used >= s->tree_cap / 2;
-		}
-		if (only && m != only)
-			continue;
-		pfprof_read_totals(p, &t, true);
-		m->now.minor += t.minor;
-		m->now.major += t.major;
-		m->now.cpu_ns += t.cpu_ns;
-	}
-	rcu_read_unlock();
-}
-
-/* Reads @m's totals, its tree's if it inherits, into ->now and ->alive. */
 static void pfprof_member_read(struct pfprof_member *m)
 {
-	m->alive = pfprof_read_totals(m->leader, &m->now, m->inherit);
+	memset(&m->memory, 0, sizeof(m->memory));
+	if (m->cgrp) {
+		/* No process of its own: its tree is every process inside. */
+		memset(&m->own, 0, sizeof(m->own));
+		memset(&m->reaped, 0, sizeof(m->reaped));
+		m->alive = pfprof_cgroup_alive(m->cgrp);
+	} else {
+		m->alive = pfprof_read_counters(m->leader, &m->own, &m->reaped);
+		pfprof_read_memory(m->leader, &m->memory);
+	}
+	m->now = m->own;
+	if (m->inherit)
+		pfprof_counters_add(&m->now, &m->reaped);
+	memset(&m->departed, 0, sizeof(m->departed));
+	memset(&m->departed_excluded, 0, sizeof(m->departed_excluded));
+}
+
+/*
+ * The opener may still read @m: asked of its current leader (a thread that
+ * execs becomes the leader, with the credentials of the exec).  A process
+ * that is gone has nothing more to hide.
+ */
+static bool pfprof_member_readable(struct pfprof_session *s,
+				   struct pfprof_member *m)
+{
+	struct task_struct *leader;
+	bool ok = true;
+
+	/* A cgroup's processes are asked one by one, by the walk. */
+	if (m->cgrp)
+		return true;
+	leader = get_pid_task(m->tgid, PIDTYPE_TGID);
+	if (leader) {
+		ok = pfprof_opener_may_read(s->file, leader);
+		put_task_struct(leader);
+	}
+	return ok;
+}
+
+/*
+ * What departed descendants took away is kept, what excluded ones brought
+ * withheld.
+ */
+static void pfprof_member_settle(struct pfprof_member *m)
+{
+	struct pfprof_counters after = m->own;
+
+	/* Recalled: its own counts run until its unregistration. */
+	if (m->leaving) {
+		pfprof_counters_sub_sat(&after, &m->until);
+		pfprof_counters_sub_sat(&m->now, &after);
+	}
+	pfprof_counters_add(&m->now, &m->kept);
+	pfprof_counters_sub_sat(&m->now, &m->withheld);
+	m->reaped_before = m->reaped;
+}
+
+/* Reads every member, its tree's processes too. */
+static void pfprof_read_all(struct pfprof_session *s)
+{
+	struct pfprof_member *m;
+
+	lockdep_assert_held(&s->members_lock);
+	list_for_each_entry(m, &s->members, node) {
+		pfprof_member_read(m);
+		m->readable = pfprof_member_readable(s, m);
+	}
+	if (s->nr_inheriting)
+		pfprof_tree_collect(s);
+	list_for_each_entry(m, &s->members, node)
+		pfprof_member_settle(m);
 }
 
 /* Totals only grow; a smaller reading (a child left out once) adds nothing. */
@@ -276,20 +136,24 @@ static u64 pfprof_advance(u64 *seen, u64 now)
 	return now - old;
 }
 
-/* Reads every member and adds its change since last time to pending. */
+/* @m's change since the session last accounted it goes to pending. */
+static void pfprof_member_account(struct pfprof_session *s,
+				  struct pfprof_member *m)
+{
+	s->pending.minor += pfprof_advance(&m->seen.minor, m->now.minor);
+	s->pending.major += pfprof_advance(&m->seen.major, m->now.major);
+	s->pending.cpu_ns += pfprof_advance(&m->seen.cpu_ns, m->now.cpu_ns);
+}
+
+/* Reads every member and adds the changes of those counted to pending. */
 static void pfprof_account_all(struct pfprof_session *s)
 {
 	struct pfprof_member *m;
 
-	lockdep_assert_held(&s->members_lock);
-	list_for_each_entry(m, &s->members, node)
-		pfprof_member_read(m);
-	if (s->nr_inheriting)
-		pfprof_add_descendants(s, NULL);
+	pfprof_read_all(s);
 	list_for_each_entry(m, &s->members, node) {
-		s->pending.minor += pfprof_advance(&m->seen.minor, m->now.minor);
-		s->pending.major += pfprof_advance(&m->seen.major, m->now.major);
-		s->pending.cpu_ns += pfprof_advance(&m->seen.cpu_ns, m->now.cpu_ns);
+		if (m->readable && !m->joining)
+			pfprof_member_account(s, m);
 	}
 }
 
@@ -298,154 +162,423 @@ static void pfprof_member_free(struct pfprof_session *s, struct pfprof_member *m
 	lockdep_assert_held(&s->members_lock);
 	list_del(&m->node);
 	hash_del(&m->hash);
-	if (m->inherit)
+	if (m->inherit) {
 		s->nr_inheriting--;
-	WRITE_ONCE(s->nr_members, s->nr_members - 1);
-	put_task_struct(m->leader);
-	kfree(m);
-}
-
-/* @ancestor is a real parent, grandparent... of @p. */
-bool pfprof_descends_from(struct task_struct *p,
-			  const struct task_struct *ancestor)
-{
-	bool found = false;
-	int depth;
-
-	rcu_read_lock();
-	for (depth = 0; depth < PFPROF_TREE_DEPTH_MAX && !found; depth++) {
-		p = pfprof_real_parent(p);
-		if (!p)
-			break;
-		found = p->signal == ancestor->signal;
+		pfprof_tree_forget(s, m);
 	}
-	rcu_read_unlock();
-	return found;
+	if (m->leaving)
+		WRITE_ONCE(s->nr_leaving, s->nr_leaving - 1);
+	WRITE_ONCE(s->nr_members, s->nr_members - 1);
+	if (m->cgrp) {
+		s->cgroup = NULL;
+		pfprof_cgroup_put(m->cgrp);
+	} else {
+		put_pid(m->tgid);
+		put_task_struct(m->leader);
+	}
+	kfree(m);
 }
 
 /*
  * Joined through /proc: its own counts run from its registration (what the
  * listing shows, and what a session started since still gets in its first
- * sample), its descendants' from now.
+ * sample), its descendants' from now.  After a read.
  */
-static void pfprof_since_registration(struct pfprof_member *m,
-				      const struct pfprof_totals *registered)
+static void pfprof_since_registration(struct pfprof_member *m)
 {
-	struct pfprof_totals own;
+	/* Recalled already: its own counts end at its unregistration. */
+	const struct pfprof_counters *own = m->leaving ? &m->until : &m->own;
 
-	pfprof_read_totals(m->leader, &own, false);
-	m->seen.minor = m->now.minor - (own.minor - registered->minor);
-	m->seen.major = m->now.major - (own.major - registered->major);
-	m->seen.cpu_ns = m->now.cpu_ns - (own.cpu_ns - registered->cpu_ns);
+	m->seen.minor = m->now.minor - (own->minor - m->base.minor);
+	m->seen.major = m->now.major - (own->major - m->base.major);
+	m->seen.cpu_ns = m->now.cpu_ns - (own->cpu_ns - m->base.cpu_ns);
+}
+
+/* @m's current leader (a thread that exec'd is it) descends from @ancestor. */
+static bool pfprof_member_descends_from(struct pfprof_member *m,
+					struct task_struct *ancestor)
+{
+	struct task_struct *leader = get_pid_task(m->tgid, PIDTYPE_TGID);
+	bool descends = false;
+
+	if (leader) {
+		descends = pfprof_descends_from(leader, ancestor);
+		put_task_struct(leader);
+	}
+	return descends;
+}
+
+/* @m's current leader is in the tree of another of @s's inheriting members. */
+static bool pfprof_in_a_tree(struct pfprof_session *s, struct pfprof_member *m)
+{
+	struct task_struct *leader = get_pid_task(m->tgid, PIDTYPE_TGID);
+	bool in = false;
+
+	if (leader) {
+		rcu_read_lock();
+		in = pfprof_tree_owner(s, leader);
+		rcu_read_unlock();
+		put_task_struct(leader);
+	}
+	return in;
 }
 
 /*
- * @leader joins @s, through /proc when @registered (its own totals at
- * registration) is given.  A process the session counts already (a
- * member, or in an inheriting member's tree) is refused; an inheriting one
- * takes the members in its tree into its own count, after their last
- * change.
+ * Is @leader counted by @s already: a member, or in an inheriting one's tree?
  */
-int pfprof_members_join(struct pfprof_session *s, struct task_struct *leader,
-			u32 flags, const struct pfprof_totals *registered)
+static bool pfprof_counted(struct pfprof_session *s, struct task_struct *leader)
 {
-	struct pfprof_member *m, *other, *tmp;
-	bool counted, first;
-	int ret;
+	bool counted;
 
-	m = kzalloc(sizeof(*m), GFP_KERNEL);
-	if (!m)
-		return -ENOMEM;
-	get_task_struct(leader);
-	m->leader = leader;
-	m->inherit = flags & PFPROF_TARGET_INHERIT;
-	m->from_registry = registered;
-
-	mutex_lock(&s->members_lock);
-	if (s->ended || READ_ONCE(s->ring.canceled)) {
-		ret = -ESHUTDOWN;
-		goto err_unlock;
-	}
 	rcu_read_lock();
 	counted = pfprof_member_of(s, leader->signal) ||
 		  pfprof_tree_owner(s, leader);
 	rcu_read_unlock();
-	if (counted) {
-		ret = -EEXIST;
-		goto err_unlock;
-	}
-	if (s->nr_members >= PFPROF_MEMBERS_MAX) {
-		ret = -ENOSPC;
-		goto err_unlock;
-	}
+	return counted;
+}
 
-	if (m->inherit) {
-		/* Their last changes first: from now on they are in ours. */
-		pfprof_account_all(s);
-		list_for_each_entry_safe(other, tmp, &s->members, node) {
-			if (pfprof_descends_from(other->leader, leader))
-				pfprof_member_free(s, other);
+/* Frees the members inside @m's tree, accounted already: @m counts them now. */
+static bool pfprof_absorb(struct pfprof_session *s, struct pfprof_member *m)
+{
+	struct pfprof_member *other, *tmp;
+	bool any = false;
+
+	list_for_each_entry_safe(other, tmp, &s->members, node) {
+		if (other != m && !other->joining &&
+		    pfprof_member_descends_from(other, m->leader)) {
+			pfprof_member_free(s, other);
+			any = true;
 		}
 	}
-	hash_add(s->by_signal, &m->hash, (unsigned long)leader->signal);
-	pfprof_member_read(m);
-	if (!m->alive) {
-		/* Exited and reaped since the caller found it. */
-		hash_del(&m->hash);
-		ret = -ESRCH;
-		goto err_unlock;
+	return any;
+}
+
+/* A member for the process @tgid (its current leader), or an ERR_PTR. */
+static struct pfprof_member *pfprof_member_new(struct pid *tgid, u32 flags)
+{
+	struct pfprof_member *m = kzalloc(sizeof(*m), GFP_KERNEL_ACCOUNT);
+
+	if (!m)
+		return ERR_PTR(-ENOMEM);
+	/* The current leader: a thread that exec'd since the lookup is it now. */
+	m->leader = get_pid_task(tgid, PIDTYPE_TGID);
+	if (!m->leader) {
+		kfree(m);
+		return ERR_PTR(-ESRCH);
 	}
-	if (m->inherit)
-		pfprof_add_descendants(s, m);
-	/* Whole life: everything so far goes into the next sample. */
-	if (registered)
-		pfprof_since_registration(m, registered);
-	else if (!(flags & PFPROF_TARGET_WHOLE_LIFE))
-		m->seen = m->now;
+	m->tgid = get_pid(tgid);
+	m->inherit = flags & PFPROF_TARGET_INHERIT;
+	return m;
+}
+
+/* @m, never counted, goes without a trace. */
+static void pfprof_member_drop(struct pfprof_member *m)
+{
+	put_pid(m->tgid);
+	put_task_struct(m->leader);
+	kfree(m);
+}
+
+/* @m goes on @s's lists, counted by the ring if it has not ended. */
+static int pfprof_member_link(struct pfprof_session *s, struct pfprof_member *m)
+{
+	lockdep_assert_held(&s->members_lock);
+	if (s->nr_members >= PFPROF_MEMBERS_MAX)
+		return -ENOSPC;
+	/* A cgroup's member is no process: nobody looks it up by one. */
+	if (!m->cgrp)
+		hash_add(s->by_signal, &m->hash, (unsigned long)m->leader->signal);
 	list_add_tail(&m->node, &s->members);
 	if (m->inherit)
 		s->nr_inheriting++;
-	WRITE_ONCE(s->nr_members, s->nr_members + 1);
+	/* Counted by a ring that has not ended, or not at all. */
+	if (!pfprof_ring_admit(&s->ring, &s->nr_members)) {
+		list_del(&m->node);
+		hash_del(&m->hash);
+		if (m->inherit)
+			s->nr_inheriting--;
+		return -ESHUTDOWN;
+	}
 	WRITE_ONCE(s->changes, s->changes + 1);
+	return 0;
+}
+
+/*
+ * Completes the joins the registry offered, after a read of every member:
+ * a process in an inheriting member's tree (it may have joined since the
+ * offer) stays out; one that inherits takes in the members in its tree
+ * (accounted already), and then every member is read again, so that its
+ * count starts with them in it.  Each counts from its registration.
+ */
+static void pfprof_complete_joins(struct pfprof_session *s)
+{
+	struct pfprof_member *m, *tmp;
+	bool absorbed = false;
+
+	list_for_each_entry_safe(m, tmp, &s->members, node) {
+		if (!m->joining)
+			continue;
+		if (pfprof_in_a_tree(s, m))
+			pfprof_member_free(s, m);
+		else if (m->inherit)
+			absorbed |= pfprof_absorb(s, m);
+	}
+	if (absorbed)
+		pfprof_read_all(s);
+	list_for_each_entry(m, &s->members, node) {
+		if (!m->joining)
+			continue;
+		pfprof_since_registration(m);
+		m->joining = false;
+		WRITE_ONCE(s->counted_any, true);
+	}
+}
+
+/*
+ * Frees the members that are gone (their final changes in pending), the
+ * ones withdrawn and the ones recalled; after pfprof_account_all().
+ */
+static void pfprof_free_departed(struct pfprof_session *s)
+{
+	struct pfprof_member *m, *tmp;
+
+	list_for_each_entry_safe(m, tmp, &s->members, node) {
+		if (m->alive && m->readable && !m->leaving)
+			continue;
+		if (!m->readable)
+			s->withdrawn++;
+		pfprof_member_free(s, m);
+	}
+}
+
+/*
+ * Frees the members that are gone, their final counts in pending (no
+ * process list walk: a dead process has no descendants left).  The ring
+ * has not started or a join is under way: the sampler collects nothing.
+ */
+static void pfprof_prune_dead(struct pfprof_session *s)
+{
+	struct pfprof_member *m, *tmp;
+	bool any = false;
+
+	lockdep_assert_held(&s->members_lock);
+	list_for_each_entry_safe(m, tmp, &s->members, node) {
+		pfprof_member_read(m);
+		if (m->alive)
+			continue;
+		pfprof_member_settle(m);
+		/* Offered and gone before its join completed: since its registration. */
+		if (m->joining) {
+			pfprof_since_registration(m);
+			WRITE_ONCE(s->counted_any, true);
+		}
+		pfprof_member_account(s, m);
+		pfprof_member_free(s, m);
+		any = true;
+	}
+	/* The last one gone: the sampler has a last sample to deliver. */
+	if (any)
+		WRITE_ONCE(s->changes, s->changes + 1);
+}
+
+/* Before the ring starts: no dead process stays pinned for long. */
+void pfprof_members_prune(struct pfprof_session *s)
+{
+	mutex_lock(&s->members_lock);
+	pfprof_prune_dead(s);
+	mutex_unlock(&s->members_lock);
+}
+
+/*
+ * PFPROF_IOC_ADD: the process @tgid joins @s now; its counts start now (or
+ * at its start, PFPROF_TARGET_WHOLE_LIFE).  A process the session counts
+ * already (a member, or in an inheriting member's tree) is refused; an
+ * inheriting one takes the members in its tree into its own count, after
+ * their last change.  Returns 1 when it is the session's only process (an
+ * idle sampler is to be told), 0, or an errno.
+ */
+int pfprof_members_join(struct pfprof_session *s, struct pid *tgid, u32 flags)
+{
+	struct pfprof_member *m;
+	bool first;
+	int ret;
+
+	m = pfprof_member_new(tgid, flags);
+	if (IS_ERR(m))
+		return PTR_ERR(m);
+
+	mutex_lock(&s->members_lock);
+	if (s->closed || s->ended || READ_ONCE(s->ring.canceled)) {
+		ret = -ESHUTDOWN;
+		goto err_unlock;
+	}
+	/* A session of a cgroup counts its cgroup's processes alone. */
+	if (s->cgroup) {
+		ret = -EBUSY;
+		goto err_unlock;
+	}
+	pfprof_prune_dead(s);
+	if (pfprof_counted(s, m->leader)) {
+		ret = -EEXIST;
+		goto err_unlock;
+	}
+	if (m->inherit) {
+		/* Their last changes first: from now on they are in ours. */
+		pfprof_account_all(s);
+		pfprof_absorb(s, m);
+	}
+	ret = pfprof_member_link(s, m);
+	if (ret)
+		goto err_unlock;
+	/* Its tree's processes: a walk with it a member. */
+	if (m->inherit)
+		pfprof_read_all(s);
+	else
+		pfprof_member_read(m);
+	if (!m->alive) {
+		/* Exited and reaped since the caller found it. */
+		pfprof_member_free(s, m);
+		mutex_unlock(&s->members_lock);
+		return -ESRCH;
+	}
+	/* Whole life: everything so far goes into the next sample. */
+	if (!(flags & PFPROF_TARGET_WHOLE_LIFE))
+		m->seen = m->now;
 	WRITE_ONCE(s->counted_any, true);
 	first = s->nr_members == 1;
 	mutex_unlock(&s->members_lock);
+	return first;
 
-	/* Only an idle sampler needs telling: a busy one keeps its deadlines. */
-	if (first)
-		pfprof_sampler_kick(s);
+err_unlock:
+	mutex_unlock(&s->members_lock);
+	pfprof_member_drop(m);
+	return ret;
+}
+
+/*
+ * PFPROF_IOC_ADD_CGROUP: the processes of @cgrp (referenced; the session
+ * takes the reference) and of its descendant cgroups are counted while they
+ * are inside, from now: the session's only member, once it has none.
+ */
+int pfprof_members_add_cgroup(struct pfprof_session *s, struct cgroup *cgrp)
+{
+	struct pfprof_member *m;
+	int ret;
+
+	m = kzalloc(sizeof(*m), GFP_KERNEL_ACCOUNT);
+	if (!m) {
+		pfprof_cgroup_put(cgrp);
+		return -ENOMEM;
+	}
+	m->cgrp = cgrp;
+	m->inherit = true;
+
+	mutex_lock(&s->members_lock);
+	if (s->closed || s->ended || READ_ONCE(s->ring.canceled)) {
+		ret = -ESHUTDOWN;
+		goto err_unlock;
+	}
+	if (s->nr_members || s->counted_any) {
+		ret = -EBUSY;
+		goto err_unlock;
+	}
+	s->cgroup = m;
+	ret = pfprof_member_link(s, m);
+	if (ret) {
+		s->cgroup = NULL;
+		goto err_unlock;
+	}
+	/* The first walk: what its processes did so far is not counted. */
+	pfprof_read_all(s);
+	m->seen = m->now;
+	WRITE_ONCE(s->counted_any, true);
+	mutex_unlock(&s->members_lock);
 	return 0;
 
 err_unlock:
 	mutex_unlock(&s->members_lock);
-	put_task_struct(leader);
+	pfprof_cgroup_put(cgrp);
 	kfree(m);
 	return ret;
 }
 
-/* "U <pid>": @leader leaves @s if it joined through /proc. */
-void pfprof_members_leave(struct pfprof_session *s, struct task_struct *leader)
+/*
+ * A /proc registration (its own totals at registration: @base) offers the
+ * process @tgid to @s: it joins at the sampler's next collection, counted
+ * from its registration, unless the session counts it already.  Cheap: no
+ * process-list walk.  Nothing to report: a process that cannot join simply
+ * does not.  Returns true when it is the session's only process: an idle
+ * sampler is to be told (a busy one joins it on its period).
+ */
+bool pfprof_members_offer(struct pfprof_session *s, struct pid *tgid, u32 flags,
+			  const struct pfprof_counters *base)
 {
-	struct pfprof_member *m;
-	bool last = false;
+	struct pfprof_member *m, *there;
+	bool first;
+
+	m = pfprof_member_new(tgid, flags);
+	if (IS_ERR(m))
+		return false;
+	m->from_registry = true;
+	m->joining = true;
+	m->base = *base;
 
 	mutex_lock(&s->members_lock);
-	m = pfprof_member_of(s, leader->signal);
-	if (m && m->from_registry) {
-		/* Its last changes still belong to the pending sample. */
-		pfprof_account_all(s);
-		pfprof_member_free(s, m);
-		WRITE_ONCE(s->changes, s->changes + 1);
-		last = !s->nr_members;
+	if (s->closed || s->ended || READ_ONCE(s->ring.canceled) || s->cgroup)
+		goto drop;
+	there = pfprof_member_of(s, m->leader->signal);
+	if (there) {
+		/* Registered again before its leaving completed: it stays. */
+		if (there->from_registry && there->leaving) {
+			there->leaving = false;
+			WRITE_ONCE(s->nr_leaving, s->nr_leaving - 1);
+		}
+		goto drop;
 	}
+	if (pfprof_counted(s, m->leader) || pfprof_member_link(s, m))
+		goto drop;
+	first = s->nr_members == 1;
 	mutex_unlock(&s->members_lock);
-	/* The last one gone: let the sampler deliver and end now. */
-	if (last)
-		pfprof_sampler_kick(s);
+	return first;
+
+drop:
+	mutex_unlock(&s->members_lock);
+	pfprof_member_drop(m);
+	return false;
 }
 
-/* PFPROF_IOC_END: every member leaves after its last change. */
-void pfprof_members_end(struct pfprof_session *s)
+/*
+ * "U <pid>": the process @tgid leaves @s, if it joined through /proc, at the
+ * sampler's next collection; its own counts run until now, its
+ * descendants' until then.  Returns true when every member is leaving: the
+ * sampler is to deliver the last sample and end the ring now.
+ */
+bool pfprof_members_recall(struct pfprof_session *s, struct pid *tgid)
+{
+	struct pfprof_member *m;
+	bool all_leaving = false;
+
+	mutex_lock(&s->members_lock);
+	list_for_each_entry(m, &s->members, node) {
+		if (m->tgid != tgid || !m->from_registry || m->leaving)
+			continue;
+		pfprof_read_counters(m->leader, &m->until, NULL);
+		m->leaving = true;
+		WRITE_ONCE(s->nr_leaving, s->nr_leaving + 1);
+		WRITE_ONCE(s->changes, s->changes + 1);
+		all_leaving = s->nr_leaving == s->nr_members;
+		break;
+	}
+	mutex_unlock(&s->members_lock);
+	return all_leaving;
+}
+
+/*
+ * PFPROF_IOC_END: every member leaves after its last change.  Returns
+ * whether the session ever counted a process: then its last sample ends
+ * the ring, else nothing will.
+ */
+bool pfprof_members_end(struct pfprof_session *s)
 {
 	struct pfprof_member *m, *tmp;
 	bool counted_any;
@@ -459,44 +592,53 @@ void pfprof_members_end(struct pfprof_session *s)
 	WRITE_ONCE(s->changes, s->changes + 1);
 	counted_any = s->counted_any;
 	mutex_unlock(&s->members_lock);
-	/* With a process ever counted the last sample ends it, else nothing. */
-	if (counted_any)
-		pfprof_sampler_kick(s);
-	else
-		pfprof_ring_cancel(s);
+	return counted_any;
 }
 
-/* The session is closing: its sampler is stopped. */
+/* The session is closing, its sampler stopped: nobody joins any more. */
 void pfprof_members_free(struct pfprof_session *s)
 {
 	struct pfprof_member *m, *tmp;
 
 	mutex_lock(&s->members_lock);
+	s->closed = true;
 	list_for_each_entry_safe(m, tmp, &s->members, node)
 		pfprof_member_free(s, m);
-	kvfree(s->tree_map);
-	s->tree_map = NULL;
-	s->tree_cap = 0;
+	pfprof_tree_free(&s->tree);
 	mutex_unlock(&s->members_lock);
 }
 
 /*
- * Accounts every member, drops those that are gone, and copies the pending
- * sample to @pending.  Returns how many members remain.
+ * Accounts every member, drops those that are gone or withdrawn, and copies
+ * the pending sample to @pending and how many processes were withdrawn so
+ * far to @withdrawn.  Returns how many members remain.
  */
 unsigned int pfprof_members_collect(struct pfprof_session *s,
-				    struct pfprof_totals *pending)
+				    struct pfprof_counters *pending,
+				    struct pfprof_memory *memory,
+				    unsigned int *withdrawn)
 {
-	struct pfprof_member *m, *tmp;
+	struct pfprof_member *m;
 	unsigned int nr;
 
+	memset(memory, 0, sizeof(*memory));
 	mutex_lock(&s->members_lock);
-	pfprof_account_all(s);
-	list_for_each_entry_safe(m, tmp, &s->members, node) {
-		if (!m->alive)
-			pfprof_member_free(s, m);
+	pfprof_read_all(s);
+	pfprof_complete_joins(s);
+	list_for_each_entry(m, &s->members, node) {
+		if (!m->readable)
+			continue;
+		pfprof_member_account(s, m);
+		if (!m->leaving) {
+			memory->anon += m->memory.anon;
+			memory->file += m->memory.file;
+			memory->shmem += m->memory.shmem;
+			memory->swap += m->memory.swap;
+		}
 	}
+	pfprof_free_departed(s);
 	*pending = s->pending;
+	*withdrawn = s->withdrawn;
 	nr = s->nr_members;
 	mutex_unlock(&s->members_lock);
 	return nr;
@@ -504,7 +646,7 @@ unsigned int pfprof_members_collect(struct pfprof_session *s,
 
 /* Removes what the sampler delivered (or discarded) from pending. */
 void pfprof_members_settle(struct pfprof_session *s,
-			   const struct pfprof_totals *delivered)
+			   const struct pfprof_counters *delivered)
 {
 	mutex_lock(&s->members_lock);
 	s->pending.minor -= delivered->minor;

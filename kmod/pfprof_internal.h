@@ -3,41 +3,63 @@
  * pfprof: what the module's files share.  The user-space ABI lives in
  * pfprof.h; everything here is private to the module.
  *
- * Locks, outermost first: pfprof_reg_lock (the /proc registry, the list of
- * sessions and what each follows), a session's members_lock, its ring.lock.
- * The sampler of a session takes only the last two: sessions never wait
- * for each other.
+ * Locks, outermost first: the session list's (session.c: the list and what
+ * each session follows) or the registry's (registry.c), never both at once;
+ * then a session's members_lock, then its ring.lock.  The first two guard
+ * short, bounded work only: joining and leaving sessions (which may walk
+ * the process list) happens after they are dropped, on sessions kept alive
+ * by a reference.  The sampler of a session takes only the last two:
+ * sessions never wait for each other.
  */
 #ifndef _PFPROF_INTERNAL_H
 #define _PFPROF_INTERNAL_H
 
 #include <linux/atomic.h>
 #include <linux/hashtable.h>
+#include <linux/kref.h>
 #include <linux/list.h>
+#include <linux/minmax.h>
 #include <linux/mutex.h>
+#include <linux/poll.h>
+#include <linux/sched.h>
 #include <linux/time64.h>
 #include <linux/types.h>
 #include <linux/uidgid.h>
 #include <linux/wait.h>
 
+#include "conftest.h"
 #include "pfprof.h"
 
+struct cgroup;
 struct file;
-struct pfprof_tree_slot;
 struct pid;
+struct pid_namespace;
+struct seq_file;
 struct task_struct;
 
-/* Fault and CPU counters of a process, or their change over a period. */
-struct pfprof_totals {
+/*
+ * Fault and CPU counters of a process, or their change over a period (the
+ * monitor's ProcessCounters, monitor/src/procstat.rs).
+ */
+struct pfprof_counters {
 	u64 minor;
 	u64 major;
 	u64 cpu_ns;
+};
+
+/* Resident and swapped-out memory of processes at an instant, bytes. */
+struct pfprof_memory {
+	u64 anon;
+	u64 file;
+	u64 shmem;
+	u64 swap;
 };
 
 /* main.c: validated module parameters. */
 extern unsigned int pfprof_period_ms;
 extern unsigned int pfprof_buffer_pages;
 extern unsigned int pfprof_max_sessions;
+extern unsigned int pfprof_max_registrations;
 
 static inline u64 pfprof_period_ns(void)
 {
@@ -47,6 +69,7 @@ static inline u64 pfprof_period_ns(void)
 /* access.c: who may profile which process. */
 bool pfprof_opener_may_read(const struct file *file, struct task_struct *task);
 bool pfprof_may_read(const struct file *file, struct task_struct *task);
+bool pfprof_may_list(const struct file *file, struct task_struct *task);
 int pfprof_lookup(const struct file *file, pid_t nr, struct pid **pidp,
 		  struct task_struct **leaderp);
 
@@ -77,16 +100,64 @@ struct pfprof_ring {
 
 #define PFPROF_MEMBER_HASH_BITS	6
 
+/*
+ * A process (thread group) a session counts, with what the session last
+ * saw of it.  Found by its signal struct: a thread group's leader's
+ * task_struct does not identify it, since a thread that execs becomes the
+ * new leader; its tgid names the current leader, whose credentials count.
+ */
+struct pfprof_member {
+	struct list_head node;
+	struct hlist_node hash;		/* by_signal, keyed by leader->signal */
+	struct pid *tgid;		/* referenced: finds the current leader */
+	struct task_struct *leader;	/* referenced: keeps ->signal alive */
+	struct cgroup *cgrp;		/* referenced: a cgroup's member, no process */
+	bool inherit;
+	bool from_registry;		/* joined through /proc: leaves by "U" */
+	bool joining;			/* offered: joins at the next collection */
+	bool leaving;			/* recalled: leaves at the next collection */
+	struct pfprof_counters base;	/* from_registry: own totals at registration */
+	struct pfprof_counters until;	/* leaving: own totals at unregistration */
+	/* Collection scratch. */
+	bool alive;
+	bool readable;			/* the opener may still read it */
+	struct pfprof_counters own;	/* its own, without children */
+	struct pfprof_counters now;	/* what counts of it, its tree's too */
+	struct pfprof_counters reaped;	/* its reaped children's, in now */
+	struct pfprof_memory memory;	/* what it holds now, its tree's too */
+	struct pfprof_counters departed;	/* tree.c: left its tree since */
+	struct pfprof_counters departed_excluded;
+	/* Kept across collections (tree.c). */
+	struct pfprof_counters reaped_before;	/* ->reaped at the last one */
+	struct pfprof_counters kept;	/* departed descendants' counts */
+	struct pfprof_counters withheld;	/* excluded descendants' counts */
+	struct pfprof_counters seen;	/* what the session last accounted */
+};
+
+/* tree.c: the walk's maps of the processes in inheriting members' trees. */
+struct pfprof_tree_slot;
+
+struct pfprof_tree {
+	struct pfprof_tree_slot *map[2];	/* this walk's and the last one's */
+	unsigned int cap[2];		/* slots, a power of two, or 0 */
+	unsigned int used[2];		/* processes each walk put in it */
+	bool complete[2];		/* each walk put every one in it */
+	u64 walked_at[2];		/* when each walk began, ktime_get_ns() */
+	unsigned int cur;		/* which map the last walk filled */
+};
+
 /* One open of /dev/pfprof. */
 struct pfprof_session {
+	struct kref ref;		/* the file's, and each offer's in flight */
 	struct list_head node;		/* on the session list, under pfprof_reg_lock */
 	struct file *file;		/* its opener's: whose credentials count */
 	kuid_t owner;			/* the opener's euid, for max_sessions */
+	struct pid_namespace *pid_ns;	/* the opener's: what it may name */
 
 	/* Under pfprof_reg_lock: which /proc registrations join. */
 	u32 follow;			/* PFPROF_FOLLOW_* */
 	u32 follow_flags;		/* PFPROF_TARGET_* of those joining */
-	struct task_struct *follow_root;	/* DESCENDANTS: referenced leader */
+	struct pid *follow_root;	/* DESCENDANTS: referenced tgid */
 
 	/* members.c, under members_lock. */
 	struct mutex members_lock;
@@ -94,14 +165,15 @@ struct pfprof_session {
 	DECLARE_HASHTABLE(by_signal, PFPROF_MEMBER_HASH_BITS);
 	unsigned int nr_members;	/* also read locklessly */
 	unsigned int nr_inheriting;
+	unsigned int nr_leaving;	/* recalled, not gone yet; read locklessly */
 	unsigned int changes;		/* joins and leaves; read locklessly */
+	unsigned int withdrawn;		/* processes no longer counted: exec */
 	bool counted_any;		/* some process joined, ever */
 	bool ended;			/* PFPROF_IOC_END: nobody joins any more */
-	struct pfprof_totals pending;	/* collected, not delivered yet */
-	/* The process-list walk's map of processes in trees (members.c). */
-	struct pfprof_tree_slot *tree_map;
-	unsigned int tree_cap;		/* slots, a power of two, or 0 */
-	unsigned int tree_used;		/* processes the last walk put in it */
+	bool closed;			/* released: nobody joins, nothing runs */
+	struct pfprof_counters pending;	/* collected, not delivered yet */
+	struct pfprof_member *cgroup;	/* the session's cgroup, its only member */
+	struct pfprof_tree tree;
 
 	struct pfprof_ring ring;
 
@@ -109,34 +181,105 @@ struct pfprof_session {
 	wait_queue_head_t sampler_wq;
 };
 
+/* counters.c: what a process has done and holds. */
+bool pfprof_read_counters(struct task_struct *leader, struct pfprof_counters *own,
+			  struct pfprof_counters *reaped);
+void pfprof_read_memory(struct task_struct *leader, struct pfprof_memory *memory);
+
 /* members.c: the processes a session counts. */
-bool pfprof_read_totals(struct task_struct *leader, struct pfprof_totals *t,
-			bool with_children);
-bool pfprof_descends_from(struct task_struct *p,
-			  const struct task_struct *ancestor);
 void pfprof_members_init(struct pfprof_session *s);
-int pfprof_members_join(struct pfprof_session *s, struct task_struct *leader,
-			u32 flags, const struct pfprof_totals *registered);
-void pfprof_members_leave(struct pfprof_session *s, struct task_struct *leader);
-void pfprof_members_end(struct pfprof_session *s);
+int pfprof_members_join(struct pfprof_session *s, struct pid *tgid, u32 flags);
+bool pfprof_members_offer(struct pfprof_session *s, struct pid *tgid, u32 flags,
+			  const struct pfprof_counters *base);
+bool pfprof_members_recall(struct pfprof_session *s, struct pid *tgid);
+int pfprof_members_add_cgroup(struct pfprof_session *s, struct cgroup *cgrp);
+bool pfprof_members_end(struct pfprof_session *s);
 void pfprof_members_free(struct pfprof_session *s);
+void pfprof_members_prune(struct pfprof_session *s);
 unsigned int pfprof_members_collect(struct pfprof_session *s,
-				    struct pfprof_totals *pending);
+				    struct pfprof_counters *pending,
+				    struct pfprof_memory *memory,
+				    unsigned int *withdrawn);
 void pfprof_members_settle(struct pfprof_session *s,
-			   const struct pfprof_totals *delivered);
+			   const struct pfprof_counters *delivered);
+
+/* @s's member whose process has signal struct @sig, or NULL.  Under members_lock. */
+static inline struct pfprof_member *pfprof_member_of(struct pfprof_session *s,
+						     const struct signal_struct *sig)
+{
+	struct pfprof_member *m;
+
+	hash_for_each_possible(s->by_signal, m, hash, (unsigned long)sig) {
+		if (m->leader->signal == sig)
+			return m;
+	}
+	return NULL;
+}
 
 static inline unsigned int pfprof_nr_members(struct pfprof_session *s)
 {
 	return READ_ONCE(s->nr_members);
 }
 
-/* proc.c: the /proc registry, and the sessions that follow it. */
+/* Every member (if any) is recalled: the session has a last sample to deliver. */
+static inline bool pfprof_all_leaving(struct pfprof_session *s)
+{
+	return READ_ONCE(s->nr_members) == READ_ONCE(s->nr_leaving);
+}
+
+static inline void pfprof_counters_add(struct pfprof_counters *t,
+				     const struct pfprof_counters *d)
+{
+	t->minor += d->minor;
+	t->major += d->major;
+	t->cpu_ns += d->cpu_ns;
+}
+
+/* @t less @d, each counter at least 0. */
+static inline void pfprof_counters_sub_sat(struct pfprof_counters *t,
+					 const struct pfprof_counters *d)
+{
+	t->minor -= min(t->minor, d->minor);
+	t->major -= min(t->major, d->major);
+	t->cpu_ns -= min(t->cpu_ns, d->cpu_ns);
+}
+
+/* tree.c: the processes in inheriting members' trees. */
+void pfprof_tree_init(struct pfprof_tree *t);
+void pfprof_tree_free(struct pfprof_tree *t);
+void pfprof_tree_collect(struct pfprof_session *s);
+void pfprof_tree_forget(struct pfprof_session *s, struct pfprof_member *m);
+struct pfprof_member *pfprof_tree_owner(struct pfprof_session *s,
+					struct task_struct *p);
+bool pfprof_descends_from(struct task_struct *p,
+			  const struct task_struct *ancestor);
+
+/* registry.c: the processes registered through /proc. */
+struct pfprof_registration {
+	struct pid *pid;		/* referenced */
+	struct pfprof_counters base;	/* its own counters at registration */
+};
+
+int pfprof_registry_add(struct pid *pid, struct task_struct *leader,
+			struct pfprof_counters *base);
+int pfprof_registry_remove(struct task_struct *leader);
+struct pfprof_registration *pfprof_registry_all(unsigned int *nr);
+void pfprof_registry_put(struct pfprof_registration *all, unsigned int nr);
+void pfprof_registry_show(struct seq_file *m);
+void pfprof_registry_exit(void);
+
+/* proc.c: /proc/pfprof/status. */
 int pfprof_proc_init(void);
 void pfprof_proc_exit(void);
-int pfprof_session_add(struct pfprof_session *s);
-void pfprof_session_remove(struct pfprof_session *s);
-void pfprof_session_follow(struct pfprof_session *s, u32 scope, u32 flags,
-			   struct task_struct *root);
+
+/* session.c: every open of /dev/pfprof, and the list of them. */
+int pfprof_session_open(struct inode *inode, struct file *file);
+int pfprof_session_release(struct inode *inode, struct file *file);
+long pfprof_session_ioctl(struct file *file, unsigned int cmd,
+			  unsigned long arg);
+__poll_t pfprof_session_poll(struct file *file, poll_table *wait);
+void pfprof_sessions_offer(struct pid *pid, const struct pfprof_counters *base);
+void pfprof_sessions_recall(struct pid *pid);
 
 /* sampler.c: a session's sampling kthread. */
 int pfprof_sampler_start(struct pfprof_session *s);
@@ -146,24 +289,27 @@ void pfprof_sampler_kick(struct pfprof_session *s);
 /* ring.c */
 enum pfprof_put {
 	PFPROF_PUT_DONE,	/* sample written */
-	PFPROF_PUT_NO_SESSION,	/* not started, canceled, or not the ring asked for */
+	PFPROF_PUT_NO_RING,	/* not started, canceled, or not the generation asked for */
 	PFPROF_PUT_FULL,	/* strict: no free slot */
 	PFPROF_PUT_DEFERRED,	/* the consumer holds the lock */
 };
 
 int pfprof_ring_init(struct pfprof_ring *r);
 void pfprof_ring_exit(struct pfprof_ring *r);
-void pfprof_ring_start(struct pfprof_session *s, u32 mode);
-void pfprof_ring_cancel(struct pfprof_session *s);
-unsigned int pfprof_ring_session(struct pfprof_ring *r);
-enum pfprof_put pfprof_ring_put(struct pfprof_session *s,
-				const struct pfprof_sample *sample, bool last,
-				unsigned int session);
+void pfprof_ring_start(struct pfprof_ring *r, u32 mode, bool end);
+void pfprof_ring_cancel(struct pfprof_ring *r);
+bool pfprof_ring_admit(struct pfprof_ring *r, unsigned int *members);
+unsigned int pfprof_ring_generation(struct pfprof_ring *r);
+enum pfprof_put pfprof_ring_put(struct pfprof_ring *r,
+				const struct pfprof_sample *sample,
+				unsigned int withdrawn, bool last,
+				unsigned int generation,
+				const unsigned int *members);
 bool pfprof_ring_await_slot(struct pfprof_ring *r);
 bool pfprof_ring_retry_fired(struct pfprof_ring *r);
 bool pfprof_ring_take_retry(struct pfprof_ring *r);
 int pfprof_ring_wait_full(struct pfprof_ring *r, long timeout);
-int pfprof_ring_wake_producer(struct pfprof_session *s);
+int pfprof_ring_wake_producer(struct pfprof_ring *r);
 __poll_t pfprof_ring_poll_mask(struct pfprof_ring *r);
 
 /* chardev.c: /dev/pfprof. */

@@ -49,8 +49,8 @@ int pfprof_ring_init(struct pfprof_ring *r)
 	r->size = PFPROF_AREA_SIZE(pfprof_buffer_pages);
 	r->slot_count = (r->size - PFPROF_DATA_OFFSET) /
 			sizeof(struct pfprof_sample);
-	/* Zeroed, and flagged VM_USERMAP for remap_vmalloc_range(). */
-	r->area = vmalloc_user(r->size);
+	/* Zeroed, and charged to the opener's memory cgroup. */
+	r->area = __vmalloc(r->size, GFP_KERNEL_ACCOUNT | __GFP_ZERO);
 	if (!r->area)
 		return -ENOMEM;
 	r->slots = (void *)r->area + PFPROF_DATA_OFFSET;
@@ -62,8 +62,8 @@ int pfprof_ring_init(struct pfprof_ring *r)
 
 /*
  * No mapping is left (each holds the file) and the sampler is stopped.
- * Pages somebody still pins (vmsplice(), say) stay theirs until they let
- * go, holding this session's data only: no other session ever gets them.
+ * Nobody can have pinned the area's pages (chardev.c maps them by page
+ * frame), so they go with it: no other session ever gets them.
  */
 void pfprof_ring_exit(struct pfprof_ring *r)
 {
@@ -82,15 +82,36 @@ static void pfprof_ring_wake_consumer(struct pfprof_ring *r)
 	wake_up_interruptible(&r->consumer_wq);
 }
 
+/*
+ * A process joins: *@members, the session's count, grows under the ring's
+ * lock unless the ring has ended, so that a join cannot slip between the
+ * last sample's look at the count and the end (pfprof_ring_put()).
+ */
+bool pfprof_ring_admit(struct pfprof_ring *r, unsigned int *members)
+{
+	bool open;
+
+	mutex_lock(&r->lock);
+	open = !r->canceled;
+	if (open)
+		WRITE_ONCE(*members, *members + 1);
+	mutex_unlock(&r->lock);
+	return open;
+}
+
 /* Names the running ring: it changes when one starts or ends. */
-unsigned int pfprof_ring_session(struct pfprof_ring *r)
+unsigned int pfprof_ring_generation(struct pfprof_ring *r)
 {
 	return READ_ONCE(r->generation);
 }
 
-void pfprof_ring_start(struct pfprof_session *s, u32 mode)
+/*
+ * The consumer selected @mode: the ring starts afresh (the whole control
+ * page reinitialized), and ends at once when @end (a session that ended
+ * before it counted anything: nothing is to be delivered).
+ */
+void pfprof_ring_start(struct pfprof_ring *r, u32 mode, bool end)
 {
-	struct pfprof_ring *r = &s->ring;
 	struct pfprof_area *a = r->area;
 
 	mutex_lock(&r->lock);
@@ -116,13 +137,10 @@ void pfprof_ring_start(struct pfprof_session *s, u32 mode)
 	r->full_since = 0;
 	r->deferred = 0;
 	atomic_set(&r->retry, PFPROF_RETRY_NONE);
-	/* Ended before it counted anything: there is nothing to wait for. */
-	if (READ_ONCE(s->ended) && !READ_ONCE(s->counted_any))
+	if (end)
 		pfprof_cancel_locked(r);
 	mutex_unlock(&r->lock);
 	pfprof_ring_wake_consumer(r);
-	/* The sampler waits for the start. */
-	pfprof_sampler_kick(s);
 }
 
 /* down(): take one unit unless the count is zero; never below zero. */
@@ -190,6 +208,10 @@ static void pfprof_write_slot(struct pfprof_ring *r,
 	WRITE_ONCE(slot->minor, s->minor);
 	WRITE_ONCE(slot->major, s->major);
 	WRITE_ONCE(slot->cpu_ns, s->cpu_ns);
+	WRITE_ONCE(slot->rss_anon, s->rss_anon);
+	WRITE_ONCE(slot->rss_file, s->rss_file);
+	WRITE_ONCE(slot->rss_shmem, s->rss_shmem);
+	WRITE_ONCE(slot->swap, s->swap);
 	WRITE_ONCE(r->write_seq, r->write_seq + 1);
 	/* Pairs with the consumer's acquire of write_seq: slot first. */
 	smp_store_release(&r->area->write_seq, r->write_seq);
@@ -275,10 +297,8 @@ static void pfprof_cancel_locked(struct pfprof_ring *r)
  * PFPROF_IOC_END of a session that never counted a process: nothing is to
  * be delivered, the ring ends now (or as it starts).
  */
-void pfprof_ring_cancel(struct pfprof_session *s)
+void pfprof_ring_cancel(struct pfprof_ring *r)
 {
-	struct pfprof_ring *r = &s->ring;
-
 	mutex_lock(&r->lock);
 	if (r->mode != PFPROF_MODE_NONE)
 		pfprof_cancel_locked(r);
@@ -287,29 +307,34 @@ void pfprof_ring_cancel(struct pfprof_session *s)
 }
 
 /*
- * Offer @sample to the ring of @s.  @last: @s had no process left when it
- * was collected for the ring @session, so once it is written the ring ends
- * - in the same critical section, so that the cancellation can only reach
- * the ring that received the sample; one started since gets neither the
- * sample nor the end.  A process that joined since the collection keeps
- * the ring going.
+ * Offer @sample to the ring, with how many processes were withdrawn so far
+ * (published).  @last: the session had no process left when it was
+ * collected for the ring @generation, so once it is written the ring ends -
+ * in the same critical section, so that the end can only reach the ring
+ * that received the sample; one started since gets neither the sample nor
+ * the end - unless *@members, the session's member count (grown only under
+ * this lock, pfprof_ring_admit()), says a process joined since the
+ * collection: that keeps the ring going.
  */
-enum pfprof_put pfprof_ring_put(struct pfprof_session *s,
-				const struct pfprof_sample *sample, bool last,
-				unsigned int session)
+enum pfprof_put pfprof_ring_put(struct pfprof_ring *r,
+				const struct pfprof_sample *sample,
+				unsigned int withdrawn, bool last,
+				unsigned int generation,
+				const unsigned int *members)
 {
-	struct pfprof_ring *r = &s->ring;
 	enum pfprof_put ret;
 
 	mutex_lock(&r->lock);
+	if (r->mode != PFPROF_MODE_NONE)
+		WRITE_ONCE(r->area->withdrawn, withdrawn);
 	if (r->mode == PFPROF_MODE_NONE || r->canceled ||
-	    (last && session != r->generation))
-		ret = PFPROF_PUT_NO_SESSION;
+	    (last && generation != r->generation))
+		ret = PFPROF_PUT_NO_RING;
 	else if (r->mode == PFPROF_MODE_STRICT)
 		ret = pfprof_put_strict(r, sample);
 	else
 		ret = pfprof_put_relaxed(r, sample);
-	if (ret == PFPROF_PUT_DONE && last && !pfprof_nr_members(s))
+	if (ret == PFPROF_PUT_DONE && last && !READ_ONCE(*members))
 		pfprof_cancel_locked(r);
 	mutex_unlock(&r->lock);
 	if (ret == PFPROF_PUT_DONE && last)
@@ -381,19 +406,17 @@ int pfprof_ring_wait_full(struct pfprof_ring *r, long timeout)
 }
 
 /*
- * Only an armed retry wakes the sampler, and only once: a consumer asking
- * again and again cannot make it wake, let alone collect, more often.
+ * The strict consumer's WAKE_PRODUCER: fires an armed retry, and only
+ * once: returns 1 when the sampler is to be woken, 0 when not, and a
+ * consumer asking again and again cannot make it wake, let alone collect,
+ * more often.
  */
-int pfprof_ring_wake_producer(struct pfprof_session *s)
+int pfprof_ring_wake_producer(struct pfprof_ring *r)
 {
-	struct pfprof_ring *r = &s->ring;
-
 	if (READ_ONCE(r->mode) != PFPROF_MODE_STRICT)
 		return -EINVAL;
-	if (atomic_cmpxchg(&r->retry, PFPROF_RETRY_ARMED,
-			   PFPROF_RETRY_FIRED) == PFPROF_RETRY_ARMED)
-		pfprof_sampler_kick(s);
-	return 0;
+	return atomic_cmpxchg(&r->retry, PFPROF_RETRY_ARMED,
+			      PFPROF_RETRY_FIRED) == PFPROF_RETRY_ARMED;
 }
 
 __poll_t pfprof_ring_poll_mask(struct pfprof_ring *r)

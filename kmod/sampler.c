@@ -55,6 +55,7 @@ static bool pfprof_sampler_has_work(struct pfprof_session *s, unsigned int seen)
 struct pfprof_wake {
 	struct pfprof_session *session;
 	unsigned int seen;	/* idle: member changes at the last collection */
+	unsigned int pruned;	/* unstarted: member changes at the last prune */
 	bool idle;		/* waiting for a process to join */
 	bool unstarted;		/* waiting for the consumer to start the ring */
 	bool draining;		/* the last sample is collected, not delivered */
@@ -66,12 +67,14 @@ static bool pfprof_woken(const struct pfprof_wake *w)
 
 	if (kthread_should_stop())
 		return true;
+	/* Started, or a join that may need the prune's timer. */
 	if (w->unstarted)
-		return READ_ONCE(s->ring.mode) != PFPROF_MODE_NONE;
+		return READ_ONCE(s->ring.mode) != PFPROF_MODE_NONE ||
+		       READ_ONCE(s->changes) != w->pruned;
 	if (w->idle)
 		return pfprof_sampler_has_work(s, w->seen);
-	/* The last process left: its final sample ends the ring now. */
-	return (!w->draining && !pfprof_nr_members(s)) ||
+	/* The last process left or is leaving: its final sample ends the ring now. */
+	return (!w->draining && pfprof_all_leaving(s)) ||
 	       pfprof_ring_retry_fired(&s->ring);
 }
 
@@ -116,14 +119,16 @@ static int pfprof_sampler_fn(void *data)
 	struct pfprof_ring *r = &s->ring;
 	const u64 period = pfprof_period_ns();
 	struct pfprof_wake wake = { .session = s };
-	struct pfprof_totals pending;
+	struct pfprof_counters pending;
+	struct pfprof_memory memory;
 	struct pfprof_sample sample;
+	unsigned int withdrawn = 0;
 	/* A collected sample the ring has not taken yet. */
 	bool undelivered = false;
 	/* The consumer's last WAKE_PRODUCER came with a free slot. */
 	bool retry_earned = true;
 	/* The ring the last sample (wake.draining) was collected for. */
-	unsigned int drain_session = 0;
+	unsigned int drain_generation = 0;
 	ktime_t deadline = ktime_add_ns(ktime_get(), period);
 	enum pfprof_put put;
 	unsigned int nr;
@@ -132,13 +137,20 @@ static int pfprof_sampler_fn(void *data)
 	while (!kthread_should_stop()) {
 		/*
 		 * Nobody to deliver to yet: what the members do meanwhile is
-		 * read at the start (a member that exits keeps its final
-		 * counts readable), so no timer until then.
+		 * read at the start, so no sampling until then; only, while
+		 * there are members, once a second those that are gone are
+		 * freed (their final counts pending): a session never started
+		 * pins no dead process.
 		 */
 		if (READ_ONCE(r->mode) == PFPROF_MODE_NONE) {
 			wake.unstarted = true;
-			pfprof_sleep_until(KTIME_MAX, &wake);
+			wake.pruned = READ_ONCE(s->changes);
+			pfprof_sleep_until(pfprof_nr_members(s) ?
+					   ktime_add_ns(ktime_get(), NSEC_PER_SEC) :
+					   KTIME_MAX, &wake);
 			wake.unstarted = false;
+			if (READ_ONCE(r->mode) == PFPROF_MODE_NONE)
+				pfprof_members_prune(s);
 			deadline = ktime_add_ns(ktime_get(), period);
 			continue;
 		}
@@ -156,12 +168,13 @@ static int pfprof_sampler_fn(void *data)
 
 		now = ktime_get();
 		if (ktime_before(now, deadline) &&
-		    (wake.draining || pfprof_nr_members(s))) {
+		    (wake.draining || !pfprof_all_leaving(s))) {
 			/* The consumer freed a slot: the same sample, once more. */
 			if (!pfprof_ring_take_retry(r) || !undelivered)
 				continue;
-			put = pfprof_ring_put(s, &sample, wake.draining,
-					      drain_session);
+			put = pfprof_ring_put(r, &sample, withdrawn,
+					      wake.draining, drain_generation,
+					      &s->nr_members);
 			retry_earned = put != PFPROF_PUT_FULL;
 			if (put == PFPROF_PUT_DONE) {
 				pfprof_members_settle(s, &pending);
@@ -173,7 +186,7 @@ static int pfprof_sampler_fn(void *data)
 		deadline = pfprof_next_deadline(deadline, now, period);
 
 		wake.seen = READ_ONCE(s->changes);
-		nr = pfprof_members_collect(s, &pending);
+		nr = pfprof_members_collect(s, &pending, &memory, &withdrawn);
 		if (!nr && READ_ONCE(r->canceled)) {
 			/* The ring has ended: nobody takes the last sample. */
 			pfprof_members_settle(s, &pending);
@@ -183,22 +196,29 @@ static int pfprof_sampler_fn(void *data)
 		}
 		/* A last sample belongs to the session it was collected for. */
 		if (!nr && !wake.draining)
-			drain_session = pfprof_ring_session(r);
+			drain_generation = pfprof_ring_generation(r);
 		wake.draining = !nr;
 		/* When the counts were read: after the collection. */
 		sample.time_ns = ktime_get_ns();
 		sample.minor = pending.minor;
 		sample.major = pending.major;
 		sample.cpu_ns = pending.cpu_ns;
+		/* Levels at the period's end, not changes. */
+		sample.rss_anon = memory.anon;
+		sample.rss_file = memory.file;
+		sample.rss_shmem = memory.shmem;
+		sample.swap = memory.swap;
 
-		put = pfprof_ring_put(s, &sample, wake.draining, drain_session);
+		put = pfprof_ring_put(r, &sample, withdrawn, wake.draining,
+				      drain_generation, &s->nr_members);
 		/* Full: ask for one retry, or make it now if a slot came free. */
 		if (put == PFPROF_PUT_FULL && retry_earned &&
 		    pfprof_ring_await_slot(r))
-			put = pfprof_ring_put(s, &sample, wake.draining,
-					      drain_session);
+			put = pfprof_ring_put(r, &sample, withdrawn,
+					      wake.draining, drain_generation,
+					      &s->nr_members);
 		/* Its ring is gone: nothing is left to end, nothing to keep. */
-		if (put == PFPROF_PUT_NO_SESSION && wake.draining)
+		if (put == PFPROF_PUT_NO_RING && wake.draining)
 			put = PFPROF_PUT_DONE;
 		undelivered = put != PFPROF_PUT_DONE;
 		if (!undelivered) {

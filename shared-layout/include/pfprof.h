@@ -11,9 +11,9 @@
  * Sessions
  * --------
  * Every open of /dev/pfprof is a session of its own: a freshly allocated,
- * zeroed area (never one an earlier session used, so pages an earlier
- * opener pinned never show a later session's data), its own mode, its own
- * processes and its own sampling deadlines.  Any number of sessions run at
+ * zeroed area (never one an earlier session used; mapped by page frame, so
+ * no page of it can be pinned to outlive the session), its own mode, its
+ * own processes and its own sampling deadlines.  Any number of sessions run at
  * once, up to the module parameter max_sessions per user.  A sample holds
  * the session's own processes' changes since its previous sample; a process
  * may be in several sessions, each counting it from when it joined (one
@@ -24,9 +24,13 @@
  * Either way both the caller and the session's opener (the file's
  * credentials) must be allowed to ptrace-read the process: its real,
  * effective and saved ids equal their filesystem ids, or they have
- * CAP_SYS_PTRACE over it, and a non-dumpable process needs CAP_SYS_PTRACE
- * (the rule /proc applies; the kernel's ptrace_may_access() is not exported
- * to modules, so security modules are not consulted).
+ * CAP_SYS_PTRACE over it, and a process its last exec left non-dumpable
+ * (a setuid program, say) needs CAP_SYS_PTRACE in the user namespace of
+ * that exec (the rule /proc applies; the kernel's ptrace_may_access() is
+ * not exported to modules, so security modules are not consulted).  The
+ * module reads dumpability and that namespace where the running kernel
+ * keeps them: in the process's mm before 7.x, in its per-task exec state
+ * since.
  *
  * With PFPROF_TARGET_INHERIT a process counts with its descendants, as
  * perf stat's inherit and wait4()'s RUSAGE_CHILDREN do: live descendants as
@@ -36,6 +40,13 @@
  * what it did until then stays counted.  A process inside the tree of an
  * inheriting member is counted already: it cannot join again (-EEXIST), and
  * an inheriting process that joins absorbs the members in its tree.
+ *
+ * A process is counted while the session's opener may read it: one whose
+ * exec the opener may not read (a setuid program; as perf does) stops being
+ * counted at the first period that finds it so, without that period's
+ * change, and so does a descendant of an inheriting process (and what runs
+ * below it); what was counted of it stays.  area.withdrawn counts such
+ * processes.
  *
  * A session ends, after its last sample, when every process it counted is
  * gone (or PFPROF_IOC_END asks), provided it ever counted one.
@@ -47,9 +58,14 @@
  * newline; the pid is read in the writer's pid namespace.  The writer and
  * whoever opened the file must both be allowed to ptrace-read the process.
  * A registration joins every session that follows registrations, whose
- * scope covers the process and whose opener may ptrace-read it; unregistering
- * takes it out of the sessions it joined that way.  A registered process
- * that is gone is forgotten within a second.  Reading the file lists
+ * scope covers the process, whose opener may ptrace-read it and can name it
+ * in its pid namespace, at that session's next period (counted from the
+ * registration all the same); unregistering takes it out of the sessions
+ * it joined that way at their next period (at once where it was the last
+ * process), its own counts until the unregistration.  A user may have the
+ * module parameter max_registrations processes registered at once
+ * (-ENOSPC beyond).  A registered process that is gone is forgotten within
+ * a second.  Reading the file lists
  * "<pid> <minor> <major> <cpu_ns>" per registered process the reader may
  * ptrace-read and can name in its pid namespace, counts since registration.
  *
@@ -186,22 +202,24 @@
 #include <linux/types.h>
 
 #define PFPROF_MAGIC		0x46504650u	/* "PFPF" in little-endian memory */
-#define PFPROF_ABI_VERSION	3u
+#define PFPROF_ABI_VERSION	4u
 
 #define PFPROF_DEVICE_PATH	"/dev/pfprof"
 #define PFPROF_PROC_PATH	"/proc/pfprof/status"
 
 /*
  * Defaults and bounds: the module's parameters period_ms and buffer_pages,
- * and the period and size the monitor's user-space backend uses.
+ * and the period and size the monitor's user-space backend uses. Plain
+ * literals: the module's parameter descriptions spell them with
+ * __stringify().
  */
-#define PFPROF_PERIOD_MS_DEFAULT	50u
-#define PFPROF_PERIOD_MS_MIN		1u
-#define PFPROF_PERIOD_MS_MAX		10000u
-#define PFPROF_BUFFER_PAGES_DEFAULT	128u
+#define PFPROF_PERIOD_MS_DEFAULT	50
+#define PFPROF_PERIOD_MS_MIN		1
+#define PFPROF_PERIOD_MS_MAX		10000
+#define PFPROF_BUFFER_PAGES_DEFAULT	128
 /* A control page and at least one page of slots; at most 256 MiB. */
-#define PFPROF_BUFFER_PAGES_MIN		2u
-#define PFPROF_BUFFER_PAGES_MAX		65536u
+#define PFPROF_BUFFER_PAGES_MIN		2
+#define PFPROF_BUFFER_PAGES_MAX		65536
 /* How long the producer tries for the shared lock before deferring, ns. */
 #define PFPROF_LOCK_SPIN_NS		10000u
 
@@ -223,14 +241,29 @@
 #define PFPROF_AREA_SIZE(pages)	((__u64)(pages) * PFPROF_PAGE_SIZE)
 
 /*
- * One sample: what the session's processes did during one period, summed.
- * Written only by the producer, only inside a slot it owns.
+ * One sample: what the session's processes did during one period, summed,
+ * and the memory they held when it ended.  Written only by the producer,
+ * only inside a slot it owns.  One cache line.
+ *
+ * minor, major and cpu_ns are deltas over the period: a sample the producer
+ * could not write is merged into the next one by adding them.  rss_anon,
+ * rss_file, rss_shmem and swap are levels at the period's end (the kernel's
+ * MM_ANONPAGES, MM_FILEPAGES, MM_SHMEMPAGES and MM_SWAPENTS, in bytes; what
+ * /proc/<pid>/status shows as RssAnon, RssFile, RssShmem and VmSwap), summed
+ * over the same processes as the faults: the live members and, with
+ * PFPROF_TARGET_INHERIT, their live descendants.  A process that has exited
+ * (a zombie has no memory) or was reaped contributes nothing; a merged
+ * sample carries the later period's levels.
  */
 struct pfprof_sample {
 	__u64 time_ns;	/* CLOCK_MONOTONIC when the period ended, ns */
 	__u64 minor;	/* minor faults during the period */
 	__u64 major;	/* major faults during the period */
 	__u64 cpu_ns;	/* CPU time (user + system) during the period, ns */
+	__u64 rss_anon;	/* resident anonymous memory at the period's end, bytes */
+	__u64 rss_file;	/* resident file-backed memory, bytes */
+	__u64 rss_shmem;	/* resident shared memory (shmem, tmpfs), bytes */
+	__u64 swap;	/* anonymous memory swapped out, bytes */
 };
 
 /* A counting semaphore both sides operate on atomically. */
@@ -262,7 +295,7 @@ struct pfprof_area {
 	__u64 blocked_ns;	/* strict: time spent waiting for a free slot */
 	__u64 deferred;		/* periods whose sample waited: lock held by the consumer */
 	__u32 canceled;		/* 1: no more samples; store-release after the last */
-	__u32 reserved1;
+	__u32 withdrawn;	/* processes no longer counted: see "Sessions" */
 	__u64 reserved2[3];
 
 	/* Line 2, C: the consumer's progress. */
@@ -345,7 +378,7 @@ struct pfprof_target {
 	__u64 reserved;		/* must be 0 */
 };
 
-#define PFPROF_MEMBERS_MAX	4096u
+#define PFPROF_MEMBERS_MAX	4096
 
 /* Which /proc registrations a session follows (PFPROF_IOC_FOLLOW). */
 #define PFPROF_FOLLOW_NONE		0u	/* none: the default */
@@ -373,5 +406,28 @@ struct pfprof_follow {
  * last sample - at once if it never counted a process.
  */
 #define PFPROF_IOC_END		_IO(PFPROF_IOC_MAGIC, 0x06)
+
+/*
+ * PFPROF_IOC_ADD_CGROUP: the processes of the cgroup (v2) whose directory
+ * fd is open, and of its descendant cgroups, are counted while they are
+ * inside: each from when a period first finds it there (from its fork
+ * when a process counted there forked it), until a period finds it gone or
+ * outside, what it did inside staying counted; a process the opener may not
+ * read is not counted (area.withdrawn says how many).  A process whose
+ * parent is outside and reaps it loses what it did since the last period;
+ * one that enters or leaves, what it did inside within a period of that.
+ * The session's only target: -EBUSY once it has counted a process, and ADD
+ * (-EBUSY) and registrations are refused after it.  When the cgroup is
+ * removed the session ends, after its last sample.  -EINVAL: flags or
+ * reserved not 0; -EBADF: fd is not a cgroup2 directory; -EOPNOTSUPP: a
+ * kernel without control groups.
+ */
+struct pfprof_cgroup_target {
+	__s32 fd;
+	__u32 flags;		/* must be 0 */
+	__u64 reserved;		/* must be 0 */
+};
+
+#define PFPROF_IOC_ADD_CGROUP	_IOW(PFPROF_IOC_MAGIC, 0x07, struct pfprof_cgroup_target)
 
 #endif /* _UAPI_LINUX_PFPROF_H */

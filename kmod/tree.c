@@ -1,0 +1,509 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * pfprof: the processes in inheriting members' trees.
+ *
+ * A member that inherits counts its descendants too, as perf stat's
+ * inherit and wait4()'s RUSAGE_CHILDREN do: live ones as they run, reaped
+ * ones through its (and its descendants') reaped-children counts.
+ *
+ * Descendants are found without the tasklist lock (not exported to
+ * modules): the process list is walked under RCU, and a process belongs to
+ * the nearest inheriting member among its real parents.  The list holds
+ * every parent before its children (a process is added at fork, after its
+ * parent, and an orphan is adopted by one of its ancestors), so the walk
+ * decides each process from its parent alone (a member, or a process it
+ * already put in its map): its cost grows with the number of processes,
+ * not with how deeply a user nests them.  For the same reason nothing is
+ * counted twice when a child is reaped: the reaper sets the child's
+ * exit_state to EXIT_DEAD before it adds the child's totals to its own
+ * reaped-children counts, and the walk reads a parent's counts before it
+ * looks at a child, so a child whose counts are in them is already seen as
+ * dead.
+ *
+ * Departures.  A descendant's counts reach the tree's total through its
+ * parent's reaped counts when the parent waits for it.  One that leaves
+ * otherwise (its parent ignores SIGCHLD, or it is orphaned) takes them
+ * away, and the total drops.  So each walk keeps what it read of every
+ * descendant in its map, and the next one finds who left: their last counts
+ * are set against how much the reaped counts of their nearest ancestor
+ * still in the tree grew, and what did not arrive there is kept in the
+ * member's ->kept.  The total never drops, and later growth counts.
+ *
+ * Exclusion.  A descendant the session's opener may not read (it exec'd a
+ * setuid program: sudo under a profiled shell) is not counted from the walk
+ * that finds it so, nor is anything below it (perf stops counting a task at
+ * such an exec).  What was counted of it stays counted, in ->kept; the rest
+ * reaches its parent's reaped counts when it is waited for, where its last
+ * counts seen are withheld (->withheld).  Its changes since the walk before
+ * the one that found it are not counted, nor are those between the last
+ * walk that saw it alive and its exit: the first may be its own (before
+ * the exec), the second not.
+ *
+ * Past PFPROF_TREE_MAP_MAX slots (or without memory for the map) a walk
+ * looks up each process's real parents instead, up to
+ * PFPROF_TREE_DEPTH_MAX levels, and neither departures nor exclusions
+ * below an excluded process are tracked.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/hash.h>
+#include <linux/log2.h>
+#include <linux/minmax.h>
+#include <linux/mm.h>
+#include <linux/rcupdate.h>
+#include <linux/sched.h>
+#include <linux/sched/signal.h>
+#include <linux/sched/task.h>
+#include <linux/slab.h>
+#include <linux/timekeeping.h>
+
+#include "compat.h"
+#include "pfprof_internal.h"
+
+/* How far up the real parents a lookup looks for a member. */
+#define PFPROF_TREE_DEPTH_MAX	256
+/* A walk's map: at most this many slots, half of them used. */
+#define PFPROF_TREE_MAP_MAX	(1u << 17)
+
+/* Which process a slot is: a signal struct freed and reused is another. */
+struct pfprof_tree_key {
+	const struct signal_struct *sig;
+	u64 start_time;		/* the leader's; an exec's new leader takes it */
+};
+
+/* A process a walk found in a tree. */
+struct pfprof_tree_slot {
+	struct pfprof_tree_key key;	/* .sig NULL: a free slot */
+	struct pfprof_tree_key parent;	/* in the tree; .sig NULL: the member */
+	struct pfprof_member *owner;
+	struct pfprof_counters total;	/* its own and its reaped children's */
+	struct pfprof_counters reaped;	/* its reaped children's */
+	struct pfprof_counters offset;	/* in total, not ours: before it entered */
+	/* Descendants that left since the last walk, this one an ancestor. */
+	struct pfprof_counters departed;	/* counted ones */
+	struct pfprof_counters departed_excluded;
+	bool excluded;
+	bool present;			/* last walk's slot: found again */
+};
+
+void pfprof_tree_init(struct pfprof_tree *t)
+{
+	memset(t, 0, sizeof(*t));
+}
+
+void pfprof_tree_free(struct pfprof_tree *t)
+{
+	kvfree(t->map[0]);
+	kvfree(t->map[1]);
+	pfprof_tree_init(t);
+}
+
+static struct pfprof_tree_key pfprof_key_of(struct task_struct *p)
+{
+	return (struct pfprof_tree_key){ .sig = p->signal,
+					 .start_time = p->start_time };
+}
+
+static bool pfprof_key_eq(const struct pfprof_tree_key *a,
+			  const struct pfprof_tree_key *b)
+{
+	return a->sig == b->sig && a->start_time == b->start_time;
+}
+
+/* Open addressing, linear probing: @key's slot, or the free one it would take. */
+static struct pfprof_tree_slot *pfprof_slot(struct pfprof_tree_slot *map,
+					    unsigned int cap,
+					    const struct pfprof_tree_key *key)
+{
+	unsigned int i = hash_ptr(key->sig, ilog2(cap));
+
+	while (map[i].key.sig && !pfprof_key_eq(&map[i].key, key))
+		i = (i + 1) & (cap - 1);
+	return &map[i];
+}
+
+/* @key's slot in map @which, or NULL. */
+static struct pfprof_tree_slot *pfprof_find(struct pfprof_tree *t,
+					    unsigned int which,
+					    const struct pfprof_tree_key *key)
+{
+	struct pfprof_tree_slot *slot;
+
+	if (!t->cap[which] || !key->sig)
+		return NULL;
+	slot = pfprof_slot(t->map[which], t->cap[which], key);
+	return slot->key.sig ? slot : NULL;
+}
+
+/*
+ * Makes the other map this walk's, empty, with room for the processes the
+ * last walk found and then some.  Returns false without one (then the walk
+ * looks up real parents instead).
+ */
+static bool pfprof_tree_turn(struct pfprof_tree *t)
+{
+	unsigned int next = !t->cur;
+	unsigned int want = roundup_pow_of_two(4 * (t->used[t->cur] + 64));
+
+	want = min(want, PFPROF_TREE_MAP_MAX);
+	if (t->cap[next] < want) {
+		kvfree(t->map[next]);
+		t->map[next] = kvmalloc_array(want, sizeof(*t->map[next]),
+					      GFP_KERNEL_ACCOUNT);
+		t->cap[next] = t->map[next] ? want : 0;
+	}
+	if (t->map[next])
+		memset(t->map[next], 0, t->cap[next] * sizeof(*t->map[next]));
+	t->used[next] = 0;
+	t->cur = next;
+	return t->cap[next];
+}
+
+/*
+ * @p's real parent, or NULL at the top (init) or once @p is released: a
+ * released task's parent pointer may be stale.  Under RCU, which keeps
+ * every task not yet released when it began (a live task's parent is one)
+ * from being freed.
+ */
+static struct task_struct *pfprof_real_parent(struct task_struct *p)
+{
+	struct task_struct *parent;
+
+	if (!pid_alive(p))
+		return NULL;
+	parent = rcu_dereference(p->real_parent);
+	return parent == p || parent == &init_task ? NULL : parent;
+}
+
+/*
+ * The inheriting member whose tree holds @p (not itself a member): its
+ * nearest inheriting real ancestor.  Under RCU.
+ */
+struct pfprof_member *pfprof_tree_owner(struct pfprof_session *s,
+					struct task_struct *p)
+{
+	struct pfprof_member *m;
+	int depth;
+
+	for (depth = 0; depth < PFPROF_TREE_DEPTH_MAX; depth++) {
+		p = pfprof_real_parent(p);
+		if (!p)
+			return NULL;
+		m = pfprof_member_of(s, p->signal);
+		if (m && m->inherit)
+			return m;
+	}
+	return NULL;
+}
+
+/* @ancestor is a real parent, grandparent... of @p. */
+bool pfprof_descends_from(struct task_struct *p,
+			  const struct task_struct *ancestor)
+{
+	bool found = false;
+	int depth;
+
+	rcu_read_lock();
+	for (depth = 0; depth < PFPROF_TREE_DEPTH_MAX && !found; depth++) {
+		p = pfprof_real_parent(p);
+		if (!p)
+			break;
+		found = p->signal == ancestor->signal;
+	}
+	rcu_read_unlock();
+	return found;
+}
+
+/*
+ * Where @p belongs, from its parent: a member (@parent->sig NULL), or a
+ * process already in this walk's map (whose exclusion it shares).  In a
+ * session of a cgroup, every process inside belongs to it (its parent too
+ * when that one is inside), and one outside below a process of the map is
+ * kept track of, excluded: what it brings to its parent's reaped counts
+ * when it is waited for is not the cgroup's.  Under RCU.
+ */
+static struct pfprof_member *pfprof_walk_owner(struct pfprof_session *s,
+					       struct task_struct *p,
+					       struct pfprof_tree_key *parent,
+					       bool *excluded)
+{
+	struct pfprof_tree *t = &s->tree;
+	struct pfprof_tree_slot *slot;
+	struct task_struct *real;
+	struct pfprof_member *m;
+
+	*parent = (struct pfprof_tree_key){};
+	*excluded = false;
+	real = pfprof_real_parent(p);
+	if (s->cgroup && pfprof_in_cgroup(s->cgroup->cgrp, p)) {
+		if (real)
+			*parent = pfprof_key_of(real);
+		if (!pfprof_find(t, t->cur, parent))
+			*parent = (struct pfprof_tree_key){};
+		return s->cgroup;
+	}
+	if (!real)
+		return NULL;
+	m = pfprof_member_of(s, real->signal);
+	if (m)
+		return m->inherit ? m : NULL;
+	*parent = pfprof_key_of(real);
+	slot = pfprof_find(t, t->cur, parent);
+	if (!slot)
+		return NULL;
+	*excluded = slot->excluded || s->cgroup;
+	return slot->owner;
+}
+
+/* Without the map: a cgroup's process, or the nearest inheriting ancestor's. */
+static struct pfprof_member *pfprof_lookup_owner(struct pfprof_session *s,
+						 struct task_struct *p)
+{
+	if (s->cgroup)
+		return pfprof_in_cgroup(s->cgroup->cgrp, p) ? s->cgroup : NULL;
+	return pfprof_tree_owner(s, p);
+}
+
+/*
+ * What of @p's @total is not ours, when the walk first counts it: nothing
+ * when it was born in the tree (or in the cgroup, to a process counted there,
+ * since the last walk began), else all it did so far.
+ */
+static struct pfprof_counters pfprof_entry_offset(struct pfprof_session *s,
+						struct task_struct *p,
+						const struct pfprof_tree_key *parent,
+						const struct pfprof_counters *total)
+{
+	struct pfprof_tree *t = &s->tree;
+	struct pfprof_tree_slot *up;
+
+	if (!s->cgroup)
+		return (struct pfprof_counters){};
+	up = pfprof_find(t, t->cur, parent);
+	if (up && !up->excluded && t->complete[!t->cur] &&
+	    p->start_time > t->walked_at[!t->cur])
+		return (struct pfprof_counters){};
+	return *total;
+}
+
+static void pfprof_counters_min(struct pfprof_counters *t,
+			      const struct pfprof_counters *bound)
+{
+	t->minor = min(t->minor, bound->minor);
+	t->major = min(t->major, bound->major);
+	t->cpu_ns = min(t->cpu_ns, bound->cpu_ns);
+}
+
+/*
+ * The walk proper: puts every live process of a tree in this walk's map
+ * and adds the counted ones' totals to their member's ->now.  Returns false
+ * when the map ran out (the rest was decided by real-parent lookups).
+ */
+static bool pfprof_tree_walk(struct pfprof_session *s, bool mapped)
+{
+	struct pfprof_tree *t = &s->tree;
+	unsigned int prev = !t->cur;
+	struct pfprof_counters own, reaped, offset, counted;
+	struct pfprof_tree_slot *slot, *before;
+	struct pfprof_tree_key key, parent;
+	bool excluded, unreadable;
+	struct pfprof_member *m;
+	struct task_struct *p;
+
+	t->walked_at[t->cur] = ktime_get_ns();
+	rcu_read_lock();
+	for_each_process(p) {
+		/* Parents' reaped counts, read before, first. */
+		smp_rmb();
+		if (READ_ONCE(p->exit_state) == EXIT_DEAD ||
+		    pfprof_member_of(s, p->signal))
+			continue;
+		if (mapped) {
+			m = pfprof_walk_owner(s, p, &parent, &excluded);
+		} else {
+			m = pfprof_lookup_owner(s, p);
+			excluded = false;
+		}
+		if (!m)
+			continue;
+		unreadable = !excluded && !pfprof_opener_may_read(s->file, p);
+		excluded = excluded || unreadable;
+		pfprof_read_counters(p, &own, &reaped);
+		pfprof_counters_add(&own, &reaped);
+		if (!excluded)
+			pfprof_read_memory(p, &m->memory);
+		if (!mapped) {
+			if (!excluded)
+				pfprof_counters_add(&m->now, &own);
+			continue;
+		}
+
+		key = pfprof_key_of(p);
+		before = pfprof_find(t, prev, &key);
+		offset = (struct pfprof_counters){};
+		if (before)
+			before->present = true;
+		if (excluded) {
+			/* Counted until now: what was counted of it stays. */
+			if (before && !before->excluded) {
+				counted = before->total;
+				pfprof_counters_sub_sat(&counted, &before->offset);
+				pfprof_counters_add(&m->kept, &counted);
+			}
+			if (unreadable && (!before || !before->excluded))
+				s->withdrawn++;
+		} else {
+			if (before && !before->excluded)
+				offset = before->offset;
+			else if (before)
+				offset = own;	/* back in: from now */
+			else
+				offset = pfprof_entry_offset(s, p, &parent, &own);
+			counted = own;
+			pfprof_counters_sub_sat(&counted, &offset);
+			pfprof_counters_add(&m->now, &counted);
+		}
+		slot = pfprof_slot(t->map[t->cur], t->cap[t->cur], &key);
+		*slot = (struct pfprof_tree_slot){
+			.key = key, .parent = parent, .owner = m, .total = own,
+			.reaped = reaped, .offset = offset, .excluded = excluded,
+		};
+		/* Half full: the rest of this walk looks up real parents. */
+		if (++t->used[t->cur] >= t->cap[t->cur] / 2)
+			mapped = false;
+	}
+	rcu_read_unlock();
+	return mapped;
+}
+
+/*
+ * The last walk's processes that are gone: each one's last counts go to
+ * its nearest ancestor still in the tree (this walk's slot), or else to its
+ * member, to be set against how much their reaped counts grew.
+ */
+static void pfprof_tree_departures(struct pfprof_session *s)
+{
+	struct pfprof_tree *t = &s->tree;
+	unsigned int prev = !t->cur;
+	struct pfprof_tree_slot *gone, *up, *heir;
+	struct pfprof_counters *departed, *departed_excluded, counted;
+	unsigned int i;
+	int depth;
+
+	for (i = 0; i < t->cap[prev]; i++) {
+		gone = &t->map[prev][i];
+		/* Its member left: nothing of its tree counts any more. */
+		if (!gone->key.sig || gone->present || !gone->owner)
+			continue;
+		/* Up through the ancestors that left too. */
+		heir = NULL;
+		up = gone;
+		for (depth = 0; depth < PFPROF_TREE_DEPTH_MAX && up; depth++) {
+			heir = pfprof_find(t, t->cur, &up->parent);
+			if (heir || !up->parent.sig)
+				break;
+			up = pfprof_find(t, prev, &up->parent);
+		}
+		if (heir && heir->excluded)
+			continue;	/* it reached nobody counted */
+		if (heir) {
+			departed = &heir->departed;
+			departed_excluded = &heir->departed_excluded;
+		} else {
+			departed = &gone->owner->departed;
+			departed_excluded = &gone->owner->departed_excluded;
+		}
+		if (gone->excluded) {
+			pfprof_counters_add(departed_excluded, &gone->total);
+		} else {
+			/* What it did before it entered is not ours either. */
+			counted = gone->total;
+			pfprof_counters_sub_sat(&counted, &gone->offset);
+			pfprof_counters_add(departed, &counted);
+			pfprof_counters_add(departed_excluded, &gone->offset);
+		}
+	}
+}
+
+/*
+ * What left below a process whose reaped counts grew from @before to @now:
+ * an excluded one's counts that arrived there are withheld; a counted one's
+ * that did not arrive are kept.
+ */
+static void pfprof_settle(struct pfprof_member *m,
+			  const struct pfprof_counters *now,
+			  const struct pfprof_counters *before,
+			  struct pfprof_counters *departed,
+			  const struct pfprof_counters *departed_excluded)
+{
+	struct pfprof_counters growth = *now, withhold = *departed_excluded;
+
+	pfprof_counters_sub_sat(&growth, before);
+	pfprof_counters_min(&withhold, &growth);
+	pfprof_counters_add(&m->withheld, &withhold);
+	pfprof_counters_sub_sat(&growth, &withhold);
+	pfprof_counters_sub_sat(departed, &growth);
+	pfprof_counters_add(&m->kept, departed);
+}
+
+static void pfprof_tree_settle(struct pfprof_session *s)
+{
+	struct pfprof_tree *t = &s->tree;
+	struct pfprof_tree_slot *slot, *before;
+	struct pfprof_member *m;
+	unsigned int i;
+
+	for (i = 0; i < t->cap[t->cur]; i++) {
+		slot = &t->map[t->cur][i];
+		if (!slot->key.sig)
+			continue;
+		before = pfprof_find(t, !t->cur, &slot->key);
+		if (before)
+			pfprof_settle(slot->owner, &slot->reaped, &before->reaped,
+				      &slot->departed, &slot->departed_excluded);
+	}
+	list_for_each_entry(m, &s->members, node) {
+		if (m->inherit)
+			pfprof_settle(m, &m->reaped, &m->reaped_before,
+				      &m->departed, &m->departed_excluded);
+	}
+}
+
+/*
+ * Adds every live descendant the opener may read to its inheriting
+ * member's ->now (whose own and reaped counts are read already), keeps
+ * what departed descendants took away in ->kept and withholds what excluded
+ * ones brought in, in ->withheld.
+ */
+void pfprof_tree_collect(struct pfprof_session *s)
+{
+	struct pfprof_tree *t = &s->tree;
+	bool complete;
+
+	lockdep_assert_held(&s->members_lock);
+	complete = pfprof_tree_turn(t);
+	complete = pfprof_tree_walk(s, complete);
+	/* Who left is known only between two walks that mapped everything. */
+	if (complete && t->complete[!t->cur]) {
+		pfprof_tree_departures(s);
+		pfprof_tree_settle(s);
+	}
+	t->complete[t->cur] = complete;
+}
+
+/*
+ * @m leaves: the processes of its tree in both maps belong to nobody, and
+ * their departures are nobody's.
+ */
+void pfprof_tree_forget(struct pfprof_session *s, struct pfprof_member *m)
+{
+	struct pfprof_tree *t = &s->tree;
+	unsigned int which, i;
+
+	for (which = 0; which < 2; which++) {
+		for (i = 0; i < t->cap[which]; i++) {
+			if (t->map[which][i].owner == m)
+				t->map[which][i].owner = NULL;
+		}
+	}
+}
