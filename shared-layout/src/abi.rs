@@ -6,7 +6,7 @@
 use core::mem::{offset_of, size_of};
 
 pub const MAGIC: u32 = 0x4650_4650;
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 
 pub const DEVICE_PATH: &str = "/dev/pfprof";
 pub const PROC_PATH: &str = "/proc/pfprof/status";
@@ -40,7 +40,8 @@ pub const fn area_size(pages: u64) -> u64 {
     pages * PAGE_SIZE
 }
 
-/// `struct pfprof_sample`: one period, summed over the session's processes.
+/// `struct pfprof_sample`: one period, summed over the session's processes: deltas of
+/// faults and CPU time over the period, and memory levels at its end.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Sample {
@@ -49,6 +50,14 @@ pub struct Sample {
     pub minor: u64,
     pub major: u64,
     pub cpu_ns: u64,
+    /// Resident anonymous memory at the period's end, bytes (a level, not a delta).
+    pub rss_anon: u64,
+    /// Resident file-backed memory, bytes.
+    pub rss_file: u64,
+    /// Resident shared memory (shmem, tmpfs), bytes.
+    pub rss_shmem: u64,
+    /// Anonymous memory swapped out, bytes.
+    pub swap: u64,
 }
 
 /// Now on the samples' clock: `CLOCK_MONOTONIC` in nanoseconds, the clock the module's
@@ -65,14 +74,18 @@ pub fn monotonic_ns() -> u64 {
 }
 
 /// Merges a later period into this sample, as a producer does with a period it could
-/// not write: the counts add up (saturating) and the sample ends where the later one
-/// ends.
+/// not write: the counts add up (saturating), the sample ends where the later one ends
+/// and holds its memory levels.
 impl core::ops::AddAssign for Sample {
     fn add_assign(&mut self, later: Sample) {
         self.time_ns = self.time_ns.max(later.time_ns);
         self.minor = self.minor.saturating_add(later.minor);
         self.major = self.major.saturating_add(later.major);
         self.cpu_ns = self.cpu_ns.saturating_add(later.cpu_ns);
+        self.rss_anon = later.rss_anon;
+        self.rss_file = later.rss_file;
+        self.rss_shmem = later.rss_shmem;
+        self.swap = later.swap;
     }
 }
 
@@ -104,7 +117,8 @@ pub struct AreaHeader {
     pub blocked_ns: u64,
     pub deferred: u64,
     pub canceled: u32,
-    pub reserved1: u32,
+    /// Processes no longer counted: they exec'd what the opener may not read.
+    pub withdrawn: u32,
     pub reserved2: [u64; 3],
 
     pub read_seq: u64,
@@ -141,11 +155,22 @@ pub const TARGET_WHOLE_LIFE: u32 = 2;
 /// The most processes one session counts.
 pub const MEMBERS_MAX: u32 = 4096;
 
-/// `struct pfprof_target`: `PFPROF_IOC_ADD`'s argument.
+/// `struct pfprof_target`: `PFPROF_IOC_ADD`'s argument, the process that joins.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Target {
+pub struct AddProcess {
     pub pid: i32,
+    pub flags: u32,
+    pub reserved: u64,
+}
+
+/// `struct pfprof_cgroup_target`: `PFPROF_IOC_ADD_CGROUP`'s argument, the cgroup whose
+/// processes join.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AddCgroup {
+    /// An open cgroup2 directory.
+    pub fd: i32,
     pub flags: u32,
     pub reserved: u64,
 }
@@ -215,9 +240,10 @@ pub const IOC_INFO: u32 = iowr(IOC_MAGIC, 0x00, size_of::<Info>());
 pub const IOC_SET_MODE: u32 = iow(IOC_MAGIC, 0x01, size_of::<u32>());
 pub const IOC_WAIT_FULL: u32 = iow(IOC_MAGIC, 0x02, size_of::<u32>());
 pub const IOC_WAKE_PRODUCER: u32 = io(IOC_MAGIC, 0x03);
-pub const IOC_ADD: u32 = iow(IOC_MAGIC, 0x04, size_of::<Target>());
+pub const IOC_ADD: u32 = iow(IOC_MAGIC, 0x04, size_of::<AddProcess>());
 pub const IOC_FOLLOW: u32 = iow(IOC_MAGIC, 0x05, size_of::<Follow>());
 pub const IOC_END: u32 = io(IOC_MAGIC, 0x06);
+pub const IOC_ADD_CGROUP: u32 = iow(IOC_MAGIC, 0x07, size_of::<AddCgroup>());
 
 /// Byte offset of slot `index` in the area.
 pub const fn slot_offset(index: u64) -> u64 {
@@ -237,22 +263,24 @@ macro_rules! assert_layout {
     };
 }
 
-assert_layout!(Sample, size 32, align 8, {
+assert_layout!(Sample, size 64, align 8, {
     time_ns: 0, minor: 8, major: 16, cpu_ns: 24,
+    rss_anon: 32, rss_file: 40, rss_shmem: 48, swap: 56,
 });
 assert_layout!(Sem, size 8, align 4, { count: 0, waiters: 4 });
 assert_layout!(AreaHeader, size 384, align 8, {
     magic: 0, abi_version: 4, mode: 8, sample_size: 12,
     area_size: 16, data_offset: 24, slot_count: 32, period_ns: 40, reserved0: 48,
     write_seq: 64, overwritten: 72, blocked_ns: 80, deferred: 88,
-    canceled: 96, reserved1: 100, reserved2: 104,
+    canceled: 96, withdrawn: 100, reserved2: 104,
     read_seq: 128, reserved3: 136,
     lock: 192, reserved4: 196,
     full: 256, reserved5: 264,
     empty: 320, reserved6: 328,
 });
-assert_layout!(Target, size 16, align 8, { pid: 0, flags: 4, reserved: 8 });
+assert_layout!(AddProcess, size 16, align 8, { pid: 0, flags: 4, reserved: 8 });
 assert_layout!(Follow, size 16, align 4, { scope: 0, flags: 4, pid: 8, reserved: 12 });
+assert_layout!(AddCgroup, size 16, align 8, { fd: 0, flags: 4, reserved: 8 });
 assert_layout!(Info, size 64, align 8, {
     abi_version: 0, flags: 4, area_size: 8, slot_count: 16,
     sample_size: 24, reserved0: 28, period_ns: 32, reserved: 40,
@@ -268,30 +296,44 @@ const _: () = assert!(offset_of!(AreaHeader, empty) as u64 % CACHELINE_SIZE == 0
 const _: () = assert!(size_of::<AreaHeader>() as u64 <= DATA_OFFSET);
 const _: () = assert!(DATA_OFFSET % 8 == 0);
 const _: () = assert!(PAGE_SIZE % size_of::<Sample>() as u64 == 0);
+// A sample is one cache line.
+const _: () = assert!(size_of::<Sample>() as u64 == CACHELINE_SIZE);
 
 #[cfg(test)]
 mod tests {
     use super::Sample;
 
     #[test]
-    fn merging_a_later_period_adds_its_counts_and_ends_where_it_ends() {
+    fn merging_a_later_period_adds_its_counts_and_takes_its_end_and_memory_levels() {
         let mut merged = Sample {
             time_ns: 10,
             minor: 1,
             major: 2,
             cpu_ns: u64::MAX,
+            rss_anon: 100,
+            rss_file: 200,
+            rss_shmem: 300,
+            swap: 400,
         };
         merged += Sample {
             time_ns: 15,
             minor: 3,
             major: 4,
             cpu_ns: 1,
+            rss_anon: 5,
+            rss_file: 0,
+            rss_shmem: 7,
+            swap: 8,
         };
         let expected = Sample {
             time_ns: 15,
             minor: 4,
             major: 6,
             cpu_ns: u64::MAX,
+            rss_anon: 5,
+            rss_file: 0,
+            rss_shmem: 7,
+            swap: 8,
         };
         assert_eq!(merged, expected);
     }

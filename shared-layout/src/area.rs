@@ -15,19 +15,80 @@ use std::time::Duration;
 use memmap2::{MmapOptions, MmapRaw};
 
 use crate::abi::{self, AreaHeader, Sample, Sem};
-use crate::sync::{fence, AtomicU32, AtomicU64, Ordering};
-use crate::wait::{SemKind, WaitError, Waiter};
-#[cfg(not(loom))]
-use crate::LayoutError;
-use crate::Mode;
+use crate::mode::Mode;
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 const SAMPLE_SIZE: u64 = size_of::<Sample>() as u64;
 /// One slot seen as the atomic words it is read and written through.
-type SlotWords = [AtomicU64; 4];
+type SlotWords = [AtomicU64; SLOT_WORDS];
+const SLOT_WORDS: usize = size_of::<Sample>() / size_of::<u64>();
 const _: () = assert!(size_of::<SlotWords>() == size_of::<Sample>());
+
+/// A sample's fields as the 64-bit words of its slot, in the layout's order.
+const fn slot_words(sample: &Sample) -> [u64; SLOT_WORDS] {
+    [
+        sample.time_ns,
+        sample.minor,
+        sample.major,
+        sample.cpu_ns,
+        sample.rss_anon,
+        sample.rss_file,
+        sample.rss_shmem,
+        sample.swap,
+    ]
+}
+
+/// The sample a slot's words hold.
+const fn sample_of(words: [u64; SLOT_WORDS]) -> Sample {
+    let [time_ns, minor, major, cpu_ns, rss_anon, rss_file, rss_shmem, swap] = words;
+    Sample {
+        time_ns,
+        minor,
+        major,
+        cpu_ns,
+        rss_anon,
+        rss_file,
+        rss_shmem,
+        swap,
+    }
+}
 /// Semaphore counts are 32-bit, and `empty` starts at the slot count.
 #[cfg(not(loom))]
 const MAX_SLOTS: u64 = u32::MAX as u64;
+
+/// Which semaphore of the area.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SemKind {
+    /// Samples ready; the consumer downs it, the producer posts it.
+    Full,
+    /// Free slots; the producer downs it, the consumer posts it.
+    Empty,
+}
+
+/// Why an area cannot be created or attached.
+#[derive(Debug, thiserror::Error)]
+pub enum LayoutError {
+    #[error("the mapping is {len} bytes, too small for the control page and one slot")]
+    TooSmall { len: usize },
+    #[error("the mapping is not 8-byte aligned")]
+    Misaligned,
+    #[error("bad magic {found:#010x}: this is not a pfprof area")]
+    BadMagic { found: u32 },
+    #[error("the area speaks ABI version {found}, this build speaks {expected}: rebuild the monitor or the module")]
+    VersionMismatch { found: u32, expected: u32 },
+    #[error("the area's mode is {found}: its ring was not started (no consumer selected strict or relaxed)")]
+    NotStarted { found: u32 },
+    #[error("the area's {field} is {found}, expected {expected}")]
+    Geometry {
+        field: &'static str,
+        found: u64,
+        expected: u64,
+    },
+    #[error("a ring of {found} slots is impossible here: it must hold 1 to {max}")]
+    SlotCount { found: u64, max: u64 },
+    #[error("creating the shared memory area failed: {0}")]
+    Io(#[from] std::io::Error),
+}
 
 /// The area's progress counters, as the producer and consumer published them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -38,6 +99,8 @@ pub struct Counters {
     pub blocked_ns: u64,
     pub deferred: u64,
     pub canceled: bool,
+    /// Processes the producer stopped counting (pfprof.h, "Sessions").
+    pub withdrawn: u32,
 }
 
 /// A mapped area (a memfd, or `/dev/pfprof`). Its geometry is read and
@@ -140,7 +203,9 @@ impl Area {
             mem: Mem {
                 words32: (0..header32).map(|_| AtomicU32::new(0)).collect(),
                 words64: (0..header64).map(|_| AtomicU64::new(0)).collect(),
-                slots: (0..slots).map(|_| [0; 4].map(AtomicU64::new)).collect(),
+                slots: (0..slots)
+                    .map(|_| [0; SLOT_WORDS].map(AtomicU64::new))
+                    .collect(),
             },
             mode,
             slot_count: slots,
@@ -165,6 +230,9 @@ impl Area {
             slot_count: 0,
             period: Duration::ZERO,
         };
+        // Pairs with the store-release of magic in `init_header` (a user-space producer's
+        // area); the module's header is written before PFPROF_IOC_SET_MODE returns
+        // (kmod/ring.c, pfprof_ring_start), and the area is mapped after that.
         let magic = area
             .h32(offset_of!(AreaHeader, magic))
             .load(Ordering::Acquire);
@@ -183,7 +251,7 @@ impl Area {
         let mode = area
             .h32(offset_of!(AreaHeader, mode))
             .load(Ordering::Relaxed);
-        area.mode = Mode::from_raw(mode).ok_or(LayoutError::NoSession { found: mode })?;
+        area.mode = Mode::from_raw(mode).ok_or(LayoutError::NotStarted { found: mode })?;
         let expect = |field, found: u64, expected: u64| {
             if found == expected {
                 Ok(())
@@ -253,6 +321,7 @@ impl Area {
             h64(off, 0);
         }
         h32(offset_of!(AreaHeader, canceled), 0);
+        h32(offset_of!(AreaHeader, withdrawn), 0);
         h32(offset_of!(AreaHeader, lock), abi::LOCK_FREE);
         for sem in [SemKind::Full, SemKind::Empty] {
             self.sem_waiters(sem).store(0, Relaxed);
@@ -280,14 +349,24 @@ impl Area {
 
     /// A snapshot of the published counters (each read on its own).
     pub fn counters(&self) -> Counters {
-        let load = |w: &AtomicU64| w.load(Ordering::Acquire);
+        // write_seq pairs with the producer's store-release after the slot
+        // (kmod/ring.c pfprof_write_slot; StrictProducer::push, RelaxedProducer::push),
+        // read_seq with the consumer's (StrictConsumer::copy_out, RelaxedConsumer::drain),
+        // canceled with the producer's after its last sample (kmod/ring.c
+        // pfprof_cancel_locked; strict::cancel, RelaxedProducer::cancel).
+        let acquire = |w: &AtomicU64| w.load(Ordering::Acquire);
+        // Published with plain stores (WRITE_ONCE in kmod/ring.c): nothing to pair with.
+        let relaxed = |w: &AtomicU64| w.load(Ordering::Relaxed);
         Counters {
-            write_seq: load(self.write_seq()),
-            read_seq: load(self.read_seq()),
-            overwritten: load(self.overwritten()),
-            blocked_ns: load(self.blocked_ns()),
-            deferred: load(self.deferred()),
+            write_seq: acquire(self.write_seq()),
+            read_seq: acquire(self.read_seq()),
+            overwritten: relaxed(self.overwritten()),
+            blocked_ns: relaxed(self.blocked_ns()),
+            deferred: relaxed(self.deferred()),
             canceled: self.canceled().load(Ordering::Acquire) != 0,
+            withdrawn: self
+                .h32(offset_of!(AreaHeader, withdrawn))
+                .load(Ordering::Relaxed),
         }
     }
 
@@ -295,20 +374,6 @@ impl Area {
     #[cfg(not(loom))]
     pub fn memfd(&self) -> Option<BorrowedFd<'_>> {
         self.mem.memfd.as_ref().map(|f| f.as_fd())
-    }
-
-    /// Set `canceled` and wake whichever side sleeps on a semaphore. The
-    /// producer's last act; from another thread it also releases a producer
-    /// blocked on a full ring (a push racing with it may go unread).
-    pub fn cancel<W: Waiter>(&self, waiter: &W) -> Result<(), WaitError> {
-        self.canceled().store(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        for sem in [SemKind::Full, SemKind::Empty] {
-            if self.sem_waiters(sem).swap(0, Ordering::SeqCst) != 0 {
-                waiter.wake(self, sem)?;
-            }
-        }
-        Ok(())
     }
 
     pub(crate) fn write_seq(&self) -> &AtomicU64 {
@@ -361,20 +426,15 @@ impl Area {
         assert!(count <= self.slot_count);
         let first = start % self.slot_count;
         let head = count.min(self.slot_count - first);
-        let words = |[time_ns, minor, major, cpu_ns]: &SlotWords| Sample {
-            time_ns: time_ns.load(Ordering::Relaxed),
-            minor: minor.load(Ordering::Relaxed),
-            major: major.load(Ordering::Relaxed),
-            cpu_ns: cpu_ns.load(Ordering::Relaxed),
-        };
+        let words =
+            |words: &SlotWords| sample_of(words.each_ref().map(|w| w.load(Ordering::Relaxed)));
         let run = |first, slots| self.slot_run(first, slots).iter().map(words);
         run(first, head).chain(run(0, count - head))
     }
 
     /// Store `sample` into the slot of sequence `seq`, word by word.
     pub(crate) fn write_slot(&self, seq: u64, sample: &Sample) {
-        let words = [sample.time_ns, sample.minor, sample.major, sample.cpu_ns];
-        for (w, value) in words.into_iter().enumerate() {
+        for (w, value) in slot_words(sample).into_iter().enumerate() {
             self.slot_word(seq, w).store(value, Ordering::Relaxed);
         }
     }
@@ -443,7 +503,7 @@ impl Area {
             &self.mem.words64[offset / 8]
         } else {
             let word = (offset - data) / 8;
-            &self.mem.slots[word / 4][word % 4]
+            &self.mem.slots[word / SLOT_WORDS][word % SLOT_WORDS]
         }
     }
 }
@@ -468,9 +528,10 @@ mod tests {
         let area = Area::create_memfd(3, Mode::Relaxed, Duration::from_millis(20)).unwrap();
         let other = Area::attach(remap(&area)).unwrap();
         assert_eq!(other.mode(), Mode::Relaxed);
-        assert_eq!(other.slot_count(), 256);
+        // Two data pages of 64-byte samples.
+        assert_eq!(other.slot_count(), 128);
         assert_eq!(other.period(), Duration::from_millis(20));
-        assert_eq!(area.sem_count(SemKind::Empty).load(Ordering::Relaxed), 256);
+        assert_eq!(area.sem_count(SemKind::Empty).load(Ordering::Relaxed), 128);
     }
 
     #[test]
@@ -502,7 +563,7 @@ mod tests {
         ));
         assert!(matches!(
             corrupt(offset_of!(AreaHeader, mode), 0, false),
-            LayoutError::NoSession { found: 0 }
+            LayoutError::NotStarted { found: 0 }
         ));
         assert!(matches!(
             corrupt(offset_of!(AreaHeader, area_size), 1 << 20, true),
@@ -512,11 +573,8 @@ mod tests {
             }
         ));
         assert!(matches!(
-            corrupt(offset_of!(AreaHeader, slot_count), 129, true),
-            LayoutError::SlotCount {
-                found: 129,
-                max: 128
-            }
+            corrupt(offset_of!(AreaHeader, slot_count), 65, true),
+            LayoutError::SlotCount { found: 65, max: 64 }
         ));
         assert!(matches!(
             corrupt(offset_of!(AreaHeader, slot_count), 0, true),

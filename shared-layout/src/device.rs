@@ -9,7 +9,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,13 +17,14 @@ use std::time::Duration;
 use memmap2::MmapOptions;
 
 use crate::abi::{self, Info};
-use crate::wait::{SemKind, WaitError, Waiter};
-use crate::{Area, LayoutError, Mode};
+use crate::area::{Area, LayoutError, SemKind};
+use crate::mode::Mode;
+use crate::wait::{WaitError, Waiter};
 
 /// Why the device cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
-    #[error("{} does not exist: load the module first (insmod pfprof.ko, or modprobe pfprof after a DKMS install)", path.display())]
+    #[error("{} does not exist: the pfprof module is not loaded", path.display())]
     NotLoaded { path: PathBuf },
     #[error("permission denied opening {}: install the udev rule kmod/99-pfprof.rules or run as root", path.display())]
     PermissionDenied { path: PathBuf },
@@ -41,6 +42,10 @@ pub enum DeviceError {
     Full,
     #[error("the session has ended")]
     Ended,
+    #[error("not a directory of a cgroup2 file system")]
+    NotACgroup,
+    #[error("this pfprof module or kernel takes no cgroups (rebuild the module from this source, or use --backend procfs)")]
+    NoCgroups,
     #[error("the module's answer is inconsistent: {0}")]
     BadInfo(&'static str),
     #[error("the area the module mapped is not usable: {0}")]
@@ -71,12 +76,14 @@ mod ioctls {
     nix::ioctl_write_ptr_bad!(ioc_set_mode, abi::IOC_SET_MODE, u32);
     nix::ioctl_write_ptr_bad!(ioc_wait_full, abi::IOC_WAIT_FULL, u32);
     nix::ioctl_none_bad!(ioc_wake_producer, abi::IOC_WAKE_PRODUCER);
-    nix::ioctl_write_ptr_bad!(ioc_add, abi::IOC_ADD, abi::Target);
+    nix::ioctl_write_ptr_bad!(ioc_add, abi::IOC_ADD, abi::AddProcess);
     nix::ioctl_write_ptr_bad!(ioc_follow, abi::IOC_FOLLOW, abi::Follow);
     nix::ioctl_none_bad!(ioc_end, abi::IOC_END);
+    nix::ioctl_write_ptr_bad!(ioc_add_cgroup, abi::IOC_ADD_CGROUP, abi::AddCgroup);
 }
 use ioctls::{
-    ioc_add, ioc_end, ioc_follow, ioc_info, ioc_set_mode, ioc_wait_full, ioc_wake_producer,
+    ioc_add, ioc_add_cgroup, ioc_end, ioc_follow, ioc_info, ioc_set_mode, ioc_wait_full,
+    ioc_wake_producer,
 };
 
 /// Which `/proc/pfprof/status` registrations a session takes in ([`Device::follow`]).
@@ -102,23 +109,11 @@ impl Device {
     /// Opens the device at `path` and checks that the module speaks our ABI.
     pub fn open_path(path: &Path) -> Result<Device, DeviceError> {
         let path = path.to_path_buf();
-        let file = match OpenOptions::new().read(true).write(true).open(&path) {
-            Ok(f) => f,
-            Err(e) => {
-                return Err(match e.raw_os_error() {
-                    Some(libc::ENOENT | libc::ENXIO | libc::ENODEV) => {
-                        DeviceError::NotLoaded { path }
-                    }
-                    Some(libc::EACCES | libc::EPERM) => DeviceError::PermissionDenied { path },
-                    Some(libc::EMFILE) => DeviceError::TooManySessions { path },
-                    _ => DeviceError::Io {
-                        op: "open",
-                        path,
-                        source: e,
-                    },
-                })
-            }
-        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| open_error(path.clone(), e))?;
 
         let mut info = Info {
             abi_version: abi::ABI_VERSION,
@@ -126,22 +121,8 @@ impl Device {
         };
         // SAFETY: IOC_INFO is _IOWR(.., struct pfprof_info), which Info mirrors; `info`
         // is a live local.
-        match ioctl_result(unsafe { ioc_info(file.as_raw_fd(), &mut info) }) {
-            Ok(()) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EPROTO) => {
-                return Err(DeviceError::AbiMismatch {
-                    ours: abi::ABI_VERSION,
-                    module: info.abi_version,
-                })
-            }
-            Err(e) => {
-                return Err(DeviceError::Io {
-                    op: "PFPROF_IOC_INFO",
-                    path,
-                    source: e,
-                })
-            }
-        }
+        ioctl_result(unsafe { ioc_info(file.as_raw_fd(), &mut info) })
+            .map_err(|e| info_error(path.clone(), &info, e))?;
         if info.sample_size as usize != size_of::<abi::Sample>() {
             return Err(DeviceError::BadInfo("sample_size differs from ours"));
         }
@@ -169,14 +150,14 @@ impl Device {
         if whole_life {
             flags |= abi::TARGET_WHOLE_LIFE;
         }
-        let target = abi::Target {
+        let arg = abi::AddProcess {
             pid: pid_arg(pid)?,
             flags,
             reserved: 0,
         };
-        // SAFETY: IOC_ADD is _IOW(.., struct pfprof_target), which Target mirrors;
-        // `target` is a live local.
-        ioctl_result(unsafe { ioc_add(self.file.as_raw_fd(), &target) })
+        // SAFETY: IOC_ADD is _IOW(.., struct pfprof_target), which AddProcess mirrors;
+        // `arg` is a live local.
+        ioctl_result(unsafe { ioc_add(self.file.as_raw_fd(), &arg) })
             .map_err(|e| self.target_error("PFPROF_IOC_ADD", pid, e))
     }
 
@@ -199,6 +180,26 @@ impl Device {
             .map_err(|e| self.target_error("PFPROF_IOC_FOLLOW", pid, e))
     }
 
+    /// The processes of the cgroup2 directory `dir` (and of its descendant cgroups) are
+    /// the session's, each counted while it is inside (pfprof.h, PFPROF_IOC_ADD_CGROUP).
+    pub fn add_cgroup(&self, dir: BorrowedFd<'_>) -> Result<(), DeviceError> {
+        let arg = abi::AddCgroup {
+            fd: dir.as_raw_fd(),
+            flags: 0,
+            reserved: 0,
+        };
+        // SAFETY: IOC_ADD_CGROUP is _IOW(.., struct pfprof_cgroup_target), which
+        // AddCgroup mirrors; `arg` is a live local.
+        ioctl_result(unsafe { ioc_add_cgroup(self.file.as_raw_fd(), &arg) }).map_err(|e| {
+            match e.raw_os_error() {
+                Some(libc::EBADF | libc::ENOTDIR) => DeviceError::NotACgroup,
+                Some(libc::ENOTTY | libc::EOPNOTSUPP) => DeviceError::NoCgroups,
+                Some(libc::ESHUTDOWN) => DeviceError::Ended,
+                _ => self.io("PFPROF_IOC_ADD_CGROUP", e),
+            }
+        })
+    }
+
     /// What ends the session (`PFPROF_IOC_END`), from any thread: its processes leave
     /// after their last sample, and the module then cancels the ring.
     pub fn ender(&self) -> Ender {
@@ -209,14 +210,7 @@ impl Device {
     }
 
     fn target_error(&self, op: &'static str, pid: u32, e: io::Error) -> DeviceError {
-        match e.raw_os_error() {
-            Some(libc::ESRCH) => DeviceError::NoSuchProcess { pid },
-            Some(libc::EPERM | libc::EACCES) => DeviceError::NotAllowed { pid },
-            Some(libc::EEXIST) => DeviceError::AlreadyCounted { pid },
-            Some(libc::ENOSPC) => DeviceError::Full,
-            Some(libc::ESHUTDOWN) => DeviceError::Ended,
-            _ => self.io(op, e),
-        }
+        target_error(pid, e).unwrap_or_else(|e| self.io(op, e))
     }
 
     /// Starts the ring in `mode` and maps the area. What the session's processes did
@@ -274,6 +268,49 @@ impl Ender {
             source,
         })
     }
+}
+
+/// Why the device could not be opened: the module's refusals (EACCES, EMFILE) and its
+/// absence get errors of their own.
+fn open_error(path: PathBuf, e: io::Error) -> DeviceError {
+    match e.raw_os_error() {
+        Some(libc::ENOENT | libc::ENXIO | libc::ENODEV) => DeviceError::NotLoaded { path },
+        Some(libc::EACCES | libc::EPERM) => DeviceError::PermissionDenied { path },
+        Some(libc::EMFILE) => DeviceError::TooManySessions { path },
+        _ => DeviceError::Io {
+            op: "open",
+            path,
+            source: e,
+        },
+    }
+}
+
+/// Why the handshake failed: EPROTO is the module's other ABI version, which it wrote
+/// into `answer`.
+fn info_error(path: PathBuf, answer: &Info, e: io::Error) -> DeviceError {
+    match e.raw_os_error() {
+        Some(libc::EPROTO) => DeviceError::AbiMismatch {
+            ours: abi::ABI_VERSION,
+            module: answer.abi_version,
+        },
+        _ => DeviceError::Io {
+            op: "PFPROF_IOC_INFO",
+            path,
+            source: e,
+        },
+    }
+}
+
+/// The module's refusal of process `pid` (ADD, FOLLOW), or `e` back when it is none.
+fn target_error(pid: u32, e: io::Error) -> Result<DeviceError, io::Error> {
+    Ok(match e.raw_os_error() {
+        Some(libc::ESRCH) => DeviceError::NoSuchProcess { pid },
+        Some(libc::EPERM | libc::EACCES) => DeviceError::NotAllowed { pid },
+        Some(libc::EEXIST) => DeviceError::AlreadyCounted { pid },
+        Some(libc::ENOSPC) => DeviceError::Full,
+        Some(libc::ESHUTDOWN) => DeviceError::Ended,
+        _ => return Err(e),
+    })
 }
 
 /// A pid as the ABI's `__s32`: pids are below 2^22 on Linux.
@@ -344,8 +381,7 @@ impl Waiter for DeviceWaiter {
 /// Which side to rebuild when the handshake finds two ABI versions: the older one.
 fn rebuild_advice(ours: u32, module: u32) -> &'static str {
     if module < ours {
-        "the module is older; rebuild and reload it from this source \
-         (make -C kmod && sudo rmmod pfprof && sudo insmod kmod/pfprof.ko, or dkms install)"
+        "the module is older; replace it with one built from the monitor's source"
     } else {
         "the monitor is older; rebuild it from the module's source (cargo build --release -p monitor)"
     }
@@ -376,6 +412,82 @@ mod tests {
                 })
             ),
             "{err:?}"
+        );
+    }
+
+    #[test]
+    fn each_refusal_of_the_module_says_what_to_do() {
+        let path = Path::new(abi::DEVICE_PATH);
+        let opening =
+            |errno| open_error(path.to_path_buf(), io::Error::from_raw_os_error(errno)).to_string();
+        for errno in [libc::EACCES, libc::EPERM] {
+            assert_eq!(
+                opening(errno),
+                "permission denied opening /dev/pfprof: install the udev rule \
+                 kmod/99-pfprof.rules or run as root"
+            );
+        }
+        assert_eq!(
+            opening(libc::EMFILE),
+            "too many sessions open on /dev/pfprof: close another monitor of this user, or \
+             raise the module's max_sessions"
+        );
+        assert_eq!(
+            opening(libc::ENOENT),
+            "/dev/pfprof does not exist: the pfprof module is not loaded"
+        );
+        assert!(matches!(
+            open_error(path.to_path_buf(), io::Error::from_raw_os_error(libc::EIO)),
+            DeviceError::Io { op: "open", .. }
+        ));
+        let adding = |errno| match target_error(42, io::Error::from_raw_os_error(errno)) {
+            Ok(refusal) => refusal.to_string(),
+            Err(e) => panic!("errno {errno} is no refusal: {e}"),
+        };
+        for errno in [libc::EPERM, libc::EACCES] {
+            assert_eq!(
+                adding(errno),
+                "not allowed to profile process 42: it belongs to another user (profile it \
+                 as that user or as root)"
+            );
+        }
+        assert_eq!(adding(libc::ESRCH), "process 42 does not exist");
+        assert_eq!(
+            adding(libc::EEXIST),
+            "process 42 is profiled by this session already"
+        );
+        assert_eq!(adding(libc::ESHUTDOWN), "the session has ended");
+        assert!(adding(libc::ENOSPC).starts_with("the session counts "));
+        assert!(target_error(42, io::Error::from_raw_os_error(libc::EIO)).is_err());
+        // The module answers EPROTO with its own version in the handshake.
+        let handshake = |module| {
+            let answer = Info {
+                abi_version: module,
+                ..Info::default()
+            };
+            info_error(
+                path.to_path_buf(),
+                &answer,
+                io::Error::from_raw_os_error(libc::EPROTO),
+            )
+            .to_string()
+        };
+        let ours = abi::ABI_VERSION;
+        assert_eq!(
+            handshake(ours - 1),
+            format!(
+                "the module speaks ABI version {}, this monitor speaks {ours}: the module is \
+                 older; replace it with one built from the monitor's source",
+                ours - 1
+            )
+        );
+        assert_eq!(
+            handshake(ours + 1),
+            format!(
+                "the module speaks ABI version {}, this monitor speaks {ours}: the monitor is \
+                 older; rebuild it from the module's source (cargo build --release -p monitor)",
+                ours + 1
+            )
         );
     }
 

@@ -6,11 +6,11 @@ pub mod abi;
 mod area;
 #[cfg(not(loom))]
 pub mod device;
-mod error;
 mod lock;
 mod mode;
 #[cfg(not(loom))]
 pub mod producer;
+mod protocol;
 pub mod relaxed;
 mod sem;
 pub mod strict;
@@ -18,7 +18,6 @@ mod sync;
 pub mod wait;
 
 pub use abi::Sample;
-pub use area::{Area, Counters};
-pub use error::{LayoutError, ProtocolError};
+pub use area::{Area, Counters, LayoutError};
 pub use mode::{Mode, ParseModeError};
-pub use strict::Push;
+pub use protocol::{ProtocolError, Push};

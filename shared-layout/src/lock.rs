@@ -6,17 +6,17 @@
 use crate::abi::{LOCK_CONSUMER, LOCK_FREE, LOCK_PRODUCER, LOCK_SPIN_NS};
 use std::time::Duration;
 
+use crate::area::Area;
 use crate::sync::{backoff, Ordering, SpinBudget};
-use crate::Area;
 
 /// How long the producer tries before it defers its sample, as the module
 /// does (PFPROF_LOCK_SPIN_NS): the consumer holds the lock only to copy a batch.
 const PRODUCER_SPIN: Duration = Duration::from_nanos(LOCK_SPIN_NS as u64);
 /// How long the consumer spins before it yields and sleeps. A user-space
 /// producer that never waits (the module's role, unpaced) takes the lock back
-/// within nanoseconds of each release; a consumer that gave up after 64 tries
-/// slept 50 µs-1 ms while the ring was overwritten (finding 4). Spinning, it
-/// gets a turn between two samples and holds the lock for a few loads and
+/// within nanoseconds of each release: a consumer that gave up after 64 tries
+/// would sleep 50 µs-1 ms while the ring is overwritten. Spinning,
+/// it gets a turn between two samples and holds the lock for a few loads and
 /// stores, far within the producer's own bounded try: the producer never
 /// waits on anything the consumer promises, so a consumer that lies or dies
 /// cannot make it wait longer than that budget.
@@ -24,7 +24,9 @@ const CONSUMER_SPIN: Duration = Duration::from_micros(20);
 
 fn try_lock(area: &Area, owner: u32) -> bool {
     let word = area.lock_word();
-    // Test before test-and-set: spinning on a load keeps the line shared.
+    // Test before test-and-set: spinning on a load keeps the line shared. The acquire
+    // pairs with the owner's store-release that freed it (kmod/ring.c
+    // pfprof_lock_release; Guard::drop).
     word.load(Ordering::Relaxed) == LOCK_FREE
         && word
             .compare_exchange(LOCK_FREE, owner, Ordering::Acquire, Ordering::Relaxed)
@@ -73,5 +75,31 @@ pub(crate) struct Guard<'a> {
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
         self.area.lock_word().store(LOCK_FREE, Ordering::Release);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::thread;
+
+    use super::*;
+    use crate::Mode;
+
+    #[test]
+    fn a_lock_released_within_the_limit_is_taken_not_given_up_at_the_first_try() {
+        let area = Area::create_memfd_with_slots(4, Mode::Strict, Duration::from_millis(50))
+            .expect("a memfd area");
+        assert!(try_lock(&area, LOCK_CONSUMER));
+        let held = Guard { area: &area };
+        thread::scope(|s| {
+            s.spawn(move || {
+                thread::sleep(Duration::from_millis(20));
+                drop(held);
+            });
+            let taken = lock_within(&area, LOCK_PRODUCER, Duration::from_secs(10));
+            assert!(taken.is_some(), "given up while the lock came free in time");
+        });
+        assert_eq!(area.lock_word().load(Ordering::Relaxed), LOCK_FREE);
+        assert!(lock_within(&area, LOCK_PRODUCER, Duration::ZERO).is_some());
     }
 }

@@ -4,11 +4,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::abi::Sample;
+use crate::area::Area;
+use crate::mode::Mode;
+use crate::protocol::{ProtocolError, Push};
 use crate::relaxed::RelaxedProducer;
-use crate::strict::{Push, StrictProducer};
+use crate::strict::StrictProducer;
 use crate::sync::Ordering;
 use crate::wait::FutexWaiter;
-use crate::{Area, Mode, ProtocolError};
 
 /// How long `finish` waits before retrying a sample the lock refused.
 const LOCK_RETRY: Duration = Duration::from_millis(1);
@@ -18,7 +20,7 @@ enum Side {
     Relaxed(RelaxedProducer),
 }
 
-/// What [`Producer::finish`] managed before it canceled the session.
+/// What [`Producer::finish`] managed before it canceled the ring.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Finish {
     /// Every recorded count reached the ring.
@@ -58,6 +60,7 @@ impl Producer {
     /// to write it together with whatever earlier periods could not be
     /// written. `Full` and `LockBusy` mean it waits for the next period.
     pub fn record(&mut self, delta: Sample) -> Result<Push, ProtocolError> {
+        // Twin of the module's deferral: pfprof_sampler_fn's undelivered sample (kmod/sampler.c).
         let mut sample = self.pending.take().unwrap_or_default();
         sample += delta;
         let pushed = match self.push(sample, Some(self.slot_wait)) {
@@ -83,7 +86,7 @@ impl Producer {
     }
 
     /// Write what is pending (retrying until `deadline`), then cancel the
-    /// session and wake both sides.
+    /// ring and wake both sides.
     pub fn finish(mut self, deadline: Instant) -> Result<Finish, ProtocolError> {
         while let Some(sample) = self.pending {
             let Some(left) = deadline.checked_duration_since(Instant::now()) else {

@@ -5,11 +5,13 @@
 use std::sync::Arc;
 
 use crate::abi::Sample;
+use crate::area::Area;
 use crate::lock::{lock_consumer, try_lock_producer};
-pub use crate::strict::Push;
-use crate::strict::{check_mode, next_seq};
+use crate::mode::Mode;
+/// What [`RelaxedProducer::push`] returns.
+pub use crate::protocol::Push;
+use crate::protocol::{check_mode, next_seq, ProtocolError};
 use crate::sync::Ordering;
-use crate::{Area, Mode, ProtocolError};
 
 /// What one [`RelaxedConsumer::drain`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -18,7 +20,7 @@ pub struct Drain {
     pub received: usize,
     /// Samples overwritten before they could be copied, or while they were.
     pub lost: u64,
-    /// The producer canceled the session and everything it wrote is accounted for.
+    /// The producer canceled the ring and everything it wrote is accounted for.
     pub ended: bool,
 }
 
@@ -31,6 +33,8 @@ pub struct RelaxedConsumer {
 
 impl RelaxedConsumer {
     pub fn new(area: Arc<Area>) -> Self {
+        // Pairs with the store-release of read_seq by a consumer before this one
+        // (RelaxedConsumer::drain).
         let read_seq = area.read_seq().load(Ordering::Acquire);
         RelaxedConsumer { area, read_seq }
     }
@@ -46,7 +50,10 @@ impl RelaxedConsumer {
         let (w, canceled) = {
             let _lock = lock_consumer(area);
             // canceled first: it is set after the last write_seq, so once it
-            // reads 1 the write_seq read next is final.
+            // reads 1 the write_seq read next is final. The loads pair with the
+            // producer's store-releases of canceled (kmod/ring.c pfprof_cancel_locked;
+            // RelaxedProducer::cancel) and of write_seq after the slot (kmod/ring.c
+            // pfprof_write_slot; RelaxedProducer::push).
             let canceled = area.canceled().load(Ordering::Acquire) != 0;
             (area.write_seq().load(Ordering::Acquire), canceled)
         };
@@ -69,6 +76,7 @@ impl RelaxedConsumer {
         out.extend(area.read_slots(start, w - start));
         let w2 = {
             let _lock = lock_consumer(area);
+            // Pairs with the producer's store-release of write_seq, as above.
             let w2 = area.write_seq().load(Ordering::Acquire);
             area.read_seq().store(w, Ordering::Release);
             w2
@@ -95,6 +103,8 @@ pub struct RelaxedProducer {
 
 impl RelaxedProducer {
     pub fn new(area: Arc<Area>) -> Self {
+        // Pairs with the store-release of write_seq by a producer before this one
+        // (RelaxedProducer::push).
         let write_seq = area.write_seq().load(Ordering::Acquire);
         RelaxedProducer { area, write_seq }
     }
@@ -105,6 +115,8 @@ impl RelaxedProducer {
         let area = &*self.area;
         check_mode(area, Mode::Relaxed)?;
         let next_seq = next_seq(self.write_seq)?;
+        // Pairs with the store of canceled by whoever ended the ring
+        // (RelaxedProducer::cancel, sequentially consistent).
         if area.canceled().load(Ordering::Acquire) != 0 {
             return Ok(Push::Canceled);
         }

@@ -4,9 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+use crate::area::{Area, SemKind};
 use crate::sync::{dekker_fence, Ordering::Relaxed, Ordering::SeqCst, SpinBudget};
-use crate::wait::{SemKind, WaitError, Waiter};
-use crate::Area;
+use crate::wait::{WaitError, Waiter};
 
 /// down(sem) by one if a unit is available; never takes the count below zero.
 pub(crate) fn try_down(area: &Area, sem: SemKind) -> bool {
@@ -82,8 +82,9 @@ const MIN_SPIN: Duration = Duration::from_micros(1);
 /// where a wake-up costs the woken thread 46 µs of CPU: docs/benchmarks.md).
 /// It must outlast the other side's wake-up: with a ceiling below it, two
 /// sides that once woke each other could never again catch each other by
-/// polling and kept sleeping at every turn of a small ring (the convoy: 20 µs
-/// on the 24 µs machine, 35-60 sleeps per 1000 samples on 8 slots).
+/// polling and kept sleeping at every turn of a small ring (the convoy: with a
+/// 20 µs ceiling where a hand-off takes 24 µs, 35-60 sleeps per 1000 samples on
+/// 8 slots).
 const MAX_SPIN: Duration = Duration::from_micros(100);
 
 /// How long one side polls a semaphore (its count and `canceled`) before it
@@ -142,7 +143,7 @@ impl Wait {
     }
 
     /// Poll `sem` (only the first time), then announce and sleep until it may
-    /// have a unit, the session is canceled, or the deadline passes.
+    /// have a unit, the ring is canceled, or the deadline passes.
     pub(crate) fn wait<W: Waiter>(
         &mut self,
         area: &Area,

@@ -5,11 +5,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::abi::Sample;
+use crate::area::{Area, SemKind};
 use crate::lock::{lock_consumer, try_lock_producer};
+use crate::mode::Mode;
+/// What [`StrictProducer::push`] returns.
+pub use crate::protocol::Push;
+use crate::protocol::{check_mode, next_seq, ProtocolError};
 use crate::sem::{let_grow, post, try_down, AdaptiveSpin, Waited};
-use crate::sync::{Ordering, SpinBudget};
-use crate::wait::{SemKind, Waiter};
-use crate::{Area, Mode, ProtocolError};
+use crate::sync::{fence, Ordering, SpinBudget};
+use crate::wait::{WaitError, Waiter};
 
 /// What [`StrictConsumer::take`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,7 +21,7 @@ pub enum Take {
     /// This many samples were appended.
     Samples(usize),
     TimedOut,
-    /// The producer canceled the session and every sample has been taken.
+    /// The producer canceled the ring and every sample has been taken.
     Ended,
 }
 
@@ -27,33 +31,6 @@ pub enum TakeOne {
     Sample(Sample),
     TimedOut,
     Ended,
-}
-
-/// What a producer's push did with its sample.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Push {
-    Written,
-    /// Timed out waiting for a free slot; the sample was not written.
-    Full,
-    /// The bounded lock try failed; the sample was not written.
-    LockBusy,
-    /// The session is canceled; the sample was not written.
-    Canceled,
-}
-
-pub(crate) fn check_mode(area: &Area, expected: Mode) -> Result<(), ProtocolError> {
-    match area.mode() {
-        actual if actual == expected => Ok(()),
-        actual => Err(ProtocolError::WrongMode { expected, actual }),
-    }
-}
-
-/// The sequence number after `write_seq`, which a producer read from the area once:
-/// a hostile value must not wrap (or panic).
-pub(crate) fn next_seq(write_seq: u64) -> Result<u64, ProtocolError> {
-    write_seq
-        .checked_add(1)
-        .ok_or(ProtocolError::SequenceOverflow { write_seq })
 }
 
 /// The consumer of the strict protocol.
@@ -85,6 +62,8 @@ const ACTIVE_WINDOW: Duration = Duration::from_micros(20);
 
 impl<W: Waiter> StrictConsumer<W> {
     pub fn new(area: Arc<Area>, waiter: W) -> Self {
+        // Pairs with the store-release of read_seq by a consumer before this one
+        // (StrictConsumer::copy_out).
         let read_seq = area.read_seq().load(Ordering::Acquire);
         StrictConsumer {
             area,
@@ -157,6 +136,8 @@ impl<W: Waiter> StrictConsumer<W> {
             if k > 0 {
                 break Down::Got(k);
             }
+            // Pairs with the producer's store-release of canceled after its last up(full)
+            // (kmod/ring.c pfprof_cancel_locked; strict::cancel).
             if area.canceled().load(Ordering::Acquire) != 0 {
                 break match try_take(area, SemKind::Full) {
                     0 => Down::Ended,
@@ -195,6 +176,8 @@ impl<W: Waiter> StrictConsumer<W> {
         {
             let _lock = lock_consumer(area);
             if end.map_or(true, |end| end > self.published) {
+                // Pairs with the producer's store-release of write_seq after the slot
+                // (kmod/ring.c pfprof_write_slot; StrictProducer::push).
                 self.published = area.write_seq().load(Ordering::Acquire);
             }
             let Some(end) = end.filter(|&end| end <= self.published) else {
@@ -261,6 +244,8 @@ pub struct StrictProducer<W: Waiter> {
 
 impl<W: Waiter> StrictProducer<W> {
     pub fn new(area: Arc<Area>, waiter: W) -> Self {
+        // Pairs with the store-release of write_seq by a producer before this one
+        // (StrictProducer::push).
         let write_seq = area.write_seq().load(Ordering::Acquire);
         StrictProducer {
             area,
@@ -282,6 +267,8 @@ impl<W: Waiter> StrictProducer<W> {
         let next_seq = next_seq(self.write_seq)?;
         let mut wait = None;
         let refused = loop {
+            // Pairs with the store of canceled by another thread ending the ring
+            // (strict::cancel, sequentially consistent).
             if area.canceled().load(Ordering::Acquire) != 0 {
                 break Some(Push::Canceled);
             }
@@ -316,8 +303,22 @@ impl<W: Waiter> StrictProducer<W> {
 
     /// Set `canceled` after the last sample and wake the consumer.
     pub fn cancel(&mut self) -> Result<(), ProtocolError> {
-        Ok(self.area.cancel(&self.waiter)?)
+        Ok(cancel(&self.area, &self.waiter)?)
     }
+}
+
+/// Sets `canceled` and wakes whichever side sleeps on a semaphore. The producer's last
+/// act; from another thread it also releases a producer blocked on a full ring (a push
+/// racing with it may go unread).
+pub fn cancel<W: Waiter>(area: &Area, waiter: &W) -> Result<(), WaitError> {
+    area.canceled().store(1, Ordering::SeqCst);
+    fence(Ordering::SeqCst);
+    for sem in [SemKind::Full, SemKind::Empty] {
+        if area.sem_waiters(sem).swap(0, Ordering::SeqCst) != 0 {
+            waiter.wake(area, sem)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(all(test, not(loom)))]
@@ -336,7 +337,13 @@ mod tests {
 
     #[test]
     fn the_batch_a_take_waits_for_is_half_the_ring_at_most() {
-        for (slots, target) in [(1, 0), (3, 1), (4, 2), (8, 4), (16256, GROW_TARGET)] {
+        for (slots, target) in [
+            (1, 0),
+            (3, 1),
+            (4, 2),
+            (8, 4),
+            (crate::abi::slots_in(128), GROW_TARGET),
+        ] {
             let area =
                 Area::create_memfd_with_slots(slots, Mode::Strict, Duration::from_millis(50))
                     .expect("memfd area");

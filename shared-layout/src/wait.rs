@@ -6,16 +6,9 @@
 
 use std::time::Duration;
 
-use crate::Area;
-
-/// Which semaphore of the area.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SemKind {
-    /// Samples ready; the consumer downs it, the producer posts it.
-    Full,
-    /// Free slots; the producer downs it, the consumer posts it.
-    Empty,
-}
+use crate::area::Area;
+/// Named here too: every [`Waiter`] takes one.
+pub use crate::area::SemKind;
 
 /// Sleeping failed.
 #[derive(Debug, thiserror::Error)]

@@ -7,7 +7,7 @@ use std::mem::{offset_of, size_of};
 use std::path::PathBuf;
 use std::process::Command;
 
-use shared_layout::abi::{self, AreaHeader, Follow, Info, Sample, Sem, Target};
+use shared_layout::abi::{self, AddCgroup, AddProcess, AreaHeader, Follow, Info, Sample, Sem};
 
 /// One fact as both sides see it: a name, the printf conversion and argument
 /// that print it in C, and the Rust value.
@@ -84,7 +84,12 @@ fn string(facts: &mut Vec<Fact>, c: &str, rust: &str) {
 
 fn facts() -> Vec<Fact> {
     let mut f = Vec::new();
-    struct_facts!(f, Sample, "pfprof_sample", [time_ns, minor, major, cpu_ns]);
+    struct_facts!(
+        f,
+        Sample,
+        "pfprof_sample",
+        [time_ns, minor, major, cpu_ns, rss_anon, rss_file, rss_shmem, swap]
+    );
     struct_facts!(f, Sem, "pfprof_sem", [count, waiters]);
     struct_facts!(
         f,
@@ -105,7 +110,7 @@ fn facts() -> Vec<Fact> {
             blocked_ns,
             deferred,
             canceled,
-            reserved1,
+            withdrawn,
             reserved2,
             read_seq,
             reserved3,
@@ -132,7 +137,8 @@ fn facts() -> Vec<Fact> {
             reserved,
         ]
     );
-    struct_facts!(f, Target, "pfprof_target", [pid, flags, reserved]);
+    struct_facts!(f, AddProcess, "pfprof_target", [pid, flags, reserved]);
+    struct_facts!(f, AddCgroup, "pfprof_cgroup_target", [fd, flags, reserved]);
     struct_facts!(f, Follow, "pfprof_follow", [scope, flags, pid, reserved]);
     number(&mut f, "PFPROF_MAGIC", abi::MAGIC);
     number(&mut f, "PFPROF_ABI_VERSION", abi::ABI_VERSION);
@@ -160,6 +166,7 @@ fn facts() -> Vec<Fact> {
     number(&mut f, "PFPROF_IOC_ADD", abi::IOC_ADD);
     number(&mut f, "PFPROF_IOC_FOLLOW", abi::IOC_FOLLOW);
     number(&mut f, "PFPROF_IOC_END", abi::IOC_END);
+    number(&mut f, "PFPROF_IOC_ADD_CGROUP", abi::IOC_ADD_CGROUP);
     number(&mut f, "PFPROF_TARGET_INHERIT", abi::TARGET_INHERIT);
     number(&mut f, "PFPROF_TARGET_WHOLE_LIFE", abi::TARGET_WHOLE_LIFE);
     number(&mut f, "PFPROF_MEMBERS_MAX", abi::MEMBERS_MAX);

@@ -23,6 +23,10 @@ fn numbered(seq: u64) -> Sample {
         minor: seq + 100,
         major: seq + 200,
         cpu_ns: seq + 300,
+        rss_anon: seq + 400,
+        rss_file: seq + 500,
+        rss_shmem: seq + 600,
+        swap: seq + 700,
     }
 }
 

@@ -27,7 +27,16 @@ fn delta(period: u64) -> Sample {
         minor: period + 1,
         major: period % 3,
         cpu_ns: 1_000_000 + period,
+        rss_anon: (period + 1) << 20,
+        rss_file: period << 12,
+        rss_shmem: period % 2 * 4096,
+        swap: (10 - period % 10) << 16,
     }
+}
+
+/// The memory levels of a sample: what a merged sample takes from its latest period.
+fn levels(s: &Sample) -> [u64; 4] {
+    [s.rss_anon, s.rss_file, s.rss_shmem, s.swap]
 }
 
 /// What the consumer must see in total once every delta is written.
@@ -92,6 +101,11 @@ fn producer_defers_without_blocking_while_a_dead_consumer_holds_the_lock_and_con
             totals(&all),
             "{mode}"
         );
+        assert_eq!(
+            levels(sample),
+            levels(&last),
+            "{mode}: the last period's memory"
+        );
     }
 }
 
@@ -126,6 +140,7 @@ fn producer_merges_periods_while_the_strict_ring_is_full_and_finish_flushes_them
     let received = join_within(taking, LIMIT, "the consumer");
     assert_eq!(received.len(), 3, "two periods, then the eight merged ones");
     assert_eq!(received[2].time_ns, deltas[9].time_ns);
+    assert_eq!(levels(&received[2]), levels(&deltas[9]));
     assert_eq!(totals(&received), totals(&deltas));
     assert!(area.counters().canceled);
 }
@@ -146,6 +161,7 @@ fn producer_finish_gives_up_at_its_deadline_and_returns_what_it_could_not_write(
         minor: delta(1).minor + delta(2).minor,
         major: delta(1).major + delta(2).major,
         cpu_ns: delta(1).cpu_ns + delta(2).cpu_ns,
+        ..delta(2)
     };
     assert_eq!(finish, Finish::Unflushed(merged));
     assert!(area.counters().canceled);
@@ -168,5 +184,6 @@ fn a_sample_the_ring_refuses_with_an_error_stays_pending_with_later_counts_merge
             "{mode}: every count kept"
         );
         assert_eq!(merged.time_ns, delta(1).time_ns);
+        assert_eq!(levels(&merged), levels(&delta(1)));
     }
 }

@@ -15,7 +15,7 @@ use common::{
 };
 use rand::Rng;
 use shared_layout::abi::AreaHeader;
-use shared_layout::strict::{Push, StrictConsumer, StrictProducer, Take, TakeOne};
+use shared_layout::strict::{self, Push, StrictConsumer, StrictProducer, Take, TakeOne};
 use shared_layout::wait::FutexWaiter;
 use shared_layout::{Area, Mode, ProtocolError, Sample};
 
@@ -160,7 +160,7 @@ fn canceling_releases_a_producer_blocked_on_a_full_ring_and_loses_nothing() {
     }
     thread::sleep(Duration::from_millis(100)); // let it fall asleep on `empty`
     assert!(!pushing.is_finished(), "the producer waits for a free slot");
-    area.cancel(&FutexWaiter).unwrap();
+    strict::cancel(&area, &FutexWaiter).unwrap();
     let written = join_within(pushing, LIMIT, "the blocked producer");
     assert_eq!(written, 4);
     let mut consumer = StrictConsumer::new(Arc::clone(&area), FutexWaiter);
@@ -301,4 +301,55 @@ fn strict_producer_refuses_a_write_seq_that_cannot_advance_and_keeps_its_slot() 
     );
     let empty = word32(&scribbler, offset_of!(AreaHeader, empty));
     assert_eq!(empty.load(Ordering::SeqCst), 4, "no free slot was taken");
+}
+
+#[test]
+fn a_wait_whose_deadline_cannot_be_represented_waits_instead_of_timing_out() {
+    // Duration::MAX from now overflows an Instant: the wait has no deadline then.
+    let area = area(4, Mode::Strict);
+    let mut consumer = StrictConsumer::new(Arc::clone(&area), FutexWaiter);
+    let waiting = thread::spawn(move || {
+        let mut out = Vec::new();
+        let took = consumer.take(&mut out, Some(Duration::MAX)).unwrap();
+        (took, out)
+    });
+    thread::sleep(Duration::from_millis(100));
+    let mut producer = StrictProducer::new(Arc::clone(&area), FutexWaiter);
+    assert_eq!(producer.push(numbered(0), None).unwrap(), Push::Written);
+    let (took, out) = join_within(waiting, LIMIT, "the consumer");
+    assert_eq!((took, out), (Take::Samples(1), vec![numbered(0)]));
+}
+
+#[test]
+fn each_side_refuses_an_area_of_the_other_protocol() {
+    let relaxed = area(4, Mode::Relaxed);
+    let strict = area(4, Mode::Strict);
+    let wrong = |e: ProtocolError, expected| {
+        assert!(
+            matches!(e, ProtocolError::WrongMode { expected: x, .. } if x == expected),
+            "{e}"
+        );
+    };
+    let mut consumer = StrictConsumer::new(Arc::clone(&relaxed), FutexWaiter);
+    wrong(
+        consumer
+            .take(&mut Vec::new(), Some(Duration::ZERO))
+            .unwrap_err(),
+        Mode::Strict,
+    );
+    let mut producer = StrictProducer::new(Arc::clone(&relaxed), FutexWaiter);
+    wrong(
+        producer
+            .push(numbered(0), Some(Duration::ZERO))
+            .unwrap_err(),
+        Mode::Strict,
+    );
+    let mut consumer = shared_layout::relaxed::RelaxedConsumer::new(Arc::clone(&strict));
+    wrong(consumer.drain(&mut Vec::new()).unwrap_err(), Mode::Relaxed);
+    let mut producer = shared_layout::relaxed::RelaxedProducer::new(Arc::clone(&strict));
+    wrong(producer.push(numbered(0)).unwrap_err(), Mode::Relaxed);
+    assert_eq!(
+        (relaxed.counters().write_seq, strict.counters().write_seq),
+        (0, 0)
+    );
 }

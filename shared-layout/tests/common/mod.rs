@@ -26,6 +26,10 @@ pub fn numbered(seq: u64) -> Sample {
         minor: seq.wrapping_mul(0x9E37_79B9_7F4A_7C15),
         major: !seq,
         cpu_ns: seq.rotate_left(17) ^ 0xA5A5_A5A5_A5A5_A5A5,
+        rss_anon: seq.wrapping_add(1) << 12,
+        rss_file: seq.swap_bytes(),
+        rss_shmem: seq ^ 0x5A5A_5A5A_5A5A_5A5A,
+        swap: seq.wrapping_mul(3).rotate_right(9),
     }
 }
 
