@@ -43,8 +43,9 @@ fn sample(seq: u64) -> Sample {
     Sample {
         time_ns: seq,
         minor: seq,
-        major: 0,
         cpu_ns: seq,
+        rss_anon: seq,
+        ..Sample::default()
     }
 }
 

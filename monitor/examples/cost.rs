@@ -9,16 +9,15 @@
 //! wait4(): its CPU time is user + system, to the microsecond. docs/benchmarks.md has a
 //! run ("What the monitor costs").
 
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use anyhow::{ensure, Context};
-use monitor::child;
-use nix::sys::signal::{kill, Signal};
+use anyhow::Context;
+use common::stop;
 use nix::time::{clock_gettime, ClockId};
-use nix::unistd::Pid;
+
+mod common;
 
 const PROFILE_FOR: Duration = Duration::from_secs(10);
 const PERIOD_MS: &str = "50";
@@ -35,13 +34,6 @@ fn start(program: &str, args: &[&str]) -> anyhow::Result<Option<Child>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e).with_context(|| format!("starting {program}")),
     }
-}
-
-/// Stops `child` with SIGINT, as a user would, and returns its CPU time in ms.
-fn stop(child: Child) -> anyhow::Result<f64> {
-    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).context("stopping a profiler")?;
-    let (_, used) = child::wait(child.id()).context("reaping a profiler")?;
-    Ok(used.cpu_ns as f64 / 1e6)
 }
 
 /// The floor: the CPU time, in ms, of a thread that only wakes every `period` for
@@ -63,21 +55,7 @@ fn wake_only(period: Duration) -> anyhow::Result<f64> {
 }
 
 fn main() -> anyhow::Result<()> {
-    let mut args = std::env::args().skip(1);
-    let rounds: u32 = args.next().map_or(Ok(3), |r| r.parse()).context("ROUNDS")?;
-    let monitor = match args.next() {
-        Some(path) => PathBuf::from(path),
-        None => std::env::current_exe()?
-            .parent()
-            .and_then(|examples| examples.parent())
-            .context("no directory beside this example")?
-            .join("monitor"),
-    };
-    ensure!(
-        monitor.exists(),
-        "{} does not exist: build it first",
-        monitor.display()
-    );
+    let (rounds, monitor) = common::rounds_and_monitor()?;
 
     let period = Duration::from_millis(PERIOD_MS.parse()?);
     println!(
@@ -112,8 +90,8 @@ fn main() -> anyhow::Result<()> {
             let floor_ms = thread::spawn(move || wake_only(period))
                 .join()
                 .expect("the waking thread panicked")?;
-            let monitor_ms = stop(monitor)?;
-            let perf_ms = perf.map(stop).transpose()?;
+            let monitor_ms = stop(&monitor)?;
+            let perf_ms = perf.as_ref().map(stop).transpose()?;
             sleeper.kill()?;
             sleeper.wait()?;
             let (perf_cell, ratio) = match perf_ms {

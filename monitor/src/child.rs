@@ -1,4 +1,5 @@
-//! Starting the command `monitor run` profiles, and reaping it with its rusage.
+//! Starting the command `monitor run` profiles, telling whoever counts it of its end, and
+//! reaping it with its rusage.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -14,9 +15,9 @@ use nix::sys::signal::{self, SigHandler, Signal};
 use nix::sys::wait::{self, Id, WaitPidFlag};
 use nix::unistd::{self, Pid};
 
-use crate::error::Blame;
+use crate::exit::Blame;
+use crate::exit::ExitStatus;
 use crate::procstat::{self, ProcessCounters};
-use crate::report::ExitStatus;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpawnError {
@@ -52,9 +53,56 @@ impl SpawnError {
     }
 }
 
-/// Starts `argv` now; the procfs backend's way.
+/// Starts `argv` now, not held.
 pub fn spawn(argv: &[OsString]) -> Result<u32, SpawnError> {
     spawn_held(argv)?.release()
+}
+
+/// Told of the end of the command `monitor run` started, by the thread that reaps it.
+pub trait ExitWatch: Send {
+    /// The command `pid` has exited and is not reaped yet: its pid is still its own, and
+    /// its zombie can be read.
+    fn exited(&mut self, pid: u32);
+    /// It has been reaped: `totals` are wait4()'s, its own counts and those of the
+    /// descendants it waited for.
+    fn reaped(self: Box<Self>, pid: u32, totals: ProcessCounters);
+}
+
+/// The command once it runs, until it is reaped; the producer that counts it may watch
+/// for its end ([`Running::watch_exit`]).
+pub struct Running {
+    pid: u32,
+    watch: Option<Box<dyn ExitWatch>>,
+}
+
+impl Running {
+    pub fn new(pid: u32) -> Running {
+        Running { pid, watch: None }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// `watch` is told of the command's end, first while its zombie is there, then with
+    /// its final counts.
+    pub fn watch_exit(&mut self, watch: Box<dyn ExitWatch>) {
+        self.watch = Some(watch);
+    }
+
+    /// The command has exited; called before it is reaped.
+    pub fn exited(&mut self) {
+        if let Some(watch) = self.watch.as_mut() {
+            watch.exited(self.pid);
+        }
+    }
+
+    /// The command was reaped ([`wait`]) with these counts.
+    pub fn reaped(self, totals: ProcessCounters) {
+        if let Some(watch) = self.watch {
+            watch.reaped(self.pid, totals);
+        }
+    }
 }
 
 /// A command forked and held between fork and exec until [`Held::release`]; dropping it
@@ -211,8 +259,8 @@ pub fn wait(pid: u32) -> io::Result<(ExitStatus, ProcessCounters)> {
     // SAFETY: rusage is plain old data; all-zero is a valid value.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // libc, not nix: nix's wait functions do not return the rusage.
-    // SAFETY: `status` and `usage` are live locals wait4 fills in.
     retry(|| {
+        // SAFETY: `status` and `usage` are live locals wait4 fills in.
         Errno::result(unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut usage) })
     })?;
     let exit = if libc::WIFSIGNALED(status) {

@@ -1,5 +1,5 @@
-//! Why a profile failed, and whose move it is: the user's (a usage error), the command's
-//! (not found, not executable), or ours.
+//! Why a profile failed, and whose move it is ([`Blame`]): the user's (a usage error), the
+//! command's (not found, not executable), or ours.
 
 use std::io;
 use std::path::PathBuf;
@@ -7,10 +7,13 @@ use std::path::PathBuf;
 use shared_layout::device::DeviceError;
 use shared_layout::{LayoutError, ProtocolError};
 
+use crate::backend::procfs::sampler::SamplerError;
+use crate::cgroup::CgroupError;
 use crate::child::SpawnError;
+use crate::exit::Blame;
+use crate::export::ExportError;
 use crate::plot::PlotError;
 use crate::procstat::StatError;
-use crate::sampler::SamplerError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {
@@ -36,7 +39,7 @@ pub enum ProfileError {
     },
     #[error("cannot use the pfprof module")]
     Device(#[source] DeviceError),
-    #[error("nothing to profile: give --pid PID, or use `monitor run -- CMD`")]
+    #[error("nothing to profile: give --pid PID or --cgroup PATH, or use `monitor run -- CMD`")]
     NothingToProfile,
     #[error("the module samples every {module_ms} ms, not every {asked_ms} ms")]
     PeriodMismatch { module_ms: u128, asked_ms: u32 },
@@ -58,36 +61,16 @@ pub enum ProfileError {
     Memfd(#[source] LayoutError),
     #[error("waiting for the command")]
     Reap(#[source] io::Error),
+    #[error(transparent)]
+    Export(#[from] ExportError),
+    #[error("--cgroup")]
+    Cgroup(#[from] CgroupError),
     #[error("{what}")]
     System {
         what: &'static str,
         #[source]
         source: io::Error,
     },
-}
-
-/// Who has to act, which decides the exit code.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Blame {
-    /// The invocation or the system (a pid, a path, the module): exit code 2.
-    Usage,
-    /// The command does not exist: 127, as shells, `env` and `timeout` say it.
-    CommandNotFound,
-    /// The command exists and cannot be executed: 126.
-    CommandNotExecutable,
-    /// A failure of ours: 1.
-    Internal,
-}
-
-impl Blame {
-    pub fn exit_code(self) -> u8 {
-        match self {
-            Blame::Usage => 2,
-            Blame::CommandNotFound => 127,
-            Blame::CommandNotExecutable => 126,
-            Blame::Internal => 1,
-        }
-    }
 }
 
 impl ProfileError {
@@ -98,8 +81,10 @@ impl ProfileError {
             | ProfileError::PlotNotSvg { .. }
             | ProfileError::Attach { .. }
             | ProfileError::NothingToProfile
+            | ProfileError::Cgroup(_)
             | ProfileError::PeriodMismatch { .. } => Blame::Usage,
             ProfileError::Device(e) if device_error_is_usage(e) => Blame::Usage,
+            ProfileError::Export(e) => e.blame(),
             ProfileError::Spawn(e) => e.blame(),
             _ => Blame::Internal,
         }

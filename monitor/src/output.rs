@@ -5,9 +5,157 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use serde::Serialize;
 
 use crate::error::ProfileError;
-use crate::report::{Format, Row, RowWriter};
+use crate::row::{Pressure, Row, ROW_COLUMNS};
+use crate::verdict::Band;
+
+/// Output format of the sample rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Csv,
+    Jsonl,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("format must be csv or jsonl, not {0:?}")]
+pub struct ParseFormatError(String);
+
+impl FromStr for Format {
+    type Err = ParseFormatError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "csv" => Ok(Format::Csv),
+            "jsonl" => Ok(Format::Jsonl),
+            _ => Err(ParseFormatError(s.to_owned())),
+        }
+    }
+}
+
+/// The CSV header: every column, in order.
+pub fn csv_header() -> String {
+    let columns: Vec<&str> = ROW_COLUMNS
+        .iter()
+        .chain(&Pressure::NAMES)
+        .copied()
+        .collect();
+    columns.join(",")
+}
+
+/// A thrashing band as a JSON Lines record: `"event": "thrashing"` and the band's fields.
+#[derive(Serialize)]
+struct Event<'a> {
+    event: &'static str,
+    #[serde(flatten)]
+    band: &'a Band,
+}
+
+/// Writes rows in the chosen format. Once the reader has gone away (a closed pipe, as in
+/// `monitor | head`) further rows are dropped: that is not an error, and
+/// [`RowWriter::is_closed`] tells the caller to end the profile.
+pub struct RowWriter<W: Write> {
+    out: W,
+    format: Format,
+    closed: bool,
+}
+
+impl<W: Write> RowWriter<W> {
+    pub fn new(out: W, format: Format) -> Self {
+        RowWriter {
+            out,
+            format,
+            closed: false,
+        }
+    }
+
+    /// The CSV header row (JSON Lines has none).
+    pub fn header(&mut self) -> io::Result<()> {
+        match self.format {
+            Format::Csv => self.guard(|out| writeln!(out, "{}", csv_header())),
+            Format::Jsonl => Ok(()),
+        }
+    }
+
+    pub fn write(&mut self, row: &Row) -> io::Result<()> {
+        let format = self.format;
+        self.guard(|out| match format {
+            Format::Csv => {
+                write!(
+                    out,
+                    "{},{},{},{},{},{:.4},{},{},{},{}",
+                    row.time_ms,
+                    row.mono_ns,
+                    row.minor,
+                    row.major,
+                    row.cpu_ns,
+                    row.cpu_util,
+                    row.rss_anon,
+                    row.rss_file,
+                    row.rss_shmem,
+                    row.swap
+                )?;
+                // A counter the kernel does not have is an empty field.
+                for value in row.pressure.values() {
+                    match value {
+                        Some(v) => write!(out, ",{v}")?,
+                        None => out.write_all(b",")?,
+                    }
+                }
+                out.write_all(b"\n")
+            }
+            Format::Jsonl => {
+                serde_json::to_writer(&mut *out, row).map_err(io::Error::from)?;
+                out.write_all(b"\n")
+            }
+        })
+    }
+
+    /// A thrashing band, in JSON Lines as a record among the rows (after the row that
+    /// ended it); the CSV holds rows only.
+    pub fn event(&mut self, band: &Band) -> io::Result<()> {
+        match self.format {
+            Format::Csv => Ok(()),
+            Format::Jsonl => self.guard(|out| {
+                let event = Event {
+                    event: "thrashing",
+                    band,
+                };
+                serde_json::to_writer(&mut *out, &event).map_err(io::Error::from)?;
+                out.write_all(b"\n")
+            }),
+        }
+    }
+
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.guard(|out| out.flush())
+    }
+
+    /// Whether the reader has gone away.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+
+    fn guard(&mut self, f: impl FnOnce(&mut W) -> io::Result<()>) -> io::Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        match f(&mut self.out) {
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(())
+            }
+            other => other,
+        }
+    }
+}
 
 /// A file being written: under a temporary name in the target's directory until
 /// [`PendingFile::commit`]; dropped uncommitted, it is removed.
@@ -159,6 +307,11 @@ impl Output {
         self.rows.write(row).map_err(ProfileError::Write)
     }
 
+    /// A thrashing band among the rows (JSON Lines only).
+    pub fn event(&mut self, band: &Band) -> Result<(), ProfileError> {
+        self.rows.event(band).map_err(ProfileError::Write)
+    }
+
     pub fn flush(&mut self) -> Result<(), ProfileError> {
         self.rows.flush().map_err(ProfileError::Write)
     }
@@ -233,8 +386,11 @@ impl PlotFile {
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::FileTypeExt;
+    use std::time::Duration;
 
     use super::*;
+    use crate::row::{test_sample as sample, Timeline};
+    use crate::verdict::test_band as band;
 
     fn scratch(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("pfprof-output-{}-{name}", std::process::id()));
@@ -303,5 +459,143 @@ mod tests {
             matches!(err, Some(ProfileError::PlotNotSvg { .. })),
             "{err:?}"
         );
+    }
+
+    #[test]
+    fn csv_rows_follow_the_header_columns() {
+        let mut buf = Vec::new();
+        let mut w = RowWriter::new(&mut buf, Format::Csv);
+        w.header().unwrap();
+        let mut row = Timeline::new(Duration::from_millis(50)).row(&sample(100, 7, 1));
+        row.pressure.stall_some_us = Some(120);
+        row.pressure.pgmajfault = Some(3);
+        w.write(&row).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        assert_eq!(
+            text,
+            "time_ms,mono_ns,minor,major,cpu_ns,cpu_util,rss_anon,rss_file,rss_shmem,swap,\
+             stall_some_us,stall_full_us,cgroup_stall_some_us,cgroup_stall_full_us,\
+             pswpin,pswpout,workingset_refault_anon,workingset_refault_file,\
+             pgscan_kswapd,pgscan_direct,pgmajfault\n\
+             0,100000000,7,0,1,0.0000,4096,0,0,0,120,,,,,,,,,,3\n"
+        );
+    }
+
+    #[test]
+    fn a_flushed_row_reaches_the_file_before_the_writer_ends() {
+        let mut w = RowWriter::new(BufWriter::new(Vec::new()), Format::Csv);
+        w.write(&Timeline::new(Duration::from_millis(50)).row(&sample(1, 2, 3)))
+            .unwrap();
+        assert!(w.out.get_ref().is_empty(), "BufWriter holds the row");
+        w.flush().unwrap();
+        assert!(w.out.get_ref().starts_with(b"0,1000000,2,"));
+    }
+
+    #[test]
+    fn a_write_error_other_than_a_closed_pipe_is_reported() {
+        let full = Failing::with(io::ErrorKind::StorageFull);
+        let mut w = RowWriter::new(full, Format::Csv);
+        let row = Timeline::new(Duration::from_millis(50)).row(&sample(1, 2, 3));
+        assert_eq!(
+            w.write(&row).unwrap_err().kind(),
+            io::ErrorKind::StorageFull
+        );
+        assert!(!w.is_closed());
+    }
+
+    #[test]
+    fn jsonl_rows_use_the_csv_column_names() {
+        let mut buf = Vec::new();
+        let mut w = RowWriter::new(&mut buf, Format::Jsonl);
+        w.header().unwrap();
+        w.write(&Timeline::new(Duration::from_millis(50)).row(&sample(1, 2, 3)))
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&buf).unwrap();
+        let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        let header = csv_header();
+        let mut expected: Vec<&str> = header.split(',').collect();
+        expected.sort_unstable();
+        keys.sort_unstable();
+        assert_eq!(keys, expected);
+        // A counter the kernel does not have is null, as it is an empty CSV field.
+        assert_eq!(v["pgmajfault"], serde_json::Value::Null);
+        assert_eq!(v["rss_anon"], 4096);
+    }
+
+    /// Fails every call with its error, counting them.
+    struct Failing {
+        kind: io::ErrorKind,
+        calls: usize,
+    }
+    impl Failing {
+        fn with(kind: io::ErrorKind) -> Failing {
+            Failing { kind, calls: 0 }
+        }
+    }
+    impl Write for Failing {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            self.calls += 1;
+            Err(self.kind.into())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            self.calls += 1;
+            Err(self.kind.into())
+        }
+    }
+
+    #[test]
+    fn a_closed_pipe_silences_the_writer_instead_of_failing() {
+        let mut w = RowWriter::new(Failing::with(io::ErrorKind::BrokenPipe), Format::Csv);
+        w.header().unwrap();
+        w.write(&Timeline::new(Duration::from_millis(50)).row(&sample(1, 2, 3)))
+            .unwrap();
+        w.flush().unwrap();
+        assert_eq!(w.out.calls, 1, "nothing is written after the reader left");
+    }
+
+    #[test]
+    fn a_band_is_a_json_lines_record_named_thrashing_and_nothing_in_the_csv() {
+        let mut buf = Vec::new();
+        let mut w = RowWriter::new(&mut buf, Format::Jsonl);
+        w.event(&band()).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&buf).unwrap();
+        assert_eq!(v["event"], "thrashing");
+        assert_eq!(
+            (v["start_ms"].as_u64(), v["end_ms"].as_u64()),
+            (Some(2150), Some(6200))
+        );
+        assert_eq!(v["pswpout_rate"], serde_json::Value::Null);
+        assert_eq!(v["onset_rss_anon"], 64 << 20);
+        // The schema README.md documents, "event" first.
+        assert!(buf.starts_with(br#"{"event":"thrashing","start_ms":2150,"#));
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        let mut documented = [
+            "event",
+            "start_ms",
+            "end_ms",
+            "start_mono_ns",
+            "end_mono_ns",
+            "ongoing",
+            "stall_full_pct",
+            "stall_some_pct",
+            "major_rate",
+            "refault_rate",
+            "pswpin_rate",
+            "pswpout_rate",
+            "major_faults",
+            "system_major_faults",
+            "target_share",
+            "onset_rss_anon",
+            "onset_rss_file",
+            "onset_rss_shmem",
+            "onset_swap",
+        ];
+        documented.sort_unstable();
+        assert_eq!(keys, documented);
+        let mut csv = Vec::new();
+        RowWriter::new(&mut csv, Format::Csv)
+            .event(&band())
+            .unwrap();
+        assert!(csv.is_empty());
     }
 }

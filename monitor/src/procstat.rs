@@ -16,7 +16,8 @@ use std::sync::OnceLock;
 use nix::time::{clock_getcpuclockid, clock_gettime, ClockId};
 use nix::unistd::{sysconf, Pid, SysconfVar};
 
-/// Cumulative counters of one process since it was forked.
+/// Cumulative counters of one process since it was forked, or their change over a period:
+/// the module's `struct pfprof_counters` (kmod/pfprof_internal.h).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProcessCounters {
     pub minor: u64,
@@ -93,7 +94,8 @@ pub struct Stat {
     pub threads: u64,
 }
 
-fn stat_error(pid: u32, e: io::Error) -> StatError {
+/// What a failed read of a process's /proc file means.
+pub(crate) fn stat_error(pid: u32, e: io::Error) -> StatError {
     match e.kind() {
         // ESRCH: the process was reaped after the open.
         ErrorKind::NotFound => StatError::NoSuchProcess(pid),
@@ -162,26 +164,30 @@ impl Probe {
     /// stat read (the open file names the old process), never mixing two processes.
     pub fn read_with_cpu(&mut self, cpu_ns: Option<io::Result<u64>>) -> Result<Stat, StatError> {
         let pid = self.pid;
-        self.buf.resize(self.buf.capacity().max(512), 0);
-        let mut len = 0;
-        loop {
-            let n = self
-                .stat
-                .read_at(&mut self.buf[len..], len as u64)
-                .map_err(|e| stat_error(pid, e))?;
-            len += n;
-            if n == 0 || len < self.buf.len() {
-                break;
-            }
-            self.buf.resize(self.buf.len() * 2, 0);
-        }
-        let text = std::str::from_utf8(&self.buf[..len]).map_err(|_| StatError::Malformed(pid))?;
+        let text = read_whole(&self.stat, &mut self.buf).map_err(|e| stat_error(pid, e))?;
+        let text = std::str::from_utf8(text).map_err(|_| StatError::Malformed(pid))?;
         let mut stat = parse(text, ticks_to_ns()).ok_or(StatError::Malformed(pid))?;
         if let Some(ns) = cpu_ns.transpose().map_err(|e| stat_error(pid, e))? {
             stat.counters.cpu_ns = ns;
         }
         Ok(stat)
     }
+}
+
+/// The whole of a /proc file kept open, read from its start (one pread where it fits in
+/// `buf`, which grows to hold it and is kept for the next read).
+pub(crate) fn read_whole<'b>(file: &File, buf: &'b mut Vec<u8>) -> io::Result<&'b [u8]> {
+    buf.resize(buf.capacity().max(512), 0);
+    let mut len = 0;
+    loop {
+        let n = file.read_at(&mut buf[len..], len as u64)?;
+        len += n;
+        if n == 0 || len < buf.len() {
+            break;
+        }
+        buf.resize(buf.len() * 2, 0);
+    }
+    Ok(&buf[..len])
 }
 
 /// Reads the calling process's own counters.
@@ -299,7 +305,8 @@ mod tests {
         let mut probe = Probe::open(std::process::id()).unwrap();
         assert!(probe.nanoseconds(), "no CPU clock for our own process");
         let before = probe.read().unwrap();
-        let pages = fresh_pages();
+        let _big = crate::big_allocations();
+        let pages = crate::fresh_pages();
         std::hint::black_box(&pages);
         let after = probe.read().unwrap();
         assert!(after.counters.minor >= before.counters.minor + 64);
@@ -308,16 +315,11 @@ mod tests {
         assert_ne!(after.counters.cpu_ns % ticks_to_ns(), 0);
     }
 
-    /// Memory that faults when written: above glibc's largest mmap threshold (32 MiB),
-    /// so it is a fresh mapping, never a heap block another test already touched.
-    fn fresh_pages() -> Vec<u8> {
-        vec![1u8; 64 << 20]
-    }
-
     #[test]
     fn reading_our_own_stat_sees_faults_we_take() {
         let before = read_self().unwrap();
-        let pages = fresh_pages();
+        let _big = crate::big_allocations();
+        let pages = crate::fresh_pages();
         std::hint::black_box(&pages);
         let after = read_self().unwrap();
         assert!(after.minor >= before.minor + 64);

@@ -1,161 +1,13 @@
-//! Turning samples into rows (CSV or JSON Lines), running totals and the summary.
+//! The running totals of the rows, the live status line and the summary.
 
 use std::fmt;
-use std::io::{self, Write};
-use std::str::FromStr;
 use std::time::Duration;
 
-use serde::Serialize;
-use shared_layout::abi::Sample;
 use shared_layout::Mode;
 
-/// Output format of the sample rows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
-    Csv,
-    Jsonl,
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("format must be csv or jsonl, not {0:?}")]
-pub struct ParseFormatError(String);
-
-impl FromStr for Format {
-    type Err = ParseFormatError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "csv" => Ok(Format::Csv),
-            "jsonl" => Ok(Format::Jsonl),
-            _ => Err(ParseFormatError(s.to_owned())),
-        }
-    }
-}
-
-/// One output row: a sample's per-period deltas placed on the profile's time axis.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct Row {
-    /// Milliseconds from the end of the first sample's period to the end of this one's.
-    pub time_ms: u64,
-    /// `CLOCK_MONOTONIC` at the end of the period, ns: the sample's own timestamp.
-    pub mono_ns: u64,
-    pub minor: u64,
-    pub major: u64,
-    pub cpu_ns: u64,
-    /// CPU time over the period the sample covers: 1.0 is one CPU fully busy.
-    pub cpu_util: f64,
-    /// Length of that period, ns (not an output column).
-    #[serde(skip)]
-    pub period_ns: u64,
-}
-
-/// Places samples on a time axis: a sample covers the time since the previous one's
-/// timestamp (longer than a period when samples were merged), the first one a period.
-#[derive(Clone, Debug)]
-pub struct Timeline {
-    period_ns: u64,
-    first: Option<u64>,
-    previous: Option<u64>,
-}
-
-impl Timeline {
-    pub fn new(period: Duration) -> Self {
-        Timeline {
-            period_ns: u64::try_from(period.as_nanos()).unwrap_or(u64::MAX).max(1),
-            first: None,
-            previous: None,
-        }
-    }
-
-    /// Timestamps come from the producer: one that goes backwards (a hostile producer)
-    /// gets the nominal period rather than a negative or wrapped one.
-    pub fn row(&mut self, s: &Sample) -> Row {
-        let first = *self.first.get_or_insert(s.time_ns);
-        let period_ns = match self.previous.replace(s.time_ns) {
-            Some(p) if s.time_ns > p => s.time_ns - p,
-            _ => self.period_ns,
-        };
-        Row {
-            time_ms: s.time_ns.saturating_sub(first) / 1_000_000,
-            mono_ns: s.time_ns,
-            minor: s.minor,
-            major: s.major,
-            cpu_ns: s.cpu_ns,
-            cpu_util: s.cpu_ns as f64 / period_ns as f64,
-            period_ns,
-        }
-    }
-}
-
-/// Writes rows in the chosen format. Once the reader has gone away (a closed pipe, as in
-/// `monitor | head`) further rows are dropped: that is not an error, and
-/// [`RowWriter::is_closed`] tells the caller to end the profile.
-pub struct RowWriter<W: Write> {
-    out: W,
-    format: Format,
-    closed: bool,
-}
-
-impl<W: Write> RowWriter<W> {
-    pub fn new(out: W, format: Format) -> Self {
-        RowWriter {
-            out,
-            format,
-            closed: false,
-        }
-    }
-
-    /// The CSV header row (JSON Lines has none).
-    pub fn header(&mut self) -> io::Result<()> {
-        match self.format {
-            Format::Csv => {
-                self.guard(|out| writeln!(out, "time_ms,mono_ns,minor,major,cpu_ns,cpu_util"))
-            }
-            Format::Jsonl => Ok(()),
-        }
-    }
-
-    pub fn write(&mut self, row: &Row) -> io::Result<()> {
-        let format = self.format;
-        self.guard(|out| match format {
-            Format::Csv => writeln!(
-                out,
-                "{},{},{},{},{},{:.4}",
-                row.time_ms, row.mono_ns, row.minor, row.major, row.cpu_ns, row.cpu_util
-            ),
-            Format::Jsonl => {
-                serde_json::to_writer(&mut *out, row).map_err(io::Error::from)?;
-                out.write_all(b"\n")
-            }
-        })
-    }
-
-    pub fn flush(&mut self) -> io::Result<()> {
-        self.guard(|out| out.flush())
-    }
-
-    /// Whether the reader has gone away.
-    pub fn is_closed(&self) -> bool {
-        self.closed
-    }
-
-    pub fn into_inner(self) -> W {
-        self.out
-    }
-
-    fn guard(&mut self, f: impl FnOnce(&mut W) -> io::Result<()>) -> io::Result<()> {
-        if self.closed {
-            return Ok(());
-        }
-        match f(&mut self.out) {
-            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
-                self.closed = true;
-                Ok(())
-            }
-            other => other,
-        }
-    }
-}
+use crate::exit::ExitStatus;
+use crate::row::Row;
+use crate::verdict::{Band, Rule};
 
 /// Running totals over every row, for the summary and the status line.
 #[derive(Clone, Debug, Default)]
@@ -169,6 +21,12 @@ pub struct Totals {
     pub peak_minor_rate: f64,
     pub peak_major_rate: f64,
     pub lost: u64,
+    /// The most resident (anonymous, file and shared) and swapped-out memory of a row.
+    pub peak_resident: u64,
+    pub peak_swap: u64,
+    /// Memory stall over the rows that have it (system-wide PSI), µs.
+    pub stall_some_us: Option<u64>,
+    pub stall_full_us: Option<u64>,
 }
 
 impl Totals {
@@ -182,6 +40,18 @@ impl Totals {
         let secs = row.period_ns as f64 / 1e9;
         self.peak_minor_rate = self.peak_minor_rate.max(row.minor as f64 / secs);
         self.peak_major_rate = self.peak_major_rate.max(row.major as f64 / secs);
+        let resident = row
+            .rss_anon
+            .saturating_add(row.rss_file)
+            .saturating_add(row.rss_shmem);
+        self.peak_resident = self.peak_resident.max(resident);
+        self.peak_swap = self.peak_swap.max(row.swap);
+        let add = |total: Option<u64>, row: Option<u64>| match (total, row) {
+            (total, None) => total,
+            (total, Some(r)) => Some(total.unwrap_or(0).saturating_add(r)),
+        };
+        self.stall_some_us = add(self.stall_some_us, row.pressure.stall_some_us);
+        self.stall_full_us = add(self.stall_full_us, row.pressure.stall_full_us);
     }
 
     fn rate(&self, count: u64) -> f64 {
@@ -230,8 +100,63 @@ pub struct Summary<'a> {
     pub deferred: u64,
     /// The profiled command's own accounting (`monitor run`): wait4() rusage and status.
     pub child: Option<ChildReport>,
+    /// The thrashing verdict.
+    pub thrashing: Thrashing<'a>,
     /// What the profile misses or how it was measured, one line each.
     pub notes: &'a [String],
+}
+
+/// What the verdict found.
+#[derive(Clone, Copy, Debug)]
+pub enum Thrashing<'a> {
+    /// No row had memory stall to judge by (no PSI).
+    NotJudged,
+    /// Every band the rule found (none: no thrashing), and the rule.
+    Judged(&'a [Band], Rule),
+}
+
+const MIB: f64 = (1u64 << 20) as f64;
+
+impl fmt::Display for Band {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "from t={:.2} s to t={:.2} s{}: memory full stall {:.0}% of the time (some \
+             {:.0}%), {:.0} major faults/s",
+            self.start_ms as f64 / 1e3,
+            self.end_ms as f64 / 1e3,
+            if self.ongoing {
+                " (still at the end)"
+            } else {
+                ""
+            },
+            self.stall_full_pct,
+            self.stall_some_pct,
+            self.major_rate
+        )?;
+        if let Some(share) = self.target_share {
+            write!(f, " ({:.0}% of the system's)", share * 100.0)?;
+        }
+        for (what, rate) in [
+            ("refaults", self.refault_rate),
+            ("swap-ins", self.pswpin_rate),
+            ("swap-outs", self.pswpout_rate),
+        ] {
+            if let Some(rate) = rate {
+                write!(f, ", {rate:.0} {what}/s")?;
+            }
+        }
+        write!(
+            f,
+            "; at the onset {:.1} MiB resident ({:.1} anon, {:.1} file, {:.1} shmem), \
+             {:.1} MiB swapped",
+            (self.onset_rss_anon + self.onset_rss_file + self.onset_rss_shmem) as f64 / MIB,
+            self.onset_rss_anon as f64 / MIB,
+            self.onset_rss_file as f64 / MIB,
+            self.onset_rss_shmem as f64 / MIB,
+            self.onset_swap as f64 / MIB
+        )
+    }
 }
 
 /// What wait4() said about the command `monitor run` started.
@@ -241,31 +166,6 @@ pub struct ChildReport {
     pub major: u64,
     pub cpu_ns: u64,
     pub status: ExitStatus,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ExitStatus {
-    Exited(i32),
-    Signaled(i32),
-}
-
-impl ExitStatus {
-    /// The exit code a shell would report for this status.
-    pub fn code(self) -> u8 {
-        match self {
-            ExitStatus::Exited(c) => (c & 0xff) as u8,
-            ExitStatus::Signaled(s) => (128 + s).clamp(0, 255) as u8,
-        }
-    }
-}
-
-impl fmt::Display for ExitStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ExitStatus::Exited(c) => write!(f, "exited with status {c}"),
-            ExitStatus::Signaled(s) => write!(f, "killed by signal {s}"),
-        }
-    }
 }
 
 impl fmt::Display for Summary<'_> {
@@ -311,6 +211,31 @@ impl fmt::Display for Summary<'_> {
             )?;
         }
         write!(f, "  samples deferred   {:>14}", self.deferred)?;
+        write!(
+            f,
+            "\n  memory peak        {:>14.1} MiB resident, {:.1} MiB swapped",
+            t.peak_resident as f64 / MIB,
+            t.peak_swap as f64 / MIB
+        )?;
+        if let (Some(some), Some(full)) = (t.stall_some_us, t.stall_full_us) {
+            write!(
+                f,
+                "\n  memory stall       {:>14.3} s some, {:.3} s full (system-wide)",
+                some as f64 / 1e6,
+                full as f64 / 1e6
+            )?;
+        }
+        match self.thrashing {
+            Thrashing::NotJudged => {}
+            Thrashing::Judged([], rule) => {
+                write!(f, "\n  thrashing          none ({})", rule.describe())?
+            }
+            Thrashing::Judged(bands, _) => {
+                for band in bands {
+                    write!(f, "\n  thrashing          {band}")?;
+                }
+            }
+        }
         if let Some(c) = &self.child {
             write!(
                 f,
@@ -331,82 +256,8 @@ impl fmt::Display for Summary<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sample(time_ms: u64, minor: u64, cpu_ns: u64) -> Sample {
-        Sample {
-            time_ns: time_ms * 1_000_000,
-            minor,
-            major: 0,
-            cpu_ns,
-        }
-    }
-
-    #[test]
-    fn timeline_starts_at_zero_and_measures_each_period_from_the_previous_sample() {
-        let mut t = Timeline::new(Duration::from_millis(50));
-        let a = t.row(&sample(5000, 1, 25_000_000));
-        let b = t.row(&sample(5150, 1, 75_000_000));
-        assert_eq!((a.time_ms, a.period_ns), (0, 50_000_000));
-        assert_eq!((b.time_ms, b.period_ns), (150, 150_000_000));
-        assert!((a.cpu_util - 0.5).abs() < 1e-9);
-        assert!((b.cpu_util - 0.5).abs() < 1e-9);
-    }
-
-    #[test]
-    fn csv_rows_follow_the_header_columns() {
-        let mut buf = Vec::new();
-        let mut w = RowWriter::new(&mut buf, Format::Csv);
-        w.header().unwrap();
-        let row = Timeline::new(Duration::from_millis(50)).row(&sample(100, 7, 1));
-        w.write(&row).unwrap();
-        let text = String::from_utf8(buf).unwrap();
-        assert_eq!(
-            text,
-            "time_ms,mono_ns,minor,major,cpu_ns,cpu_util\n0,100000000,7,0,1,0.0000\n"
-        );
-    }
-
-    #[test]
-    fn jsonl_rows_use_the_csv_column_names() {
-        let mut buf = Vec::new();
-        let mut w = RowWriter::new(&mut buf, Format::Jsonl);
-        w.header().unwrap();
-        w.write(&Timeline::new(Duration::from_millis(50)).row(&sample(1, 2, 3)))
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&buf).unwrap();
-        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
-        let mut expected = ["time_ms", "mono_ns", "minor", "major", "cpu_ns", "cpu_util"];
-        expected.sort_unstable();
-        let mut keys = keys;
-        keys.sort_unstable();
-        assert_eq!(keys, expected);
-    }
-
-    /// Fails every call with EPIPE, counting them.
-    #[derive(Default)]
-    struct ClosedPipe {
-        calls: usize,
-    }
-    impl Write for ClosedPipe {
-        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
-            self.calls += 1;
-            Err(io::ErrorKind::BrokenPipe.into())
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            self.calls += 1;
-            Err(io::ErrorKind::BrokenPipe.into())
-        }
-    }
-
-    #[test]
-    fn a_closed_pipe_silences_the_writer_instead_of_failing() {
-        let mut w = RowWriter::new(ClosedPipe::default(), Format::Csv);
-        w.header().unwrap();
-        w.write(&Timeline::new(Duration::from_millis(50)).row(&sample(1, 2, 3)))
-            .unwrap();
-        w.flush().unwrap();
-        assert_eq!(w.out.calls, 1, "nothing is written after the reader left");
-    }
+    use crate::row::{test_sample as sample, Timeline};
+    use crate::verdict::test_band as band;
 
     #[test]
     fn totals_saturate_instead_of_overflowing_on_huge_counts() {
@@ -415,15 +266,6 @@ mod tests {
         totals.add(&t.row(&sample(100, u64::MAX, u64::MAX)));
         totals.add(&t.row(&sample(200, 1, 1)));
         assert_eq!((totals.minor, totals.cpu_ns), (u64::MAX, u64::MAX));
-    }
-
-    #[test]
-    fn timeline_takes_a_timestamp_going_backwards_as_one_nominal_period() {
-        let mut t = Timeline::new(Duration::from_millis(50));
-        t.row(&sample(1000, 0, 0));
-        let row = t.row(&sample(10, 0, 0));
-        assert_eq!(row.period_ns, 50_000_000);
-        assert_eq!(row.time_ms, 0);
     }
 
     #[test]
@@ -438,6 +280,51 @@ mod tests {
         assert!((totals.cpu_util() - 0.5).abs() < 1e-9);
     }
 
+    #[test]
+    fn the_summary_dates_thrashing_with_its_rates_and_the_memory_at_the_onset() {
+        let bands = [band()];
+        let text = Summary {
+            thrashing: Thrashing::Judged(&bands, crate::verdict::RULE),
+            ..summary_of(Mode::Strict)
+        }
+        .to_string();
+        let line = text.lines().find(|l| l.starts_with("  thrashing")).unwrap();
+        assert_eq!(
+            line,
+            "  thrashing          from t=2.15 s to t=6.20 s: memory full stall 52% of the \
+             time (some 53%), 3000 major faults/s (100% of the system's), 2990 refaults/s, \
+             2995 swap-ins/s; at the onset 65.0 MiB resident (64.0 anon, 1.0 file, 0.0 \
+             shmem), 0.0 MiB swapped"
+        );
+    }
+
+    #[test]
+    fn a_summary_without_thrashing_says_so_with_the_rule_and_one_without_psi_says_nothing() {
+        let judged = Summary {
+            thrashing: Thrashing::Judged(&[], crate::verdict::RULE),
+            ..summary_of(Mode::Strict)
+        }
+        .to_string();
+        assert!(
+            judged.contains("  thrashing          none (memory full stall >= 10%"),
+            "{judged}"
+        );
+        assert!(!summary(Mode::Strict).contains("thrashing"));
+    }
+
+    fn summary_of(mode: Mode) -> Summary<'static> {
+        Summary {
+            backend: "procfs",
+            mode,
+            totals: Box::leak(Box::default()),
+            blocked: Duration::ZERO,
+            deferred: 0,
+            child: None,
+            thrashing: Thrashing::NotJudged,
+            notes: &[],
+        }
+    }
+
     fn summary(mode: Mode) -> String {
         Summary {
             backend: "procfs",
@@ -446,6 +333,7 @@ mod tests {
             blocked: Duration::ZERO,
             deferred: 0,
             child: None,
+            thrashing: Thrashing::NotJudged,
             notes: &["one thing".into()],
         }
         .to_string()

@@ -13,15 +13,20 @@ use nix::sys::signal::Signal;
 use shared_layout::wait::Waiter;
 use shared_layout::{Area, Mode};
 
-use crate::backend::{Backend, Targets};
-use crate::child::{self, Held};
+use crate::backend::{Backend, Selection};
+use crate::cgroup::Cgroup;
+use crate::child::{self, Held, Running};
 use crate::error::ProfileError;
-use crate::output::{Destination, Output, PlotFile};
+use crate::exit::ExitStatus;
+use crate::export::{self, ExportOptions, Exporters, Labels};
+use crate::output::{Destination, Format, Output, PlotFile};
 use crate::plot;
-use crate::procstat::{Probe, ProcessCounters};
-use crate::report::{ChildReport, ExitStatus, Format, Row, Summary, Timeline, Totals};
+use crate::pressure::PressureWatch;
+use crate::report::{ChildReport, Summary, Thrashing, Totals};
+use crate::row::{Row, Timeline};
 use crate::signals::Signals;
 use crate::source::{Ending, Source};
+use crate::verdict::{Band, Verdict, RULE};
 
 /// How long the consumer waits for samples at most while nothing else needs it: the
 /// producer's cancellation and every signal wake it earlier.
@@ -43,9 +48,13 @@ pub struct Request {
     /// `monitor run`'s command and arguments.
     pub command: Option<Vec<OsString>>,
     pub pids: Vec<u32>,
+    /// `--cgroup`: a cgroup v2 directory.
+    pub cgroup: Option<PathBuf>,
     pub period_ms: Option<u32>,
     /// Processes count with their descendants (not with `--no-inherit`).
     pub inherit: bool,
+    /// `--prometheus`, `--otlp`, `--textfile`.
+    pub export: ExportOptions,
 }
 
 /// How the consumer loop ended.
@@ -65,12 +74,27 @@ pub fn profile<B: Backend>(request: Request) -> Result<u8, ProfileError> {
     // replaces an earlier file before the profile is complete.
     let mut output = Output::open(request.output.clone(), request.format)?;
     let plot = request.plot.as_deref().map(PlotFile::create).transpose()?;
-    let mut backend = B::open(&Targets {
+    let cgroup = (request.cgroup.as_deref())
+        .map(Cgroup::open)
+        .transpose()?
+        .map(Arc::new);
+    let selection = Selection {
         pids: request.pids.clone(),
         command: request.command.is_some(),
-        period_ms: request.period_ms,
+        cgroup: cgroup.clone(),
         inherit: request.inherit,
-    })?;
+    };
+    let mut backend = B::open(&selection, request.period_ms)?;
+    let labels = Labels {
+        target: export::target_label(
+            request.command.as_deref(),
+            &request.pids,
+            cgroup.as_deref().map(Cgroup::name),
+        ),
+        backend: backend.name().to_owned(),
+        mode: request.mode.to_string(),
+    };
+    let mut exporters = Exporters::start(&request.export, labels, request.interval)?;
     let signals = Signals::install()?;
     // Dropped on an error below, the held command never runs.
     let held = request
@@ -82,23 +106,28 @@ pub fn profile<B: Backend>(request: Request) -> Result<u8, ProfileError> {
         backend.adopt(held.pid())?;
     }
     let (area, waiter) = backend.start(request.mode)?;
+    // Its first reading comes before the first sample: the system's pressure, and the
+    // selected cgroup's when there is one.
+    let pressure = PressureWatch::start(cgroup.as_deref().map(Cgroup::path), area.period())
+        .map_err(|source| ProfileError::System {
+            what: "starting the memory pressure watcher",
+            source,
+        })?;
     let source = Source::new(Arc::clone(&area), waiter, request.interval);
     let ending = source.ending();
-    let command = held.map(Held::release).transpose()?;
-    if let Some(pid) = command {
+    let mut command = held.map(Held::release).transpose()?.map(Running::new);
+    let pid = command.as_ref().map(Running::pid);
+    if let Some(pid) = pid {
         signals.forward_to(pid);
     }
-    backend.produce(&area, command, ending.clone())?;
+    backend.produce(&area, command.as_mut(), ending.clone())?;
     let reaper = command
-        .map(|pid| {
-            let on_exit = backend.on_command_exit();
-            reap(pid, request.inherit, &signals, on_exit, ending.clone())
-        })
+        .map(|command| reap(command, &signals, ending.clone()))
         .transpose()?;
     let stop = backend.stopper();
     signals.stop_with(Box::new(move || {
         let stopped = stop();
-        ending.ring();
+        ending.announce();
         stopped
     }));
 
@@ -107,9 +136,26 @@ pub fn profile<B: Backend>(request: Request) -> Result<u8, ProfileError> {
         status_line,
         keep_rows: plot.is_some(),
     };
-    let consumed = consume(&mut output, &area, source, &signals, &backend, view)?;
+    let consumed = consume(
+        &mut output,
+        &area,
+        source,
+        Around {
+            pressure: &pressure,
+            signals: &signals,
+            backend: &backend,
+        },
+        view,
+        exporters.as_mut(),
+    )?;
     let (child, code) = command_outcome(reaper, consumed.end)?;
-    let notes = backend_notes(backend, consumed.end, child.is_some(), command)?;
+    let mut notes = backend_notes(backend, consumed.end, child.is_some(), pid)?;
+    let thrashing = if consumed.judged {
+        Thrashing::Judged(&consumed.bands, RULE)
+    } else {
+        Thrashing::NotJudged
+    };
+    notes.extend(pressure.finish());
     output.commit()?;
     if let Some(plot) = plot {
         let caption = format!(
@@ -118,9 +164,18 @@ pub fn profile<B: Backend>(request: Request) -> Result<u8, ProfileError> {
             request.mode,
             area.period().as_millis()
         );
-        plot.commit(&plot::render(&consumed.rows, &caption).map_err(ProfileError::Draw)?)?;
+        let svg = plot::render(&consumed.rows, &consumed.bands, &caption);
+        plot.commit(&svg.map_err(ProfileError::Draw)?)?;
+    }
+    if let Some(exporters) = exporters {
+        // Until the final values are delivered, or a new signal.
+        let signaled = signals.received_count();
+        notes.extend(exporters.finish(|| signals.received_count() != signaled));
     }
     let counters = area.counters();
+    if let Some(note) = withdrawn_note(counters.withdrawn) {
+        notes.push(note);
+    }
     let summary = Summary {
         backend: consumed.backend,
         mode: request.mode,
@@ -128,12 +183,27 @@ pub fn profile<B: Backend>(request: Request) -> Result<u8, ProfileError> {
         blocked: Duration::from_nanos(counters.blocked_ns),
         deferred: counters.deferred,
         child,
+        thrashing,
         notes: &notes,
     };
     // Formatted first: stderr is unbuffered, and the summary's padding would otherwise
     // reach it a character per write. A closed stderr cannot be told anything.
     let _ = io::stderr().write_all(format!("{summary}\n").as_bytes());
     Ok(code)
+}
+
+/// What the producer stopped counting: processes that exec'd a program the user may not
+/// read (a setuid one), as perf stops counting a task at such an exec.
+fn withdrawn_note(withdrawn: u32) -> Option<String> {
+    let (what, it, them) = match withdrawn {
+        0 => return None,
+        1 => ("1 process".to_owned(), "it", "it"),
+        n => (format!("{n} processes"), "they", "them"),
+    };
+    Some(format!(
+        "{what} stopped being counted when {it} exec'd a program you may not read (setuid), \
+         from the period that found {them} so; what {it} did before stays counted"
+    ))
 }
 
 /// The backend's notes, and what the way the profile ended leaves out.
@@ -161,6 +231,9 @@ struct Consumed {
     totals: Totals,
     /// Every row, when a plot is drawn from them.
     rows: Vec<Row>,
+    /// The thrashing the verdict found, and whether it could judge at all.
+    bands: Vec<Band>,
+    judged: bool,
     end: End,
 }
 
@@ -173,16 +246,30 @@ struct View {
     keep_rows: bool,
 }
 
+/// What the consumer reads beside the ring: the memory pressure, the signals, and the
+/// backend it asks for advice and for a stop.
+struct Around<'a, B> {
+    pressure: &'a PressureWatch,
+    signals: &'a Signals,
+    backend: &'a B,
+}
+
 /// Takes samples until the producer ends the session, or a stop (a signal, a closed
-/// output) and the backend's grace period, writing every row as it arrives.
+/// output) and the backend's grace period, writing every row as it arrives with its share
+/// of the memory pressure, and the verdict's bands as they end.
 fn consume<W: Waiter, B: Backend>(
     output: &mut Output,
     area: &Area,
     mut source: Source<W>,
-    signals: &Signals,
-    backend: &B,
+    around: Around<'_, B>,
     view: View,
+    mut exporters: Option<&mut Exporters>,
 ) -> Result<Consumed, ProfileError> {
+    let Around {
+        pressure,
+        signals,
+        backend,
+    } = around;
     let status_line = view.status_line;
     let ring_error = |source| ProfileError::Ring {
         advice: backend.ring_advice(),
@@ -193,11 +280,16 @@ fn consume<W: Waiter, B: Backend>(
     let mut recent = Totals::default();
     let mut rows = Vec::new();
     let mut batch = Vec::new();
+    let mut batch_rows = Vec::new();
+    let mut verdict = Verdict::new(RULE);
     let mut last_status = Instant::now();
     let mut give_up: Option<Instant> = None;
     let mut end = End::Finished;
     let idle = if status_line { STATUS_EVERY } else { IDLE_WAIT };
     output.header()?;
+    if let Some(e) = exporters.as_deref_mut() {
+        e.set_period(area.period());
+    }
     loop {
         if give_up.is_none() && signals.stop_requested() {
             give_up = Some(Instant::now() + backend.grace());
@@ -218,16 +310,32 @@ fn consume<W: Waiter, B: Backend>(
         }
         .map_err(ring_error)?;
         totals.lost += b.lost;
-        for sample in batch.drain(..) {
-            let row = timeline.row(&sample);
+        batch_rows.extend(batch.drain(..).map(|sample| timeline.row(&sample)));
+        pressure.fill(&mut batch_rows);
+        for row in batch_rows.drain(..) {
             totals.add(&row);
             recent.add(&row);
             output.write(&row)?;
+            if let Some(band) = verdict.feed(&row) {
+                output.event(&band)?;
+            }
             if view.keep_rows {
                 rows.push(row);
             }
+            if let Some(e) = exporters.as_deref_mut() {
+                e.add(&row);
+            }
+        }
+        if b.ended {
+            if let Some(band) = verdict.finish() {
+                output.event(&band)?;
+            }
         }
         output.flush()?;
+        if let Some(e) = exporters.as_deref_mut() {
+            e.lost(b.lost);
+            e.publish();
+        }
         if output.is_closed() && give_up.is_none() {
             // Nobody reads on: end the profile now, whatever it profiles.
             signals.request_stop();
@@ -253,6 +361,8 @@ fn consume<W: Waiter, B: Backend>(
         backend: backend.name(),
         totals,
         rows,
+        bands: verdict.bands().to_vec(),
+        judged: verdict.judged(),
         end,
     })
 }
@@ -260,33 +370,27 @@ fn consume<W: Waiter, B: Backend>(
 type Reaper = JoinHandle<io::Result<ChildReport>>;
 
 /// A thread that reaps the command `monitor run` started, stops forwarding signals to
-/// its pid, and hands its final counts to `on_exit`: wait4()'s, its own and its reaped
-/// descendants', or with `inherit` off, its own alone.
+/// its pid, announces the end, and tells whoever watches the command's exit (the
+/// producer that counts it, [`Running::watch_exit`]) before and after the reap.
 fn reap(
-    pid: u32,
-    inherit: bool,
+    mut command: Running,
     signals: &Signals,
-    on_exit: Box<dyn FnOnce(ProcessCounters) + Send>,
     ending: Arc<Ending>,
 ) -> Result<Reaper, ProfileError> {
     let signals = signals.clone();
     thread::Builder::new()
         .name("pfprof-reaper".into())
         .spawn(move || {
+            let pid = command.pid();
             // Stop forwarding while the pid is still the command's, and only then reap
             // it: a reaped pid may be given to someone else.
             let exited = child::wait_exited(pid);
             signals.forward_to(0);
             exited?;
-            ending.ring();
-            // Its zombie's stat has its own counts (and its CPU clock its own time) until
-            // the reap; wait4() adds its reaped children's.
-            let own = (!inherit)
-                .then(|| Probe::open(pid).and_then(|mut zombie| zombie.read()).ok())
-                .flatten();
+            ending.announce();
+            command.exited();
             let (status, totals) = child::wait(pid)?;
-            // Without /proc, which the procfs backend could not have run without anyway.
-            on_exit(own.map_or(totals, |stat| stat.counters));
+            command.reaped(totals);
             Ok(ChildReport {
                 minor: totals.minor,
                 major: totals.major,

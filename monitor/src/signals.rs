@@ -106,6 +106,11 @@ impl Signals {
         }
     }
 
+    /// How many SIGINT and SIGTERM have arrived so far: a later count tells of a new one.
+    pub fn received_count(&self) -> usize {
+        self.shared.received.load(Ordering::Acquire)
+    }
+
     /// Whether the session is being stopped rather than ending by itself.
     pub fn stop_requested(&self) -> bool {
         self.shared.stop_requested.load(Ordering::Acquire)

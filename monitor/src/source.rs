@@ -25,31 +25,40 @@ const ENDING_DRAIN: Duration = Duration::from_millis(10);
 
 /// Tells a consumer that the session is about to end (a signal, the command's exit, the
 /// sampler's last sample), so it stops waiting for its next interval and sees the end at
-/// once. Sticky: once rung it stays rung.
+/// once. Sticky: once announced it stays announced.
 #[derive(Debug, Default)]
 pub struct Ending {
-    rung: Mutex<bool>,
+    announced: Mutex<bool>,
     changed: Condvar,
 }
 
 impl Ending {
-    pub fn ring(&self) {
-        *self.rung.lock().unwrap_or_else(PoisonError::into_inner) = true;
+    pub fn announce(&self) {
+        *self
+            .announced
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = true;
         self.changed.notify_all();
     }
 
-    pub fn is_rung(&self) -> bool {
-        *self.rung.lock().unwrap_or_else(PoisonError::into_inner)
+    pub fn is_announced(&self) -> bool {
+        *self
+            .announced
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Sleeps `timeout` or until rung; whether it is rung.
+    /// Sleeps `timeout` or until announced; whether it is announced.
     fn wait(&self, timeout: Duration) -> bool {
-        let rung = self.rung.lock().unwrap_or_else(PoisonError::into_inner);
-        let (rung, _) = self
-            .changed
-            .wait_timeout_while(rung, timeout, |rung| !*rung)
+        let announced = self
+            .announced
+            .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        *rung
+        let (announced, _) = self
+            .changed
+            .wait_timeout_while(announced, timeout, |announced| !*announced)
+            .unwrap_or_else(PoisonError::into_inner);
+        *announced
     }
 }
 
@@ -101,7 +110,7 @@ impl<W: Waiter> Source<W> {
         max_wait: Duration,
     ) -> Result<Batch, ProtocolError> {
         let now = Instant::now();
-        let ending = self.ending.is_rung()
+        let ending = self.ending.is_announced()
             || (now < self.next && self.ending.wait(max_wait.min(self.next - now)));
         if !ending {
             if Instant::now() < self.next {
@@ -179,9 +188,43 @@ mod tests {
             let mut out = Vec::new();
             source.next(&mut out, Duration::from_millis(1)).unwrap();
             assert!(out.is_empty(), "{mode}: taken before the interval");
-            source.ending().ring();
+            source.ending().announce();
             source.next(&mut out, Duration::from_secs(1)).unwrap();
             assert_eq!(out.len(), 1, "{mode}: the ready sample was not taken");
         }
+    }
+
+    #[test]
+    fn a_relaxed_source_lapped_by_its_producer_reports_exactly_the_samples_it_lost() {
+        let area = Arc::new(
+            Area::create_memfd_with_slots(4, Mode::Relaxed, Duration::from_millis(50)).unwrap(),
+        );
+        let mut producer = Producer::new(Arc::clone(&area));
+        let mut source = Source::new(Arc::clone(&area), FutexWaiter, Duration::from_secs(3600));
+        let mut out = Vec::new();
+        // Ten samples into four slots before the first look: the first six are gone.
+        for minor in 0..10 {
+            producer
+                .record(Sample {
+                    minor,
+                    ..Sample::default()
+                })
+                .unwrap();
+        }
+        let batch = source.drain_now(&mut out).unwrap();
+        assert_eq!(batch.lost, 6);
+        assert_eq!(
+            out.iter().map(|s| s.minor).collect::<Vec<_>>(),
+            [6, 7, 8, 9]
+        );
+        // Kept up with: nothing more is lost.
+        producer
+            .record(Sample {
+                minor: 10,
+                ..Sample::default()
+            })
+            .unwrap();
+        assert_eq!(source.drain_now(&mut out).unwrap().lost, 0);
+        assert_eq!(out.len(), 5);
     }
 }

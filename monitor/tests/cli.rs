@@ -10,6 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::*;
+use monitor::procstat::ProcessCounters;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -72,8 +73,22 @@ fn strict_procfs_run_writes_one_csv_row_per_period_and_a_summary() {
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     let rows = parse_csv(&csv);
-    assert!(rows.len() >= 5, "{} rows", rows.len());
+    // Three pauses of 100 ms: at least six 50 ms periods, each ending in a row of its own,
+    // besides the first row (the command's start) and the last (its partial period).
+    assert!(rows.len() >= 8, "{} rows: {csv}", rows.len());
     assert_eq!(rows[0].time_ms, 0);
+    // The sampler's deadlines are start + k * 50 ms: row k is read just after the k-th
+    // (late by a wake-up's latency, far less than half a period), so none is missing,
+    // doubled or early.
+    let full = &rows[..rows.len() - 1];
+    for (k, row) in full.iter().enumerate() {
+        let periods = (row.mono_ns - rows[0].mono_ns) as f64 / 50e6;
+        assert_eq!(
+            periods.round() as usize,
+            k,
+            "row {k} ends {periods:.2} periods in: {csv}"
+        );
+    }
     // time_ms is mono_ns truncated to milliseconds: the last, partial period (read as the
     // command exits) may end within the millisecond the one before it ended in.
     assert!(rows
@@ -86,6 +101,29 @@ fn strict_procfs_run_writes_one_csv_row_per_period_and_a_summary() {
     );
     assert_eq!(summary_value(&err, "samples "), rows.len() as u64);
     assert_eq!(summary_value(&err, "samples lost"), 0);
+}
+
+#[test]
+fn the_rows_hold_the_commands_memory_while_it_runs_nothing_once_it_is_gone_and_the_pressure() {
+    // 160,000 random accesses over 8,192 pages: every page of the 32 MiB is touched.
+    let (out, csv) = profile_work(&[], &["32", "R", "40000", "4", "--sleep-ms", "100"]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let rows = parse_csv(&csv);
+    let peak = rows.iter().map(|r| r.rss_anon).max().unwrap();
+    // The buffer, and what the rest of `work` (stack, heap, libc) holds: a few MiB.
+    assert!(
+        (32 << 20..40 << 20).contains(&peak),
+        "peak anonymous {peak}"
+    );
+    assert!(rows.iter().any(|r| r.rss_file > 0));
+    let last = rows.last().unwrap();
+    assert_eq!((last.rss_anon, last.rss_file, last.swap), (0, 0, 0));
+    // Every counter this kernel has is in every row.
+    let psi = std::path::Path::new("/proc/pressure/memory").exists();
+    assert!(rows.iter().all(|r| r.pressure[0].is_some() == psi));
+    assert!(rows.iter().all(|r| r.pressure[4].is_some()), "pswpin");
+    assert!(err.contains("memory peak"), "{err}");
 }
 
 #[test]
@@ -107,7 +145,7 @@ fn relaxed_procfs_run_writes_json_lines_with_the_csv_keys() {
     let mut lines = 0;
     for line in text.lines() {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        for key in ["time_ms", "mono_ns", "minor", "major", "cpu_ns", "cpu_util"] {
+        for key in monitor::output::csv_header().split(',') {
             assert!(v.get(key).is_some(), "{key} missing in {line}");
         }
         minor += v["minor"].as_u64().unwrap();
@@ -253,10 +291,7 @@ fn a_closed_output_pipe_ends_the_profile_of_a_process_that_keeps_running() {
     sleeper.kill().unwrap();
     sleeper.wait().unwrap();
     let err = stderr(&out);
-    assert_eq!(
-        first.trim_end(),
-        "time_ms,mono_ns,minor,major,cpu_ns,cpu_util"
-    );
+    assert_eq!(first.trim_end(), monitor::output::csv_header());
     assert!(out.status.success(), "{err}");
     assert!(!err.contains("error"), "{err}");
     assert!(err.contains("pfprof summary"), "{err}");
@@ -280,7 +315,7 @@ fn run_leaves_the_standard_output_to_its_command_and_reports_on_stderr() {
     assert!(out.status.success(), "{err}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "MARK\nMARK2\n");
     assert!(
-        err.starts_with("time_ms,mono_ns,minor,major,cpu_ns,cpu_util\n"),
+        err.starts_with(&format!("{}\n", monitor::output::csv_header())),
         "{err}"
     );
     assert!(err.contains("pfprof summary"), "{err}");
@@ -390,8 +425,14 @@ fn a_command_that_exists_but_cannot_be_executed_exits_126() {
 /// A `work` stopped before it runs (its shell stops itself, then execs it once
 /// continued), not a child of the monitor, and its minor fault count then.
 fn stopped_work(args: &[&str]) -> (Child, u64) {
+    let (work, counts) = stopped_program(WORK, args);
+    (work, counts.minor)
+}
+
+/// `program` stopped before it runs, as [`stopped_work`], and its fault counts then.
+fn stopped_program(program: &str, args: &[&str]) -> (Child, ProcessCounters) {
     let work = Command::new("sh")
-        .args(["-c", "kill -STOP $$; exec \"$0\" \"$@\"", WORK])
+        .args(["-c", "kill -STOP $$; exec \"$0\" \"$@\"", program])
         .args(args)
         .stderr(Stdio::null())
         .spawn()
@@ -400,22 +441,24 @@ fn stopped_work(args: &[&str]) -> (Child, u64) {
     while !stat().contains(") T ") {
         thread::sleep(Duration::from_millis(5));
     }
-    // Stopped, it takes no fault: the monitor attaches at exactly this count.
-    let minor = stat()
-        .rsplit(')')
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .nth(7)
-        .unwrap()
-        .parse()
-        .unwrap();
-    (work, minor)
+    // Stopped, it takes no fault: the monitor attaches at exactly these counts.
+    let counts = monitor::procstat::read(work.id()).unwrap().counters;
+    (work, counts)
 }
 
 /// `monitor --pid` on a stopped `work`, continued once the monitor has attached; the
 /// monitor's output and the sum of the minor column.
 fn profile_pid(work: &Child, reap_at_once: bool) -> (Output, u64, Option<u64>) {
+    let (out, rows, reaped) = profile_pid_rows(work, reap_at_once);
+    let minor = rows.iter().map(|r| r.minor).sum();
+    (out, minor, reaped.map(|counts| counts.minor))
+}
+
+/// [`profile_pid`], with every row and, when reaped at once, every count of wait4().
+fn profile_pid_rows(
+    work: &Child,
+    reap_at_once: bool,
+) -> (Output, Vec<Row>, Option<ProcessCounters>) {
     let pid = work.id().to_string();
     let mut monitor = Command::new(MONITOR)
         .args(["--backend", "procfs", "--period-ms", "20", "--pid", &pid])
@@ -427,17 +470,21 @@ fn profile_pid(work: &Child, reap_at_once: bool) -> (Output, u64, Option<u64>) {
     let mut header = String::new();
     stdout.read_line(&mut header).unwrap();
     kill(Pid::from_raw(work.id() as i32), Signal::SIGCONT).unwrap();
-    let reaped = reap_at_once.then(|| rusage_minor_of(work.id()));
+    let reaped = reap_at_once.then(|| rusage_of(work.id()));
     let mut csv = header;
     stdout.read_to_string(&mut csv).unwrap();
     let out = monitor.wait_with_output().unwrap();
-    let minor = parse_csv(&csv).iter().map(|r| r.minor).sum();
-    (out, minor, reaped)
+    (out, parse_csv(&csv), reaped)
+}
+
+/// Reaps `pid` (our child) with wait4(): its counts.
+fn rusage_of(pid: u32) -> ProcessCounters {
+    monitor::child::wait(pid).unwrap().1
 }
 
 /// Reaps `pid` (our child) with wait4(): its minor faults.
 fn rusage_minor_of(pid: u32) -> u64 {
-    monitor::child::wait(pid).unwrap().1.minor
+    rusage_of(pid).minor
 }
 
 #[test]
@@ -450,7 +497,71 @@ fn the_last_partial_period_of_an_attached_process_is_read_when_it_exits() {
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert_eq!(minor, total - before, "{err}");
-    assert!(!err.contains("note:"), "{err}");
+    // Nothing of it is missing (other notes, on memory pressure, may be there).
+    assert!(!err.contains("is missing"), "{err}");
+}
+
+/// A copy of `work` on this machine's disk (beside the build's own files), dropped from
+/// the page cache: the pages of its program are read from the disk as it first runs them,
+/// and each read is a major fault. On a tmpfs nothing is read from a disk: its pages never
+/// major-fault.
+struct EvictedWork(std::path::PathBuf);
+
+impl EvictedWork {
+    fn new() -> EvictedWork {
+        use nix::fcntl::{posix_fadvise, PosixFadviseAdvice};
+        use nix::sys::statfs::{statfs, TMPFS_MAGIC};
+
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+        assert_ne!(
+            statfs(dir).unwrap().filesystem_type(),
+            TMPFS_MAGIC,
+            "{dir:?} is a tmpfs: a program there is never read from a disk, no major fault"
+        );
+        let path = dir.join(format!("work-evicted-{}", std::process::id()));
+        std::fs::copy(WORK, &path).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        // Clean pages only are dropped: written back first.
+        file.sync_all().unwrap();
+        posix_fadvise(&file, 0, 0, PosixFadviseAdvice::POSIX_FADV_DONTNEED).unwrap();
+        EvictedWork(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for EvictedWork {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn the_major_faults_of_an_attached_process_sum_to_what_its_parent_reaps() {
+    let program = EvictedWork::new();
+    let (work, before) =
+        stopped_program(program.path(), &["4", "R", "2000", "2", "--sleep-ms", "20"]);
+    // The monitor reads its zombie; this test, its parent, reaps it afterwards.
+    let (out, rows, _) = profile_pid_rows(&work, false);
+    let total = rusage_of(work.id());
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        total.major > before.major,
+        "running the evicted copy took no major fault ({before:?}, then {total:?})"
+    );
+    let sum = |count: fn(&Row) -> u64| rows.iter().map(count).sum::<u64>();
+    assert_eq!(
+        (sum(|r| r.minor), sum(|r| r.major)),
+        (total.minor - before.minor, total.major - before.major),
+        "{err}"
+    );
+    assert_eq!(
+        summary_value(&err, "major faults"),
+        total.major - before.major
+    );
 }
 
 #[test]
@@ -500,8 +611,9 @@ fn cpu_time_is_in_nanoseconds_and_one_busy_thread_uses_at_most_one_cpu() {
 fn ctrl_c_ends_every_mode_at_once_whatever_the_period_or_interval() {
     let mut sleeper = Command::new("sleep").arg("300").spawn().unwrap();
     let pid = sleeper.id().to_string();
+    let longest = shared_layout::abi::PERIOD_MS_MAX.to_string();
     let modes: [&[&str]; 3] = [
-        &["--mode", "strict", "--period-ms", "60000", "--pid", &pid],
+        &["--mode", "strict", "--period-ms", &longest, "--pid", &pid],
         &["--mode", "relaxed", "--interval", "3600s", "--pid", &pid],
         &[
             "--mode",
@@ -525,10 +637,16 @@ fn ctrl_c_ends_every_mode_at_once_whatever_the_period_or_interval() {
             .unwrap();
         thread::sleep(Duration::from_millis(300));
         signal(&monitor, Signal::SIGINT);
-        // Ending takes milliseconds; the old relaxed mode took up to the interval.
+        let signaled = Instant::now();
+        // Ending takes milliseconds, not the interval nor the period.
         let out = ends_by_itself(monitor, &format!("{args:?}"));
+        let took = signaled.elapsed();
         let err = stderr(&out);
         assert!(err.contains("pfprof summary"), "{args:?}: {err}");
+        assert!(
+            took < Duration::from_secs(2),
+            "{args:?}: ended {took:?} after SIGINT"
+        );
     }
     sleeper.kill().unwrap();
     sleeper.wait().unwrap();
@@ -563,9 +681,11 @@ fn the_plot_is_a_well_formed_svg_naming_backend_mode_and_axes() {
     for wanted in [
         "pfprof: procfs backend, strict mode, 50 ms period",
         "time (s)",
-        "accumulated minor faults",
-        "accumulated major faults",
-        "CPU utilization (% of one CPU)",
+        "minor faults/s",
+        "major faults/s",
+        "memory (MiB)",
+        "memory stall (%)",
+        "CPU (%)",
     ] {
         assert!(
             texts.iter().any(|t| t.contains(wanted)),
@@ -577,17 +697,40 @@ fn the_plot_is_a_well_formed_svg_naming_backend_mode_and_axes() {
         .any(|n| n.has_tag_name("polyline") || n.has_tag_name("path")));
 }
 
+/// The monitor as on a machine without the module: where it is loaded, in a mount
+/// namespace of its own (and a user namespace, unprivileged) whose /dev is empty.
+fn monitor_without_the_module(args: &[&str]) -> Output {
+    if !std::path::Path::new(shared_layout::abi::DEVICE_PATH).exists() {
+        return monitor(args);
+    }
+    let out = Command::new("unshare")
+        .args(["--mount", "--map-root-user", "--", "sh", "-c"])
+        .arg("mount -t tmpfs none /dev && exec \"$0\" \"$@\"")
+        .arg(MONITOR)
+        .args(args)
+        .output()
+        .expect("unshare (util-linux) runs");
+    let err = stderr(&out);
+    assert!(
+        !err.starts_with("unshare:") && !err.starts_with("mount:"),
+        "the module is loaded here, and it cannot be hidden from the monitor: {err}"
+    );
+    out
+}
+
 #[test]
 fn kernel_backend_without_the_module_says_how_to_load_it_and_exits_2() {
-    if std::path::Path::new("/dev/pfprof").exists() {
-        eprintln!("skipped: the module is loaded here");
-        return;
-    }
-    let out = monitor(&["--backend", "kernel"]);
+    let out = monitor_without_the_module(&["--backend", "kernel"]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("/dev/pfprof does not exist: load the module first"),
+        err.contains("/dev/pfprof does not exist: the pfprof module is not loaded"),
+        "{err}"
+    );
+    // This machine's fix: load it, or install it with DKMS (and the headers first).
+    assert!(
+        err.contains("sudo modprobe pfprof") && err.contains("dkms-src")
+            || err.contains("load the module: sudo modprobe pfprof"),
         "{err}"
     );
     assert!(err.contains("--backend procfs"), "{err}");
@@ -690,16 +833,44 @@ fn pids_outside_1_to_i32_max_are_refused_before_anything_runs() {
 }
 
 #[test]
-fn bad_options_are_usage_errors() {
-    for args in [
-        &["--format", "xml"][..],
-        &["--mode", "lazy"],
-        &["--interval", "0s"],
-        &["--backend", "ebpf"],
-        &["run"],
+fn bad_options_are_usage_errors_that_name_what_was_expected() {
+    for (args, message) in [
+        (
+            &["--format", "xml"][..],
+            "invalid value 'xml' for '--format <csv|jsonl>': format must be csv or jsonl, \
+             not \"xml\"",
+        ),
+        (
+            &["--mode", "lazy"],
+            "unknown mode \"lazy\": expected \"strict\" or \"relaxed\"",
+        ),
+        (&["--interval", "0s"], "\"0s\" is not a positive duration"),
+        (
+            &["--interval", "soon"],
+            "\"soon\" is not a duration like 1s or 250ms",
+        ),
+        (
+            &["--backend", "ebpf"],
+            "invalid value 'ebpf' for '--backend <BACKEND>'",
+        ),
+        (
+            &["--period-ms", "0"],
+            "invalid value '0' for '--period-ms <N>': 0 is not in 1..=10000",
+        ),
+        (
+            &["--period-ms", "10001"],
+            "invalid value '10001' for '--period-ms <N>': 10001 is not in 1..=10000",
+        ),
+        (&["--period-ms", "-5"], "unexpected argument '-5' found"),
+        (
+            &["run"],
+            "the following required arguments were not provided:\n  <CMD>...",
+        ),
     ] {
         let out = monitor(args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(message), "{args:?}: {err}");
     }
 }
 
@@ -745,4 +916,102 @@ fn sleep_ms_sets_the_pause_between_iterations() {
         .unwrap();
     assert!(out.status.success());
     assert!(started.elapsed() >= Duration::from_millis(600));
+}
+
+/// Fetches `/metrics` from `addr`: the body of a 200 answer.
+fn scrape(addr: &str) -> String {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{answer}");
+    body.to_owned()
+}
+
+#[test]
+fn an_attached_profile_serves_its_metrics_and_keeps_the_final_values_until_scraped() {
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = sleeper.id().to_string();
+    let mut monitor = Command::new(MONITOR)
+        .args(["--backend", "procfs", "--pid", &pid])
+        .args(["--prometheus", "127.0.0.1:0", "--linger", "30s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(monitor.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("monitor: serving metrics at http://")
+        .and_then(|a| a.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_owned();
+    thread::sleep(Duration::from_millis(300));
+    let running = scrape(&addr);
+    let label = format!("target=\"pid:{pid}\",backend=\"procfs\",mode=\"strict\"");
+    assert!(running.contains(&label), "{running}");
+    signal(&monitor, Signal::SIGINT);
+    // Ended, it waits for a scrape of its final values.
+    thread::sleep(Duration::from_millis(500));
+    assert!(
+        monitor.try_wait().unwrap().is_none(),
+        "it left before a scrape"
+    );
+    let last = scrape(&addr);
+    let out = ends_by_itself(monitor, "the lingering monitor");
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
+    let mut summary = String::new();
+    err.read_to_string(&mut summary).unwrap();
+    assert!(out.status.success(), "{summary}");
+    assert!(
+        summary.contains("the last ones with the final values"),
+        "{summary}"
+    );
+    let rows = parse_csv(&String::from_utf8(out.stdout).unwrap()).len();
+    let count = format!(
+        "pfprof_period_faults_count{{{label},system_paging_fault_type=\"minor\"}} {rows}\n"
+    );
+    assert!(last.contains(&count), "not {count:?} in\n{last}");
+}
+
+#[test]
+fn a_cgroup_is_profiled_without_run_and_with_the_kernel_backend_only_with_the_module() {
+    let out = monitor(&["run", "--cgroup", "/sys/fs/cgroup", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("use it without `run`"),
+        "{}",
+        stderr(&out)
+    );
+    let out = monitor(&["--cgroup", "/tmp", "--backend", "procfs"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("/tmp is not a cgroup v2 directory"),
+        "{}",
+        stderr(&out)
+    );
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let cgroup2 = mountinfo
+        .lines()
+        .find_map(|l| {
+            let (before, after) = l.split_once(" - ")?;
+            after
+                .starts_with("cgroup2 ")
+                .then(|| before.split_whitespace().nth(4))?
+        })
+        .expect("a cgroup2 mount");
+    let out = monitor_without_the_module(&["--cgroup", cgroup2, "--backend", "kernel"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("the pfprof module is not loaded"),
+        "{}",
+        stderr(&out)
+    );
 }

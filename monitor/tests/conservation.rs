@@ -9,9 +9,10 @@ use std::thread;
 use std::time::Duration;
 
 use common::*;
+use monitor::backend::procfs::process::Process;
+use monitor::backend::procfs::sampler::{Event, Sampler};
 use monitor::child;
 use monitor::procstat::ProcessCounters;
-use monitor::sampler::{Event, Sampler, Target};
 use monitor::source::Source;
 use shared_layout::wait::FutexWaiter;
 use shared_layout::{Area, Mode, Sample};
@@ -96,7 +97,8 @@ fn sample_command(
     let pid = child::spawn(argv).unwrap();
     let sampler = Sampler::spawn(
         Arc::clone(&area),
-        vec![Target::child(pid, true).unwrap()],
+        vec![Process::child(pid, true).unwrap()],
+        None,
         period,
         || {},
     )
@@ -172,4 +174,87 @@ fn children_reaped_while_their_shell_is_read_every_millisecond_count_once_each()
     // Far more than the shell's own: the children's, while they ran.
     let live = samples.iter().filter(|s| s.minor > 200).count();
     assert!(live > 20, "{live} samples with the children's faults");
+}
+
+/// SIGKILLs process `pid` (our child, not reaped: the pid is still its own) when dropped;
+/// forgotten once it is reaped.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0 as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+/// Waits until process `pid` has stopped (state T).
+fn stopped(pid: u32) {
+    while !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .unwrap()
+        .contains(") T ")
+    {
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn the_samples_taken_while_a_command_is_stopped_hold_exactly_what_its_stat_says_so_far() {
+    // The shell runs a `work` and reaps it, then stops itself: what the samples hold then
+    // is what they counted while it ran, not what wait4() brings at the end.
+    let script = "\"$0\" 16 R 3000 2 --sleep-ms 20 2>/dev/null; kill -STOP $$; \
+                  \"$0\" 16 R 3000 1 --sleep-ms 0 2>/dev/null";
+    let argv: [OsString; 4] = ["sh", "-c", script, WORK].map(Into::into);
+    let period = Duration::from_millis(10);
+    let area = Arc::new(Area::create_memfd_with_slots(4096, Mode::Strict, period).unwrap());
+    let pid = child::spawn(&argv).unwrap();
+    // A failed check leaves no stopped shell behind.
+    let guard = KillOnDrop(pid);
+    let sampler = Sampler::spawn(
+        Arc::clone(&area),
+        vec![Process::child(pid, true).unwrap()],
+        None,
+        period,
+        || {},
+    )
+    .unwrap();
+    let mut source = Source::new(Arc::clone(&area), FutexWaiter, period);
+    let mut samples: Vec<Sample> = Vec::new();
+    stopped(pid);
+    // A sample whose counts were read after the stop: nothing can come between.
+    let stop = shared_layout::abi::monotonic_ns();
+    while samples.last().is_none_or(|s| s.time_ns <= stop) {
+        source.next(&mut samples, period).unwrap();
+    }
+    let stat = monitor::procstat::read(pid).unwrap();
+    let so_far = sums(&samples);
+    // Its own faults and those of the `work` it reaped: its counts since its fork.
+    assert_eq!(
+        (so_far.minor, so_far.major),
+        (
+            stat.counters.minor + stat.reaped.minor,
+            stat.counters.major + stat.reaped.major
+        ),
+        "samples so far against /proc/{pid}/stat"
+    );
+    assert!(so_far.minor > 3000, "the first work's faults: {so_far:?}");
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGCONT,
+    )
+    .unwrap();
+    let events = sampler.events();
+    let (_, totals) = child::wait(pid).unwrap();
+    std::mem::forget(guard);
+    events.send(Event::Exited { pid, totals });
+    while !source
+        .next(&mut samples, Duration::from_millis(100))
+        .unwrap()
+        .ended
+    {}
+    assert_eq!(sampler.join().unwrap().unflushed, Sample::default());
+    let all = sums(&samples);
+    assert_eq!((all.minor, all.major), (totals.minor, totals.major));
 }

@@ -5,13 +5,16 @@
 //! registrations with `PFPROF_IOC_FOLLOW`: a bare `monitor` every one it may see,
 //! `monitor run` those of its command's descendants (`work` registers itself).
 
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
 
 use shared_layout::device::{Device, DeviceWaiter, Follow};
 use shared_layout::{Area, Mode};
 
-use super::{Backend, Targets};
+use super::{Backend, Selection};
+use crate::cgroup::{self, Cgroup};
+use crate::child::Running;
 use crate::error::ProfileError;
 use crate::procstat::ProcessCounters;
 use crate::signals::Stopper;
@@ -22,39 +25,51 @@ pub struct Kernel {
     period: Duration,
     inherit: bool,
     waits_for_registrations: bool,
+    /// `--cgroup`, and its `memory.stat` faults when the profile started.
+    cgroup: Option<(Arc<Cgroup>, Option<ProcessCounters>)>,
 }
 
 impl Backend for Kernel {
     type Waiter = DeviceWaiter;
 
-    fn open(targets: &Targets) -> Result<Kernel, ProfileError> {
+    fn open(selection: &Selection, period_ms: Option<u32>) -> Result<Kernel, ProfileError> {
         let device = Device::open().map_err(ProfileError::Device)?;
         let period = Duration::from_nanos(device.info().period_ns);
-        if let Some(ms) = targets
-            .period_ms
-            .filter(|&ms| Duration::from_millis(ms.into()) != period)
-        {
+        if let Some(ms) = period_ms.filter(|&ms| Duration::from_millis(ms.into()) != period) {
             return Err(ProfileError::PeriodMismatch {
                 module_ms: period.as_millis(),
                 asked_ms: ms,
             });
         }
-        for &pid in &targets.pids {
+        for &pid in &selection.pids {
             device
-                .add(pid, targets.inherit, false)
+                .add(pid, selection.inherit, false)
                 .map_err(ProfileError::Device)?;
         }
-        let waits_for_registrations = targets.pids.is_empty() && !targets.command;
+        // Its memory.stat before, for the summary's cross-check.
+        let cgroup = match &selection.cgroup {
+            Some(c) => {
+                let before = cgroup::memory_faults(c.path());
+                device
+                    .add_cgroup(c.fd().as_fd())
+                    .map_err(ProfileError::Device)?;
+                Some((Arc::clone(c), before))
+            }
+            None => None,
+        };
+        let waits_for_registrations =
+            selection.pids.is_empty() && !selection.command && cgroup.is_none();
         if waits_for_registrations {
             device
-                .follow(Follow::All, targets.inherit)
+                .follow(Follow::All, selection.inherit)
                 .map_err(ProfileError::Device)?;
         }
         Ok(Kernel {
             device,
             period,
-            inherit: targets.inherit,
+            inherit: selection.inherit,
             waits_for_registrations,
+            cgroup,
         })
     }
 
@@ -82,7 +97,7 @@ impl Backend for Kernel {
     fn produce(
         &mut self,
         _area: &Arc<Area>,
-        _command: Option<u32>,
+        _command: Option<&mut Running>,
         _ending: Arc<Ending>,
     ) -> Result<(), ProfileError> {
         // The module samples already; it sees the command's exit once it is reaped.
@@ -92,10 +107,6 @@ impl Backend for Kernel {
             );
         }
         Ok(())
-    }
-
-    fn on_command_exit(&self) -> Box<dyn FnOnce(ProcessCounters) + Send> {
-        Box::new(|_| {})
     }
 
     fn stopper(&self) -> Stopper {
@@ -114,6 +125,10 @@ impl Backend for Kernel {
     }
 
     fn finish(self) -> Result<Vec<String>, ProfileError> {
-        Ok(Vec::new())
+        Ok(self
+            .cgroup
+            .iter()
+            .map(|(c, before)| cgroup::memory_note(c, *before))
+            .collect())
     }
 }

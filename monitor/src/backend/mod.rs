@@ -11,46 +11,49 @@ use std::time::Duration;
 use shared_layout::wait::Waiter;
 use shared_layout::{Area, Mode};
 
+use crate::cgroup::Cgroup;
+use crate::child::Running;
 use crate::error::ProfileError;
-use crate::procstat::ProcessCounters;
 use crate::signals::Stopper;
 use crate::source::Ending;
 
-/// What to profile, as the user asked.
+/// Which processes to profile, as the user selected them.
 #[derive(Clone, Debug)]
-pub struct Targets {
+pub struct Selection {
     /// `--pid`: running processes.
     pub pids: Vec<u32>,
     /// `monitor run`: a command will be started.
     pub command: bool,
-    /// `--period-ms`.
-    pub period_ms: Option<u32>,
+    /// `--cgroup`: every process in the cgroup and its descendant cgroups, counted while
+    /// inside. A backend takes it from the open directory ([`Cgroup::fd`]) or its path.
+    pub cgroup: Option<Arc<Cgroup>>,
     /// Each process counts with its descendants (unless `--no-inherit`): the live ones as
     /// they run, the reaped ones through its children's counts.
     pub inherit: bool,
 }
 
-impl Default for Targets {
-    fn default() -> Targets {
-        Targets {
+impl Default for Selection {
+    fn default() -> Selection {
+        Selection {
             pids: Vec::new(),
             command: false,
-            period_ms: None,
+            cgroup: None,
             inherit: true,
         }
     }
 }
 
 /// A producer of samples, in the order [`crate::session::profile`] calls it:
-/// `open`, `adopt` (for a command), `start`, `produce`, then `stopper`/`on_command_exit` while samples flow, and
-/// `finish` once the session has ended.
+/// `open`, `adopt` (for a command), `start`, `produce`, then `stopper` while samples flow,
+/// and `finish` once the session has ended.
 pub trait Backend: Sized {
     /// How the consumer sleeps while the ring is empty (strict mode).
     type Waiter: Waiter;
 
-    /// Checks that `targets` can be profiled and takes hold of them (registering or
-    /// attaching them); nothing is sampled yet.
-    fn open(targets: &Targets) -> Result<Self, ProfileError>;
+    /// Checks that the `selection` can be profiled, every `period_ms` (`--period-ms`) if
+    /// given, and takes hold of it (registering or attaching its processes); nothing is
+    /// sampled yet.
+    fn open(selection: &Selection, period_ms: Option<u32>) -> Result<Self, ProfileError>;
 
     /// Its name in the summary and the plot: "kernel" or "procfs".
     fn name(&self) -> &'static str;
@@ -59,20 +62,18 @@ pub trait Backend: Sized {
     /// backend can before it runs.
     fn adopt(&mut self, pid: u32) -> Result<(), ProfileError>;
 
-    /// Starts the session in `mode`: the ring, and how its consumer sleeps.
+    /// Starts the ring in `mode`, and says how its consumer sleeps.
     fn start(&mut self, mode: Mode) -> Result<(Arc<Area>, Self::Waiter), ProfileError>;
 
-    /// Samples begin to flow; `command` is the started command, running and not reaped.
-    /// `ending` is to be rung when the producer ends the session.
+    /// Samples begin to flow; `command` is the started command, running and not reaped
+    /// (a backend that counts it itself watches for its exit there). `ending` is to be
+    /// announced when the producer ends the session.
     fn produce(
         &mut self,
         area: &Arc<Area>,
-        command: Option<u32>,
+        command: Option<&mut Running>,
         ending: Arc<Ending>,
     ) -> Result<(), ProfileError>;
-
-    /// Told the command's final counts (wait4()) once it is reaped.
-    fn on_command_exit(&self) -> Box<dyn FnOnce(ProcessCounters) + Send>;
 
     /// Ends the session early: the producer writes its last sample and cancels. Called
     /// from the signal thread.

@@ -47,7 +47,7 @@ pub fn stderr(out: &Output) -> String {
 }
 
 /// One CSV row, as the monitor writes them.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Row {
     pub time_ms: u64,
     pub mono_ns: u64,
@@ -55,19 +55,24 @@ pub struct Row {
     pub major: u64,
     pub cpu_ns: u64,
     pub cpu_util: f64,
+    pub rss_anon: u64,
+    pub rss_file: u64,
+    pub rss_shmem: u64,
+    pub swap: u64,
+    /// The pressure columns, `None` where empty.
+    pub pressure: Vec<Option<u64>>,
 }
 
 /// Parses the monitor's CSV, checking the header.
 pub fn parse_csv(text: &str) -> Vec<Row> {
     let mut lines = text.lines();
-    assert_eq!(
-        lines.next(),
-        Some("time_ms,mono_ns,minor,major,cpu_ns,cpu_util")
-    );
+    let header = monitor::output::csv_header();
+    assert_eq!(lines.next(), Some(header.as_str()));
+    let columns = header.split(',').count();
     lines
         .map(|line| {
             let f: Vec<&str> = line.split(',').collect();
-            assert_eq!(f.len(), 6, "row {line:?}");
+            assert_eq!(f.len(), columns, "row {line:?}");
             Row {
                 time_ms: f[0].parse().unwrap(),
                 mono_ns: f[1].parse().unwrap(),
@@ -75,6 +80,14 @@ pub fn parse_csv(text: &str) -> Vec<Row> {
                 major: f[3].parse().unwrap(),
                 cpu_ns: f[4].parse().unwrap(),
                 cpu_util: f[5].parse().unwrap(),
+                rss_anon: f[6].parse().unwrap(),
+                rss_file: f[7].parse().unwrap(),
+                rss_shmem: f[8].parse().unwrap(),
+                swap: f[9].parse().unwrap(),
+                pressure: f[10..]
+                    .iter()
+                    .map(|v| (!v.is_empty()).then(|| v.parse().unwrap()))
+                    .collect(),
             }
         })
         .collect()

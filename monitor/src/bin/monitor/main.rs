@@ -5,18 +5,21 @@
 
 use std::ffi::OsString;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use monitor::backend::kernel::Kernel;
 use monitor::backend::procfs::Procfs;
-use monitor::error::{Blame, ProfileError};
-use monitor::output::Destination;
-use monitor::report::Format;
+use monitor::duration::parse_duration;
+use monitor::error::ProfileError;
+use monitor::exit::Blame;
+use monitor::export::{ExportError, ExportOptions};
+use monitor::install;
+use monitor::output::{Destination, Format};
 use monitor::session::{self, Request};
-use shared_layout::abi::DEVICE_PATH;
+use shared_layout::abi::{self, DEVICE_PATH};
 use shared_layout::device::DeviceError;
 use shared_layout::Mode;
 
@@ -28,7 +31,8 @@ use shared_layout::Mode;
     after_help = "Examples:\n  \
         monitor run --output prof.csv --plot prof.svg -- ./target/release/work 256 R 50000\n  \
         monitor run -- sort -o sorted.txt big.txt     (samples and summary on stderr)\n  \
-        monitor --pid 1234 --mode relaxed --interval 500ms > prof.csv\n\n\
+        monitor --pid 1234 --mode relaxed --interval 500ms > prof.csv\n  \
+        monitor --cgroup /sys/fs/cgroup/system.slice/nginx.service --prometheus :9464 -o /dev/null\n\n\
         Samples go to --output; without it, to standard output, except with `monitor run`,\n\
         whose command has the standard output: there they go to standard error (as with\n\
         `perf stat`). The summary goes to standard error.",
@@ -71,14 +75,19 @@ struct Options {
         value_parser = clap::value_parser!(u32).range(1..=i64::from(i32::MAX))
     )]
     pids: Vec<u32>,
+    /// Profile every process in the cgroup v2 directory PATH and its descendant cgroups,
+    /// as they enter and leave, each counted while inside, with the module or without.
+    /// The profile ends when the cgroup is removed, or with Ctrl-C.
+    #[arg(long, value_name = "PATH", conflicts_with = "pids")]
+    cgroup: Option<PathBuf>,
     /// Write samples to FILE (replaced only once the profile is complete).
     #[arg(long, short, value_name = "FILE")]
     output: Option<PathBuf>,
     /// Format of the samples: csv or jsonl (JSON Lines, same keys as the CSV columns).
     #[arg(long, default_value = "csv", value_name = "csv|jsonl")]
     format: Format,
-    /// Also draw the profile as an SVG (the name must end in .svg): accumulated faults and
-    /// CPU utilization over time.
+    /// Also draw the profile as an SVG (the name must end in .svg): a timeline of fault
+    /// rates, memory, memory stall and CPU utilization, thrashing shaded.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
     /// How often the monitor takes the samples that are ready (e.g. 1s, 250ms), in both
@@ -87,8 +96,13 @@ struct Options {
     #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DUR")]
     interval: Duration,
     /// Sampling period of the procfs backend, in ms (the module's is its period_ms
-    /// parameter).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=60_000), value_name = "N")]
+    /// parameter, within the same bounds).
+    #[arg(
+        long,
+        value_parser = clap::value_parser!(u32)
+            .range(i64::from(abi::PERIOD_MS_MIN)..=i64::from(abi::PERIOD_MS_MAX)),
+        value_name = "N"
+    )]
     period_ms: Option<u32>,
     /// Count only the processes named (the command, the --pid processes, and with the
     /// module each process that registers itself), not their descendants. By default each
@@ -98,6 +112,8 @@ struct Options {
     /// before stays counted.
     #[arg(long)]
     no_inherit: bool,
+    #[command(flatten)]
+    export: ExportOptions,
 }
 
 /// `--backend`: which [`monitor::backend::Backend`] produces the samples.
@@ -118,45 +134,45 @@ impl fmt::Display for BackendChoice {
     }
 }
 
-/// "1s", "250ms", "1.5s", or plain seconds.
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (number, unit) = match s.strip_suffix("ms") {
-        Some(n) => (n, 1e-3),
-        None => (s.strip_suffix('s').unwrap_or(s), 1.0),
-    };
-    let value: f64 = number
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration like 1s or 250ms"))?;
-    Duration::try_from_secs_f64(value * unit)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| format!("{s:?} is not a positive duration"))
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let (options, command) = match cli.command {
         Some(Command::Run { options, command }) => (options, Some(command)),
         None => (cli.options, None),
     };
+    if command.is_some() && options.cgroup.is_some() {
+        Cli::command()
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--cgroup profiles a cgroup: use it without `run`",
+            )
+            .exit();
+    }
     match run(options, command) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            let blame = e.blame();
-            let advice = advice(&e);
-            eprintln!("monitor: error: {:#}", anyhow::Error::new(e));
-            if let Some(advice) = advice {
-                eprintln!("monitor: {advice}");
-            }
-            ExitCode::from(blame.exit_code())
+            let (message, code) = failure(e);
+            eprint!("{message}");
+            ExitCode::from(code)
         }
     }
 }
 
+/// What the user is told about `e`, with what to do when it is theirs to fix, and the
+/// exit code.
+fn failure(e: ProfileError) -> (String, u8) {
+    let code = e.blame().exit_code();
+    let advice = advice(&e);
+    let mut message = format!("monitor: error: {:#}\n", anyhow::Error::new(e));
+    if let Some(advice) = advice {
+        message += &format!("monitor: {advice}\n");
+    }
+    (message, code)
+}
+
 fn run(options: Options, command: Option<Vec<OsString>>) -> Result<u8, ProfileError> {
     let backend = match options.backend {
-        BackendChoice::Auto if std::path::Path::new(DEVICE_PATH).exists() => BackendChoice::Kernel,
+        BackendChoice::Auto if Path::new(DEVICE_PATH).exists() => BackendChoice::Kernel,
         BackendChoice::Auto => BackendChoice::Procfs,
         chosen => chosen,
     };
@@ -173,13 +189,20 @@ fn run(options: Options, command: Option<Vec<OsString>>) -> Result<u8, ProfileEr
         plot: options.plot,
         command,
         pids: options.pids,
+        cgroup: options.cgroup,
         period_ms: options.period_ms,
         inherit: !options.no_inherit,
+        export: options.export,
     };
     match backend {
         BackendChoice::Kernel => session::profile::<Kernel>(request),
         _ => session::profile::<Procfs>(request),
     }
+}
+
+/// The running kernel's release, as the commands of the advice name it.
+fn release() -> String {
+    install::running_release().unwrap_or_else(|| "$(uname -r)".into())
 }
 
 /// What the user can do about `e`, when it is theirs to fix.
@@ -191,11 +214,29 @@ fn advice(e: &ProfileError) -> Option<String> {
         | ProfileError::Device(
             DeviceError::NoSuchProcess { pid } | DeviceError::NotAllowed { pid },
         ) => format!("check the pid with `ps -p {pid}` and that it is yours"),
+        ProfileError::Device(DeviceError::NotLoaded { .. }) => format!(
+            "{}; or use --backend procfs, which works without the module",
+            install::when_not_loaded(Path::new(install::MODULES_DIR), &release())
+        ),
+        ProfileError::Device(DeviceError::AbiMismatch { ours, module }) if module < ours => {
+            install::when_module_older(&release())
+        }
         ProfileError::Device(_) if e.blame() == Blame::Usage => {
             "--backend procfs works without the module".into()
         }
+        ProfileError::Cgroup(_) => {
+            "give a directory of the cgroup2 file system, e.g. /sys/fs/cgroup/system.slice".into()
+        }
         ProfileError::NothingToProfile => {
             "processes can register themselves only with the pfprof module loaded".into()
+        }
+        ProfileError::Export(ExportError::Listen { .. } | ExportError::Address(_)) => {
+            "choose another --prometheus address (port 0 takes a free one)".into()
+        }
+        ProfileError::Export(ExportError::Textfile { .. }) => {
+            "choose a directory this user may write, e.g. node_exporter's \
+             --collector.textfile.directory"
+                .into()
         }
         ProfileError::PeriodMismatch { asked_ms, .. } => format!(
             "--period-ms {asked_ms} needs --backend procfs, or reload the module with \
@@ -215,16 +256,62 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_take_seconds_or_milliseconds() {
-        assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
-    }
-
-    #[test]
-    fn durations_must_be_positive_numbers() {
-        for bad in ["0s", "-1s", "fast", "", "1h"] {
-            assert!(parse_duration(bad).is_err(), "{bad:?}");
-        }
+    fn the_modules_refusals_are_usage_errors_that_say_what_to_do() {
+        let device = PathBuf::from(DEVICE_PATH);
+        let refused = |e| failure(ProfileError::Device(e));
+        assert_eq!(
+            refused(DeviceError::PermissionDenied {
+                path: device.clone()
+            }),
+            (
+                "monitor: error: cannot use the pfprof module: permission denied opening \
+                 /dev/pfprof: install the udev rule kmod/99-pfprof.rules or run as root\n\
+                 monitor: --backend procfs works without the module\n"
+                    .to_owned(),
+                2
+            )
+        );
+        assert_eq!(
+            refused(DeviceError::TooManySessions { path: device }),
+            (
+                "monitor: error: cannot use the pfprof module: too many sessions open on \
+                 /dev/pfprof: close another monitor of this user, or raise the module's \
+                 max_sessions\nmonitor: --backend procfs works without the module\n"
+                    .to_owned(),
+                2
+            )
+        );
+        assert_eq!(
+            refused(DeviceError::NotAllowed { pid: 42 }),
+            (
+                "monitor: error: cannot use the pfprof module: not allowed to profile process \
+                 42: it belongs to another user (profile it as that user or as root)\n\
+                 monitor: check the pid with `ps -p 42` and that it is yours\n"
+                    .to_owned(),
+                2
+            )
+        );
+        // An older module: how to replace it on this machine.
+        let ours = shared_layout::abi::ABI_VERSION;
+        let (message, code) = refused(DeviceError::AbiMismatch {
+            ours,
+            module: ours - 1,
+        });
+        assert_eq!(code, 2);
+        assert!(
+            message.starts_with(&format!(
+                "monitor: error: cannot use the pfprof module: the module speaks ABI version \
+                 {}, this monitor speaks {ours}: the module is older",
+                ours - 1
+            )),
+            "{message}"
+        );
+        assert!(
+            message.ends_with(&format!(
+                "monitor: {}\n",
+                install::when_module_older(&release())
+            )),
+            "{message}"
+        );
     }
 }

@@ -1,5 +1,17 @@
-//! The procfs backend: a sampler thread reads /proc and produces into a memfd area; the
-//! consumer is the same code as with the module.
+//! The procfs backend: a sampler thread ([`sampler`]) reads /proc and produces into a
+//! memfd area; the consumer is the same code as with the module.
+//!
+//! The sampler reads each selected process ([`process`]) with its descendants
+//! ([`tree`]) and the members of a selected cgroup ([`members`]), their memory
+//! ([`memory`]), and keeps each sample's CPU time within what its threads could use
+//! ([`cap`]).
+
+mod cap;
+pub mod members;
+pub mod memory;
+pub mod process;
+pub mod sampler;
+pub mod tree;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,54 +19,61 @@ use std::time::Duration;
 use shared_layout::wait::FutexWaiter;
 use shared_layout::{abi, Area, Mode, Sample};
 
-use super::{Backend, Targets};
+use super::{Backend, Selection};
+use crate::cgroup::{self, Cgroup};
+use crate::child::{ExitWatch, Running};
 use crate::error::ProfileError;
-use crate::procstat::{self, ProcessCounters};
-use crate::sampler::{Event, Events, Sampler, Target};
+use crate::procstat::{self, Probe, ProcessCounters};
 use crate::signals::Stopper;
 use crate::source::Ending;
+use members::Members;
+use process::Process;
+use sampler::{Event, Events, Sampler};
 
 pub struct Procfs {
     period: Duration,
     /// `--pid` processes until `produce` hands them to the sampler.
-    targets: Vec<Target>,
+    processes: Vec<Process>,
     sampler: Option<Sampler>,
     events: Option<Events>,
-    /// The command `monitor run` started.
-    command: Option<u32>,
     /// Processes count with their descendants.
     inherit: bool,
     /// They do, but the kernel does not list children: only reaped ones count.
     unlisted: bool,
     /// A process whose CPU clock could not be read is measured in clock ticks.
     ticks: bool,
+    /// `--cgroup`, and its `memory.stat` faults when the profile started.
+    cgroup: Option<(Arc<Cgroup>, Option<ProcessCounters>)>,
 }
 
 impl Backend for Procfs {
     type Waiter = FutexWaiter;
 
-    fn open(targets: &Targets) -> Result<Procfs, ProfileError> {
-        if targets.pids.is_empty() && !targets.command {
+    fn open(selection: &Selection, period_ms: Option<u32>) -> Result<Procfs, ProfileError> {
+        if selection.pids.is_empty() && !selection.command && selection.cgroup.is_none() {
             return Err(ProfileError::NothingToProfile);
         }
-        let targets_now = targets
+        let processes = selection
             .pids
             .iter()
             .map(|&pid| {
-                Target::attach(pid, targets.inherit)
+                Process::attach(pid, selection.inherit)
                     .map_err(|source| ProfileError::Attach { pid, source })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let period_ms = targets.period_ms.unwrap_or(abi::PERIOD_MS_DEFAULT);
+        let period_ms = period_ms.unwrap_or(abi::PERIOD_MS_DEFAULT);
         Ok(Procfs {
             period: Duration::from_millis(period_ms.into()),
-            ticks: targets_now.iter().any(|t| !t.nanoseconds()),
-            targets: targets_now,
+            ticks: processes.iter().any(|p| !p.nanoseconds()),
+            processes,
             sampler: None,
             events: None,
-            command: None,
-            inherit: targets.inherit,
-            unlisted: targets.inherit && !procstat::children_listed(),
+            inherit: selection.inherit,
+            unlisted: selection.inherit && !procstat::children_listed(),
+            cgroup: (selection.cgroup.clone()).map(|c| {
+                let faults = cgroup::memory_faults(c.path());
+                (c, faults)
+            }),
         })
     }
 
@@ -76,38 +95,34 @@ impl Backend for Procfs {
     fn produce(
         &mut self,
         area: &Arc<Area>,
-        command: Option<u32>,
+        command: Option<&mut Running>,
         ending: Arc<Ending>,
     ) -> Result<(), ProfileError> {
-        let mut targets = std::mem::take(&mut self.targets);
-        if let Some(pid) = command {
-            let target = Target::child(pid, self.inherit)
+        let mut processes = std::mem::take(&mut self.processes);
+        if let Some(pid) = command.as_deref().map(Running::pid) {
+            let process = Process::child(pid, self.inherit)
                 .map_err(|source| ProfileError::Attach { pid, source })?;
-            self.ticks |= !target.nanoseconds();
-            targets.push(target);
+            self.ticks |= !process.nanoseconds();
+            processes.push(process);
         }
-        let on_end = move || ending.ring();
-        let sampler =
-            Sampler::spawn(Arc::clone(area), targets, self.period, on_end).map_err(|source| {
-                ProfileError::System {
-                    what: "starting the sampler",
-                    source,
-                }
+        let on_end = move || ending.announce();
+        let members = (self.cgroup.as_ref()).map(|(c, _)| Members::new(Arc::clone(c)));
+        let sampler = Sampler::spawn(Arc::clone(area), processes, members, self.period, on_end)
+            .map_err(|source| ProfileError::System {
+                what: "starting the sampler",
+                source,
             })?;
-        self.events = Some(sampler.events());
+        let events = sampler.events();
+        if let Some(command) = command {
+            command.watch_exit(Box::new(FinalCounts {
+                events: events.clone(),
+                inherit: self.inherit,
+                own: None,
+            }));
+        }
+        self.events = Some(events);
         self.sampler = Some(sampler);
-        self.command = command;
         Ok(())
-    }
-
-    fn on_command_exit(&self) -> Box<dyn FnOnce(ProcessCounters) + Send> {
-        let (events, command) = (self.events.clone(), self.command);
-        // The sampler takes the command's last counts from wait4().
-        Box::new(move |totals| {
-            if let (Some(events), Some(pid)) = (events, command) {
-                events.send(Event::Exited { pid, totals });
-            }
-        })
     }
 
     fn stopper(&self) -> Stopper {
@@ -143,6 +158,9 @@ impl Backend for Procfs {
                     .to_owned(),
             );
         }
+        if let Some((cgroup, before)) = &self.cgroup {
+            notes.push(cgroup::memory_note(cgroup, *before));
+        }
         let Some(sampler) = self.sampler.take() else {
             return Ok(notes);
         };
@@ -163,6 +181,34 @@ impl Backend for Procfs {
             ));
         }
         Ok(notes)
+    }
+}
+
+/// The command's last counts for the sampler, which takes them once the command is
+/// reaped: its own, from its zombie, when it counts alone; else wait4()'s, its own and
+/// those of the descendants it waited for.
+struct FinalCounts {
+    events: Events,
+    inherit: bool,
+    /// Its zombie's counts, read before the reap.
+    own: Option<ProcessCounters>,
+}
+
+impl ExitWatch for FinalCounts {
+    fn exited(&mut self, pid: u32) {
+        // Its zombie's stat has its own counts (and its CPU clock its own time) until the
+        // reap; wait4() adds its reaped children's.
+        if !self.inherit {
+            self.own = (Probe::open(pid).and_then(|mut zombie| zombie.read()))
+                .ok()
+                .map(|stat| stat.counters);
+        }
+    }
+
+    fn reaped(self: Box<Self>, pid: u32, totals: ProcessCounters) {
+        // A zombie that could not be read: wait4()'s, the nearest there is.
+        let totals = self.own.unwrap_or(totals);
+        self.events.send(Event::Exited { pid, totals });
     }
 }
 

@@ -12,10 +12,14 @@
 //! counts it twice nor dips meanwhile. A process that leaves the tree alive (orphaned,
 //! reparented outside it) keeps what was counted of it, and so does a child whose parent
 //! does not wait for it (the kernel adds its counts to nobody's).
+//!
+//! Memory is a level, not a count: the tree holds what its live processes hold now
+//! ([`Tree::memory`]); a process that died or left holds nothing of it.
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 
+use super::memory::{Memory, MemoryProbe};
 use crate::procstat::{self, Probe, ProcessCounters, Stat};
 
 /// What a pass found of a process in the tree, or of one that was in it at the last pass.
@@ -143,6 +147,9 @@ pub struct Tree {
 /// A descendant, read again and again.
 struct Proc {
     probe: Probe,
+    memory: MemoryProbe,
+    /// Its CPU clock moved at the last pass.
+    ran: bool,
     /// Its stat (CPU time: its CPU clock) and children, as last read.
     stat: Stat,
     children: Vec<u32>,
@@ -155,7 +162,8 @@ impl Proc {
         // A process whose CPU clock stands still took no fault, forked and reaped nobody:
         // its stat and children are as last read (children it did not wait for may be
         // gone, which reading them shows).
-        if !matches!(&cpu, Some(Ok(ns)) if *ns == self.stat.counters.cpu_ns) {
+        self.ran = !matches!(&cpu, Some(Ok(ns)) if *ns == self.stat.counters.cpu_ns);
+        if self.ran {
             self.stat = self.probe.read_with_cpu(cpu).ok().filter(|s| !s.dead)?;
             self.children = procstat::children(pid);
         }
@@ -214,6 +222,12 @@ impl Tree {
         self.root_children.is_empty() && self.procs.is_empty()
     }
 
+    /// What the descendants in the tree at the last pass hold now (the root's own is its
+    /// caller's to read).
+    pub fn memory(&mut self) -> Memory {
+        self.procs.values_mut().map(|p| p.memory.read(p.ran)).sum()
+    }
+
     /// How many threads could have run between the last pass and the one before: those
     /// of the processes in the tree at the last pass, and of those that left it since.
     pub fn threads(&self) -> u64 {
@@ -242,12 +256,15 @@ impl Tree {
         // Gone before it could be read: its parent's reaped counts have it, or will. Listed
         // though dead: the pid may be another process's already.
         let mut probe = Probe::open(pid).ok()?;
+        let memory = MemoryProbe::open(pid).ok()?;
         let stat = (probe.read().ok()).filter(|s| !s.dead && Some(s.start) != dead)?;
         let children = procstat::children(pid);
         self.procs.insert(
             pid,
             Proc {
                 probe,
+                memory,
+                ran: true,
                 stat,
                 children,
             },
@@ -456,11 +473,50 @@ mod tests {
     }
 
     #[test]
-    fn a_childs_faults_count_while_it_lives_and_once_its_parent_reaped_it_exactly_once() {
+    fn a_tree_holds_the_memory_of_its_live_descendants_and_none_of_a_reaped_one() {
         if !procstat::children_listed() {
             eprintln!("skipped: this kernel does not list children in /proc");
             return;
         }
+        let mut parent = Command::new("sh")
+            .args(["-c", "sleep 30 & wait"])
+            .spawn()
+            .unwrap();
+        let pid = parent.id();
+        let mut guard = KillOnDrop(vec![pid]);
+        let status = |pid: u32| {
+            let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+            crate::backend::procfs::memory::parse_status(&text).unwrap()
+        };
+        // The child once it has mapped its binary, and stopped: its memory stands still.
+        let child = loop {
+            match procstat::children(pid)[..] {
+                [child] if status(child).rss_file > 0 => break child,
+                _ => thread::sleep(Duration::from_millis(5)),
+            }
+        };
+        guard.0.push(child);
+        kill(Pid::from_raw(child as i32), Signal::SIGSTOP).unwrap();
+        stopped(child);
+        let mut tree = Tree::new(pid);
+        tree.total(&procstat::read(pid).unwrap(), true);
+        assert_eq!(tree.memory(), status(child));
+        // Killed and reaped by the shell: gone from the tree, its memory with it.
+        kill(Pid::from_raw(child as i32), Signal::SIGKILL).unwrap();
+        parent.wait().unwrap();
+        assert_eq!(
+            tree.memory(),
+            crate::backend::procfs::memory::Memory::default()
+        );
+    }
+
+    #[test]
+    fn a_childs_faults_count_while_it_lives_and_once_its_parent_reaped_it_exactly_once() {
+        assert!(
+            procstat::children_listed(),
+            "this kernel does not list children in /proc (CONFIG_PROC_CHILDREN): live \
+             descendants cannot be counted here, which is what this test is about"
+        );
         // The parent waits for its child, then stops itself. The child faults in dd's
         // 64 MiB buffer (16,384 pages, or far fewer huge ones) through a grandchild it
         // reaps, then stops itself before exiting.

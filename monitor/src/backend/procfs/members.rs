@@ -1,0 +1,203 @@
+//! The members of a cgroup selected with `--cgroup`: every process in the cgroup or one of
+//! its descendant cgroups, counted while it is inside.
+//!
+//! Each pass lists the subtree's `cgroup.procs` and reads every member's stat, parents
+//! before children, into a [`Ledger`] (the same bookkeeping as a process tree's): a
+//! member's own counts and its reaped children's, so a child forked inside and reaped
+//! between two passes still counts, through its parent; a dead member's counts are owed by
+//! its nearest member ancestor until that one has reaped them. A process that enters
+//! brings its history, which is set aside (`entered`): only what it does from the pass
+//! that first sees it counts, and from its fork when a member forked it during the profile.
+//! One that leaves alive keeps what was counted of it. Zombies are no longer listed in
+//! `cgroup.procs`: a member that is one is read once more for its final counts.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::sync::Arc;
+
+use nix::time::{clock_gettime, ClockId};
+
+use super::memory::{Memory, MemoryProbe};
+use super::tree::{Ledger, Seen};
+use crate::cgroup::Cgroup;
+use crate::procstat::{self, Probe, ProcessCounters, Stat};
+
+/// The processes of the cgroup and of its descendants; `None` once it is removed.
+fn list(cgroup: &Cgroup) -> Option<Vec<u32>> {
+    let mut pids = Vec::new();
+    let mut dirs = vec![cgroup.path().to_path_buf()];
+    let mut first = true;
+    while let Some(dir) = dirs.pop() {
+        // A child cgroup removed meanwhile has no processes left to count.
+        match fs::read_to_string(dir.join("cgroup.procs")) {
+            Ok(text) => pids.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok())),
+            Err(_) if first => return None,
+            Err(_) => continue,
+        }
+        first = false;
+        if let Ok(entries) = fs::read_dir(&dir) {
+            dirs.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+    }
+    Some(pids)
+}
+
+/// Now, in the clock ticks after boot that start times are given in.
+fn boot_ticks() -> u64 {
+    clock_gettime(ClockId::CLOCK_BOOTTIME).map_or(0, |t| {
+        (t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64) / procstat::ticks_to_ns()
+    })
+}
+
+/// A member, read again and again.
+struct Member {
+    probe: Probe,
+    stat: Stat,
+    memory: MemoryProbe,
+}
+
+/// The cgroup's members, counted pass after pass.
+pub struct Members {
+    cgroup: Arc<Cgroup>,
+    members: HashMap<u32, Member>,
+    ledger: Ledger,
+    /// What members had done before they entered: set aside from the ledger's total.
+    entered: ProcessCounters,
+    /// When the last pass began, in clock ticks after boot (as start times are): a
+    /// newcomer a member started since was forked inside.
+    last_pass: Option<u64>,
+    threads: u64,
+}
+
+impl Members {
+    pub fn new(cgroup: Arc<Cgroup>) -> Members {
+        Members {
+            cgroup,
+            members: HashMap::new(),
+            ledger: Ledger::default(),
+            entered: ProcessCounters::default(),
+            last_pass: None,
+            threads: 0,
+        }
+    }
+
+    pub fn cgroup(&self) -> &Cgroup {
+        &self.cgroup
+    }
+
+    /// The threads of the last pass's members: how many could have run since.
+    pub fn threads(&self) -> u64 {
+        self.threads
+    }
+
+    /// What the members of the last pass hold now: a member that left or died, nothing.
+    pub fn memory(&mut self) -> Memory {
+        self.members.values_mut().map(|m| m.memory.read(true)).sum()
+    }
+
+    /// What the members did inside since the first pass; `None` once the cgroup is gone.
+    pub fn pass(&mut self) -> Option<ProcessCounters> {
+        let began = boot_ticks();
+        // Parents before children, by what the last pass knew of them; newcomers last.
+        // The members are read before the cgroup is listed: one still listed was inside
+        // when it was read, while one read after the listing may have left and faulted
+        // outside in between.
+        let read: Vec<(u32, Option<Stat>)> = self
+            .known_order()
+            .into_iter()
+            .map(|pid| (pid, self.read_member(pid)))
+            .collect();
+        let listed: HashSet<u32> = list(&self.cgroup)?.into_iter().collect();
+        let mut pass = Vec::with_capacity(listed.len());
+        let mut found = HashSet::new();
+        for (pid, stat) in read {
+            let stat = match stat {
+                // Not listed: it left, or it died since it was read (zombies are not
+                // listed either), which a second read tells.
+                Some(s) if !listed.contains(&pid) && !s.exited => self.read_member(pid),
+                stat => stat,
+            };
+            match stat {
+                // Listed, or a zombie: its counts now.
+                Some(stat) if listed.contains(&pid) || stat.exited => {
+                    found.insert(pid);
+                    pass.push((pid, Seen::In(stat)));
+                }
+                Some(_) => {
+                    self.members.remove(&pid);
+                    pass.push((pid, Seen::Out));
+                }
+                None => {
+                    self.members.remove(&pid);
+                    pass.push((pid, Seen::Dead));
+                }
+            }
+        }
+        let mut newcomers: Vec<u32> = listed.difference(&found).copied().collect();
+        newcomers.sort_unstable();
+        for pid in newcomers {
+            let Ok(mut probe) = Probe::open(pid) else {
+                continue;
+            };
+            let Ok(stat) = probe.read() else {
+                continue;
+            };
+            let Ok(memory) = MemoryProbe::open(pid) else {
+                continue;
+            };
+            let forked_inside = self
+                .last_pass
+                .is_some_and(|last| stat.start >= last && found.contains(&stat.ppid));
+            if !forked_inside {
+                self.entered += stat.counters + stat.reaped;
+            }
+            self.members.insert(
+                pid,
+                Member {
+                    probe,
+                    stat,
+                    memory,
+                },
+            );
+            pass.push((pid, Seen::In(stat)));
+        }
+        self.last_pass = Some(began);
+        self.threads = self.members.values().map(|m| m.stat.threads).sum();
+        Some(self.ledger.settle(&pass).saturating_sub(self.entered))
+    }
+
+    /// A member's stat now, kept as its latest; `None` once it is gone.
+    fn read_member(&mut self, pid: u32) -> Option<Stat> {
+        let member = self.members.get_mut(&pid)?;
+        let stat = member.probe.read().ok().filter(|s| !s.dead)?;
+        member.stat = stat;
+        Some(stat)
+    }
+
+    /// The members of the last pass, each after its parent when that is a member too.
+    fn known_order(&self) -> Vec<u32> {
+        let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+        let mut roots = Vec::new();
+        for (&pid, m) in &self.members {
+            if self.members.contains_key(&m.stat.ppid) && m.stat.ppid != pid {
+                children.entry(m.stat.ppid).or_default().push(pid);
+            } else {
+                roots.push(pid);
+            }
+        }
+        let mut order = Vec::with_capacity(self.members.len());
+        let mut next = roots;
+        while let Some(pid) = next.pop() {
+            order.push(pid);
+            next.extend(children.remove(&pid).unwrap_or_default());
+        }
+        // Parents that name each other (stale stats around a reused pid) still get read.
+        order.extend(children.into_values().flatten());
+        order
+    }
+}

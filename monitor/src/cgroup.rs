@@ -1,0 +1,173 @@
+//! A cgroup v2 directory selected with `--cgroup PATH` (every process in the cgroup or one
+//! of its descendant cgroups, counted while it is inside): checked and held open, and the
+//! cgroup's own count of its faults (`memory.stat`) to set beside the samples'. The procfs
+//! backend counts its members itself ([`crate::backend::procfs::members`]), the module
+//! from the open directory.
+
+use std::fs;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{open, OFlag};
+use nix::sys::stat::Mode;
+use nix::sys::statfs::{fstatfs, CGROUP2_SUPER_MAGIC};
+
+use crate::procstat::ProcessCounters;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("cannot open {}", path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: nix::Error,
+    },
+    #[error("{} is not a cgroup v2 directory (mounted cgroup2 file systems: {mounts})", path.display())]
+    NotCgroup2 { path: PathBuf, mounts: String },
+    #[error("reading {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// A cgroup v2 directory, checked and held open.
+#[derive(Debug)]
+pub struct Cgroup {
+    path: PathBuf,
+    /// Its path below the cgroup2 mount (`/system.slice/x.service`): the `target` label.
+    name: String,
+    /// Held open for a backend that takes the cgroup from a descriptor (the module).
+    fd: OwnedFd,
+}
+
+/// The mount points of cgroup2 file systems, from /proc/self/mountinfo.
+fn cgroup2_mounts() -> Vec<PathBuf> {
+    let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    info.lines()
+        .filter_map(|line| {
+            let (before, after) = line.split_once(" - ")?;
+            (after.split_whitespace().next()? == "cgroup2")
+                .then(|| before.split_whitespace().nth(4).map(PathBuf::from))?
+        })
+        .collect()
+}
+
+impl Cgroup {
+    /// Opens `path`, which must be a directory of a cgroup2 file system.
+    pub fn open(path: &Path) -> Result<Cgroup, CgroupError> {
+        let fd = open(
+            path,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|source| CgroupError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mounts = cgroup2_mounts();
+        let not_cgroup2 = || CgroupError::NotCgroup2 {
+            path: path.to_path_buf(),
+            mounts: match mounts.is_empty() {
+                true => "none".to_owned(),
+                false => (mounts.iter().map(|m| m.display().to_string()))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            },
+        };
+        let magic = fstatfs(&fd).map_err(|_| not_cgroup2())?.filesystem_type();
+        if magic != CGROUP2_SUPER_MAGIC {
+            return Err(not_cgroup2());
+        }
+        let path = fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        // The deepest mount it is under: its path there names it on every machine.
+        let name = mounts
+            .iter()
+            .filter_map(|m| path.strip_prefix(m).ok())
+            .min_by_key(|rest| rest.as_os_str().len())
+            .map_or_else(
+                || path.display().to_string(),
+                |rest| format!("/{}", rest.display()),
+            );
+        Ok(Cgroup { path, name, fd })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Its path below the cgroup2 mount.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The open directory.
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+}
+
+/// `pgfault` (every fault) and `pgmajfault` of the `memory.stat` of the cgroup at `dir`
+/// (its subtree's, since its creation), as minor and major faults; `None` where the
+/// memory controller is not enabled for it.
+pub fn memory_faults(dir: &Path) -> Option<ProcessCounters> {
+    let text = fs::read_to_string(dir.join("memory.stat")).ok()?;
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    };
+    let all: u64 = field("pgfault")?;
+    let major = field("pgmajfault")?;
+    Some(ProcessCounters {
+        minor: all - major.min(all),
+        major,
+        cpu_ns: 0,
+    })
+}
+
+/// The cgroup's own count of its faults over the profile, to set beside the samples'.
+pub fn memory_note(cgroup: &Cgroup, before: Option<ProcessCounters>) -> String {
+    match before.zip(memory_faults(cgroup.path())) {
+        Some((before, after)) => {
+            let d = after.saturating_sub(before);
+            format!(
+                "cgroup {}: its memory.stat counted {} minor and {} major faults over the \
+                 profile, every process in it included (the samples count those seen inside)",
+                cgroup.name(),
+                d.minor,
+                d.major
+            )
+        }
+        None => format!(
+            "cgroup {}: no memory.stat (the memory controller is not enabled for it): no \
+             cross-check of the fault counts",
+            cgroup.name()
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_that_is_not_a_cgroup_is_refused_and_says_where_cgroup2_is() {
+        let err = Cgroup::open(Path::new("/tmp")).unwrap_err();
+        assert!(matches!(err, CgroupError::NotCgroup2 { .. }), "{err}");
+        let err = Cgroup::open(Path::new("/nonexistent-pfprof")).unwrap_err();
+        assert!(matches!(err, CgroupError::Open { .. }), "{err}");
+    }
+
+    #[test]
+    fn cgroup2_mounts_are_read_from_mountinfo() {
+        // Every Linux with cgroup2 mounts it somewhere; the test needs only one.
+        for mount in cgroup2_mounts() {
+            let cgroup = Cgroup::open(&mount).unwrap();
+            assert_eq!(cgroup.name(), "/");
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! A [`Snapshot`] in Prometheus's text formats, through the Prometheus project's
+//! `prometheus-client` crate: OpenMetrics 1.0 for scrapers that accept it, the classic
+//! text format 0.0.4 for the others and for node_exporter's textfile collector.
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+
+use super::metrics::{
+    Labels, Metric, Snapshot, CPU_TIME, FAULTS, FAULT_TYPES, PERIOD, PERIOD_FAULTS, SAMPLES_LOST,
+};
+
+/// The two text formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    OpenMetrics,
+    /// Prometheus text 0.0.4.
+    Classic,
+}
+
+impl Format {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::Classic => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+        }
+    }
+
+    /// What an HTTP `Accept` header asks for: OpenMetrics when it ranks it at least as
+    /// high as the classic text (or says nothing), the classic text when it ranks that
+    /// higher or does not take OpenMetrics at all.
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        let Some(accept) = accept else {
+            return Format::OpenMetrics;
+        };
+        let (mut openmetrics, mut classic) = (0.0f32, 0.0f32);
+        for range in accept.split(',') {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().unwrap_or("").to_ascii_lowercase();
+            let q = parts
+                .filter_map(|p| p.strip_prefix("q="))
+                .find_map(|q| q.parse::<f32>().ok())
+                .unwrap_or(1.0);
+            match media.as_str() {
+                "application/openmetrics-text" => openmetrics = openmetrics.max(q),
+                "text/plain" => classic = classic.max(q),
+                "*/*" | "text/*" => {
+                    openmetrics = openmetrics.max(q * 0.5);
+                    classic = classic.max(q * 0.5);
+                }
+                _ => {}
+            }
+        }
+        if classic > openmetrics {
+            Format::Classic
+        } else {
+            Format::OpenMetrics
+        }
+    }
+}
+
+/// `snapshot` as text in `format`, every series with `labels`.
+pub fn encode(snapshot: &Snapshot, labels: &Labels, format: Format) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(SnapshotCollector {
+        snapshot: *snapshot,
+        labels: labels.clone(),
+    }));
+    let mut text = String::new();
+    // Writing to a String cannot fail, and the collector's own values are plain numbers.
+    let encoded = match format {
+        Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut text, &registry),
+        Format::Classic => {
+            prometheus_client::encoding::prometheus_text::encode(&mut text, &registry)
+        }
+    };
+    debug_assert!(encoded.is_ok());
+    text
+}
+
+#[derive(Debug)]
+struct SnapshotCollector {
+    snapshot: Snapshot,
+    labels: Labels,
+}
+
+fn descriptor<'a>(
+    encoder: &'a mut DescriptorEncoder,
+    metric: &'a Metric,
+    kind: MetricType,
+) -> Result<prometheus_client::encoding::MetricEncoder<'a>, std::fmt::Error> {
+    const SECONDS: Unit = Unit::Seconds;
+    let unit = metric.seconds.then_some(&SECONDS);
+    encoder.encode_descriptor(metric.prometheus, metric.help, unit, kind)
+}
+
+impl Collector for SnapshotCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = &self.snapshot;
+        let base = self.labels.pairs();
+        let typed = |fault_type: &'static str| {
+            let mut labels = base.to_vec();
+            labels.push(("system_paging_fault_type", fault_type));
+            labels
+        };
+
+        let mut faults = descriptor(&mut encoder, &FAULTS, MetricType::Counter)?;
+        for (fault_type, count) in FAULT_TYPES.into_iter().zip(s.faults) {
+            faults
+                .encode_family(&typed(fault_type))?
+                .encode_counter::<NoLabelSet, _, u64>(&count, None)?;
+        }
+        descriptor(&mut encoder, &CPU_TIME, MetricType::Counter)?
+            .encode_family(&base)?
+            .encode_counter::<NoLabelSet, _, f64>(&s.cpu_seconds(), None)?;
+        let mut per_period = descriptor(&mut encoder, &PERIOD_FAULTS, MetricType::Histogram)?;
+        for (fault_type, histogram) in FAULT_TYPES.into_iter().zip(&s.per_period) {
+            per_period
+                .encode_family(&typed(fault_type))?
+                .encode_histogram::<NoLabelSet>(
+                    histogram.sum as f64,
+                    histogram.count(),
+                    &histogram.bounded(),
+                    None,
+                )?;
+        }
+        descriptor(&mut encoder, &SAMPLES_LOST, MetricType::Counter)?
+            .encode_family(&base)?
+            .encode_counter::<NoLabelSet, _, u64>(&s.lost, None)?;
+        descriptor(&mut encoder, &PERIOD, MetricType::Gauge)?
+            .encode_family(&base)?
+            .encode_gauge(&s.period_seconds())?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::row::Row;
+
+    fn labels() -> Labels {
+        Labels {
+            target: "work".into(),
+            backend: "procfs".into(),
+            mode: "strict".into(),
+        }
+    }
+
+    fn snapshot() -> Snapshot {
+        let mut s = Snapshot {
+            period_ns: 50_000_000,
+            ..Snapshot::default()
+        };
+        for (minor, major) in [(0, 0), (12, 1), (3_000, 0)] {
+            s.add(&Row {
+                time_ms: 0,
+                mono_ns: 0,
+                minor,
+                major,
+                cpu_ns: 250_000_000,
+                cpu_util: 0.0,
+                period_ns: 50_000_000,
+                ..Row::default()
+            });
+        }
+        s
+    }
+
+    #[test]
+    fn openmetrics_carries_the_translated_names_with_their_labels_and_ends_with_eof() {
+        let text = encode(&snapshot(), &labels(), Format::OpenMetrics);
+        for line in [
+            "# TYPE process_paging_faults counter",
+            r#"process_paging_faults_total{target="work",backend="procfs",mode="strict",system_paging_fault_type="minor"} 3012"#,
+            r#"process_paging_faults_total{target="work",backend="procfs",mode="strict",system_paging_fault_type="major"} 1"#,
+            "# UNIT process_cpu_time_seconds seconds",
+            r#"process_cpu_time_seconds_total{target="work",backend="procfs",mode="strict"} 0.75"#,
+            r#"pfprof_period_faults_count{target="work",backend="procfs",mode="strict",system_paging_fault_type="minor"} 3"#,
+            r#"pfprof_period_faults_bucket{le="0.0",target="work",backend="procfs",mode="strict",system_paging_fault_type="minor"} 1"#,
+            r#"pfprof_period_faults_bucket{le="100.0",target="work",backend="procfs",mode="strict",system_paging_fault_type="minor"} 2"#,
+            r#"pfprof_period_faults_bucket{le="+Inf",target="work",backend="procfs",mode="strict",system_paging_fault_type="minor"} 3"#,
+            r#"pfprof_samples_lost_total{target="work",backend="procfs",mode="strict"} 0"#,
+            r#"pfprof_period_seconds{target="work",backend="procfs",mode="strict"} 0.05"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn the_classic_format_names_counters_by_their_samples_and_has_no_eof() {
+        let text = encode(&snapshot(), &labels(), Format::Classic);
+        assert!(
+            text.contains("# TYPE process_paging_faults_total counter\n"),
+            "{text}"
+        );
+        assert!(!text.contains("# EOF"), "{text}");
+        assert!(!text.contains("# UNIT"), "{text}");
+    }
+
+    #[test]
+    fn a_label_value_with_quotes_and_newlines_is_escaped() {
+        let mut l = labels();
+        l.target = "a\"b\nc\\".into();
+        let text = encode(&snapshot(), &l, Format::OpenMetrics);
+        assert!(text.contains(r#"target="a\"b\nc\\""#), "{text}");
+    }
+
+    #[test]
+    fn the_accept_header_picks_the_format() {
+        let prometheus_2 = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(Format::negotiate(Some(prometheus_2)), Format::OpenMetrics);
+        assert_eq!(Format::negotiate(None), Format::OpenMetrics);
+        assert_eq!(Format::negotiate(Some("*/*")), Format::OpenMetrics);
+        assert_eq!(
+            Format::negotiate(Some("text/plain;version=0.0.4")),
+            Format::Classic
+        );
+        assert_eq!(
+            Format::negotiate(Some(
+                "application/openmetrics-text;q=0.2,text/plain;version=0.0.4;q=0.9"
+            )),
+            Format::Classic
+        );
+    }
+}

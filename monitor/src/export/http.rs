@@ -1,0 +1,319 @@
+//! `--prometheus`: `/metrics` over HTTP/1.1, one connection at a time on a thread of its
+//! own. Each connection has [`CONNECTION_DEADLINE`] to send its request and take the
+//! answer, and a request head is at most [`MAX_HEAD`] bytes: a client that is slow or
+//! hostile costs the other scrapers that much, and the profile nothing. Requests are
+//! parsed by `httparse` (already in the build through ureq).
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use nix::sys::socket::{shutdown, Shutdown};
+
+use super::board::Board;
+use super::error::ExportError;
+use super::exposition::{encode, Format};
+use super::metrics::Labels;
+
+/// How long one connection may take, from accept to the last byte of the answer.
+const CONNECTION_DEADLINE: Duration = Duration::from_secs(5);
+/// The largest request head read.
+const MAX_HEAD: usize = 16 * 1024;
+
+pub struct Server {
+    addr: SocketAddr,
+    /// The listening socket, to wake the thread blocked in accept() at the end.
+    listener: TcpListener,
+    scrapes: Arc<AtomicU64>,
+    thread: JoinHandle<()>,
+}
+
+/// `ADDR` as the user gave it: anything `HOST:PORT` resolves, or `:PORT` for every
+/// address.
+fn resolve(addr: &str) -> Result<SocketAddr, ExportError> {
+    let bad = || ExportError::Address(addr.to_owned());
+    let full = match addr.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => addr.to_owned(),
+    };
+    full.to_socket_addrs()
+        .map_err(|_| bad())?
+        .next()
+        .ok_or_else(bad)
+}
+
+impl Server {
+    /// Binds `addr` now (an address in use fails before anything is profiled) and serves
+    /// the board's snapshot from a thread.
+    pub fn start(
+        addr: &str,
+        board: Arc<Board>,
+        labels: Arc<Labels>,
+    ) -> Result<Server, ExportError> {
+        let listener = TcpListener::bind(resolve(addr)?).map_err(|source| ExportError::Listen {
+            addr: addr.to_owned(),
+            source,
+        })?;
+        let bound = listener
+            .local_addr()
+            .map_err(|source| ExportError::Listen {
+                addr: addr.to_owned(),
+                source,
+            })?;
+        let scrapes = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&scrapes);
+        let accepting = listener.try_clone().map_err(ExportError::Thread)?;
+        let thread = thread::Builder::new()
+            .name("pfprof-prometheus".into())
+            .spawn(move || serve(&accepting, &board, &labels, &counted))
+            .map_err(ExportError::Thread)?;
+        let _ = io::stderr()
+            .write_all(format!("monitor: serving metrics at http://{bound}/metrics\n").as_bytes());
+        Ok(Server {
+            addr: bound,
+            listener,
+            scrapes,
+            thread,
+        })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/metrics", self.addr)
+    }
+
+    /// The board is closed: the thread's accept() is woken, and it stops (after a
+    /// connection in progress, within its deadline). The summary's note.
+    pub fn finish(self, final_scraped: bool, linger: Duration) -> String {
+        // On Linux, shutting a listening socket down fails its accept() with EINVAL.
+        let _ = shutdown(self.listener.as_raw_fd(), Shutdown::Both);
+        let scrapes = self.scrapes.load(Ordering::Relaxed);
+        let url = self.url();
+        // Not waited for: a connection in progress ends by its deadline, and the process
+        // with the summary.
+        drop(self.thread);
+        if final_scraped {
+            format!(
+                "prometheus: {url} served {scrapes} scrapes, the last ones with the final values"
+            )
+        } else {
+            format!(
+                "prometheus: {url} served {scrapes} scrapes; the final values were not scraped \
+                 within --linger {linger:?}"
+            )
+        }
+    }
+}
+
+/// Answers one connection after the other until the board is closed. Blocks in accept()
+/// meanwhile: no wake-up costs the monitor anything between scrapes.
+fn serve(listener: &TcpListener, board: &Board, labels: &Labels, scrapes: &AtomicU64) {
+    while !board.is_closed() {
+        let stream = match listener.accept() {
+            Ok((stream, _)) => stream,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // The socket was shut down at the end, or cannot accept any more (a client
+            // that left before its accept, too many open files): the profile goes on.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => continue,
+            Err(_) if board.is_closed() => return,
+            Err(_) => {
+                thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        // A client that fails or goes away is its own business.
+        if let Ok(Some(done)) = answer(stream, board, labels) {
+            scrapes.fetch_add(1, Ordering::Relaxed);
+            if done {
+                board.set(|s| s.final_scraped = true);
+            }
+        }
+    }
+}
+
+/// Reads one request and answers it. `Some(final)` for a `/metrics` answer sent whole,
+/// `final` when it had the final values.
+fn answer(mut stream: TcpStream, board: &Board, labels: &Labels) -> io::Result<Option<bool>> {
+    let deadline = Instant::now() + CONNECTION_DEADLINE;
+    let mut head = Vec::with_capacity(1024);
+    let mut buf = [0u8; 2048];
+    let request = loop {
+        stream.set_read_timeout(Some(left(deadline)?))?;
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        head.extend_from_slice(&buf[..n]);
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut request = httparse::Request::new(&mut headers);
+        match request.parse(&head) {
+            Ok(httparse::Status::Complete(_)) => {
+                let accept = request
+                    .headers
+                    .iter()
+                    .find(|h| h.name.eq_ignore_ascii_case("accept"))
+                    .and_then(|h| std::str::from_utf8(h.value).ok())
+                    .map(str::to_owned);
+                break Request {
+                    get: request.method == Some("GET") || request.method == Some("HEAD"),
+                    head_only: request.method == Some("HEAD"),
+                    metrics: request
+                        .path
+                        .is_some_and(|p| p == "/metrics" || p.starts_with("/metrics?")),
+                    accept,
+                };
+            }
+            Ok(httparse::Status::Partial) if head.len() < MAX_HEAD => continue,
+            _ => {
+                respond(
+                    &mut stream,
+                    deadline,
+                    "400 Bad Request",
+                    "text/plain",
+                    b"bad request\n",
+                    false,
+                )?;
+                return Ok(None);
+            }
+        }
+    };
+    if !request.metrics {
+        respond(
+            &mut stream,
+            deadline,
+            "404 Not Found",
+            "text/plain",
+            b"try /metrics\n",
+            false,
+        )?;
+        return Ok(None);
+    }
+    if !request.get {
+        respond(
+            &mut stream,
+            deadline,
+            "405 Method Not Allowed",
+            "text/plain",
+            b"GET only\n",
+            false,
+        )?;
+        return Ok(None);
+    }
+    let format = Format::negotiate(request.accept.as_deref());
+    let (snapshot, _) = board.latest();
+    let body = encode(&snapshot, labels, format);
+    respond(
+        &mut stream,
+        deadline,
+        "200 OK",
+        format.content_type(),
+        body.as_bytes(),
+        request.head_only,
+    )?;
+    Ok(Some(snapshot.done))
+}
+
+struct Request {
+    get: bool,
+    head_only: bool,
+    metrics: bool,
+    accept: Option<String>,
+}
+
+fn left(deadline: Instant) -> io::Result<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(io::ErrorKind::TimedOut.into());
+    }
+    Ok(left)
+}
+
+fn respond(
+    stream: &mut TcpStream,
+    deadline: Instant,
+    status: &str,
+    content_type: &str,
+    body: &[u8],
+    head_only: bool,
+) -> io::Result<()> {
+    stream.set_write_timeout(Some(left(deadline)?))?;
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes())?;
+    if !head_only {
+        stream.write_all(body)?;
+    }
+    stream.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::Snapshot;
+
+    fn labels() -> Arc<Labels> {
+        Arc::new(Labels {
+            target: "t".into(),
+            backend: "procfs".into(),
+            mode: "strict".into(),
+        })
+    }
+
+    fn get(addr: SocketAddr, request: &str) -> String {
+        let mut stream = TcpStream::connect(addr).unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        answer
+    }
+
+    #[test]
+    fn metrics_are_served_in_the_format_the_scraper_accepts_and_other_paths_are_not_found() {
+        let board = Arc::new(Board::new(Snapshot::default()));
+        let server = Server::start("127.0.0.1:0", Arc::clone(&board), labels()).unwrap();
+        let om = get(server.addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(om.starts_with("HTTP/1.1 200 OK\r\n"), "{om}");
+        assert!(
+            om.contains("application/openmetrics-text") && om.ends_with("# EOF\n"),
+            "{om}"
+        );
+        let classic = get(
+            server.addr,
+            "GET /metrics HTTP/1.1\r\nAccept: text/plain;version=0.0.4\r\n\r\n",
+        );
+        assert!(
+            classic.contains("version=0.0.4") && !classic.contains("# EOF"),
+            "{classic}"
+        );
+        assert!(get(server.addr, "GET / HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
+        assert!(get(server.addr, "garbage\r\n\r\n").starts_with("HTTP/1.1 400"));
+        board.set(|s| s.closed = true);
+    }
+
+    #[test]
+    fn a_client_that_sends_nothing_does_not_keep_others_waiting_past_its_deadline() {
+        let board = Arc::new(Board::new(Snapshot::default()));
+        let server = Server::start("127.0.0.1:0", Arc::clone(&board), labels()).unwrap();
+        let _silent = TcpStream::connect(server.addr).unwrap();
+        let started = Instant::now();
+        let answer = get(server.addr, "GET /metrics HTTP/1.1\r\n\r\n");
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(started.elapsed() < CONNECTION_DEADLINE + Duration::from_secs(2));
+        board.set(|s| s.closed = true);
+    }
+
+    #[test]
+    fn an_address_in_use_is_refused_at_start() {
+        let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = taken.local_addr().unwrap().to_string();
+        let board = Arc::new(Board::new(Snapshot::default()));
+        let err = Server::start(&addr, board, labels()).err().unwrap();
+        assert!(matches!(err, ExportError::Listen { .. }), "{err}");
+        assert!(matches!(resolve("nonsense"), Err(ExportError::Address(_))));
+    }
+}

@@ -1,0 +1,243 @@
+//! The exporters: the profile's running totals served to Prometheus (`--prometheus`),
+//! pushed to an OpenTelemetry collector (`--otlp`) and written for node_exporter's textfile
+//! collector (`--textfile`).
+//!
+//! They never slow the profile: the consumer adds each row to a [`Snapshot`] of its own
+//! and, once per batch, copies it to a [`Board`] (a memcpy under a lock that readers also
+//! hold only to copy). Each exporter runs on a thread of its own, reads the board and does
+//! its I/O from there: a slow scraper, a collector that is down or a full disk can only
+//! delay that exporter. Memory is fixed: one snapshot, whatever the length of the profile.
+
+mod board;
+mod error;
+mod exposition;
+mod http;
+pub mod metrics;
+mod otlp;
+mod textfile;
+
+use std::ffi::OsString;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError};
+use std::time::{Duration, Instant};
+
+pub use error::ExportError;
+pub use metrics::{Labels, Snapshot};
+
+use crate::duration::parse_duration;
+use crate::row::Row;
+use board::Board;
+
+/// The exporters the user asked for (`monitor`'s options).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ExportOptions {
+    /// Serve the metrics at http://ADDR/metrics while the profile runs (OpenMetrics, or
+    /// Prometheus text 0.0.4 to a scraper that asks for it), e.g. 127.0.0.1:9464, [::1]:9464,
+    /// :9464 (every address); port 0 takes a free port, said on standard error.
+    #[arg(long, value_name = "ADDR")]
+    pub prometheus: Option<String>,
+    /// Push the metrics to an OpenTelemetry collector, OTLP/HTTP protobuf, every
+    /// --interval and once at the end, e.g. http://127.0.0.1:4318/v1/metrics (the full
+    /// URL; plain http). A collector that is down is retried with backoff and never
+    /// delays the profile; the summary says what it did not receive.
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
+    /// Write the metrics every --interval to DIR/pfprof-TARGET.prom for node_exporter's
+    /// textfile collector (classic text, no timestamps, replaced atomically); removed once
+    /// --linger has passed after the end.
+    #[arg(long, value_name = "DIR")]
+    pub textfile: Option<PathBuf>,
+    /// After the profile ends, how long its final values stay available: until
+    /// Prometheus has scraped them and the collector has received them, at most this
+    /// long (the textfile stays this long). Ctrl-C (or SIGTERM) during the wait ends it.
+    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration)]
+    pub linger: Duration,
+}
+
+impl ExportOptions {
+    pub fn any(&self) -> bool {
+        self.prometheus.is_some() || self.otlp.is_some() || self.textfile.is_some()
+    }
+}
+
+/// The `target` label for what is profiled: the command's name, the pids, the cgroup's
+/// path below the cgroup2 mount, or `registered` (a bare monitor follows registrations).
+pub fn target_label(command: Option<&[OsString]>, pids: &[u32], cgroup: Option<&str>) -> String {
+    if let Some(cgroup) = cgroup {
+        return cgroup.to_owned();
+    }
+    if let Some(name) = command.and_then(|c| c.first()) {
+        return Path::new(name)
+            .file_name()
+            .unwrap_or(name)
+            .to_string_lossy()
+            .into_owned();
+    }
+    if pids.is_empty() {
+        return "registered".to_owned();
+    }
+    let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+    format!("pid:{}", pids.join(","))
+}
+
+/// The running exporters of one profile.
+pub struct Exporters {
+    board: Arc<Board>,
+    /// What the consumer has added so far; copied to the board once per batch.
+    snapshot: Snapshot,
+    linger: Duration,
+    prometheus: Option<http::Server>,
+    otlp: Option<otlp::Pusher>,
+    textfile: Option<textfile::Writer>,
+}
+
+impl Exporters {
+    /// Starts what `options` asks for, or nothing: binds the address, checks the URL and
+    /// the directory, so that a mistake fails before anything is profiled.
+    pub fn start(
+        options: &ExportOptions,
+        labels: Labels,
+        interval: Duration,
+    ) -> Result<Option<Exporters>, ExportError> {
+        if !options.any() {
+            return Ok(None);
+        }
+        let snapshot = Snapshot::default();
+        let board = Arc::new(Board::new(snapshot));
+        let labels = Arc::new(labels);
+        let prometheus = options
+            .prometheus
+            .as_deref()
+            .map(|addr| http::Server::start(addr, Arc::clone(&board), Arc::clone(&labels)))
+            .transpose()?;
+        let otlp = options
+            .otlp
+            .as_deref()
+            .map(|url| otlp::Pusher::start(url, Arc::clone(&board), &labels, interval))
+            .transpose()?;
+        let textfile = options
+            .textfile
+            .as_deref()
+            .map(|dir| textfile::Writer::start(dir, Arc::clone(&board), Arc::clone(&labels)))
+            .transpose()?;
+        Ok(Some(Exporters {
+            board,
+            snapshot,
+            linger: options.linger,
+            prometheus,
+            otlp,
+            textfile,
+        }))
+    }
+
+    /// The sampling period, exported as a gauge.
+    pub fn set_period(&mut self, period: Duration) {
+        self.snapshot.period_ns = u64::try_from(period.as_nanos()).unwrap_or(u64::MAX);
+    }
+
+    /// Adds one row; nothing leaves the consumer until [`Exporters::publish`].
+    pub fn add(&mut self, row: &Row) {
+        self.snapshot.add(row);
+    }
+
+    /// Samples the producer overwrote.
+    pub fn lost(&mut self, lost: u64) {
+        self.snapshot.lost = self.snapshot.lost.saturating_add(lost);
+    }
+
+    /// Makes what was added so far visible to the exporters.
+    pub fn publish(&self) {
+        self.board.post(&self.snapshot);
+    }
+
+    /// The profile has ended: posts the final values and waits until every exporter has
+    /// delivered them, `--linger` has passed, or `interrupted()` says to stop waiting.
+    /// Returns what each exporter delivered, one summary note each.
+    pub fn finish(mut self, interrupted: impl Fn() -> bool) -> Vec<String> {
+        self.snapshot.done = true;
+        self.publish();
+        let deadline = Instant::now() + self.linger;
+        let waits_for_scrape = self.prometheus.is_some();
+        let waits_for_push = self.otlp.is_some();
+        // The textfile's readers cannot be seen: it stays the whole linger.
+        let whole_linger = self.textfile.is_some();
+        if waits_for_scrape || whole_linger {
+            let addr = self.prometheus.as_ref().map(http::Server::url);
+            let _ = io::Write::write_all(
+                &mut io::stderr(),
+                format!(
+                    "monitor: keeping the final values{} for up to {:?} (Ctrl-C ends the wait)\n",
+                    addr.map(|a| format!(" at {a}")).unwrap_or_default(),
+                    self.linger
+                )
+                .as_bytes(),
+            );
+        }
+        let mut state = self.board.lock();
+        loop {
+            let delivered = (!waits_for_scrape || state.final_scraped)
+                && (!waits_for_push || state.pushed)
+                && !whole_linger;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if delivered || left.is_zero() || interrupted() {
+                break;
+            }
+            state = self
+                .board
+                .changed
+                .wait_timeout(state, left.min(Duration::from_millis(100)))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        state.closed = true;
+        let final_scraped = state.final_scraped;
+        drop(state);
+        self.board.changed.notify_all();
+        let mut notes = Vec::new();
+        notes.extend(
+            self.prometheus
+                .take()
+                .map(|s| s.finish(final_scraped, self.linger)),
+        );
+        notes.extend(self.otlp.take().map(|p| p.finish(self.linger)));
+        notes.extend(self.textfile.take().map(|w| w.finish()));
+        notes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_target_label_names_the_command_the_pids_or_the_cgroup() {
+        let command = [OsString::from("/usr/bin/work"), OsString::from("64")];
+        assert_eq!(target_label(Some(&command), &[], None), "work");
+        assert_eq!(target_label(None, &[12, 34], None), "pid:12,34");
+        assert_eq!(target_label(None, &[], Some("/a/b")), "/a/b");
+        assert_eq!(target_label(None, &[], None), "registered");
+    }
+
+    #[test]
+    fn a_reader_waiting_for_a_new_snapshot_is_woken_by_a_post_and_ends_when_closed() {
+        let board = Arc::new(Board::new(Snapshot::default()));
+        let reader = {
+            let board = Arc::clone(&board);
+            std::thread::spawn(move || {
+                board.wait_newer(0, Instant::now() + Duration::from_secs(60))
+            })
+        };
+        let posted = Snapshot {
+            lost: 3,
+            ..Snapshot::default()
+        };
+        board.post(&posted);
+        assert_eq!(reader.join().unwrap(), Some((posted, 1)));
+        board.set(|s| s.closed = true);
+        assert_eq!(
+            board.wait_newer(0, Instant::now() + Duration::from_secs(60)),
+            None
+        );
+    }
+}

@@ -1,0 +1,386 @@
+//! `--otlp`: the snapshot as an OTLP `ExportMetricsServiceRequest` (protobuf, from the
+//! OpenTelemetry project's `opentelemetry-proto`), POSTed over HTTP (ureq, plain http,
+//! no proxy: the collector is an agent next to the monitor) every interval and once at
+//! the end, from a thread of its own. Sums are cumulative from the profile's start, so a
+//! push that fails loses nothing the next one does not carry; failures are retried with
+//! a doubling backoff.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::metrics::v1::{
+    metric, number_data_point, AggregationTemporality, Gauge, Histogram, HistogramDataPoint,
+    Metric as OtlpMetric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use prost::Message;
+
+use super::board::Board;
+use super::error::ExportError;
+use super::metrics::{
+    Labels, Metric, Snapshot, BUCKETS, CPU_TIME, FAULTS, FAULT_TYPES, PERIOD, PERIOD_FAULTS,
+    SAMPLES_LOST,
+};
+
+/// The first wait after a failed push; doubled at each failure up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// The most one push may take, connecting included.
+const PUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How the pushes went, for the summary.
+#[derive(Clone, Debug, Default)]
+struct Delivery {
+    attempts: u64,
+    delivered: u64,
+    last_error: Option<String>,
+    /// Rows in the last snapshot the collector received.
+    rows_delivered: Option<u64>,
+    final_delivered: bool,
+}
+
+pub struct Pusher {
+    url: String,
+    delivery: Arc<Mutex<Delivery>>,
+    thread: JoinHandle<()>,
+}
+
+/// What stays the same in every push.
+struct Identity {
+    labels: Vec<KeyValue>,
+    resource: Resource,
+    /// When the profile started: every sum and histogram counts from there.
+    start_unix_ns: u64,
+}
+
+fn unix_ns(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+fn string(key: &str, value: &str) -> KeyValue {
+    KeyValue {
+        key: key.to_owned(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(value.to_owned())),
+        }),
+        ..KeyValue::default()
+    }
+}
+
+fn check_url(url: &str) -> Result<(), ExportError> {
+    let why = if url.starts_with("https://") {
+        "https is left out of this build (no TLS): push to a local collector over http"
+    } else if !url.starts_with("http://") {
+        "not an http:// URL (e.g. http://127.0.0.1:4318/v1/metrics)"
+    } else if url.parse::<ureq::http::Uri>().is_err() {
+        "not a valid URL"
+    } else {
+        return Ok(());
+    };
+    Err(ExportError::Url {
+        url: url.to_owned(),
+        why,
+    })
+}
+
+impl Pusher {
+    pub fn start(
+        url: &str,
+        board: Arc<Board>,
+        labels: &Labels,
+        interval: Duration,
+    ) -> Result<Pusher, ExportError> {
+        check_url(url)?;
+        let host = nix::sys::utsname::uname()
+            .map(|u| u.nodename().to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let identity = Identity {
+            labels: labels.pairs().iter().map(|(k, v)| string(k, v)).collect(),
+            resource: Resource {
+                attributes: vec![string("service.name", "pfprof"), string("host.name", &host)],
+                ..Resource::default()
+            },
+            start_unix_ns: unix_ns(SystemTime::now()),
+        };
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(PUSH_TIMEOUT))
+            .proxy(None)
+            .http_status_as_error(true)
+            .build()
+            .into();
+        let delivery = Arc::new(Mutex::new(Delivery::default()));
+        let thread = {
+            let (url, delivery) = (url.to_owned(), Arc::clone(&delivery));
+            thread::Builder::new()
+                .name("pfprof-otlp".into())
+                .spawn(move || push_loop(&agent, &url, &board, &identity, interval, &delivery))
+                .map_err(ExportError::Thread)?
+        };
+        Ok(Pusher {
+            url: url.to_owned(),
+            delivery,
+            thread,
+        })
+    }
+
+    /// The summary's note. The board is closed: a push in progress ends by its timeout.
+    pub fn finish(self, linger: Duration) -> String {
+        drop(self.thread);
+        let d = self
+            .delivery
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let url = &self.url;
+        let failed = d.attempts - d.delivered;
+        let error = d
+            .last_error
+            .map(|e| format!(" (last error: {e})"))
+            .unwrap_or_default();
+        if d.final_delivered {
+            let failures = if failed > 0 {
+                format!(", {failed} failed and retried{error}")
+            } else {
+                String::new()
+            };
+            return format!(
+                "otlp: {} pushes to {url} delivered{failures}, the last with the final values",
+                d.delivered
+            );
+        }
+        let received = match d.rows_delivered {
+            Some(rows) => format!("the collector has the values up to sample {rows}"),
+            None => "the collector has received nothing of this profile".to_owned(),
+        };
+        format!(
+            "otlp: the final values were not delivered to {url} within --linger {linger:?}: \
+             {failed} of {} pushes failed{error}; {received}",
+            d.attempts
+        )
+    }
+}
+
+fn push_loop(
+    agent: &ureq::Agent,
+    url: &str,
+    board: &Board,
+    identity: &Identity,
+    interval: Duration,
+    delivery: &Mutex<Delivery>,
+) {
+    let mut next = Instant::now() + interval;
+    let mut backoff = FIRST_BACKOFF;
+    // The final values failed once: they wait for the backoff like any others.
+    let mut final_failed = false;
+    loop {
+        // The next push when it is due; the final values at once.
+        let urgent = !final_failed;
+        let Some(snapshot) = board.wait_until(next, |s| urgent && s.done) else {
+            return;
+        };
+        if !(snapshot.done && urgent) && Instant::now() < next {
+            continue;
+        }
+        let body = request(&snapshot, identity, unix_ns(SystemTime::now())).encode_to_vec();
+        let result = agent
+            .post(url)
+            .header("Content-Type", "application/x-protobuf")
+            .send(&body[..]);
+        let mut d = delivery.lock().unwrap_or_else(PoisonError::into_inner);
+        d.attempts += 1;
+        match result {
+            Ok(_) => {
+                d.delivered += 1;
+                d.rows_delivered = Some(snapshot.rows());
+                backoff = FIRST_BACKOFF;
+                next = Instant::now() + interval;
+                if snapshot.done {
+                    d.final_delivered = true;
+                    drop(d);
+                    board.set(|s| s.pushed = true);
+                    return;
+                }
+            }
+            Err(e) => {
+                d.last_error = Some(e.to_string());
+                next = Instant::now() + backoff;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                final_failed = snapshot.done;
+            }
+        }
+    }
+}
+
+fn metric(m: &Metric, data: metric::Data) -> OtlpMetric {
+    OtlpMetric {
+        name: m.otel.to_owned(),
+        description: m.help.to_owned(),
+        unit: m.otel_unit.to_owned(),
+        data: Some(data),
+        ..OtlpMetric::default()
+    }
+}
+
+/// The snapshot as an OTLP request, its points taken at `now_unix_ns`.
+fn request(s: &Snapshot, identity: &Identity, now_unix_ns: u64) -> ExportMetricsServiceRequest {
+    let with_type = |fault_type: &str| {
+        let mut attributes = identity.labels.clone();
+        attributes.push(string("system.paging.fault.type", fault_type));
+        attributes
+    };
+    let point = |attributes: Vec<KeyValue>, value: number_data_point::Value| NumberDataPoint {
+        attributes,
+        start_time_unix_nano: identity.start_unix_ns,
+        time_unix_nano: now_unix_ns,
+        value: Some(value),
+        ..NumberDataPoint::default()
+    };
+    let sum = |points: Vec<NumberDataPoint>| {
+        metric::Data::Sum(Sum {
+            data_points: points,
+            aggregation_temporality: AggregationTemporality::Cumulative as i32,
+            is_monotonic: true,
+        })
+    };
+    let faults = FAULT_TYPES
+        .iter()
+        .zip(s.faults)
+        .map(|(t, n)| point(with_type(t), number_data_point::Value::AsInt(n as i64)))
+        .collect();
+    let histograms = FAULT_TYPES
+        .iter()
+        .zip(&s.per_period)
+        .map(|(t, h)| HistogramDataPoint {
+            attributes: with_type(t),
+            start_time_unix_nano: identity.start_unix_ns,
+            time_unix_nano: now_unix_ns,
+            count: h.count(),
+            sum: Some(h.sum as f64),
+            bucket_counts: h.buckets.to_vec(),
+            explicit_bounds: BUCKETS.to_vec(),
+            ..HistogramDataPoint::default()
+        })
+        .collect();
+    let labels = || identity.labels.clone();
+    let metrics = vec![
+        metric(&FAULTS, sum(faults)),
+        metric(
+            &CPU_TIME,
+            sum(vec![point(
+                labels(),
+                number_data_point::Value::AsDouble(s.cpu_seconds()),
+            )]),
+        ),
+        metric(
+            &PERIOD_FAULTS,
+            metric::Data::Histogram(Histogram {
+                data_points: histograms,
+                aggregation_temporality: AggregationTemporality::Cumulative as i32,
+            }),
+        ),
+        metric(
+            &SAMPLES_LOST,
+            sum(vec![point(
+                labels(),
+                number_data_point::Value::AsInt(s.lost as i64),
+            )]),
+        ),
+        metric(
+            &PERIOD,
+            metric::Data::Gauge(Gauge {
+                data_points: vec![point(
+                    labels(),
+                    number_data_point::Value::AsDouble(s.period_seconds()),
+                )],
+            }),
+        ),
+    ];
+    ExportMetricsServiceRequest {
+        resource_metrics: vec![ResourceMetrics {
+            resource: Some(identity.resource.clone()),
+            scope_metrics: vec![ScopeMetrics {
+                scope: Some(InstrumentationScope {
+                    name: "pfprof".to_owned(),
+                    version: env!("CARGO_PKG_VERSION").to_owned(),
+                    ..InstrumentationScope::default()
+                }),
+                metrics,
+                ..ScopeMetrics::default()
+            }],
+            ..ResourceMetrics::default()
+        }],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity() -> Identity {
+        Identity {
+            labels: vec![string("target", "work")],
+            resource: Resource::default(),
+            start_unix_ns: 1,
+        }
+    }
+
+    #[test]
+    fn the_request_decodes_to_cumulative_sums_and_a_histogram_with_the_snapshot_values() {
+        let mut s = Snapshot {
+            faults: [40, 2],
+            ..Snapshot::default()
+        };
+        s.per_period[0].buckets[3] = 5;
+        s.per_period[0].sum = 40;
+        let bytes = request(&s, &identity(), 2).encode_to_vec();
+        let decoded = ExportMetricsServiceRequest::decode(&bytes[..]).unwrap();
+        let metrics = &decoded.resource_metrics[0].scope_metrics[0].metrics;
+        let names: Vec<&str> = metrics.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "process.paging.faults",
+                "process.cpu.time",
+                "pfprof.period.faults",
+                "pfprof.samples.lost",
+                "pfprof.period"
+            ]
+        );
+        let Some(metric::Data::Sum(faults)) = &metrics[0].data else {
+            panic!("faults are not a sum");
+        };
+        assert!(faults.is_monotonic);
+        assert_eq!(
+            faults.aggregation_temporality,
+            AggregationTemporality::Cumulative as i32
+        );
+        assert_eq!(
+            faults.data_points[1].value,
+            Some(number_data_point::Value::AsInt(2))
+        );
+        let Some(metric::Data::Histogram(h)) = &metrics[2].data else {
+            panic!("not a histogram");
+        };
+        assert_eq!(
+            (h.data_points[0].count, h.data_points[0].sum),
+            (5, Some(40.0))
+        );
+        assert_eq!(h.data_points[0].bucket_counts.len(), BUCKETS.len() + 1);
+    }
+
+    #[test]
+    fn only_plain_http_urls_are_taken() {
+        assert!(check_url("http://127.0.0.1:4318/v1/metrics").is_ok());
+        for bad in [
+            "https://collector/v1/metrics",
+            "127.0.0.1:4318",
+            "http://[::1",
+        ] {
+            assert!(check_url(bad).is_err(), "{bad}");
+        }
+    }
+}

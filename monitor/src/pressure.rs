@@ -1,0 +1,673 @@
+//! Memory pressure beside the samples: the memory stall time (PSI's `some` and `full`
+//! totals, from `/proc/pressure/memory` and from the selected cgroup's `memory.pressure`
+//! when there is one) and the swap, refault and reclaim counters of `/proc/vmstat`, read
+//! as *readings* (cumulative values at one `CLOCK_MONOTONIC` moment) and apportioned to
+//! the rows by [`crate::apportion`].
+//!
+//! When readings are taken (docs/design.md §19): at every drain of the ring (the consumer
+//! wakes then anyway), and, while memory is under pressure, every period by a watcher
+//! thread. The watcher sleeps without a timer until a PSI trigger on the same file fires
+//! (some stall of [`TRIGGER`]) or a drain sees the stall grow, and goes back to sleep
+//! once the stall has not grown for [`QUIET`]: an idle monitor wakes no more often than
+//! without it.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use shared_layout::abi;
+
+use crate::apportion::{self, Reading};
+use crate::procstat::read_whole;
+use crate::row::{Pressure, Row, COUNTERS};
+
+/// The system's memory pressure file.
+pub const SYSTEM_PSI: &str = "/proc/pressure/memory";
+const VMSTAT: &str = "/proc/vmstat";
+/// The PSI trigger that wakes the watcher: 50 ms of `some` stall within 500 ms (the
+/// shortest window the kernel takes), so that it fires early in an onset.
+const TRIGGER: &str = "some 50000 500000";
+/// Unprivileged users may only use windows of whole 2 s (Linux 6.5 on; before, they may
+/// set no trigger at all): 150 ms in 2 s, checked by the kernel every 2 s.
+const TRIGGER_UNPRIVILEGED: &str = "some 150000 2000000";
+/// How long the stall must stand still before the watcher goes back to sleep.
+pub const QUIET: Duration = Duration::from_secs(1);
+/// Before the first row, how far back readings are kept for it: its period starts at
+/// most a period before its sample, taken at most an interval before the drain.
+const BEFORE_FIRST_ROW: Duration = Duration::from_secs(60);
+
+/// The `/proc/vmstat` fields read, in their order in [`Pressure`] (after the four stalls).
+const VMSTAT_FIELDS: [&str; 7] = [
+    "pswpin",
+    "pswpout",
+    "workingset_refault_anon",
+    "workingset_refault_file",
+    "pgscan_kswapd",
+    "pgscan_direct",
+    "pgmajfault",
+];
+const FIRST_VMSTAT: usize = COUNTERS - VMSTAT_FIELDS.len();
+const _: () = assert!(FIRST_VMSTAT == 4);
+
+/// A PSI file's `some` and `full` totals, µs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PsiTotals {
+    pub some_us: u64,
+    /// Absent from CPU pressure before Linux 5.13; always there for memory.
+    pub full_us: Option<u64>,
+}
+
+/// Parses a PSI file: `some avg10=0.00 avg60=0.00 avg300=0.00 total=123` and the same for
+/// `full`.
+pub fn parse_psi(text: &str) -> Option<PsiTotals> {
+    let total = |kind: &str| {
+        let line = text.lines().find(|l| l.starts_with(kind))?;
+        let value = line
+            .split_ascii_whitespace()
+            .find_map(|f| f.strip_prefix("total="))?;
+        value.parse::<u64>().ok()
+    };
+    Some(PsiTotals {
+        some_us: total("some ")?,
+        full_us: total("full "),
+    })
+}
+
+/// The [`VMSTAT_FIELDS`] of `/proc/vmstat`, `None` for those the kernel does not have.
+pub fn parse_vmstat(text: &str) -> [Option<u64>; VMSTAT_FIELDS.len()] {
+    let mut values = [None; VMSTAT_FIELDS.len()];
+    for line in text.lines() {
+        let Some((name, value)) = line.split_once(' ') else {
+            continue;
+        };
+        if let Some(i) = VMSTAT_FIELDS.iter().position(|f| *f == name) {
+            values[i] = value.trim().parse().ok();
+        }
+    }
+    values
+}
+
+/// The files a reading comes from, kept open.
+struct Sources {
+    system: Option<File>,
+    cgroup: Option<File>,
+    vmstat: Option<File>,
+    buf: Vec<u8>,
+}
+
+impl Sources {
+    fn read_file(file: &File, buf: &mut Vec<u8>) -> io::Result<String> {
+        String::from_utf8(read_whole(file, buf)?.to_vec())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
+
+    /// Every counter now; `None` when a file that was there cannot be read (no reading is
+    /// better than one that says a counter vanished).
+    fn read(&mut self) -> Option<Reading> {
+        let mono_ns = abi::monotonic_ns();
+        let mut values = [None; COUNTERS];
+        let psi = |file: &Option<File>, buf: &mut Vec<u8>| -> Option<Option<PsiTotals>> {
+            match file {
+                None => Some(None),
+                Some(f) => Some(Some(parse_psi(&Sources::read_file(f, buf).ok()?)?)),
+            }
+        };
+        if let Some(t) = psi(&self.system, &mut self.buf)? {
+            values[0] = Some(t.some_us);
+            values[1] = t.full_us;
+        }
+        if let Some(t) = psi(&self.cgroup, &mut self.buf)? {
+            values[2] = Some(t.some_us);
+            values[3] = t.full_us;
+        }
+        if let Some(f) = &self.vmstat {
+            let text = Sources::read_file(f, &mut self.buf).ok()?;
+            values[FIRST_VMSTAT..].copy_from_slice(&parse_vmstat(&text));
+        }
+        Some(Reading {
+            mono_ns,
+            totals: Pressure::from_values(values),
+        })
+    }
+}
+
+/// A PSI trigger: readable (POLLPRI) when its stall threshold was crossed in its window.
+struct Trigger(File);
+
+impl Trigger {
+    /// A trigger on `path` (and whether it had to be [`TRIGGER_UNPRIVILEGED`]), or why
+    /// there is none.
+    fn set(path: &Path) -> Result<(Trigger, bool), String> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::PermissionDenied => format!(
+                    "{} takes no PSI trigger from this user (it needs CAP_SYS_RESOURCE \
+                     before Linux 6.5)",
+                    path.display()
+                ),
+                _ => format!("{} takes no PSI trigger: {e}", path.display()),
+            })?;
+        // The kernel reads the text up to its NUL; a user without CAP_SYS_RESOURCE gets
+        // EINVAL for a window that is not whole 2 s.
+        let mut written = (&file).write(format!("{TRIGGER}\0").as_bytes());
+        let unprivileged = matches!(&written, Err(e) if e.raw_os_error() == Some(libc::EINVAL));
+        if unprivileged {
+            written = (&file).write(format!("{TRIGGER_UNPRIVILEGED}\0").as_bytes());
+        }
+        written.map_err(|e| format!("{} takes no PSI trigger: {e}", path.display()))?;
+        Ok((Trigger(file), unprivileged))
+    }
+}
+
+/// The readings and the files they come from, shared by the consumer and the watcher.
+struct Log {
+    sources: Sources,
+    readings: Vec<Reading>,
+    /// The end of the last row given its share: no later row starts before it.
+    last_end: Option<u64>,
+}
+
+impl Log {
+    /// Takes a reading and keeps it; whether memory stall grew since the one before.
+    fn take(&mut self) -> bool {
+        self.take_placed(false)
+    }
+
+    /// Takes a reading and keeps it; `triggered`: a PSI trigger just fired, so the stall
+    /// since the previous reading came in a burst at its end (else the trigger would
+    /// have fired before), and the growth is placed as late as it can be (see
+    /// [`latest_start`]) instead of spread over the whole stretch.
+    fn take_placed(&mut self, triggered: bool) -> bool {
+        let Some(reading) = self.sources.read() else {
+            return false;
+        };
+        let before = self.readings.last().copied();
+        if let Some(start) = before
+            .filter(|_| triggered)
+            .and_then(|b| latest_start(&b, &reading))
+        {
+            self.readings.push(start);
+        }
+        self.readings.push(reading);
+        before.is_some_and(|before| stall_grew(&before, &reading))
+    }
+}
+
+/// Stall cannot grow faster than time passes: a growth of G µs since `before` began at
+/// least G before `after`. A reading at that moment holding `before`'s values puts the
+/// growth of every counter there; `None` when there is no growth, or the stretch is no
+/// longer than it.
+fn latest_start(before: &Reading, after: &Reading) -> Option<Reading> {
+    let growth = |b: Option<u64>, a: Option<u64>| a?.checked_sub(b?);
+    let b = &before.totals;
+    let a = &after.totals;
+    let grown_us = [
+        growth(b.stall_some_us, a.stall_some_us),
+        growth(b.cgroup_stall_some_us, a.cgroup_stall_some_us),
+    ]
+    .into_iter()
+    .flatten()
+    .max()
+    .filter(|&g| g > 0)?;
+    let mono_ns = after.mono_ns.checked_sub(grown_us.checked_mul(1000)?)?;
+    (mono_ns > before.mono_ns).then_some(Reading {
+        mono_ns,
+        totals: before.totals,
+    })
+}
+
+/// Whether some memory stall (system-wide or in the cgroup) grew between two readings.
+fn stall_grew(before: &Reading, after: &Reading) -> bool {
+    let some = |r: &Reading| [r.totals.stall_some_us, r.totals.cgroup_stall_some_us];
+    some(before)
+        .into_iter()
+        .zip(some(after))
+        .any(|(b, a)| matches!((b, a), (Some(b), Some(a)) if a > b))
+}
+
+struct Shared {
+    log: Mutex<Log>,
+    /// The watcher reads every period.
+    active: AtomicBool,
+    stop: AtomicBool,
+    bell: EventFd,
+}
+
+impl Shared {
+    fn log(&self) -> MutexGuard<'_, Log> {
+        // A reading is pushed whole or not at all: a panic elsewhere leaves nothing torn.
+        self.log.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn sound_bell(&self) {
+        // Cannot fail short of the counter overflowing, which the watcher's read resets.
+        let _ = self.bell.write(1);
+    }
+}
+
+/// Memory pressure for one profile: readings at every drain and, under pressure, every
+/// period; [`PressureWatch::fill`] gives each row its share.
+pub struct PressureWatch {
+    shared: Arc<Shared>,
+    watcher: Option<JoinHandle<()>>,
+    notes: Vec<String>,
+}
+
+impl PressureWatch {
+    /// Opens what this kernel has (the system's PSI file, the `cgroup`'s `memory.pressure`
+    /// when given, `/proc/vmstat`), takes a first reading and starts the watcher thread
+    /// (reading every `period` while under pressure). What is missing becomes a note for
+    /// the summary, never an error: the profile goes on without it. Fails only when the
+    /// watcher's eventfd or thread cannot be had.
+    pub fn start(cgroup: Option<&Path>, period: Duration) -> io::Result<PressureWatch> {
+        let mut notes = Vec::new();
+        let mut open = |path: &Path, what: &str| match File::open(path) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                notes.push(format!("{} cannot be read ({e}): {what}", path.display()));
+                None
+            }
+        };
+        let system_psi = PathBuf::from(SYSTEM_PSI);
+        let system = open(
+            &system_psi,
+            "no memory stall columns and no thrashing verdict (a kernel without \
+             CONFIG_PSI, or one that needs psi=1 on its command line)",
+        );
+        let cgroup_psi = cgroup.map(|c| c.join("memory.pressure"));
+        let cgroup_file = cgroup_psi
+            .as_deref()
+            .and_then(|p| open(p, "no cgroup stall columns (cgroup v2 with PSI needed)"));
+        let vmstat = open(Path::new(VMSTAT), "no swap, refault and reclaim columns");
+        let mut sources = Sources {
+            system,
+            cgroup: cgroup_file,
+            vmstat,
+            buf: Vec::with_capacity(8192),
+        };
+        let first = sources.read();
+        if let Some(first) = &first {
+            let missing: Vec<&str> = VMSTAT_FIELDS
+                .iter()
+                .zip(&first.totals.values()[FIRST_VMSTAT..])
+                .filter(|(_, v)| v.is_none())
+                .map(|(name, _)| *name)
+                .collect();
+            if sources.vmstat.is_some() && !missing.is_empty() {
+                notes.push(format!(
+                    "this kernel's /proc/vmstat has no {}: those columns are empty",
+                    missing.join(", ")
+                ));
+            }
+        }
+        // Where stall is read from, the trigger is set: the cgroup's when there is one.
+        let trigger_path = match (&cgroup_psi, &sources.cgroup, &sources.system) {
+            (Some(path), Some(_), _) => Some(path.clone()),
+            (_, _, Some(_)) => Some(system_psi),
+            _ => None,
+        };
+        let trigger = match trigger_path.map(|path| Trigger::set(&path)) {
+            Some(Ok((trigger, unprivileged))) => {
+                if unprivileged {
+                    notes.push(format!(
+                        "this user's PSI trigger ({TRIGGER_UNPRIVILEGED}) is checked by the \
+                         kernel every 2 s: memory stall is read every period from up to \
+                         2 s after it begins (CAP_SYS_RESOURCE: from 50 ms)"
+                    ));
+                }
+                Some(trigger)
+            }
+            Some(Err(why)) => {
+                notes.push(format!(
+                    "{why}: memory stall is read at every --interval until a reading sees \
+                     it grow, so the onset of pressure is placed within an interval, not a \
+                     period"
+                ));
+                None
+            }
+            None => None,
+        };
+        let log = Log {
+            sources,
+            readings: first.into_iter().collect(),
+            last_end: None,
+        };
+        let has_psi = log.sources.system.is_some() || log.sources.cgroup.is_some();
+        let shared = Arc::new(Shared {
+            log: Mutex::new(log),
+            active: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            bell: EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?,
+        });
+        // Without PSI there is no stall to watch for: readings come at the drains.
+        let watcher = if has_psi {
+            let shared = Arc::clone(&shared);
+            Some(
+                thread::Builder::new()
+                    .name("pfprof-pressure".into())
+                    .spawn(move || watch(&shared, trigger, period))?,
+            )
+        } else {
+            None
+        };
+        Ok(PressureWatch {
+            shared,
+            watcher,
+            notes,
+        })
+    }
+
+    /// Takes a reading now (after the rows were taken from the ring: it comes after each
+    /// of their ends) and gives each row its share of the counters' growth; rows must come
+    /// in order. Wakes the watcher when the stall grew.
+    pub fn fill(&self, rows: &mut [Row]) {
+        let mut log = self.shared.log();
+        let grew = log.take();
+        for row in rows.iter_mut() {
+            let start = row.mono_ns.saturating_sub(row.period_ns);
+            row.pressure = apportion::share(&log.readings, start, row.mono_ns);
+        }
+        if let Some(last) = rows.last() {
+            log.last_end = Some(last.mono_ns);
+        }
+        // What no later row can need, so that a profile waiting long for its first
+        // sample, or for its next, keeps no more than it must.
+        let keep_from = log.last_end.unwrap_or_else(|| {
+            let before = u64::try_from(BEFORE_FIRST_ROW.as_nanos()).unwrap_or(u64::MAX);
+            abi::monotonic_ns().saturating_sub(before)
+        });
+        apportion::forget_before(&mut log.readings, keep_from);
+        drop(log);
+        if grew && !self.shared.active.load(Ordering::Acquire) {
+            self.shared.sound_bell();
+        }
+    }
+
+    /// Stops the watcher; what the summary should say about the pressure columns.
+    pub fn finish(mut self) -> Vec<String> {
+        self.stop();
+        std::mem::take(&mut self.notes)
+    }
+
+    fn stop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.sound_bell();
+        if let Some(watcher) = self.watcher.take() {
+            // The watcher only reads files and sleeps: it ends at the bell.
+            let _ = watcher.join();
+        }
+    }
+}
+
+impl Drop for PressureWatch {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The watcher: asleep on the trigger and the bell while idle; once the trigger fires or
+/// the bell sounds (a drain saw the stall grow), a reading every `period`, on absolute
+/// deadlines, until the stall has stood still for [`QUIET`].
+fn watch(shared: &Shared, mut trigger: Option<Trigger>, period: Duration) {
+    let stopped = || shared.stop.load(Ordering::Acquire);
+    while !stopped() {
+        // Idle: no timer.
+        let mut fds = vec![PollFd::new(shared.bell.as_fd(), PollFlags::POLLIN)];
+        if let Some(t) = &trigger {
+            fds.push(PollFd::new(t.0.as_fd(), PollFlags::POLLPRI));
+        }
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            // Nothing to wait on: readings stay at the drains.
+            Err(_) => return,
+        }
+        let fired = fds
+            .get(1)
+            .and_then(PollFd::revents)
+            .unwrap_or(PollFlags::empty());
+        // A trigger whose file went away (a cgroup removed) would wake it for ever.
+        let broken = PollFlags::POLLERR | PollFlags::POLLNVAL | PollFlags::POLLHUP;
+        if fired.intersects(broken) {
+            drop(fds);
+            trigger = None;
+        }
+        let mut triggered = fired.contains(PollFlags::POLLPRI);
+        let _ = shared.bell.read();
+        if stopped() {
+            return;
+        }
+        shared.active.store(true, Ordering::Release);
+        let mut quiet_since = Instant::now();
+        let mut next = Instant::now();
+        loop {
+            if shared.log().take_placed(std::mem::take(&mut triggered)) {
+                quiet_since = Instant::now();
+            }
+            if quiet_since.elapsed() >= QUIET {
+                break;
+            }
+            next += period;
+            let now = Instant::now();
+            if next < now {
+                // Missed deadlines are skipped, not caught up.
+                next = now + period;
+            }
+            let ms = (next - now)
+                .as_nanos()
+                .div_ceil(1_000_000)
+                .min(i32::MAX as u128) as i32;
+            let mut bell = [PollFd::new(shared.bell.as_fd(), PollFlags::POLLIN)];
+            let _ = poll(
+                &mut bell,
+                PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+            );
+            // Sounded while it was becoming active, or to stop it: read, so it sounds no more.
+            let _ = shared.bell.read();
+            if stopped() {
+                return;
+            }
+        }
+        shared.active.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MEMORY: &str = "some avg10=1.50 avg60=0.40 avg300=0.08 total=1234567\n\
+                          full avg10=1.20 avg60=0.30 avg300=0.06 total=987654\n";
+
+    #[test]
+    fn psi_totals_are_read_from_both_lines() {
+        assert_eq!(
+            parse_psi(MEMORY),
+            Some(PsiTotals {
+                some_us: 1_234_567,
+                full_us: Some(987_654),
+            })
+        );
+    }
+
+    #[test]
+    fn psi_without_a_full_line_has_some_alone_and_garbage_has_nothing() {
+        let cpu_before_5_13 = "some avg10=0.00 avg60=0.00 avg300=0.00 total=42\n";
+        assert_eq!(
+            parse_psi(cpu_before_5_13),
+            Some(PsiTotals {
+                some_us: 42,
+                full_us: None,
+            })
+        );
+        assert_eq!(parse_psi(""), None);
+        assert_eq!(parse_psi("some avg10=0.00 total=lots\n"), None);
+    }
+
+    #[test]
+    fn vmstat_fields_are_picked_by_name_and_missing_ones_are_none() {
+        // A kernel before 5.9 counts refaults in one workingset_refault: the anonymous
+        // and file columns stay None.
+        let text = "nr_free_pages 988748\npswpin 7\npswpout 11\nworkingset_refault 5\n\
+                    pgmajfault 3479\npgscan_kswapd 100\npgscan_direct 2\n\
+                    pgscan_direct_throttle 9\n";
+        assert_eq!(
+            parse_vmstat(text),
+            [
+                Some(7),
+                Some(11),
+                None,
+                None,
+                Some(100),
+                Some(2),
+                Some(3479)
+            ]
+        );
+    }
+
+    /// Files standing in for /proc's, written by the test.
+    struct Fake(PathBuf);
+
+    impl Fake {
+        fn new(name: &str) -> Fake {
+            let dir =
+                std::env::temp_dir().join(format!("pfprof-pressure-{}-{name}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            Fake(dir)
+        }
+
+        fn write(&self, name: &str, text: &str) -> PathBuf {
+            let path = self.0.join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        }
+    }
+
+    impl Drop for Fake {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn psi(some: u64, full: u64) -> String {
+        format!(
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total={some}\n\
+             full avg10=0.00 avg60=0.00 avg300=0.00 total={full}\n"
+        )
+    }
+
+    #[test]
+    fn a_reading_puts_the_system_the_cgroup_and_vmstat_in_their_columns() {
+        let fake = Fake::new("columns");
+        let mut sources = Sources {
+            system: Some(File::open(fake.write("system", &psi(10, 5))).unwrap()),
+            cgroup: Some(File::open(fake.write("cgroup", &psi(3, 2))).unwrap()),
+            vmstat: Some(File::open(fake.write("vmstat", "pswpout 8\npgmajfault 9\n")).unwrap()),
+            buf: Vec::new(),
+        };
+        let reading = sources.read().unwrap();
+        assert_eq!(
+            reading.totals,
+            Pressure {
+                stall_some_us: Some(10),
+                stall_full_us: Some(5),
+                cgroup_stall_some_us: Some(3),
+                cgroup_stall_full_us: Some(2),
+                pswpout: Some(8),
+                pgmajfault: Some(9),
+                ..Pressure::default()
+            }
+        );
+        // A file that was there and no longer parses: no reading rather than a wrong one.
+        fake.write("cgroup", "gone");
+        assert_eq!(sources.read(), None);
+    }
+
+    #[test]
+    fn only_a_growing_some_stall_counts_as_growth() {
+        let reading = |some, cgroup_some| Reading {
+            mono_ns: 0,
+            totals: Pressure {
+                stall_some_us: Some(some),
+                cgroup_stall_some_us: cgroup_some,
+                pswpin: Some(some * 7),
+                ..Pressure::default()
+            },
+        };
+        assert!(!stall_grew(&reading(5, None), &reading(5, None)));
+        assert!(stall_grew(&reading(5, None), &reading(6, None)));
+        assert!(stall_grew(&reading(5, Some(1)), &reading(5, Some(2))));
+        assert!(!stall_grew(&reading(6, None), &reading(5, None)));
+    }
+
+    #[test]
+    fn stall_a_trigger_fired_for_is_placed_at_the_end_of_its_stretch_not_spread_over_it() {
+        const MS: u64 = 1_000_000;
+        let reading = |ms: u64, some_us: u64, pswpout: u64| Reading {
+            mono_ns: ms * MS,
+            totals: Pressure {
+                stall_some_us: Some(some_us),
+                pswpout: Some(pswpout),
+                ..Pressure::default()
+            },
+        };
+        // 200 ms of stall (and 500 swap-outs) in the second since the last reading.
+        let (before, after) = (reading(1000, 50, 7), reading(2000, 200_050, 507));
+        let start = latest_start(&before, &after).unwrap();
+        assert_eq!(start, reading(1800, 50, 7));
+        let readings = [before, start, after];
+        let share = |from: u64, to: u64| apportion::share(&readings, from * MS, to * MS);
+        assert_eq!(
+            share(1000, 1800),
+            Pressure {
+                stall_some_us: Some(0),
+                pswpout: Some(0),
+                ..Pressure::default()
+            }
+        );
+        // At the most it can be: all of the last 200 ms.
+        assert_eq!(share(1950, 2000).stall_some_us, Some(50_000));
+        // Stall as long as the stretch, or none: nothing to place.
+        assert_eq!(latest_start(&before, &reading(1200, 200_050, 8)), None);
+        assert_eq!(latest_start(&before, &reading(2000, 50, 8)), None);
+    }
+
+    #[test]
+    fn without_psi_rows_get_vmstat_shares_and_empty_stall_columns() {
+        let fake = Fake::new("no-psi");
+        let vmstat = fake.write("vmstat", "pswpin 100\n");
+        let mut log = Log {
+            sources: Sources {
+                system: None,
+                cgroup: None,
+                vmstat: Some(File::open(&vmstat).unwrap()),
+                buf: Vec::new(),
+            },
+            readings: Vec::new(),
+            last_end: None,
+        };
+        assert!(!log.take());
+        fake.write("vmstat", "pswpin 160\n");
+        assert!(!log.take(), "no stall to grow");
+        let [first, second] = [log.readings[0].mono_ns, log.readings[1].mono_ns];
+        let share = apportion::share(&log.readings, first, second);
+        assert_eq!(share.pswpin, Some(60));
+        assert_eq!(
+            (share.stall_some_us, share.cgroup_stall_full_us),
+            (None, None)
+        );
+    }
+}

@@ -1,0 +1,182 @@
+//! One row of the output: a sample placed on the profile's time axis ([`Timeline`]), its
+//! memory, and its share of the memory pressure ([`Pressure`]); its columns, in order.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use shared_layout::abi::Sample;
+
+/// One output row: a sample's per-period deltas placed on the profile's time axis, its
+/// memory levels at the period's end, and the period's share of the memory pressure.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Row {
+    /// Milliseconds from the end of the first sample's period to the end of this one's.
+    pub time_ms: u64,
+    /// `CLOCK_MONOTONIC` at the end of the period, ns: the sample's own timestamp.
+    pub mono_ns: u64,
+    pub minor: u64,
+    pub major: u64,
+    pub cpu_ns: u64,
+    /// CPU time over the period the sample covers: 1.0 is one CPU fully busy.
+    pub cpu_util: f64,
+    /// The profiled processes' resident and swapped-out memory at the period's end, bytes.
+    pub rss_anon: u64,
+    pub rss_file: u64,
+    pub rss_shmem: u64,
+    pub swap: u64,
+    /// The system's (and the selected cgroup's) memory pressure over the period
+    /// ([`crate::pressure`], apportioned by [`crate::apportion`]).
+    #[serde(flatten)]
+    pub pressure: Pressure,
+    /// Length of that period, ns (not an output column).
+    #[serde(skip)]
+    pub period_ns: u64,
+}
+
+/// The columns of a row before its pressure's, in their order.
+pub const ROW_COLUMNS: [&str; 10] = [
+    "time_ms",
+    "mono_ns",
+    "minor",
+    "major",
+    "cpu_ns",
+    "cpu_util",
+    "rss_anon",
+    "rss_file",
+    "rss_shmem",
+    "swap",
+];
+
+/// Declares [`Pressure`]: one field per counter, named as its column.
+macro_rules! pressure {
+    ($($(#[doc = $doc:literal])* $name:ident,)*) => {
+        /// The pressure counters: cumulative in a [`crate::apportion::Reading`], a row's
+        /// share of their growth in a [`Row`]. `None`: the kernel does not have it (or no
+        /// cgroup was given).
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+        pub struct Pressure {
+            $($(#[doc = $doc])* pub $name: Option<u64>,)*
+        }
+
+        impl Pressure {
+            /// The columns, in the order of [`Pressure::values`].
+            pub const NAMES: [&'static str; COUNTERS] = [$(stringify!($name)),*];
+
+            pub fn values(&self) -> [Option<u64>; COUNTERS] {
+                [$(self.$name),*]
+            }
+
+            pub fn from_values(values: [Option<u64>; COUNTERS]) -> Pressure {
+                let [$($name),*] = values;
+                Pressure { $($name),* }
+            }
+        }
+    };
+}
+
+/// How many counters [`Pressure`] has.
+pub const COUNTERS: usize = 11;
+
+pressure! {
+    /// Time some task was stalled on memory, µs (system-wide PSI `some`).
+    stall_some_us,
+    /// Time every non-idle task was stalled on memory at once, µs (PSI `full`).
+    stall_full_us,
+    /// The same in the selected cgroup (its `memory.pressure`).
+    cgroup_stall_some_us,
+    cgroup_stall_full_us,
+    /// Pages swapped in and out (`/proc/vmstat`, system-wide, as every field below).
+    pswpin,
+    pswpout,
+    /// Refaults of recently evicted anonymous and file pages.
+    workingset_refault_anon,
+    workingset_refault_file,
+    /// Pages scanned by kswapd and by direct reclaim (reclaim a cgroup's limit drives is
+    /// counted here only on kernels that count it globally).
+    pgscan_kswapd,
+    pgscan_direct,
+    /// Major faults of the whole system.
+    pgmajfault,
+}
+
+/// Places samples on a time axis: a sample covers the time since the previous one's
+/// timestamp (longer than a period when samples were merged), the first one a period.
+#[derive(Clone, Debug)]
+pub struct Timeline {
+    period_ns: u64,
+    first: Option<u64>,
+    previous: Option<u64>,
+}
+
+impl Timeline {
+    pub fn new(period: Duration) -> Self {
+        Timeline {
+            period_ns: u64::try_from(period.as_nanos()).unwrap_or(u64::MAX).max(1),
+            first: None,
+            previous: None,
+        }
+    }
+
+    /// Timestamps come from the producer: one that goes backwards (a hostile producer)
+    /// gets the nominal period rather than a negative or wrapped one.
+    pub fn row(&mut self, s: &Sample) -> Row {
+        let first = *self.first.get_or_insert(s.time_ns);
+        let period_ns = match self.previous.replace(s.time_ns) {
+            Some(p) if s.time_ns > p => s.time_ns - p,
+            _ => self.period_ns,
+        };
+        Row {
+            time_ms: s.time_ns.saturating_sub(first) / 1_000_000,
+            mono_ns: s.time_ns,
+            minor: s.minor,
+            major: s.major,
+            cpu_ns: s.cpu_ns,
+            cpu_util: s.cpu_ns as f64 / period_ns as f64,
+            rss_anon: s.rss_anon,
+            rss_file: s.rss_file,
+            rss_shmem: s.rss_shmem,
+            swap: s.swap,
+            pressure: Pressure::default(),
+            period_ns,
+        }
+    }
+}
+
+/// A sample ending `time_ms` after boot with these minor faults and CPU time, and 4 KiB of
+/// anonymous memory: for the tests of what reads rows.
+#[cfg(test)]
+pub(crate) fn test_sample(time_ms: u64, minor: u64, cpu_ns: u64) -> Sample {
+    Sample {
+        time_ns: time_ms * 1_000_000,
+        minor,
+        cpu_ns,
+        rss_anon: 4096,
+        ..Sample::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_sample as sample;
+    use super::*;
+
+    #[test]
+    fn timeline_starts_at_zero_and_measures_each_period_from_the_previous_sample() {
+        let mut t = Timeline::new(Duration::from_millis(50));
+        let a = t.row(&sample(5000, 1, 25_000_000));
+        let b = t.row(&sample(5150, 1, 75_000_000));
+        assert_eq!((a.time_ms, a.period_ns), (0, 50_000_000));
+        assert_eq!((b.time_ms, b.period_ns), (150, 150_000_000));
+        assert!((a.cpu_util - 0.5).abs() < 1e-9);
+        assert!((b.cpu_util - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn timeline_takes_a_timestamp_going_backwards_as_one_nominal_period() {
+        let mut t = Timeline::new(Duration::from_millis(50));
+        t.row(&sample(1000, 0, 0));
+        let row = t.row(&sample(10, 0, 0));
+        assert_eq!(row.period_ns, 50_000_000);
+        assert_eq!(row.time_ms, 0);
+    }
+}
