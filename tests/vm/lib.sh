@@ -17,27 +17,55 @@ vm_installed_kernels() {
 	done | sort -V
 }
 
-# vm_select_kernel KERNEL: the kernel to boot and build against, named
+# vm_in_root ROOT CMD...: CMD run inside the Debian root ROOT
+# (tests/vm/debian-root.sh), with a /proc of its own, in a private mount
+# namespace that ends with it (nothing stays mounted in the cached root).
+vm_in_root() {
+	local root=$1
+	shift
+	unshare --mount --propagation private -- \
+		sh -c 'mount -t proc proc "$0/proc" && exec chroot "$0" "$@"' "$root" "$@"
+}
+
+# vm_kernel_version PACKAGE [ROOT]: the kernel version an installed
+# linux-image meta-package names (linux-image-cloud-amd64 ->
+# 6.1.0-28-cloud-amd64), on this machine or in the Debian root ROOT: a
+# kernel is always named from its package, never "the newest by glob".
+vm_kernel_version() {
+	local package=$1 root=${2-} depends
+	depends=$(dpkg-query --admindir="$root/var/lib/dpkg" -W -f='${Depends}' "$package") ||
+		vm_die "$package is not installed${root:+ in $root}"
+	grep -o 'linux-image-[0-9][^ ,]*' <<<"$depends" | head -n 1 | sed 's/^linux-image-//'
+}
+
+# vm_select_kernel KERNEL [ROOT]: the kernel to boot and build against, named
 # explicitly: a Debian version (6.1.0-28-cloud-amd64: /boot/vmlinuz-* and its
-# linux-headers-*), or "debug" (the checkers' kernel tests/vm/debug-kernel.sh
-# builds and caches). Sets vm_kver (its name), vm_kernel (the image), vm_kdir
-# (where the module builds) and vm_debug (1 for the debug kernel); checks the
-# host's busybox, qemu and cpio.
+# linux-headers-*), in the Debian root ROOT when given (tests/vm/debian-root.sh:
+# a kernel whose kbuild tools this machine cannot run, built for inside it),
+# or "debug" (the checkers' kernel tests/vm/debug-kernel.sh builds and
+# caches). Sets vm_kver (its name), vm_kernel (the image), vm_kdir (where
+# the module builds, as seen from ROOT), vm_root, vm_modules (the kernel's
+# module tree, empty for the debug kernel) and vm_debug (1 for the debug
+# kernel); checks the host's busybox, qemu and cpio.
 vm_select_kernel() {
 	local kernel=$1
+	vm_root=${2-}
 	vm_debug=0
+	vm_modules=
 	if [[ $kernel == debug ]]; then
+		[[ -z $vm_root ]] || vm_die "the debug kernel is built on this machine: no --root"
 		vm_kdir=$("$vm_repo/tests/vm/debug-kernel.sh") || vm_die "building the debug kernel failed"
 		vm_kernel=$vm_kdir/arch/x86/boot/bzImage
 		vm_kver="debug ($(make -s -C "$vm_kdir" kernelrelease))"
 		vm_debug=1
 	else
 		[[ -n $kernel ]] || vm_die "which kernel? give --kernel VERSION (installed: $(vm_installed_kernels | tr '\n' ' ')) or --kernel debug"
-		vm_kernel=/boot/vmlinuz-$kernel
+		vm_kernel=$vm_root/boot/vmlinuz-$kernel
 		vm_kdir=/usr/src/linux-headers-$kernel
+		vm_modules=$vm_root/lib/modules/$kernel
 		vm_kver=$kernel
-		[[ -e $vm_kernel && -d $vm_kdir ]] ||
-			vm_die "no $vm_kernel with $vm_kdir: apt-get install linux-image-$kernel linux-headers-$kernel (installed: $(vm_installed_kernels | tr '\n' ' '))"
+		[[ -e $vm_kernel && -d $vm_root$vm_kdir ]] ||
+			vm_die "no $vm_kernel with $vm_root$vm_kdir: apt-get install linux-image-$kernel linux-headers-$kernel${vm_root:+ in $vm_root}$([[ -n $vm_root ]] || echo " (installed: $(vm_installed_kernels | tr '\n' ' '))")"
 	fi
 	[[ -r $vm_kernel ]] || vm_die "$vm_kernel is not readable"
 	vm_busybox=$(command -v busybox) || vm_die "busybox not found: apt-get install busybox-static"
@@ -47,17 +75,55 @@ vm_select_kernel() {
 	command -v cpio >/dev/null || vm_die "cpio not found: apt-get install cpio"
 }
 
-# vm_build_module WORK: WORK/kmod/pfprof.ko, built from the same
-# self-contained tree DKMS gets, so the source tree stays clean and the DKMS
-# layout is tested too.  W=1, and any warning fails.
+# vm_build_module WORK [EDIT...]: WORK/kmod/pfprof.ko, built from the same
+# self-contained tree DKMS gets (so the source tree stays clean and the DKMS
+# layout is tested too), inside vm_root when the kernel lives there.  W=1,
+# and any warning fails.  EDIT (a command and its arguments), when given, runs
+# in that tree before the build, and warnings are then allowed: how
+# tests/vm/mutants.sh breaks a copy of the module on purpose.  Sets vm_module
+# to the module the VM boots.
 vm_build_module() {
-	local work=$1
-	make -s -C "$vm_repo/kmod" dkms-src DKMS_SRC="$work/kmod"
-	make -s -C "$work/kmod" KDIR="$vm_kdir" W=1 >"$work/kmod-build.log" 2>&1 ||
+	local work=$1 build=$1/kmod
+	shift
+	# In a root, the tree is built where the root's tools can see it.
+	[[ -z $vm_root ]] || build=$(mktemp -d "$vm_root/tmp/pfprof-kmod.XXXXXX")
+	make -s -C "$vm_repo/kmod" dkms-src DKMS_SRC="$build"
+	if (($#)); then
+		(cd "$build" && "$@") || vm_die "editing the module's tree ($*) failed"
+	fi
+	if [[ -n $vm_root ]]; then
+		vm_in_root "$vm_root" make -s -C "${build#"$vm_root"}" KDIR="$vm_kdir" W=1
+	else
+		make -s -C "$build" KDIR="$vm_kdir" W=1
+	fi >"$work/kmod-build.log" 2>&1 ||
 		{ cat "$work/kmod-build.log"; vm_die "module build failed"; }
-	if grep -E 'warning:|error:' "$work/kmod-build.log"; then
+	if (($# == 0)) && grep -E 'warning:|error:' "$work/kmod-build.log"; then
 		vm_die "module build is not warning-free"
 	fi
+	if [[ -n $vm_root ]]; then
+		mkdir -p "$work/kmod"
+		cp "$build/pfprof.ko" "$build/conftest.h" "$work/kmod/"
+		rm -rf "$build"
+	fi
+	vm_module=$work/kmod/pfprof.ko
+}
+
+# vm_use_module FILE WORK: boot FILE (a module DKMS built and installed,
+# compressed or not) instead of the one vm_build_module built, once its
+# vermagic says it is for this kernel.
+vm_use_module() {
+	local file=$1 work=$2 vermagic
+	case $file in
+	*.ko.xz) xz -dc "$file" >"$work/pfprof-given.ko" ;;
+	*.ko.zst) zstd -qdc "$file" >"$work/pfprof-given.ko" ;;
+	*.ko.gz) gzip -dc "$file" >"$work/pfprof-given.ko" ;;
+	*.ko) cp "$file" "$work/pfprof-given.ko" ;;
+	*) vm_die "$file is not a kernel module" ;;
+	esac || vm_die "cannot read $file"
+	vermagic=$(modinfo -F vermagic "$work/pfprof-given.ko") || vm_die "modinfo $file failed"
+	[[ ${vermagic%% *} == "${vm_kver%% *}" ]] ||
+		vm_die "$file is built for ${vermagic%% *}, not $vm_kver"
+	vm_module=$work/pfprof-given.ko
 }
 
 # vm_build_static -p PKG...: release binaries, static so the initramfs needs
@@ -70,20 +136,74 @@ vm_build_static() {
 	vm_bins=$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release
 }
 
-# vm_stage_root ROOT INIT WORK: an initramfs tree with busybox, INIT as /init,
-# WORK/kmod/pfprof.ko as /pfprof.ko and monitor and work in /bin.
+# vm_stage_root ROOT INIT: an initramfs tree with busybox, INIT as /init,
+# the module vm_build_module or vm_use_module chose as /pfprof.ko and monitor
+# and work in /bin.
 vm_stage_root() {
-	local root=$1 init=$2 work=$3
+	local root=$1 init=$2
 	mkdir -p "$root"/{bin,dev,proc,sys,tmp}
 	cp "$vm_busybox" "$root/bin/busybox"
 	cp "$init" "$root/init"
-	cp "$work/kmod/pfprof.ko" "$root/pfprof.ko"
+	cp "$vm_module" "$root/pfprof.ko"
 	cp "$vm_bins/monitor" "$vm_bins/work" "$root/bin/"
+}
+
+# vm_kernel_module PATH DIR: the selected Debian kernel's module PATH
+# (relative to its kernel/ tree, without .ko: drivers/block/virtio_blk),
+# uncompressed into DIR, for an initramfs that loads it with insmod.
+vm_kernel_module() {
+	local path=$1 dir=$2 file
+	[[ -n $vm_modules ]] || vm_die "the debug kernel has no module tree: build $path in"
+	for file in "$vm_modules/kernel/$path".ko{,.xz,.zst}; do
+		[[ -e $file ]] || continue
+		case $file in
+		*.xz) xz -dc "$file" ;;
+		*.zst) zstd -qdc "$file" ;;
+		*) cat "$file" ;;
+		esac >"$dir/$(basename "$path").ko" || vm_die "cannot read $file"
+		return 0
+	done
+	vm_die "$vm_kver has no module $path in $vm_modules"
+}
+
+# vm_kernel_module_deps PATH DIR: vm_kernel_module for PATH and every module
+# modules.dep says it needs, their names appended to DIR/order in the order
+# insmod must load them.
+vm_kernel_module_deps() {
+	local path=$1 dir=$2 line deps i dep
+	line=$(grep -E "^kernel/$path\.ko(\.xz|\.zst)?:" "$vm_modules/modules.dep") ||
+		vm_die "$vm_kver has no module $path in $vm_modules/modules.dep"
+	read -ra deps <<<"${line#*:}"
+	# modules.dep lists a module's dependencies, the one to load first last.
+	for ((i = ${#deps[@]} - 1; i >= 0; i--)); do
+		dep=${deps[i]#kernel/}
+		dep=${dep%.ko*}
+		vm_kernel_module "$dep" "$dir"
+		basename "$dep" >>"$dir/order"
+	done
+	vm_kernel_module "$path" "$dir"
+	basename "$path" >>"$dir/order"
 }
 
 # vm_pack ROOT OUT: ROOT as a gzipped newc cpio archive.
 vm_pack() {
 	(cd "$1" && find . | cpio -o -H newc --quiet | gzip -1) >"$2"
+}
+
+# vm_crash_origin LOG: whether the kernel's first report in LOG (an oops,
+# a warning, a panic: each names the kernel's taint) came before pfprof.ko
+# was ever loaded or with it loaded. The module is the only out-of-tree one
+# the guests load, and its taint (O) stays after it is unloaded: a report
+# without it is the kernel's or the emulator's, not the module's. Fails when
+# LOG has no report.
+vm_crash_origin() {
+	local taint
+	taint=$(grep -m1 -oE 'Not tainted|Tainted: [A-Z ]*[A-Z]' "$1") || return 1
+	if [[ $taint == Tainted:*O* ]]; then
+		echo "with pfprof.ko loaded (${taint//  / })"
+	else
+		echo "before pfprof.ko was ever loaded (${taint//  / }): the emulator's or the kernel's, not the module's"
+	fi
 }
 
 # vm_boot INITRD LOG TIMEOUT MEM APPEND [QEMU_ARG...]: boot the kernel with

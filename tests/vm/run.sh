@@ -5,12 +5,21 @@
 # line per test and "N passed, M failed"; exit 0 only if all passed and the
 # kernel log has no report from any of the kernel's checkers.
 #
-#   tests/vm/run.sh --kernel KERNEL [--keep] [FILTER...]
+#   tests/vm/run.sh --kernel KERNEL [--root DIR] [--module FILE] [--boots N] [--keep] [FILTER...]
 #
 # KERNEL: a Debian kernel version with its headers installed (for example
 # 6.1.0-28-cloud-amd64; run.sh lists those it finds when it is missing), or
 # "debug": the kernel tests/vm/debug-kernel.sh builds with KASAN, lockdep,
 # kmemleak, KFENCE and UBSAN, where the suite ends with two kmemleak scans.
+# --root DIR: the kernel and its headers are installed in the Debian root DIR
+# (tests/vm/debian-root.sh), and the module is built inside it.
+# --module FILE: boot FILE (the module DKMS built and installed for KERNEL)
+# instead of the one run.sh builds; run.sh still builds one, to check that
+# the build is warning-free.
+# --boots N: boot the suite N times (each judged as one run), and count how
+# the boots ended: clean, crashed before the module was ever loaded, crashed
+# with it loaded, failed otherwise; what docs/reliability.md's emulator
+# figures come from.
 # FILTER: run only tests whose name contains one of these substrings.
 # --keep: keep the work directory (initramfs, console log) and print its path.
 # Environment: CARGO_TARGET_DIR (default: target/), PFPROF_VM_TIMEOUT (s; 600,
@@ -26,19 +35,26 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 . "$repo/tests/vm/lib.sh"
 keep=0
 kernel=
+kernel_root=
+module=
+boots=1
 filters=()
 while (($#)); do
 	case $1 in
 	--keep) keep=1 ;;
 	--kernel) kernel=${2-}; (($# > 1)) && shift ;;
 	--kernel=*) kernel=${1#--kernel=} ;;
-	-h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+	--root) kernel_root=${2-}; (($# > 1)) && shift ;;
+	--module) module=${2-}; (($# > 1)) && shift ;;
+	--boots) boots=${2-}; (($# > 1)) && shift ;;
+	-h | --help) sed -n '2,31p' "$0"; exit 0 ;;
 	*) filters+=("$1") ;;
 	esac
 	shift
 done
 
-vm_select_kernel "$kernel"
+[[ $boots =~ ^[1-9][0-9]*$ ]] || vm_die "--boots takes a positive number"
+vm_select_kernel "$kernel" "$kernel_root"
 # A hung guest (a deadlock in the module) fails the run after this long.
 if ((vm_debug)); then vm_timeout=${PFPROF_VM_TIMEOUT:-2400}; else vm_timeout=${PFPROF_VM_TIMEOUT:-600}; fi
 
@@ -46,20 +62,30 @@ work=$(mktemp -d /tmp/pfprof-vm.XXXXXX)
 cleanup() { if ((keep)); then echo "run.sh: kept $work"; else rm -rf "$work"; fi; }
 trap cleanup EXIT
 
-echo "run.sh: kernel $vm_kver"
+echo "run.sh: kernel $vm_kver${vm_root:+ (from $vm_root)}, $(qemu-system-x86_64 --version | head -n 1)"
 
 vm_build_module "$work"
+[[ -z $module ]] || vm_use_module "$module" "$work"
 vm_build_static -p pfprof-vm-guest -p monitor
 
 # The initramfs: busybox, /init, the module, monitor, work and the guest tests.
 root=$work/root
-vm_stage_root "$root" "$repo/tests/vm/initramfs/init" "$work"
+vm_stage_root "$root" "$repo/tests/vm/initramfs/init"
 cp "$vm_bins/pfprof-guest" "$root/pfprof-guest"
+# Swap on zram for the thrashing tests, where zram is a module (the debug
+# kernel has it built in): in /modules, /modules/order says in which order to
+# load them. 6.1's zram compresses with lzo-rle through the crypto API, a
+# module of its own there.
+if [[ -n $vm_modules ]]; then
+	mkdir -p "$root/modules"
+	if compgen -G "$vm_modules/kernel/crypto/lzo-rle.ko*" >/dev/null; then
+		vm_kernel_module_deps crypto/lzo-rle "$root/modules"
+	fi
+	vm_kernel_module_deps drivers/block/zram/zram "$root/modules"
+fi
 printf '%s\n' "${filters[*]-}" >"$root/test-filter"
 vm_pack "$root" "$work/initramfs.cpio.gz"
 
-log=$work/console.log
-set +e
 # The checkers every kernel gets: full preemption (races show up; the race
 # tests rely on it; the debug kernel is built preemptible), slub_debug
 # (redzones, poisoning, user tracking: the tests count the module's live
@@ -75,8 +101,10 @@ set +e
 # host's (qemu reads the host's), so the guest is told its frequency
 # (tsc_early_khz, from the host's cpu MHz) and that it is reliable.
 # PFPROF_SEED=<n> replays the randomized tests (it reaches the guest's
-# environment as an unknown kernel parameter).
-checkers="preempt=full slub_debug=FZPU sysctl.kernel.hung_task_timeout_secs=20 init_on_free=1"
+# environment as an unknown kernel parameter). psi=1: the thrashing tests read
+# memory pressure, which a kernel built with PSI_DEFAULT_DISABLED keeps off
+# without it.
+checkers="preempt=full slub_debug=FZPU sysctl.kernel.hung_task_timeout_secs=20 init_on_free=1 psi=1"
 mem=1G
 if ((vm_debug)); then
 	checkers+=" kfence.sample_interval=10 tsc=reliable"
@@ -84,46 +112,87 @@ if ((vm_debug)); then
 	[[ -z $host_tsc_khz || $host_tsc_khz == 0 ]] || checkers+=" tsc_early_khz=$host_tsc_khz"
 	mem=2G
 fi
-vm_boot "$work/initramfs.cpio.gz" "$log" "$vm_timeout" "$mem" \
-	"$checkers loglevel=4${PFPROF_SEED:+ PFPROF_SEED=$PFPROF_SEED}" |
-	grep --line-buffered -E '^(ok   |FAIL |  \| )'
-qemu_rc=${PIPESTATUS[0]}
-set -e
 
-if ((qemu_rc == 124)); then
-	echo "run.sh: the VM did not finish within $vm_timeout s" >&2
+# boot_and_judge LOG: one boot of the suite; prints each test's line and the
+# run's own checks, sets passed, failed and crash (how the kernel's first
+# report came, if it made one), and returns 0 when everything passed.
+boot_and_judge() {
+	local log=$1 summary verdict qemu_rc
+	crash=
+	set +e
+	vm_boot "$work/initramfs.cpio.gz" "$log" "$vm_timeout" "$mem" \
+		"$checkers loglevel=4${PFPROF_SEED:+ PFPROF_SEED=$PFPROF_SEED}" |
+		grep --line-buffered -E '^(ok   |FAIL |skip |  \| )'
+	qemu_rc=${PIPESTATUS[0]}
+	set -e
+
+	if ((qemu_rc == 124)); then
+		echo "run.sh: the VM did not finish within $vm_timeout s" >&2
+	fi
+
+	# The guest's verdict and its counts.
+	summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$log" | tail -1 || true)
+	verdict=$(sed -n 's/^PFPROF-VERDICT \([0-9]*\)$/\1/p' "$log" | tail -1)
+	passed=0 failed=1 skipped=0
+	if [[ -n $summary ]]; then
+		read -r passed _ failed _ skipped _ <<<"$summary"
+	else
+		echo "FAIL the guest did not finish its tests; the console's last lines:"
+		tail -n 30 "$log" | sed 's/^/    /'
+	fi
+	[[ $verdict == 0 ]] || { [[ -z $summary ]] || ((failed > 0)) || failed=1; }
+
+	# The debug kernel's suite must have ended with its kmemleak scans.
+	if ((vm_debug)) && ! grep -q '^ok   kmemleak_' "$log"; then
+		echo "FAIL the debug kernel's suite did not run its kmemleak scans"
+		failed=$((failed + 1))
+	fi
+
+	# The kernel must not have complained, whatever the tests saw: BUG (KASAN,
+	# KFENCE, sleeping in atomic context), WARNING (lockdep), UBSAN, hung tasks,
+	# RCU stalls, slub_debug.
+	if grep -E 'BUG[: ]|WARNING:|Oops|KASAN|KFENCE|UBSAN|general protection|Kernel panic|INFO: task .* blocked|INFO: trying to register non-static key|detected stalls|soft lockup|=====+$|Redzone|Poison overwritten|Object padding|slab error' "$log" \
+		| grep -v '^PFPROF-' >"$work/kernel-complaints.txt"; then
+		echo "FAIL kernel log is free of reports from the kernel's checkers:"
+		head -n 40 "$work/kernel-complaints.txt" | sed 's/^/    /'
+		failed=$((failed + 1))
+	elif ! grep -q '^PFPROF-DMESG-END$' "$log"; then
+		# Without the whole kernel log a report may have gone unseen.
+		echo "FAIL kernel log is free of reports from the kernel's checkers: the guest never dumped it whole"
+		failed=$((failed + 1))
+	else
+		echo "ok   kernel log is free of reports from the kernel's checkers"
+		passed=$((passed + 1))
+	fi
+
+	# A crash is reported for what it is, and fails the run either way.
+	if [[ -z $summary || -s $work/kernel-complaints.txt ]] && crash=$(vm_crash_origin "$log"); then
+		echo "run.sh: the kernel's first report came $crash" >&2
+	fi
+
+	echo "$passed passed, $failed failed, $skipped skipped"
+	((failed == 0)) && [[ $verdict == 0 ]]
+}
+
+if ((boots == 1)); then
+	boot_and_judge "$work/console.log"
+	exit
 fi
-
-# The guest's verdict and its counts.
-summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -1 || true)
-verdict=$(sed -n 's/^PFPROF-VERDICT \([0-9]*\)$/\1/p' "$log" | tail -1)
-passed=0 failed=1
-if [[ -n $summary ]]; then
-	read -r passed _ failed _ <<<"$summary"
-else
-	echo "FAIL the guest did not finish its tests; the console's last lines:"
-	tail -n 30 "$log" | sed 's/^/    /'
-fi
-[[ $verdict == 0 ]] || { [[ -z $summary ]] || ((failed > 0)) || failed=1; }
-
-# The debug kernel's suite must have ended with its kmemleak scans.
-if ((vm_debug)) && ! grep -q '^ok   kmemleak_' "$log"; then
-	echo "FAIL the debug kernel's suite did not run its kmemleak scans"
-	failed=$((failed + 1))
-fi
-
-# The kernel must not have complained, whatever the tests saw: BUG (KASAN,
-# KFENCE, sleeping in atomic context), WARNING (lockdep), UBSAN, hung tasks,
-# RCU stalls, slub_debug.
-if grep -E 'BUG[: ]|WARNING:|Oops|KASAN|KFENCE|UBSAN|general protection|Kernel panic|INFO: task .* blocked|INFO: trying to register non-static key|detected stalls|soft lockup|=====+$|Redzone|Poison overwritten|Object padding|slab error' "$log" \
-	| grep -v '^PFPROF-' >"$work/kernel-complaints.txt"; then
-	echo "FAIL kernel log is free of reports from the kernel's checkers:"
-	head -n 40 "$work/kernel-complaints.txt" | sed 's/^/    /'
-	failed=$((failed + 1))
-else
-	echo "ok   kernel log is free of reports from the kernel's checkers"
-	passed=$((passed + 1))
-fi
-
-echo "$passed passed, $failed failed"
-((failed == 0)) && [[ $verdict == 0 ]]
+# The emulator's reliability (docs/reliability.md, "The emulator"): the same
+# initramfs booted again and again, each boot judged as above and counted
+# by how it ended.
+clean=0 before=0 with=0 other=0
+for ((i = 1; i <= boots; i++)); do
+	echo "run.sh: boot $i of $boots"
+	if boot_and_judge "$work/console-$i.log"; then
+		clean=$((clean + 1))
+	elif [[ $crash == before* ]]; then
+		before=$((before + 1))
+	elif [[ -n $crash ]]; then
+		with=$((with + 1))
+	else
+		other=$((other + 1))
+	fi
+done
+echo "run.sh: $boots boots of $vm_kver: $clean clean, $before crashed before pfprof.ko was loaded, $with crashed with it loaded, $other failed otherwise"
+((clean == boots))

@@ -13,6 +13,7 @@ use anyhow::{bail, ensure, Context, Result};
 use shared_layout::strict::{StrictConsumer, Take};
 use shared_layout::Mode;
 
+use crate::anon::map_anonymous;
 use crate::device::{raw_session, set_mode, Mapping};
 use crate::kmod;
 
@@ -26,6 +27,19 @@ pub fn main(args: &[String]) -> ExitCode {
         ["hold-lock"] => hold_lock(),
         ["wait-full"] => wait_full(),
         ["register", pid] => register(pid),
+        ["touch", pages, hold_ms] => touch(pages, hold_ms),
+        ["rounds", pages] => rounds(pages),
+        ["swapped", pages] => swapped(pages),
+        ["exec-after-go", pages, program @ ..] if !program.is_empty() => {
+            exec_after_go(pages, program, false)
+        }
+        ["thread-exec", program @ ..] if !program.is_empty() => exec_after_go("0", program, true),
+        ["autoreap-tree", child_pages, parent_pages, report] => {
+            autoreap_tree(child_pages, parent_pages, report)
+        }
+        ["thrash", cgroup, fits_mib, extra_mib] => {
+            crate::thrash::workload(cgroup, fits_mib, extra_mib)
+        }
         _ => Err(anyhow::anyhow!("unknown child mode {args:?}")),
     };
     match result {
@@ -41,28 +55,6 @@ pub fn main(args: &[String]) -> ExitCode {
 struct Fresh {
     ptr: NonNull<u8>,
     len: usize,
-}
-
-/// `len` bytes of fresh anonymous private memory, readable and writable,
-/// not touched yet; the caller unmaps it (or leaves it to the exit).
-pub fn map_anonymous(len: usize) -> Result<NonNull<u8>> {
-    // SAFETY: anonymous private mapping, no address hint.
-    let ptr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    ensure!(
-        ptr != libc::MAP_FAILED,
-        "mmap: {}",
-        std::io::Error::last_os_error()
-    );
-    NonNull::new(ptr.cast()).context("mmap returned null")
 }
 
 impl Fresh {
@@ -190,6 +182,163 @@ fn wait_full() -> Result<()> {
         }
     }
     println!("ended {}", out.len());
+    Ok(())
+}
+
+/// Touches `pages` fresh pages and pushes them out to swap (MADV_PAGEOUT), says ready
+/// and waits for go; then reads each back, a swap-in (a major fault) each, says `done`,
+/// and exits at the next byte or the end of stdin.
+fn swapped(pages: &str) -> Result<()> {
+    let pages: usize = pages.parse()?;
+    let mem = Fresh::new(pages)?;
+    mem.touch(0..pages);
+    // SAFETY: the range is our own mapping.
+    let ret = unsafe { libc::madvise(mem.ptr.as_ptr().cast(), mem.len, libc::MADV_PAGEOUT) };
+    ensure!(
+        ret == 0,
+        "madvise(MADV_PAGEOUT): {}",
+        std::io::Error::last_os_error()
+    );
+    ready_then_wait_for_go()?;
+    for i in 0..pages {
+        // SAFETY: i < pages of the mapping; nobody else uses it.
+        std::hint::black_box(unsafe { mem.ptr.as_ptr().add(i * PAGE).read_volatile() });
+    }
+    let mut out = std::io::stdout().lock();
+    out.write_all(b"done\n")?;
+    out.flush()?;
+    let mut byte = [0u8; 1];
+    std::io::stdin()
+        .read(&mut byte)
+        .context("waiting for exit")?;
+    Ok(())
+}
+
+/// Says ready; then, per byte read, touches `pages` fresh pages itself (`l`) or
+/// through a child it forks and waits for (`f`), and says `done`; exits at
+/// the end of stdin. Between rounds it sleeps in its read, faulting nothing.
+fn rounds(pages: &str) -> Result<()> {
+    let pages: usize = pages.parse()?;
+    ready_then_wait_for_go_with(|byte| -> Result<()> {
+        match byte {
+            b'l' => Fresh::new(pages)?.touch(0..pages),
+            b'f' => {
+                let mem = Fresh::new(pages)?;
+                // SAFETY: the child only touches memory and exits.
+                let pid = unsafe { libc::fork() };
+                ensure!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+                if pid == 0 {
+                    mem.touch(0..pages);
+                    // SAFETY: leaving the forked child without the parent's destructors.
+                    unsafe { libc::_exit(0) };
+                }
+                let mut status = 0;
+                ensure!(
+                    // SAFETY: waiting for our own child.
+                    unsafe { libc::waitpid(pid, &mut status, 0) } == pid,
+                    "waitpid: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+            other => bail!("rounds: unknown round {other:#x}"),
+        }
+        let mut out = std::io::stdout().lock();
+        out.write_all(b"done\n")?;
+        out.flush()?;
+        Ok(())
+    })
+}
+
+/// Says ready, then runs `round` for each byte read from stdin until its end.
+fn ready_then_wait_for_go_with(mut round: impl FnMut(u8) -> Result<()>) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(b"ready\n")?;
+    out.flush()?;
+    drop(out);
+    let mut byte = [0u8; 1];
+    while std::io::stdin().read(&mut byte)? == 1 {
+        round(byte[0])?;
+    }
+    Ok(())
+}
+
+/// Touches `pages` fresh pages, stays `hold_ms` (long enough for samplers to
+/// look at it), exits: the program a setuid copy of this binary runs.
+fn touch(pages: &str, hold_ms: &str) -> Result<()> {
+    let pages: usize = pages.parse()?;
+    let mem = Fresh::new(pages)?;
+    mem.touch(0..pages);
+    thread::sleep(Duration::from_millis(hold_ms.parse()?));
+    Ok(())
+}
+
+/// Says ready, waits for go, touches `pages` fresh pages, then execs
+/// `program` (from a second thread with `from_thread`: a non-leader exec,
+/// which makes that thread the group's leader). Says `exec` first.
+fn exec_after_go(pages: &str, program: &[&str], from_thread: bool) -> Result<()> {
+    use std::ffi::CString;
+    let pages: usize = pages.parse()?;
+    let argv = program
+        .iter()
+        .map(|a| CString::new(*a))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let mem = Fresh::new(pages)?;
+    ready_then_wait_for_go()?;
+    mem.touch(0..pages);
+    println!("exec");
+    std::io::stdout().flush()?;
+    let exec = move || {
+        let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+        ptrs.push(std::ptr::null());
+        // SAFETY: argv is a null-terminated array of C strings that outlive the call.
+        unsafe { libc::execv(ptrs[0], ptrs.as_ptr()) };
+        std::io::Error::last_os_error()
+    };
+    let err = if from_thread {
+        let exec = thread::spawn(exec);
+        // The exec kills this thread; an error comes back instead.
+        exec.join()
+            .map_err(|_| anyhow::anyhow!("the exec thread panicked"))?
+    } else {
+        exec()
+    };
+    bail!("execv {}: {err}", program[0])
+}
+
+/// A parent that does not wait for its children (SIGCHLD ignored: they are
+/// reaped by the kernel, their counts reach nobody) forks a child that
+/// touches `child_pages`, writes its own minor faults to `report`, stays
+/// 300 ms and exits; once it is gone, and 200 ms more, the parent touches
+/// `parent_pages`.
+fn autoreap_tree(child_pages: &str, parent_pages: &str, report: &str) -> Result<()> {
+    let child_pages: usize = child_pages.parse()?;
+    let parent_pages: usize = parent_pages.parse()?;
+    ensure!(
+        // SAFETY: setting a signal's disposition to SIG_IGN.
+        unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) } != libc::SIG_ERR,
+        "ignoring SIGCHLD"
+    );
+    // SAFETY: the child only touches memory, writes a file and exits.
+    let pid = unsafe { libc::fork() };
+    ensure!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        let mem = Fresh::new(child_pages)?;
+        mem.touch(0..child_pages);
+        // SAFETY: rusage is plain old data; getrusage fills it.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid pointer to a local.
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+        std::fs::write(report, ru.ru_minflt.to_string())?;
+        thread::sleep(Duration::from_millis(300));
+        // SAFETY: leaving the forked child without running the parent's destructors.
+        unsafe { libc::_exit(0) };
+    }
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        thread::sleep(Duration::from_millis(10));
+    }
+    thread::sleep(Duration::from_millis(200));
+    let mem = Fresh::new(parent_pages)?;
+    mem.touch(0..parent_pages);
     Ok(())
 }
 

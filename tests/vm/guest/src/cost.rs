@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 
-use crate::{kmod, Env};
+use crate::{harness::Env, kmod};
 
 const SPAN: Duration = Duration::from_secs(10);
 /// Its start-up (exec, threads, the area) is over by then: from there on to `SPAN`, what
@@ -52,8 +52,8 @@ fn sampler_of(opener: u32) -> Result<Option<u32>> {
 /// Stops the monitor with SIGINT, as a user would, and reaps it: its user + system
 /// time over its whole life, ns.
 fn stop(pid: u32) -> Result<u64> {
-    // SAFETY: our own child, not reaped yet.
     ensure!(
+        // SAFETY: our own child, not reaped yet.
         unsafe { libc::kill(pid as i32, libc::SIGINT) } == 0,
         "kill: {}",
         std::io::Error::last_os_error()
@@ -147,7 +147,7 @@ pub fn bench_monitor_cost_by_backend(env: &Env) -> Result<()> {
                 ),
                 _ => String::new(),
             };
-            crate::figure(&format!(
+            crate::harness::figure(&format!(
                 "monitor cost: round {round}, {backend} {mode}: {:.1} ms CPU in {} s \
                  ({:.3}% of a CPU), {:.1} ms per {} s after start-up; threads (ms CPU/time \
                  slices before SIGINT): {threads}{kthread}",

@@ -12,8 +12,8 @@ use memmap2::{MmapOptions, MmapRaw};
 use shared_layout::abi::{self, AreaHeader, Info};
 use shared_layout::Mode;
 
+use crate::harness::Env;
 use crate::kmod::{self, Profiled};
-use crate::Env;
 
 pub fn raw_open() -> Result<File> {
     OpenOptions::new()
@@ -123,6 +123,8 @@ impl Mapping {
     pub fn lock_as_consumer(&self) -> Result<()> {
         let lock = self.word32(offset_of!(AreaHeader, lock));
         let deadline = Instant::now() + Duration::from_secs(5);
+        // The acquire pairs with the module's store-release that frees the lock
+        // (kmod/ring.c pfprof_lock_release).
         while lock
             .compare_exchange(
                 abi::LOCK_FREE,
@@ -141,9 +143,37 @@ impl Mapping {
         Ok(())
     }
 
+    /// Releases the lock [`Mapping::lock_as_consumer`] took.
+    pub fn unlock_as_consumer(&self) {
+        self.word32(offset_of!(AreaHeader, lock))
+            .store(abi::LOCK_FREE, Ordering::Release);
+    }
+
     pub fn deferred(&self) -> u64 {
+        // Published with WRITE_ONCE (kmod/ring.c pfprof_defer): nothing to pair with.
         self.word64(offset_of!(AreaHeader, deferred))
+            .load(Ordering::Relaxed)
+    }
+
+    pub fn write_seq(&self) -> u64 {
+        self.word64(offset_of!(AreaHeader, write_seq))
             .load(Ordering::Acquire)
+    }
+
+    pub fn canceled(&self) -> bool {
+        self.word32(offset_of!(AreaHeader, canceled))
+            .load(Ordering::Acquire)
+            != 0
+    }
+
+    /// The minor and major faults in slot `index`, as it holds them now.
+    pub fn slot_faults(&self, index: u64) -> (u64, u64) {
+        let slot = abi::slot_offset(index) as usize;
+        let word = |offset| self.word64(slot + offset).load(Ordering::Relaxed);
+        (
+            word(offset_of!(abi::Sample, minor)),
+            word(offset_of!(abi::Sample, major)),
+        )
     }
 
     /// Bytes mapped: the whole area.
@@ -161,12 +191,12 @@ fn expect_errno(what: &str, got: std::result::Result<(), i32>, errno: i32) -> Re
 }
 
 pub fn add(file: &File, pid: i32, flags: u32, reserved: u64) -> std::result::Result<(), i32> {
-    let mut target = abi::Target {
+    let mut arg = abi::AddProcess {
         pid,
         flags,
         reserved,
     };
-    ioctl(file, abi::IOC_ADD, &mut target)
+    ioctl(file, abi::IOC_ADD, &mut arg)
 }
 
 pub fn follow(file: &File, arg: abi::Follow) -> std::result::Result<(), i32> {
@@ -265,7 +295,8 @@ pub fn device_refuses_bad_mmaps_and_bad_ioctls(env: &Env) -> Result<()> {
             got.slot_count
         );
         ensure!(
-            got.sample_size == 32 && got.period_ns == 50_000_000,
+            got.sample_size as usize == std::mem::size_of::<abi::Sample>()
+                && got.period_ns == 50_000_000,
             "{got:?}"
         );
         let (ret, got) = info(

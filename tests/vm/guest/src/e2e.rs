@@ -7,8 +7,8 @@ use anyhow::{ensure, Context, Result};
 
 use crate::sessions::csv_minor;
 
+use crate::harness::Env;
 use crate::kmod;
-use crate::Env;
 
 pub fn monitor_profiles_work_through_the_module_in_both_modes(env: &Env) -> Result<()> {
     let module = kmod::insmod(env, &["period_ms=10"])?;

@@ -22,11 +22,11 @@ use shared_layout::strict::{StrictConsumer, Take};
 use shared_layout::{Mode, Sample};
 
 use crate::device::Mapping;
+use crate::harness::Env;
 use crate::klog;
 use crate::kmod::{self, Profiled};
 use crate::rng::Rng;
 use crate::sampling::take_until_ended;
-use crate::Env;
 
 /// Where the test and its chaos monitors share the monitor's phase.
 const PHASE_FILE: &str = "/tmp/pfprof-chaos-phase";
@@ -310,7 +310,7 @@ pub fn monitors_sigkilled_anywhere_leave_a_module_the_next_monitor_can_use(
     full.reap()?;
     new_monitor_works("killing a monitor whose ring was full")?;
 
-    crate::figure(&format!(
+    crate::harness::figure(&format!(
         "monitor kills: {} (holding the lock {}, asleep in WAIT_FULL {}, mid-copy {}, \
          elsewhere {}, with a full ring 1), rmmod refused {} times",
         MONITOR_KILLS + 1,
@@ -372,7 +372,7 @@ pub fn processes_sigkilled_while_faulting_have_every_fault_in_a_strict_sample(
         );
         faults += got;
     }
-    crate::figure(&format!(
+    crate::harness::figure(&format!(
         "profiled processes SIGKILLed: {PROCESS_KILLS}, {faults} minor faults, all in strict samples"
     ));
     klog::ensure_module_slab_objects(0, "registrations: a killed process stayed registered")?;

@@ -20,12 +20,12 @@ use shared_layout::abi;
 use shared_layout::strict::{StrictConsumer, Take};
 use shared_layout::Mode;
 
-use crate::child::map_anonymous;
+use crate::anon::map_anonymous;
+use crate::harness::Env;
 use crate::klog;
 use crate::kmod::{self, Profiled};
 use crate::rng::Rng;
 use crate::sampling::take_until_ended;
-use crate::Env;
 
 /// Write syscalls the fuzzer makes (each iovec of a writev is one command).
 const WRITES: u64 = 100_000;
@@ -552,7 +552,7 @@ pub fn proc_file_survives_fuzzing_and_registers_exactly_what_valid_commands_aske
         stdout.trim(),
         String::from_utf8_lossy(&out.stderr).trim()
     );
-    crate::figure(&format!("proc fuzzing: {}", stdout.trim()));
+    crate::harness::figure(&format!("proc fuzzing: {}", stdout.trim()));
 
     // The module still works: the outsider is still there, a session samples it.
     ensure!(

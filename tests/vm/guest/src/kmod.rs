@@ -13,7 +13,7 @@ use anyhow::{bail, ensure, Context, Result};
 use shared_layout::abi;
 use shared_layout::device::{Device, Follow};
 
-use crate::Env;
+use crate::harness::Env;
 
 /// The module, loaded; unloaded on drop if the test did not do it.
 pub struct Module {
@@ -143,6 +143,14 @@ pub fn stat(pid: u32) -> Result<(char, u64)> {
     Ok((state, fields[7].parse()?))
 }
 
+/// Minor and major faults of a process from /proc/<pid>/stat.
+pub fn faults(pid: u32) -> Result<(u64, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let rest = &text[text.rfind(')').context("no ) in stat")? + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    Ok((fields[7].parse()?, fields[9].parse()?))
+}
+
 /// A copy of this binary playing a profiled process (see child.rs).
 pub struct Profiled {
     pub pid: u32,
@@ -153,6 +161,7 @@ pub struct Profiled {
 
 pub struct Reaped {
     pub minflt: u64,
+    pub majflt: u64,
     /// utime + stime, nanoseconds (each truncated to microseconds by wait4).
     pub cpu_ns: u64,
     pub status: i32,
@@ -230,8 +239,13 @@ impl Profiled {
 
     /// Sends one byte: start (and, for churn, stop) the work.
     pub fn go(&mut self) -> Result<()> {
+        self.send(b'g')
+    }
+
+    /// Sends `byte`: a round of `child rounds`.
+    pub fn send(&mut self, byte: u8) -> Result<()> {
         let stdin = self.stdin.as_mut().context("stdin already closed")?;
-        stdin.write_all(b"g")?;
+        stdin.write_all(&[byte])?;
         stdin.flush()?;
         Ok(())
     }
@@ -276,6 +290,7 @@ impl Profiled {
         let ns = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000_000 + tv.tv_usec as u64 * 1000;
         Ok(Reaped {
             minflt: ru.ru_minflt as u64,
+            majflt: ru.ru_majflt as u64,
             cpu_ns: ns(ru.ru_utime) + ns(ru.ru_stime),
             status,
         })

@@ -9,9 +9,9 @@ use shared_layout::abi;
 use shared_layout::strict::{StrictConsumer, Take};
 use shared_layout::Mode;
 
+use crate::harness::Env;
 use crate::klog;
 use crate::kmod::{self, Profiled};
-use crate::Env;
 
 fn files_exist() -> (bool, bool) {
     (
@@ -401,7 +401,7 @@ pub fn registrations_and_sessions_churning_at_once_leave_the_kernel_clean(env: &
             "too little churn in {:?}: {registered} processes, {opened} sessions",
             started.elapsed()
         );
-        crate::figure(&format!(
+        crate::harness::figure(&format!(
             "churn: {registered} processes and {opened} sessions in {:.1} s",
             started.elapsed().as_secs_f64()
         ));

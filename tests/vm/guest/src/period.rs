@@ -15,28 +15,39 @@ use shared_layout::strict::StrictConsumer;
 use shared_layout::{Mode, Sample};
 
 use crate::device::{ioctl, raw_session, set_mode, Mapping};
+use crate::harness::Env;
 use crate::klog;
 use crate::kmod::{self, Profiled};
 use crate::lifecycle::{opened_with_sampler, wakeups};
 use crate::sampling::take_until_ended;
-use crate::Env;
 
 /// Intervals measured per period asked.
 const INTERVALS: usize = 150;
 
-/// Median, mean and 99th percentile of the gaps between consecutive samples' timestamps.
-fn interval_stats(samples: &[Sample]) -> (f64, f64, f64) {
+/// The gaps between consecutive samples' timestamps against the period asked: their
+/// median, their mean per deadline, their 99th percentile (ms) and how many deadlines
+/// passed without a sample of their own. A sampler starved past a whole period puts the
+/// deadlines it missed into its next sample (the module's pfprof_next_deadline), so a
+/// gap counts for as many deadlines as it spans, rounded: a sampler that set each
+/// deadline from its late wake-up instead would drift by its latency at every gap.
+fn interval_stats(samples: &[Sample], period_ms: u32) -> (f64, f64, f64, u64) {
+    let period_ns = u64::from(period_ms) * 1_000_000;
     let mut gaps: Vec<u64> = samples
         .windows(2)
         .map(|w| w[1].time_ns - w[0].time_ns)
         .collect();
+    let deadlines: u64 = gaps
+        .iter()
+        .map(|&gap| ((gap + period_ns / 2) / period_ns).max(1))
+        .sum();
     gaps.sort_unstable();
     let ms = |ns: u64| ns as f64 / 1e6;
     let span = samples[samples.len() - 1].time_ns - samples[0].time_ns;
     (
         ms(gaps[gaps.len() / 2]),
-        ms(span) / gaps.len() as f64,
+        ms(span) / deadlines as f64,
         ms(gaps[gaps.len() * 99 / 100]),
+        deadlines - gaps.len() as u64,
     )
 }
 
@@ -79,21 +90,22 @@ pub fn the_sampler_keeps_the_period_asked_on_absolute_deadlines(env: &Env) -> Re
         let mut rest = Vec::new();
         take_until_ended(&mut consumer, &mut rest)?;
         // The first sample starts at the registration, before the session: not a full period.
-        let (median, mean, p99) = interval_stats(&samples[1..]);
+        let (median, mean, p99, missed) = interval_stats(&samples[1..], period_ms);
         let asked = f64::from(period_ms);
         // On the jiffies clocksource hrtimers have tick resolution: say so, it is the VM's.
         let clocksource = std::fs::read_to_string(
             "/sys/devices/system/clocksource/clocksource0/current_clocksource",
         )
         .unwrap_or_default();
-        crate::figure(&format!(
-            "period_ms={period_ms}: intervals median {median:.3} ms, mean {mean:.3} ms, \
-             p99 {p99:.3} ms over {INTERVALS} (clocksource {})",
+        crate::harness::figure(&format!(
+            "period_ms={period_ms}: intervals median {median:.3} ms, mean {mean:.3} ms a \
+             deadline, p99 {p99:.3} ms over {INTERVALS}, {missed} deadlines missed by a whole \
+             period (clocksource {})",
             clocksource.trim()
         ));
         ensure!(
             (mean - asked).abs() <= asked / 100.0,
-            "period_ms={period_ms}: mean interval {mean:.3} ms is off by more than 1%"
+            "period_ms={period_ms}: mean interval {mean:.3} ms a deadline is off by more than 1%"
         );
         // The median carries the VM's wake-up jitter (1.4% at 10 ms once on the debug
         // kernel under TCG); rounding to jiffies, the defect this guards, is 12% at
@@ -123,10 +135,10 @@ fn sampler_usage(sampler: u32, span: Duration, mut during: impl FnMut()) -> Resu
     ))
 }
 
-/// The attack issue 9 measured: a strict consumer shows a free slot
-/// (empty.count 1), asks the sampler to take it (WAKE_PRODUCER) and takes it
-/// back before the sampler does, again and again, against a process of 500
-/// threads. Before, every round made the sampler collect every thread again.
+/// The attack: a strict consumer shows a free slot (empty.count 1), asks the
+/// sampler to take it (WAKE_PRODUCER) and takes it back before the sampler does,
+/// again and again, against a process of 500 threads. A sampler that collected
+/// at every such request would read every thread at every round.
 pub fn a_consumer_flashing_a_free_slot_cannot_make_the_sampler_collect_more_often(
     env: &Env,
 ) -> Result<()> {
@@ -147,11 +159,14 @@ pub fn a_consumer_flashing_a_free_slot_cannot_make_the_sampler_collect_more_ofte
     // The control: a ring with no free slot, simply held so, by a loop paced
     // like the attack's with a system call that is not pfprof's (under TCG a
     // busy vCPU slows the other, and the sampler's CPU time grows with it).
-    // A thousand rounds a second made the old sampler collect a thousand
-    // times a second, 20 times its period.
+    // A thousand rounds a second would make a sampler that collects on request
+    // collect a thousand times a second, 20 times its period.
     let nap = || thread::sleep(Duration::from_millis(1));
     let (mut held_cpu, mut held_woke, mut attack_cpu, mut attack_woke) = (0, 0, 0, 0);
     let mut rounds = 0u64;
+    // Each attack window against the held window before it: a collection per flash
+    // would show in every pair, a stall of the emulator in one.
+    let mut ratios = Vec::new();
     for _ in 0..WINDOWS {
         let (cpu, woke) = sampler_usage(sampler, WINDOW, || {
             empty.store(0, Ordering::SeqCst);
@@ -161,6 +176,7 @@ pub fn a_consumer_flashing_a_free_slot_cannot_make_the_sampler_collect_more_ofte
             nap();
         })?;
         (held_cpu, held_woke) = (held_cpu + cpu, held_woke + woke);
+        let held_window_cpu = cpu;
         let (cpu, woke) = sampler_usage(sampler, WINDOW, || {
             empty.store(1, Ordering::SeqCst);
             let _ = ioctl(&file, abi::IOC_WAKE_PRODUCER, std::ptr::null_mut::<u8>());
@@ -169,22 +185,27 @@ pub fn a_consumer_flashing_a_free_slot_cannot_make_the_sampler_collect_more_ofte
             nap();
         })?;
         (attack_cpu, attack_woke) = (attack_cpu + cpu, attack_woke + woke);
+        ratios.push(cpu as f64 / held_window_cpu.max(1) as f64);
     }
+    ratios.sort_by(f64::total_cmp);
+    let median_ratio = (ratios[ratios.len() / 2 - 1] + ratios[ratios.len() / 2]) / 2.0;
     let secs = (WINDOW * WINDOWS).as_secs_f64();
     let per_second = |ns: u64| ns as f64 / 1e6 / secs;
-    crate::figure(&format!(
+    crate::harness::figure(&format!(
         "flashing a free slot: {rounds} rounds in {secs:.0} s; sampler {:.1} ms CPU/s and \
          {:.0} wake-ups/s, against {:.1} ms/s and {:.0}/s with the ring held full \
-         (500 threads, period {PERIOD_MS} ms, {WINDOWS} alternating windows of each)",
+         (500 threads, period {PERIOD_MS} ms, {WINDOWS} alternating windows of each, \
+         median ratio of a pair's CPU {median_ratio:.2})",
         per_second(attack_cpu),
         attack_woke as f64 / secs,
         per_second(held_cpu),
         held_woke as f64 / secs
     ));
     ensure!(
-        attack_cpu as f64 <= 1.5 * held_cpu as f64,
-        "the sampler took {:.1} ms CPU/s under the attack, {:.1} ms/s with the ring held full \
-         (a collection per flash?)",
+        median_ratio <= 1.5,
+        "the sampler took {median_ratio:.2}x the CPU under the attack as with the ring held \
+         full in the median pair of windows ({:.1} against {:.1} ms/s in all; a collection \
+         per flash?)",
         per_second(attack_cpu),
         per_second(held_cpu)
     );
@@ -209,8 +230,8 @@ pub fn bench_sampler_cost_by_processes_and_threads(env: &Env) -> Result<()> {
         rlim_cur: 8192,
         rlim_max: 8192,
     };
-    // SAFETY: a valid rlimit for our own process.
     ensure!(
+        // SAFETY: a valid rlimit for our own process.
         unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } == 0,
         "setrlimit(RLIMIT_NOFILE): {}",
         std::io::Error::last_os_error()
@@ -259,7 +280,7 @@ pub fn bench_sampler_cost_by_processes_and_threads(env: &Env) -> Result<()> {
         } else {
             format!("{processes} processes x {threads} threads")
         };
-        crate::figure(&format!(
+        crate::harness::figure(&format!(
             "sampler cost: {what}: {:.3} ms CPU/s \
              ({:.3}% of a CPU), {:.1} us per collection, {:.0} ns per thread, {:.1} wake-ups/s",
             cpu as f64 / 1e6 / secs,

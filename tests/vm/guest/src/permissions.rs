@@ -8,16 +8,20 @@
 use std::fs::{self, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use shared_layout::abi;
 use shared_layout::strict::StrictConsumer;
 use shared_layout::Mode;
 
+use crate::harness::Env;
 use crate::klog;
 use crate::kmod::{self, Profiled};
 use crate::sampling::take_until_ended;
-use crate::Env;
+use crate::sessions::within;
 
 const NOBODY: u32 = 65534;
 const RULES: &str = include_str!("../../../../kmod/99-pfprof.rules");
@@ -71,8 +75,8 @@ pub fn open_device() -> Result<()> {
 /// `hardening-child non-dumpable`: a process its own user may not read
 /// (as after a setuid exec), waiting for a byte.
 pub fn non_dumpable() -> Result<()> {
-    // SAFETY: plain prctl on ourselves.
     ensure!(
+        // SAFETY: plain prctl on ourselves.
         unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0) } == 0,
         "prctl"
     );
@@ -86,17 +90,19 @@ pub fn non_dumpable() -> Result<()> {
 /// as nobody, takes root back (the saved uid) and writes "R <pid>" through
 /// that descriptor: a privileged writer on an unprivileged opener's file.
 pub fn deputy(pid: &str) -> Result<()> {
-    // SAFETY: plain id syscalls on ourselves.
     ensure!(
+        // SAFETY: plain id syscalls on ourselves.
         unsafe { libc::setresgid(NOBODY, NOBODY, 0) } == 0
+            // SAFETY: the same call for the other id.
             && unsafe { libc::setresuid(NOBODY, NOBODY, 0) } == 0,
         "dropping to nobody: {}",
         std::io::Error::last_os_error()
     );
     let mut file = OpenOptions::new().write(true).open(abi::PROC_PATH)?;
-    // SAFETY: as above; the saved uid 0 lets us back.
     ensure!(
+        // SAFETY: as above; the saved uid 0 lets us back.
         unsafe { libc::setresuid(u32::MAX, 0, u32::MAX) } == 0
+            // SAFETY: the same call for the other id.
             && unsafe { libc::setresgid(u32::MAX, 0, u32::MAX) } == 0,
         "taking root back: {}",
         std::io::Error::last_os_error()
@@ -225,7 +231,7 @@ pub fn nobody_may_profile_its_own_processes_only_and_open_the_device_as_udev_all
         got >= pages && got <= during,
         "nobody's samples hold {got} minor faults for {pages} pages touched, {during} taken"
     );
-    crate::figure(&format!(
+    crate::harness::figure(&format!(
         "permissions: nobody refused 5 ways (R, U, via root writing its descriptor, \
          non-dumpable, device at 0600); at the rule's mode {mode:o} it profiled itself: \
          {got} minor faults sampled for {pages} pages"
@@ -237,4 +243,87 @@ pub fn nobody_may_profile_its_own_processes_only_and_open_the_device_as_udev_all
     }
     module.unload()?;
     mark.ensure_clean()
+}
+
+/// `/bin/monitor ARGS...` as nobody: its exit code and standard error, within 10 s (a
+/// monitor the module did not refuse would stream on).
+fn monitor_as_nobody(args: &[&str]) -> Result<(Option<i32>, String)> {
+    let monitor = Command::new("/bin/monitor")
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("running /bin/monitor as nobody")?;
+    let out = within(monitor, Duration::from_secs(10))
+        .with_context(|| format!("monitor {args:?} as nobody"))?;
+    Ok((
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+/// What the monitor, run by nobody, says when the module refuses it, each refusal the
+/// module's own (errno) and each message the user's next step.
+pub fn the_monitor_tells_a_user_the_module_refuses_what_to_do(env: &Env) -> Result<()> {
+    let module = kmod::insmod(env, &["max_sessions=1"])?;
+    let refused = |args: &[&str], said: &[&str]| -> Result<()> {
+        let (code, err) = monitor_as_nobody(args)?;
+        ensure!(
+            code == Some(2),
+            "monitor {args:?} as nobody exited {code:?}: {err}"
+        );
+        for line in said {
+            ensure!(
+                err.contains(line),
+                "monitor {args:?} as nobody: no {line:?} in {err}"
+            );
+        }
+        Ok(())
+    };
+    let no_module = "monitor: --backend procfs works without the module";
+    // EACCES: the node as devtmpfs made it, 0600, before udev's rule.
+    refused(
+        &["--backend", "kernel"],
+        &[
+            "monitor: error: cannot use the pfprof module: permission denied opening \
+             /dev/pfprof: install the udev rule kmod/99-pfprof.rules or run as root",
+            no_module,
+        ],
+    )?;
+    fs::set_permissions(abi::DEVICE_PATH, fs::Permissions::from_mode(rule_mode()?))?;
+    // EPERM: root's process.
+    let mut roots = Profiled::spawn(&["faults", "0", "0", "stay"])?;
+    let pid = roots.pid.to_string();
+    refused(
+        &["--backend", "kernel", "--pid", &pid],
+        &[
+            &format!(
+                "monitor: error: cannot use the pfprof module: not allowed to profile process \
+                 {pid}: it belongs to another user (profile it as that user or as root)"
+            ),
+            &format!("monitor: check the pid with `ps -p {pid}` and that it is yours"),
+        ],
+    )?;
+    // EMFILE: nobody's one session (max_sessions=1) is open already.
+    let mut session =
+        Profiled::spawn_mode("hardening-child", &["open-sessions", "1"], Some(NOBODY))?;
+    let opened = session.read_line()?;
+    ensure!(opened == "opened 1 0", "nobody's first session: {opened}");
+    refused(
+        &["--backend", "kernel"],
+        &[
+            "monitor: error: cannot use the pfprof module: too many sessions open on \
+             /dev/pfprof: close another monitor of this user, or raise the module's \
+             max_sessions",
+            no_module,
+        ],
+    )?;
+    session.go()?;
+    session.reap()?;
+    roots.go()?;
+    roots.reap()?;
+    module.unload()
 }

@@ -10,11 +10,11 @@ use anyhow::{ensure, Result};
 use shared_layout::strict::{StrictConsumer, Take};
 use shared_layout::Mode;
 
+use crate::harness::Env;
 use crate::klog;
 use crate::kmod::{self, Profiled};
 use crate::lifecycle::{opened_with_sampler, sampler_pid};
 use crate::rng::Rng;
-use crate::Env;
 
 fn affinity(pid: u32) -> Result<libc::cpu_set_t> {
     // SAFETY: cpu_set_t is plain old data; the kernel fills it.
@@ -163,7 +163,13 @@ pub fn a_process_unregistered_while_the_sampler_is_mid_tick_still_ends_the_sessi
     set_fifo(false)?;
     set_affinity(0, &ours)?;
     outcome?;
-    crate::figure(&format!(
+    // Otherwise every unregistration came between two ticks: the race was never run.
+    ensure!(
+        caught_running > 0,
+        "in {MID_TICK_ROUNDS} rounds the sampler was never caught mid-tick (seed {})",
+        rng.seed()
+    );
+    crate::harness::figure(&format!(
         "races: {MID_TICK_ROUNDS} unregistrations at random moments of a 1 ms tick, \
          {caught_running} with the sampler preempted mid-tick"
     ));

@@ -5,8 +5,8 @@ use std::thread;
 
 use anyhow::{ensure, Context, Result};
 
+use crate::harness::Env;
 use crate::kmod::{self, Profiled};
-use crate::Env;
 
 /// A pid nobody has: beyond pid_max.
 const NO_SUCH_PID: u32 = 4_194_304 + 1;

@@ -5,13 +5,15 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
+use shared_layout::abi;
 use shared_layout::device::{Device, DeviceWaiter};
-use shared_layout::relaxed::RelaxedConsumer;
+use shared_layout::relaxed::{Drain, RelaxedConsumer};
 use shared_layout::strict::{StrictConsumer, Take};
 use shared_layout::{Area, Counters, Mode, Sample};
 
+use crate::device::{add, raw_open, set_mode, Mapping};
+use crate::harness::Env;
 use crate::kmod::{self, Profiled};
-use crate::Env;
 
 /// Takes every sample until the session ends (the last process left).
 pub fn take_until_ended(
@@ -214,34 +216,166 @@ pub fn strict_mode_with_a_slow_consumer_on_a_small_ring_loses_nothing(env: &Env)
     module.unload()
 }
 
-pub fn relaxed_consumer_sleeping_past_a_wrap_accounts_for_every_sample(env: &Env) -> Result<()> {
-    let module = kmod::insmod(env, &["period_ms=1", "buffer_pages=2"])?;
-    let (dev, area) = start(Mode::Relaxed)?;
-    let mut consumer = RelaxedConsumer::new(area.clone());
+/// Drains `consumer`, numbering what it received: a drain's samples are the last ones
+/// before the read_seq it published (`area`'s, which only the consumer writes).
+fn drain_numbered(
+    consumer: &mut RelaxedConsumer,
+    area: &Area,
+    out: &mut Vec<(u64, Sample)>,
+) -> Result<Drain> {
+    let mut batch = Vec::new();
+    let drain = consumer.drain(&mut batch)?;
+    let first = area.counters().read_seq - batch.len() as u64;
+    out.extend((first..).zip(batch));
+    Ok(drain)
+}
 
+/// Drains until the session ends (within 30 s), sleeping `pause` between drains.
+fn drain_until_ended(
+    consumer: &mut RelaxedConsumer,
+    area: &Area,
+    out: &mut Vec<(u64, Sample)>,
+    pause: Duration,
+) -> Result<u64> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut lost = 0;
+    loop {
+        let drained = drain_numbered(consumer, area, out)?;
+        lost += drained.lost;
+        if drained.ended {
+            return Ok(lost);
+        }
+        ensure!(Instant::now() < deadline, "the session never ended");
+        thread::sleep(pause);
+    }
+}
+
+/// The relaxed ring's numbers, checked against time rather than against the consumer's
+/// own arithmetic (received + lost == write_seq holds whatever the module did): each
+/// sample is written at a deadline of its own, the deadlines a period apart, so two
+/// delivered samples `k` numbers apart are at least `k` periods apart, less the lateness
+/// of the first (its timestamp is taken when it is collected, after its deadline; less
+/// than a period: one woken later skips the deadlines it missed). Any two samples, however
+/// far apart: a module that skipped a number now and then (or wrote a sample no deadline
+/// collected) runs ahead of the clock by a period each time. The session's last sample is
+/// collected when its process leaves, not at a deadline: it is left out, and so is the
+/// first (number 0): its period starts when the process joins, and its collection, the
+/// session's first, allocates and reads everything for the first time (stamped 20.4 ms
+/// after a 20 ms deadline once on the debug kernel, its next samples on time). `span_ns`: from
+/// before the first process joined to after the end; no more samples (written or
+/// deferred) than deadlines in it.
+fn ensure_numbers_fit_the_time(
+    samples: &[(u64, Sample)],
+    counters: &Counters,
+    period_ns: u64,
+    span_ns: u64,
+) -> Result<()> {
+    let at_deadlines = samples[..samples.len().saturating_sub(1)]
+        .iter()
+        .filter(|(seq, _)| *seq > 0);
+    // (s_j - s_i) * period - (t_j - t_i) at its largest for each j: against the i < j
+    // where s_i * period - t_i is smallest.
+    let ahead = |(seq, sample): &(u64, Sample)| {
+        i128::from(*seq) * i128::from(period_ns) - i128::from(sample.time_ns)
+    };
+    let mut earliest = None::<(i128, u64)>;
+    for numbered in at_deadlines {
+        let (seq, _) = *numbered;
+        if let Some((low, from)) = earliest {
+            let over = ahead(numbered) - low;
+            ensure!(
+                over < i128::from(period_ns),
+                "samples {from} to {seq}: {} numbers of {period_ns} ns periods run {over} ns \
+                 ahead of their timestamps, a period or more",
+                seq - from
+            );
+        }
+        if earliest.is_none_or(|(low, _)| ahead(numbered) < low) {
+            earliest = Some((ahead(numbered), seq));
+        }
+    }
+    let deadlines = span_ns / period_ns + 1;
+    ensure!(
+        counters.write_seq + counters.deferred <= deadlines,
+        "{} samples written and {} deferred in {span_ns} ns: more than its {deadlines} \
+         deadlines of {period_ns} ns",
+        counters.write_seq,
+        counters.deferred
+    );
+    Ok(())
+}
+
+/// A relaxed session with a churning child registered and set going, and the child's
+/// minor faults before it went.
+fn relaxed_session_over_a_churner() -> Result<(Device, Arc<Area>, RelaxedConsumer, Profiled, u64)> {
+    let (dev, area) = start(Mode::Relaxed)?;
+    let consumer = RelaxedConsumer::new(area.clone());
     let mut churn = Profiled::spawn(&["churn"])?;
     let before = churn.wait_asleep()?;
     kmod::register(churn.pid)?;
     churn.go()?;
+    Ok((dev, area, consumer, churn, before))
+}
+
+pub fn relaxed_consumer_sleeping_past_a_wrap_accounts_for_every_sample(env: &Env) -> Result<()> {
+    const PERIOD_NS: u64 = 20_000_000;
+    let module = kmod::insmod(env, &["period_ms=20", "buffer_pages=2"])?;
+
+    // Kept up with (a drain every 50 ms; the 127 slots last 2.5 s): nothing is lost, so
+    // every fault since the registration is in the samples.
+    let began = abi::monotonic_ns();
+    let (dev, area, mut consumer, mut churn, before) = relaxed_session_over_a_churner()?;
+    let mut samples = Vec::new();
+    let mut lost = 0;
+    let kept_up = Instant::now();
+    while kept_up.elapsed() < Duration::from_secs(1) {
+        lost += drain_numbered(&mut consumer, &area, &mut samples)?.lost;
+        thread::sleep(Duration::from_millis(50));
+    }
+    churn.go()?;
+    let reaped = churn.reap()?;
+    lost += drain_until_ended(
+        &mut consumer,
+        &area,
+        &mut samples,
+        Duration::from_millis(20),
+    )?;
+    let counters = area.counters();
+    ensure!(
+        lost == 0 && samples.len() as u64 == counters.write_seq,
+        "a consumer draining every 50 ms lost {lost} samples, received {} of {}",
+        samples.len(),
+        counters.write_seq
+    );
+    let received: Vec<Sample> = samples.iter().map(|(_, s)| *s).collect();
+    ensure_in_order(&received)?;
+    let (got, expected) = (minor_sum(&received), reaped.minflt - before);
+    ensure!(
+        got == expected,
+        "relaxed samples, none lost, sum to {got} minor faults; wait4 says {expected}"
+    );
+    ensure_numbers_fit_the_time(&samples, &counters, PERIOD_NS, abi::monotonic_ns() - began)?;
+    let kept_up = (expected, received.len());
+    drop((consumer, area, dev));
+
+    // Lapped three times over: what is lost is counted.
+    let began = abi::monotonic_ns();
+    let (dev, area, mut consumer, mut churn, before) = relaxed_session_over_a_churner()?;
     let (mut samples, mut lost) = (Vec::new(), 0u64);
     for _ in 0..3 {
         // Sleep until the sampler has lapped us.
         let read = area.counters().read_seq;
         wait_for(&area, |c| c.write_seq > read + area.slot_count() + 8)?;
-        lost += consumer.drain(&mut samples)?.lost;
+        lost += drain_numbered(&mut consumer, &area, &mut samples)?.lost;
     }
     churn.go()?;
     let reaped = churn.reap()?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let drained = consumer.drain(&mut samples)?;
-        lost += drained.lost;
-        if drained.ended {
-            break;
-        }
-        ensure!(Instant::now() < deadline, "the session never ended");
-        thread::sleep(Duration::from_millis(20));
-    }
+    lost += drain_until_ended(
+        &mut consumer,
+        &area,
+        &mut samples,
+        Duration::from_millis(20),
+    )?;
 
     let counters = area.counters();
     let received = samples.len() as u64;
@@ -258,12 +392,80 @@ pub fn relaxed_consumer_sleeping_past_a_wrap_accounts_for_every_sample(env: &Env
         counters.overwritten > 0,
         "the module did not count what it overwrote"
     );
-    ensure_in_order(&samples)?;
-    let (got, total) = (minor_sum(&samples), reaped.minflt - before);
+    let unnumbered: Vec<Sample> = samples.iter().map(|(_, s)| *s).collect();
+    ensure_in_order(&unnumbered)?;
+    ensure_numbers_fit_the_time(&samples, &counters, PERIOD_NS, abi::monotonic_ns() - began)?;
+    let (got, total) = (minor_sum(&unnumbered), reaped.minflt - before);
     ensure!(
         got <= total,
         "received samples hold {got} minor faults, more than the {total} taken"
     );
+    crate::harness::figure(&format!(
+        "relaxed: kept up with, {} minor faults all in {} samples; lapped, {received} \
+         received and {lost} lost of {} written",
+        kept_up.0, kept_up.1, counters.write_seq
+    ));
     drop((consumer, area, dev));
+    module.unload()
+}
+
+/// A period whose sample the consumer's held lock kept out of the ring is deferred, its
+/// counts pending: the next sample that gets in carries them, none lost, none twice. The
+/// ring is read slot by slot, not through a consumer: the counts alone are judged.
+pub fn a_deferred_periods_counts_arrive_in_the_next_sample_exactly(env: &Env) -> Result<()> {
+    const PAGES: u64 = 2000;
+    let module = kmod::insmod(env, &["period_ms=10"])?;
+    let mut figures = Vec::new();
+    for mode in [Mode::Strict, Mode::Relaxed] {
+        let mut child = Profiled::spawn(&["faults", &PAGES.to_string(), "0", "stay"])?;
+        let before = child.wait_asleep()?;
+        let file = raw_open()?;
+        add(&file, child.pid as i32, 0, 0).map_err(|e| anyhow::anyhow!("ADD: errno {e}"))?;
+        set_mode(&file, mode.as_raw()).map_err(|e| anyhow::anyhow!("SET_MODE: errno {e}"))?;
+        let map = Mapping::new(&file)?;
+        map.lock_as_consumer()?;
+        let written = map.write_seq();
+        child.go()?;
+        ensure!(child.read_line()? == "done");
+        // Periods after the faults, each refused by the lock.
+        let deferred = map.deferred();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while map.deferred() < deferred + 3 {
+            ensure!(
+                Instant::now() < deadline,
+                "{mode}: deferred stuck at {}",
+                map.deferred()
+            );
+            thread::sleep(Duration::from_millis(10));
+        }
+        ensure!(
+            map.write_seq() == written,
+            "{mode}: samples written while the lock was held"
+        );
+        let deferred = map.deferred();
+        map.unlock_as_consumer();
+        let reaped = child.reap()?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !map.canceled() {
+            ensure!(Instant::now() < deadline, "{mode}: the session never ended");
+            thread::sleep(Duration::from_millis(10));
+        }
+        let written = map.write_seq();
+        ensure!(
+            written <= abi::slots_in(abi::BUFFER_PAGES_DEFAULT.into()),
+            "{mode}: {written} samples wrapped the ring"
+        );
+        let minor: u64 = (0..written).map(|i| map.slot_faults(i).0).sum();
+        let expected = reaped.minflt - before;
+        ensure!(
+            minor == expected,
+            "{mode}: after {deferred} deferred periods the samples hold {minor} minor faults, \
+             wait4 says {expected}"
+        );
+        figures.push(format!(
+            "{mode}: {deferred} deferred, {minor} minor faults in {written} samples"
+        ));
+    }
+    crate::harness::figure(&format!("deferred: {}", figures.join("; ")));
     module.unload()
 }

@@ -2,11 +2,11 @@
 //! profiled process counted with its descendants.
 
 use std::fs::{self, File};
-use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::{chown, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Output};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
@@ -18,21 +18,21 @@ use shared_layout::Mode;
 use crate::device::{add, follow, raw_open, Mapping};
 use crate::kmod::{self, Profiled};
 use crate::sampling::take_until_ended;
-use crate::{klog, Env};
+use crate::{harness::Env, klog};
 
-const NOBODY: u32 = 65534;
+pub(crate) const NOBODY: u32 = 65534;
 /// The faults a held command may take between its fork and its exec, before the
 /// monitor adds it, at most (measured: a few dozen).
 const BEFORE_ADD_MAX: u64 = 200;
 
 /// The device as the udev rule leaves it: anyone may open a session.
-fn open_to_all() -> Result<()> {
+pub(crate) fn open_to_all() -> Result<()> {
     fs::set_permissions(abi::DEVICE_PATH, fs::Permissions::from_mode(0o666))
         .context("chmod /dev/pfprof")
 }
 
 /// A directory nobody may write its CSVs to.
-fn nobodys_dir() -> Result<&'static str> {
+pub(crate) fn nobodys_dir() -> Result<&'static str> {
     let dir = "/tmp/nobody";
     fs::create_dir_all(dir)?;
     chown(dir, Some(NOBODY), Some(NOBODY))?;
@@ -42,13 +42,19 @@ fn nobodys_dir() -> Result<&'static str> {
 /// The `minor` column of a monitor CSV: its sum, and the column row by row.
 pub fn csv_minor(path: &str) -> Result<(u64, Vec<u64>)> {
     let text = fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+    let rows = csv_column(&text, "minor")?;
+    Ok((rows.iter().sum(), rows))
+}
+
+/// The column `name` of a monitor CSV, row by row.
+pub fn csv_column(text: &str, name: &str) -> Result<Vec<u64>> {
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().context("empty CSV")?.split(',').collect();
     let col = header
         .iter()
-        .position(|h| *h == "minor")
-        .with_context(|| format!("no minor column in {header:?}"))?;
-    let rows = lines
+        .position(|h| *h == name)
+        .with_context(|| format!("no {name} column in {header:?}"))?;
+    lines
         .map(|line| {
             line.split(',')
                 .nth(col)
@@ -56,12 +62,11 @@ pub fn csv_minor(path: &str) -> Result<(u64, Vec<u64>)> {
                 .parse::<u64>()
                 .with_context(|| format!("row {line:?}"))
         })
-        .collect::<Result<Vec<u64>>>()?;
-    Ok((rows.iter().sum(), rows))
+        .collect()
 }
 
 /// The command's minor faults as the monitor's summary reports its wait4() rusage.
-fn rusage_minor(stderr: &str) -> Result<u64> {
+pub(crate) fn rusage_minor(stderr: &str) -> Result<u64> {
     let line = stderr
         .lines()
         .find(|l| l.trim_start().starts_with("command rusage"))
@@ -74,7 +79,7 @@ fn rusage_minor(stderr: &str) -> Result<u64> {
 }
 
 /// Nobody registers its own process `pid` through /proc/pfprof/status.
-fn register_as_nobody(pid: u32) -> Result<()> {
+pub(crate) fn register_as_nobody(pid: u32) -> Result<()> {
     let said = Command::new(std::env::current_exe()?)
         .uid(NOBODY)
         .gid(NOBODY)
@@ -88,7 +93,7 @@ fn register_as_nobody(pid: u32) -> Result<()> {
 }
 
 /// `monitor run --backend BACKEND --mode MODE -o CSV [EXTRA...] -- CMD...`, as `uid`.
-fn monitor_run(
+pub(crate) fn monitor_run(
     uid: Option<u32>,
     backend: &str,
     mode: &str,
@@ -119,7 +124,7 @@ fn monitor_run(
     .context("running /bin/monitor")
 }
 
-fn finished(what: &str, out: Output) -> Result<String> {
+pub(crate) fn finished(what: &str, out: Output) -> Result<String> {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     ensure!(
         out.status.success(),
@@ -127,6 +132,25 @@ fn finished(what: &str, out: Output) -> Result<String> {
         out.status
     );
     Ok(stderr)
+}
+
+/// The monitor's output once it has ended, which it must within `limit`: else it is
+/// killed, and its stderr says where it was (a monitor that waits for what never ends
+/// fails its test instead of the whole run's time limit).
+pub(crate) fn within(mut monitor: std::process::Child, limit: Duration) -> Result<Output> {
+    let deadline = Instant::now() + limit;
+    while monitor.try_wait()?.is_none() {
+        if Instant::now() >= deadline {
+            monitor.kill()?;
+            let out = monitor.wait_with_output()?;
+            bail!(
+                "the monitor did not end within {limit:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    Ok(monitor.wait_with_output()?)
 }
 
 pub fn monitors_of_root_and_nobody_at_once_each_count_only_their_own_command(
@@ -161,7 +185,9 @@ pub fn monitors_of_root_and_nobody_at_once_each_count_only_their_own_command(
     .collect::<Result<Vec<_>>>()?;
     for (uid, mode, csv, child) in runs {
         let who = format!("{} {mode}", if uid.is_some() { "nobody" } else { "root" });
-        let stderr = finished(&who, child.wait_with_output()?)?;
+        // Nobody's churner never ends: a session that took it in would not either.
+        let out = within(child, Duration::from_secs(20)).with_context(|| who.clone())?;
+        let stderr = finished(&who, out)?;
         let (sum, rows) = csv_minor(&csv)?;
         let rusage = rusage_minor(&stderr)?;
         ensure!(
@@ -171,7 +197,7 @@ pub fn monitors_of_root_and_nobody_at_once_each_count_only_their_own_command(
             rows.len()
         );
         ensure!(sum >= 1024, "{who}: {sum} minor faults for 4 MiB touched");
-        crate::figure(&format!(
+        crate::harness::figure(&format!(
             "sessions: {who}: {sum} minor faults in {} samples = its command's rusage",
             rows.len()
         ));
@@ -188,9 +214,9 @@ pub fn monitors_of_root_and_nobody_at_once_each_count_only_their_own_command(
 }
 
 /// `hardening-child probe-session <root's pid>`, as nobody: what it may do to root's
-/// profile. Says one line of verdicts, maps its own session's area and splices its
-/// first two pages into a pipe, says "spliced", and once told (a byte on stdin)
-/// reads the pipe and says "zeros" or what it found.
+/// profile. Says one line of verdicts, then tries to pin its own session's area
+/// (vmsplice() into a pipe, which would keep its pages after the session) and says
+/// "pinned" or "refused <errno>".
 pub fn probe_session(root_pid: &str) -> Result<()> {
     let pid: i32 = root_pid.parse()?;
     let file = raw_open()?;
@@ -215,30 +241,20 @@ pub fn probe_session(root_pid: &str) -> Result<()> {
     // SAFETY: a two-int array for pipe(2) to fill.
     ensure!(unsafe { libc::pipe(fds.as_mut_ptr()) } == 0, "pipe");
     // SAFETY: pipe(2) just gave us both descriptors; each is owned once, here.
-    let (mut rx, tx) = unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
+    let (_rx, tx) = unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
     let iov = libc::iovec {
         iov_base: map.word64(0).as_ptr().cast(),
         iov_len: 2 * abi::PAGE_SIZE as usize,
     };
-    // SAFETY: the iovec covers two pages of our live mapping; the pipe holds them.
+    // SAFETY: the iovec covers two pages of our live mapping; the pipe would hold them.
     let spliced = unsafe { libc::vmsplice(tx.as_raw_fd(), &iov, 1, 0) };
-    ensure!(
-        spliced == 2 * abi::PAGE_SIZE as isize,
-        "vmsplice: {spliced} ({})",
-        std::io::Error::last_os_error()
-    );
-    drop(map);
-    drop(file);
-    println!("spliced");
-    std::io::stdin().read_exact(&mut [0u8])?;
-    drop(tx);
-    let mut pages = Vec::new();
-    rx.read_to_end(&mut pages)?;
-    if pages.iter().all(|&b| b == 0) {
-        println!("zeros");
+    if spliced < 0 {
+        println!(
+            "refused {}",
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+        );
     } else {
-        let word = |o: usize| u32::from_ne_bytes(pages[o..o + 4].try_into().unwrap_or([0; 4]));
-        println!("data magic={:#x} mode={}", word(0), word(8));
+        println!("pinned");
     }
     Ok(())
 }
@@ -265,7 +281,13 @@ pub fn nobody_can_neither_join_prolong_nor_read_roots_session(env: &Env) -> Resu
         kmod::registered()?.contains(&roots.pid),
         "root does not see its own registration"
     );
-    ensure!(probe.read_line()? == "spliced");
+    // What nobody maps of its own session cannot be pinned to outlive it.
+    let pinned = probe.read_line()?;
+    ensure!(
+        pinned == format!("refused {}", libc::EFAULT),
+        "nobody pinning its session's pages: {pinned}"
+    );
+    probe.reap()?;
 
     // Nobody registers a process of its own too, and leaves it: root's session does not
     // follow it, so it neither adds to nor prolongs root's.
@@ -296,16 +318,11 @@ pub fn nobody_can_neither_join_prolong_nor_read_roots_session(env: &Env) -> Resu
         "root's session ended {ended_after:?} after its process was reaped"
     );
 
-    // What nobody pinned of its own session shows nothing of root's.
-    probe.go()?;
-    let found = probe.read_line()?;
-    ensure!(found == "zeros", "nobody's spliced pages hold {found}");
-    probe.reap()?;
     drop((consumer, dev));
-    crate::figure(&format!(
+    crate::harness::figure(&format!(
         "sessions: nobody refused ADD and FOLLOW of root's process, its listing hid it, its \
-         spliced pages held zeros; root's session: {minor} minor faults, ended {ended_after:?} \
-         after the reap with nobody's process still registered"
+         own session's pages could not be pinned; root's session: {minor} minor faults, ended \
+         {ended_after:?} after the reap with nobody's process still registered"
     ));
     nobodys.go()?;
     nobodys.reap()?;
@@ -332,7 +349,7 @@ pub fn a_shell_and_its_descendants_count_as_they_run_and_add_up_to_its_rusage(
             let (sum, rows) = csv_minor(&csv)?;
             let rusage = rusage_minor(&stderr)?;
             let busy = rows.iter().filter(|&&m| m > 0).count();
-            crate::figure(&format!(
+            crate::harness::figure(&format!(
                 "tree: {what}: {sum} minor faults in {} rows ({busy} with faults), \
                  command rusage {rusage}",
                 rows.len()
@@ -381,21 +398,27 @@ pub fn a_shell_and_its_descendants_count_as_they_run_and_add_up_to_its_rusage(
     mark.ensure_clean()
 }
 
-/// Two sessions count the same process, each from when it joined.
+/// Two sessions count the same process, each from when it joined: the second joins after
+/// the first has counted a round of its faults, and each sum is exactly its own share.
 pub fn a_process_in_two_sessions_is_counted_in_each_from_its_joining(env: &Env) -> Result<()> {
+    const PAGES: u64 = 300;
     let module = kmod::insmod(env, &["period_ms=10"])?;
-    let mut p = Profiled::spawn(&["faults", "300", "0", "stay"])?;
+    let mut p = Profiled::spawn(&["rounds", &PAGES.to_string()])?;
+    // Asleep between rounds: its count is what each session starts from.
+    let first_joined = p.wait_asleep()?;
     let first = Device::open()?;
     first.add(p.pid, false, false)?;
+    let a = first.start(Mode::Strict)?;
+    let mut ca = StrictConsumer::new(a, first.waiter());
+    p.send(b'l')?;
+    ensure!(p.read_line()? == "done");
+    let second_joined = p.wait_asleep()?;
     let second = Device::open()?;
     second.add(p.pid, false, false)?;
-    let a = first.start(Mode::Strict)?;
     let b = second.start(Mode::Relaxed)?;
-    let mut ca = StrictConsumer::new(a, first.waiter());
     let mut cb = shared_layout::relaxed::RelaxedConsumer::new(b);
-    p.go()?;
+    p.send(b'l')?;
     ensure!(p.read_line()? == "done");
-    p.go()?;
     let reaped = p.reap()?;
     let mut sa = Vec::new();
     take_until_ended(&mut ca, &mut sa)?;
@@ -403,6 +426,11 @@ pub fn a_process_in_two_sessions_is_counted_in_each_from_its_joining(env: &Env) 
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let drained = cb.drain(&mut sb)?;
+        ensure!(
+            drained.lost == 0,
+            "the relaxed session lost {} samples",
+            drained.lost
+        );
         if drained.ended {
             break;
         }
@@ -415,11 +443,16 @@ pub fn a_process_in_two_sessions_is_counted_in_each_from_its_joining(env: &Env) 
         sa.iter().map(|s| s.minor).sum(),
         sb.iter().map(|s| s.minor).sum(),
     );
+    let (wa, wb) = (reaped.minflt - first_joined, reaped.minflt - second_joined);
+    crate::harness::figure(&format!(
+        "two sessions: the first holds {ma} minor faults (since its join: {wa}), the second, \
+         joined after a round of {PAGES} pages, {mb} (since its join: {wb})"
+    ));
     ensure!(
-        ma == mb && (300..=reaped.minflt).contains(&ma),
-        "the two sessions hold {ma} and {mb} minor faults for 300 pages ({} taken)",
-        reaped.minflt
+        (ma, mb) == (wa, wb),
+        "the sessions hold {ma} and {mb} minor faults; since each joined, wait4 says {wa} and {wb}"
     );
+    ensure!(wa - wb >= PAGES, "the first round took {} faults", wa - wb);
     drop((ca, cb, first, second));
     module.unload()
 }

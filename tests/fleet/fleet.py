@@ -1,0 +1,711 @@
+#!/usr/bin/env python3
+"""pfprof's exporters and cgroup targets against real servers on this machine: Debian's
+Prometheus scraping --prometheus (with the repository's scrape config and rules),
+VictoriaMetrics receiving --otlp, a fleet of three monitors in network namespaces, bad
+input, and a cgroup target started by the repository's systemd unit. Every number is
+checked exactly against an independent source: the CSV the same monitor wrote, or the
+processes' own /proc counters. Run by tests/fleet/run.sh, which builds and provides what
+this needs.
+
+    fleet.py --monitor BIN --work BIN --vm-root ROOT [FILTER...]
+"""
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import urllib.parse
+import urllib.request
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEPLOY = os.path.join(REPO, "deploy")
+# How long anything that should happen may take before the test fails, not hangs.
+PATIENCE = 60.0
+
+
+class Failure(Exception):
+    pass
+
+
+def check(condition, message):
+    if not condition:
+        raise Failure(message)
+
+
+def wait_until(what, probe, timeout=PATIENCE, every=0.2):
+    """Polls probe() until it says yes: it returns a truth, or (truth, what it saw). Fails
+    after timeout, saying what it saw last."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = probe()
+        ok, seen = result if isinstance(result, tuple) else (result, result)
+        if ok:
+            return seen
+        if time.monotonic() > deadline:
+            raise Failure(f"timed out after {timeout:.0f} s waiting for {what} (last seen: {seen!r})")
+        time.sleep(every)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url, headers=None, timeout=5):
+    request = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(request, timeout=timeout) as answer:
+        return answer.read().decode()
+
+
+def finished(process, what, timeout=PATIENCE * 2):
+    """Waits for a process started by a test; kills it and fails if it hangs."""
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+        raise Failure(f"{what} did not end within {timeout:.0f} s:\n{err}")
+    return process.returncode, out, err
+
+
+def csv_totals(path):
+    """(minor, major, rows) of a monitor's CSV."""
+    with open(path) as f:
+        lines = f.read().splitlines()
+    header = lines[0].split(",") if lines else []
+    check(header[:4] == ["time_ms", "mono_ns", "minor", "major"], f"bad CSV header in {path}: {header}")
+    rows = [line.split(",") for line in lines[1:]]
+    return sum(int(r[2]) for r in rows), sum(int(r[3]) for r in rows), len(rows)
+
+
+def rusage_minor(stderr):
+    m = re.search(r"command rusage\s+(\d+) minor, (\d+) major", stderr)
+    check(m, f"no command rusage in the summary:\n{stderr}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def proc_faults(pid):
+    """A process's own and reaped children's faults, from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    # After the command: state is fields[0]; minflt, cminflt, majflt, cmajflt are 7..10.
+    return {
+        "state": fields[0],
+        "minor": int(fields[7]) + int(fields[8]),
+        "major": int(fields[9]) + int(fields[10]),
+    }
+
+
+class Prometheus:
+    """Debian's Prometheus on loopback with the repository's config and rules: the scrape
+    interval made 1 s (only that line), targets written to its file_sd directory."""
+
+    def __init__(self, targets):
+        self.dir = tempfile.mkdtemp(prefix="pfprof-prometheus-")
+        config = os.path.join(self.dir, "prometheus.yml")
+        shutil.copy(os.path.join(DEPLOY, "prometheus", "pfprof-rules.yml"), self.dir)
+        with open(os.path.join(DEPLOY, "prometheus", "prometheus.yml")) as f:
+            text = f.read()
+        text, n = re.subn(r"(?m)^(  (scrape|evaluation)_interval:) 15s$", r"\1 1s", text)
+        check(n == 2, "deploy/prometheus/prometheus.yml no longer sets both intervals to 15s")
+        with open(config, "w") as f:
+            f.write(text)
+        os.mkdir(os.path.join(self.dir, "pfprof-targets"))
+        for host, addr in targets:
+            with open(os.path.join(self.dir, "pfprof-targets", f"{host}.yml"), "w") as f:
+                f.write(f"- targets: ['{addr}']\n  labels: {{host: {host}}}\n")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(os.path.join(self.dir, "log"), "w")
+        self.process = subprocess.Popen(
+            [
+                "prometheus",
+                f"--config.file={config}",
+                f"--storage.tsdb.path={self.dir}/data",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--log.level=warn",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        wait_until("Prometheus to be ready", self.ready)
+
+    def ready(self):
+        if self.process.poll() is not None:
+            raise Failure(f"Prometheus exited: {self.log_text()}")
+        try:
+            return http_get(self.url + "/-/ready").startswith("Prometheus")
+        except OSError:
+            return False
+
+    def log_text(self):
+        self.log.flush()
+        with open(self.log.name) as f:
+            return f.read()[-3000:]
+
+    def query(self, expr):
+        """{labels-without-__name__ as a frozenset: value} of an instant query."""
+        url = self.url + "/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        answer = json.loads(http_get(url))
+        check(answer["status"] == "success", f"{expr}: {answer}")
+        return {
+            frozenset((k, v) for k, v in r["metric"].items() if k != "__name__"): float(r["value"][1])
+            for r in answer["data"]["result"]
+        }
+
+    def one(self, expr):
+        """The value of a query that must match one series, None while it matches none."""
+        result = self.query(expr)
+        check(len(result) <= 1, f"{expr} matches {len(result)} series: {result}")
+        return next(iter(result.values()), None)
+
+    def close(self):
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class VictoriaMetrics:
+    """Debian 13's VictoriaMetrics in its Debian root (tests/vm/debian-root.sh), on
+    loopback, taking OTLP with Prometheus naming."""
+
+    def __init__(self, root):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.data = f"/tmp/pfprof-fleet-vm-{os.getpid()}-{self.port}"
+        self.root = root
+        script = '. "$0/tests/vm/lib.sh"; vm_in_root "$1" victoria-metrics "${@:2}"'
+        self.process = subprocess.Popen(
+            [
+                "bash", "-c", script, REPO, root,
+                f"-httpListenAddr=127.0.0.1:{self.port}",
+                f"-storageDataPath={self.data}",
+                "-opentelemetry.usePrometheusNaming",
+                "-search.latencyOffset=0s",
+                "-loggerLevel=ERROR",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        wait_until("VictoriaMetrics to be ready", self.ready)
+
+    def ready(self):
+        if self.process.poll() is not None:
+            raise Failure(f"VictoriaMetrics exited: {self.process.stderr.read()}")
+        try:
+            return http_get(self.url + "/health").strip() == "OK"
+        except OSError:
+            return False
+
+    def one(self, expr):
+        url = self.url + "/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        answer = json.loads(http_get(url))
+        check(answer["status"] == "success", f"{expr}: {answer}")
+        result = answer["data"]["result"]
+        check(len(result) <= 1, f"{expr} matches {len(result)} series: {result}")
+        return float(result[0]["value"][1]) if result else None
+
+    def close(self):
+        # The server runs below the wrapper (unshare, chroot): its whole session ends
+        # before its data is removed, or it may write some back while it flushes.
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.process.pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                try:
+                    os.killpg(self.process.pid, 0)
+                except ProcessLookupError:
+                    break
+                self.process.poll()
+                time.sleep(0.1)
+            else:
+                continue
+            break
+        self.process.wait()
+        shutil.rmtree(self.root + self.data, ignore_errors=True)
+
+
+class Scratch:
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="pfprof-fleet-")
+
+    def __call__(self, name):
+        return os.path.join(self.dir, name)
+
+    def close(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Fleet:
+    """The tests, each a method named as a sentence."""
+
+    def __init__(self, monitor, work, vm_root):
+        self.monitor = monitor
+        self.work = work
+        self.vm_root = vm_root
+        self.cleanups = []
+
+    def defer(self, f):
+        self.cleanups.append(f)
+
+    def run_monitor(self, args, netns=None, **kw):
+        argv = [self.monitor] + args
+        if netns:
+            argv = ["ip", "netns", "exec", netns] + argv
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+    def work_args(self, mib, accesses, iterations, sleep_ms):
+        return [self.work, str(mib), "R", str(accesses), str(iterations), "--sleep-ms", str(sleep_ms)]
+
+    # --- the repository's deployment files --------------------------------------------
+
+    def test_the_scrape_config_rules_and_unit_pass_their_own_tools(self):
+        d = os.path.join(DEPLOY, "prometheus")
+        for argv in (
+            ["promtool", "check", "config", "prometheus.yml"],
+            ["promtool", "check", "rules", "pfprof-rules.yml"],
+            ["promtool", "test", "rules", "pfprof-rules.test.yml"],
+        ):
+            r = subprocess.run(argv, cwd=d, capture_output=True, text=True)
+            check(r.returncode == 0, f"{' '.join(argv)}:\n{r.stdout}{r.stderr}")
+        units = tempfile.mkdtemp(prefix="pfprof-unit-")
+        self.defer(lambda: shutil.rmtree(units, ignore_errors=True))
+        shutil.copy(os.path.join(DEPLOY, "pfprof-monitor@.service"), units)
+        r = subprocess.run(
+            ["systemd-analyze", "verify", "--man=no", os.path.join(units, "pfprof-monitor@test.service")],
+            capture_output=True,
+            text=True,
+        )
+        # It warns and still exits 0: any word from it is a finding.
+        check(r.returncode == 0 and not (r.stdout + r.stderr).strip(), f"systemd-analyze verify:\n{r.stdout}{r.stderr}")
+
+    # --- Prometheus ---------------------------------------------------------------------
+
+    def test_prometheus_scrapes_the_csv_totals_exactly_and_the_histogram_counts_the_rows(self):
+        port = free_port()
+        prometheus = Prometheus([("local", f"127.0.0.1:{port}")])
+        self.defer(prometheus.close)
+        scratch = Scratch()
+        self.defer(scratch.close)
+        monitor = self.run_monitor(
+            ["run", "--backend", "procfs", "-o", scratch("prof.csv"), "--prometheus", f"127.0.0.1:{port}",
+             "--linger", "30s", "--"] + self.work_args(48, 30000, 5, 400)
+        )
+        # While it runs, it is up and its series carry the documented labels.
+        wait_until("the monitor to be scraped up", lambda: prometheus.one('up{host="local"}') == 1)
+        code, _, err = finished(monitor, "the monitor")
+        check(code == 0, f"monitor exited with {code}:\n{err}")
+        check("the last ones with the final values" in err, f"the final values were not scraped:\n{err}")
+        minor, major, rows = csv_totals(scratch("prof.csv"))
+        check(rusage_minor(err) == (minor, major), f"the CSV ({minor}, {major}) is not the command's rusage:\n{err}")
+        # The final values: a range selector skips the staleness marker of the monitor's end.
+        selector = 'host="local",target="work",backend="procfs",mode="strict",job="pfprof"'
+        got = {
+            "minor": prometheus.one(f'last_over_time(process_paging_faults_total{{{selector},system_paging_fault_type="minor"}}[5m])'),
+            "major": prometheus.one(f'last_over_time(process_paging_faults_total{{{selector},system_paging_fault_type="major"}}[5m])'),
+            "minor periods": prometheus.one(f'last_over_time(pfprof_period_faults_count{{{selector},system_paging_fault_type="minor"}}[5m])'),
+            "major periods": prometheus.one(f'last_over_time(pfprof_period_faults_count{{{selector},system_paging_fault_type="major"}}[5m])'),
+            "minor sum": prometheus.one(f'last_over_time(pfprof_period_faults_sum{{{selector},system_paging_fault_type="minor"}}[5m])'),
+            "lost": prometheus.one(f"last_over_time(pfprof_samples_lost_total{{{selector}}}[5m])"),
+        }
+        want = {"minor": minor, "major": major, "minor periods": rows, "major periods": rows, "minor sum": minor, "lost": 0}
+        check(got == want, f"Prometheus has {got}, the CSV says {want}")
+        check(minor > 10000, f"too few faults to tell anything: {minor}")
+        # The ended target is no longer exported: its series went stale.
+        wait_until("the ended target's series to go stale",
+                   lambda: prometheus.one(f'process_paging_faults_total{{{selector},system_paging_fault_type="minor"}}') is None)
+        # The repository's rules are loaded and evaluated without error.
+        def rules_healthy():
+            groups = json.loads(http_get(prometheus.url + "/api/v1/rules"))["data"]["groups"]
+            rules = [r for g in groups if g["name"] == "pfprof" for r in g["rules"]]
+            return len(rules) == 2 and all(r["health"] == "ok" for r in rules), rules
+        wait_until("the pfprof rules to be evaluated", rules_healthy)
+
+    def test_the_textfile_is_replaced_whole_checked_by_promtool_and_removed_at_the_end(self):
+        scratch = Scratch()
+        self.defer(scratch.close)
+        textfiles = scratch("textfiles")
+        os.mkdir(textfiles)
+        monitor = self.run_monitor(
+            ["run", "--backend", "procfs", "-o", scratch("prof.csv"), "--textfile", textfiles,
+             "--linger", "2s", "--"] + self.work_args(32, 20000, 8, 300)
+        )
+        path = os.path.join(textfiles, "pfprof-work.prom")
+        seen = []
+        while monitor.poll() is None:
+            names = os.listdir(textfiles)
+            check(all(n == "pfprof-work.prom" or n.startswith(".") for n in names), f"stray files: {names}")
+            try:
+                with open(path) as f:
+                    text = f.read()
+            except FileNotFoundError:
+                text = None
+            if text is not None and (not seen or seen[-1] != text):
+                r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+                # promtool lints names too; a parse error is what matters here.
+                check("error while linting" not in r.stderr and "text format parsing error" not in (r.stdout + r.stderr),
+                      f"promtool cannot parse the textfile:\n{r.stdout}{r.stderr}\n{text}")
+                check(re.search(r"(?m)^\S+\{[^}]*\} \S+ \d+$", text) is None, f"a sample has a timestamp:\n{text}")
+                seen.append(text)
+            time.sleep(0.05)
+        code, _, err = finished(monitor, "the monitor")
+        check(code == 0, f"monitor exited with {code}:\n{err}")
+        check(len(seen) >= 3, f"the textfile changed only {len(seen)} times while the profile ran")
+        minor, _, rows = csv_totals(scratch("prof.csv"))
+        final = re.search(r'(?m)^process_paging_faults_total\{[^}]*system_paging_fault_type="minor"[^}]*\} (\d+)$', seen[-1])
+        check(final and int(final.group(1)) == minor, f"the last textfile does not have the CSV's {minor} minor faults:\n{seen[-1]}")
+        check(re.search(rf'(?m)^pfprof_period_faults_count\{{[^}}]*"minor"[^}}]*\}} {rows}$', seen[-1]), f"not {rows} periods:\n{seen[-1]}")
+        check(os.listdir(textfiles) == [], f"left behind: {os.listdir(textfiles)}")
+        check("textfile:" in err and "removed at the end" in err, err)
+
+    # --- VictoriaMetrics over OTLP ------------------------------------------------------
+
+    def test_victoriametrics_receives_the_csv_totals_exactly_over_otlp(self):
+        vm = VictoriaMetrics(self.vm_root)
+        self.defer(vm.close)
+        scratch = Scratch()
+        self.defer(scratch.close)
+        monitor = self.run_monitor(
+            ["run", "--backend", "procfs", "-o", scratch("prof.csv"), "--interval", "500ms",
+             "--otlp", f"{vm.url}/opentelemetry/v1/metrics", "--linger", "30s", "--"]
+            + self.work_args(48, 30000, 5, 400)
+        )
+        code, _, err = finished(monitor, "the monitor")
+        check(code == 0, f"monitor exited with {code}:\n{err}")
+        check(re.search(r"otlp: \d+ pushes to \S+ delivered, the last with the final values", err), err)
+        minor, major, rows = csv_totals(scratch("prof.csv"))
+        check(rusage_minor(err) == (minor, major), f"the CSV is not the command's rusage:\n{err}")
+        selector = 'target="work",backend="procfs",mode="strict",service_name="pfprof"'
+        expected = {
+            f'process_paging_faults_total{{{selector},system_paging_fault_type="minor"}}': minor,
+            f'process_paging_faults_total{{{selector},system_paging_fault_type="major"}}': major,
+            f'pfprof_period_faults_count{{{selector},system_paging_fault_type="minor"}}': rows,
+            f'pfprof_period_faults_count{{{selector},system_paging_fault_type="major"}}': rows,
+            f'pfprof_period_faults_bucket{{{selector},system_paging_fault_type="minor",le="+Inf"}}': rows,
+            f'pfprof_period_faults_sum{{{selector},system_paging_fault_type="minor"}}': minor,
+        }
+        for expr, want in expected.items():
+            # Pushed data becomes searchable within seconds; the last push has the totals.
+            def latest(expr=expr, want=want):
+                got = vm.one(f"last_over_time({expr}[10m])")
+                return got == want, got
+            wait_until(f"VictoriaMetrics to answer {expr} == {want}", latest, timeout=30)
+
+    # --- a fleet of three -------------------------------------------------------------
+
+    def netns(self, i):
+        name = f"pfprof-fleet-{os.getpid()}-{i}"
+        host, peer = f"pff{i}h{os.getpid() % 10000}", f"pff{i}n{os.getpid() % 10000}"
+        subnet = f"10.213.{i}"
+        steps = [
+            ["ip", "netns", "add", name],
+            ["ip", "link", "add", host, "type", "veth", "peer", "name", peer],
+            ["ip", "link", "set", peer, "netns", name],
+            ["ip", "addr", "add", f"{subnet}.1/24", "dev", host],
+            ["ip", "link", "set", host, "up"],
+            ["ip", "netns", "exec", name, "ip", "addr", "add", f"{subnet}.2/24", "dev", peer],
+            ["ip", "netns", "exec", name, "ip", "link", "set", peer, "up"],
+            ["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"],
+        ]
+        self.defer(lambda: subprocess.run(["ip", "netns", "del", name], capture_output=True))
+        self.defer(lambda: subprocess.run(["ip", "link", "del", host], capture_output=True))
+        for step in steps:
+            r = subprocess.run(step, capture_output=True, text=True)
+            check(r.returncode == 0, f"{' '.join(step)}: {r.stderr}")
+        return name, f"{subnet}.2:9464"
+
+    def test_a_fleet_of_three_is_scraped_with_each_hosts_own_totals_and_a_killed_monitor_shows_down(self):
+        hosts = [(f"host{i}",) + self.netns(i) for i in (1, 2, 3)]
+        prometheus = Prometheus([(host, addr) for host, _, addr in hosts])
+        self.defer(prometheus.close)
+        scratch = Scratch()
+        self.defer(scratch.close)
+        monitors = {}
+        for (host, ns, addr), mib in zip(hosts, (24, 40, 56)):
+            # host2's runs long: it is killed while the others still run.
+            iterations = 60 if host == "host2" else 20
+            monitors[host] = self.run_monitor(
+                ["run", "--backend", "procfs", "-o", scratch(f"{host}.csv"), "--prometheus", addr,
+                 "--linger", "30s", "--"] + self.work_args(mib, 20000, iterations, 500),
+                netns=ns,
+                start_new_session=True,
+            )
+        for host, _, _ in hosts:
+            wait_until(f"{host} to be scraped up", lambda h=host: prometheus.one(f'up{{host="{h}"}}') == 1)
+        # Killed mid-run with its command: no final values, no summary.
+        os.killpg(monitors["host2"].pid, signal.SIGKILL)
+        finished(monitors["host2"], "the killed monitor")
+        wait_until("host2 to show down while host1 and host3 are up",
+                   lambda: (prometheus.query('up{job="pfprof"}') == {
+                       frozenset({("host", h), ("instance", a), ("job", "pfprof")}): float(h != "host2")
+                       for h, _, a in hosts
+                   }, prometheus.query('up{job="pfprof"}')))
+        for host in ("host1", "host3"):
+            code, _, err = finished(monitors[host], f"{host}'s monitor")
+            check(code == 0, f"{host}: monitor exited with {code}:\n{err}")
+            check("the last ones with the final values" in err, f"{host}: the final values were not scraped:\n{err}")
+            minor, major, rows = csv_totals(scratch(f"{host}.csv"))
+            got = (
+                prometheus.one(f'last_over_time(process_paging_faults_total{{host="{host}",system_paging_fault_type="minor"}}[5m])'),
+                prometheus.one(f'last_over_time(process_paging_faults_total{{host="{host}",system_paging_fault_type="major"}}[5m])'),
+                prometheus.one(f'last_over_time(pfprof_period_faults_count{{host="{host}",system_paging_fault_type="minor"}}[5m])'),
+            )
+            check(got == (minor, major, rows), f"{host}: Prometheus has {got}, its CSV ({minor}, {major}, {rows})")
+        # What host2 sent before it was killed is kept, below what it would have reached.
+        killed = prometheus.one('last_over_time(process_paging_faults_total{host="host2",system_paging_fault_type="minor"}[5m])')
+        check(killed is not None and killed > 0, f"host2's series before the kill: {killed}")
+
+    # --- bad input ----------------------------------------------------------------------
+
+    def profile_with(self, options, scratch, seconds_at_most):
+        """A short `monitor run` of work with these options; its exit code, stderr, and
+        whether its CSV is complete (the command's rusage)."""
+        started = time.monotonic()
+        monitor = self.run_monitor(["run", "--backend", "procfs", "-o", scratch("prof.csv")] + options + ["--"]
+                                   + self.work_args(16, 5000, 3, 200))
+        code, _, err = finished(monitor, "the monitor", timeout=seconds_at_most + 30)
+        took = time.monotonic() - started
+        check(took < seconds_at_most, f"took {took:.1f} s, more than {seconds_at_most} s:\n{err}")
+        return code, err
+
+    def test_an_unreachable_or_silent_collector_costs_no_row_and_is_said_in_the_summary(self):
+        scratch = Scratch()
+        self.defer(scratch.close)
+        # A port nobody listens on, and a collector that accepts and never answers.
+        closed = free_port()
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        self.defer(silent.close)
+        for url in (f"http://127.0.0.1:{closed}/v1/metrics", f"http://127.0.0.1:{silent.getsockname()[1]}/v1/metrics"):
+            # work takes ~0.5 s; the linger 3 s; a push in progress at most 5 s more.
+            code, err = self.profile_with(["--otlp", url, "--linger", "3s"], scratch, seconds_at_most=15)
+            check(code == 0, f"{url}: exit {code}:\n{err}")
+            check("otlp: the final values were not delivered" in err, f"{url}:\n{err}")
+            minor, major, _ = csv_totals(scratch("prof.csv"))
+            check(rusage_minor(err) == (minor, major), f"{url}: the CSV lost rows:\n{err}")
+
+    def test_an_address_in_use_fails_before_the_command_runs(self):
+        scratch = Scratch()
+        self.defer(scratch.close)
+        taken = socket.socket()
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        self.defer(taken.close)
+        addr = f"127.0.0.1:{taken.getsockname()[1]}"
+        code, err = self.profile_with(["--prometheus", addr], scratch, seconds_at_most=10)
+        check(code == 2, f"exit {code}:\n{err}")
+        check(f"cannot serve metrics on {addr}" in err and "in use" in err, err)
+        check("work:" not in err, f"the command ran:\n{err}")
+
+    def test_an_unwritable_textfile_directory_fails_before_the_command_runs(self):
+        scratch = Scratch()
+        self.defer(scratch.close)
+        readonly = scratch("readonly")
+        os.mkdir(readonly)
+        # Read-only even for root.
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", readonly], capture_output=True, text=True)
+        check(r.returncode == 0, f"mount: {r.stderr}")
+        self.defer(lambda: subprocess.run(["umount", readonly]))
+        code, err = self.profile_with(["--textfile", readonly], scratch, seconds_at_most=10)
+        check(code == 2 and f"cannot write metrics files in {readonly}" in err, f"exit {code}:\n{err}")
+        check("work:" not in err, f"the command ran:\n{err}")
+
+    def test_a_path_that_is_not_a_cgroup_and_a_missing_module_are_refused_clearly(self):
+        for args, words in (
+            (["--cgroup", "/tmp"], "is not a cgroup v2 directory"),
+            (["--cgroup", "/nonexistent-pfprof"], "cannot open /nonexistent-pfprof"),
+            # The machine running this test has no module loaded (its kernel takes none).
+            (["--cgroup", cgroup2_mount(), "--backend", "kernel"], "the pfprof module is not loaded"),
+        ):
+            code, _, err = finished(self.run_monitor(args), "the monitor", timeout=10)
+            check(code == 2 and words in err, f"{args}: exit {code}:\n{err}")
+
+    # --- a cgroup target, started by the repository's unit ---------------------------
+
+    def unit_command(self, instance, addr):
+        """The unit's ExecStart for `instance`, as systemd would run it (continuations
+        joined, $$ and %I resolved), with its /usr/local/bin/monitor on this build: run in
+        a mount namespace of its own where a tmpfs over /usr/local/bin holds it."""
+        with open(os.path.join(DEPLOY, "pfprof-monitor@.service")) as f:
+            text = f.read()
+        start = re.search(r"(?m)^ExecStart=(.*)$", text).start(1)
+        line, rest = "", text[start:]
+        for piece in rest.splitlines():
+            if piece.endswith("\\"):
+                line += piece[:-1]
+            else:
+                line += piece
+                break
+        line = line.replace("%I", instance).replace("$$", "$")
+        inner = " ".join(shlex.quote(a) for a in shlex.split(line))
+        setup = (f"mount -t tmpfs tmpfs /usr/local/bin && cp {shlex.quote(self.monitor)} /usr/local/bin/monitor && "
+                 f"exec {inner}")
+        env = dict(os.environ, PFPROF_PROMETHEUS=addr)
+        return ["unshare", "--mount", "--propagation", "private", "sh", "-c", setup], env
+
+    def test_a_cgroup_target_counts_exactly_what_its_processes_did_inside(self):
+        mount = cgroup2_mount()
+        check(mount.startswith("/sys/fs/cgroup"), f"the unit expects cgroup2 below /sys/fs/cgroup, not at {mount}")
+        name = f"pfprof-fleet-{os.getpid()}"
+        top = os.path.join(mount, name)
+        os.makedirs(os.path.join(top, "inner"))
+        instance = os.path.relpath(top, "/sys/fs/cgroup")
+        outside = f"/proc/{os.getpid()}/cgroup"
+        with open(outside) as f:
+            home = os.path.join(mount, [l for l in f.read().splitlines() if l.startswith("0::")][0][3:].lstrip("/"))
+
+        def move(pid, where):
+            with open(os.path.join(where, "cgroup.procs"), "w") as f:
+                f.write(str(pid))
+
+        children = []
+
+        def cleanup():
+            for c in children:
+                if c.poll() is None:
+                    c.kill()
+                    c.wait()
+            for d in (os.path.join(top, "inner"), top):
+                if os.path.isdir(d):
+                    with open(os.path.join(d, "cgroup.procs")) as f:
+                        for pid in f.read().split():
+                            move(pid, home)
+                    os.rmdir(d)
+        self.defer(cleanup)
+        port = free_port()
+        prometheus = Prometheus([("local", f"127.0.0.1:{port}")])
+        self.defer(prometheus.close)
+        argv, env = self.unit_command(instance, f"127.0.0.1:{port}")
+        monitor = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        children.append(monitor)
+        wait_until("the cgroup's monitor to be scraped up", lambda: prometheus.one('up{host="local"}') == 1)
+        period = 0.05
+
+        # A: moved in and out while it sleeps between iterations (3 s apart, each a few
+        # ms, the first at its start): what it did inside is what its counters say between
+        # the moves, its second and third iterations.
+        a = subprocess.Popen(self.work_args(128, 20000, 4, 3000), stderr=subprocess.DEVNULL)
+        children.append(a)
+        time.sleep(1.5)
+        before = proc_faults(a.pid)
+        move(a.pid, os.path.join(top, "inner"))
+        time.sleep(8 * period)
+        moved_in = proc_faults(a.pid)
+        check(moved_in["minor"] == before["minor"], f"A faulted around its move in ({before} then {moved_in}): the machine is too slow for this test")
+        time.sleep(6.0 - 8 * period)
+        after = proc_faults(a.pid)
+        move(a.pid, home)
+        time.sleep(10 * period)
+        check(proc_faults(a.pid)["minor"] == after["minor"], "A faulted around its move out: the machine is too slow for this test")
+
+        # B: a shell moved in while blocked on a pipe, then let go: it forks processes
+        # that live a millisecond (between two passes: they count through B's reaped
+        # counts) and two works (counted from their fork while they run, then through B)
+        # and exits; its zombie is left unreaped for a few periods, as a parent outside may.
+        r, w = os.pipe()
+        b = subprocess.Popen(
+            ["sh", "-c", f'read x; for i in 1 2 3 4 5 6 7 8; do /bin/true; done; '
+                         f'{shlex.join(self.work_args(24, 15000, 2, 100))}; '
+                         f'{shlex.join(self.work_args(24, 15000, 2, 100))} 2>&1'],
+            stdin=r, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        os.close(r)
+        children.append(b)
+        time.sleep(0.3)
+        move(b.pid, top)
+        b_before = proc_faults(b.pid)
+        time.sleep(10 * period)
+        os.write(w, b"go\n")
+        os.close(w)
+        wait_until("B to exit", lambda: proc_faults(b.pid)["state"] == "Z")
+        b_after = proc_faults(b.pid)
+        time.sleep(10 * period)
+        b.wait()
+
+        expected_minor = (after["minor"] - before["minor"]) + (b_after["minor"] - b_before["minor"])
+        expected_major = (after["major"] - before["major"]) + (b_after["major"] - b_before["major"])
+        a.kill()
+        a.wait()
+        # The cgroup removed: the target ends, its final values are scraped, and it stops.
+        for d in (os.path.join(top, "inner"), top):
+            os.rmdir(d)
+        code, _, err = finished(monitor, "the cgroup's monitor")
+        check(code == 0, f"the unit's monitor exited with {code}:\n{err}")
+        check("the last ones with the final values" in err, f"the final values were not scraped:\n{err}")
+        # The cgroup's own count, beside the samples' (where the memory controller is on).
+        check(re.search(rf"note: cgroup \S*/{name}: (its memory.stat counted|no memory.stat)", err), err)
+        got = (
+            prometheus.one(f'last_over_time(process_paging_faults_total{{host="local",target=~".*/{name}",system_paging_fault_type="minor"}}[5m])'),
+            prometheus.one(f'last_over_time(process_paging_faults_total{{host="local",target=~".*/{name}",system_paging_fault_type="major"}}[5m])'),
+        )
+        check(expected_minor > 5000, f"too few faults inside to tell anything: {expected_minor}")
+        check(got == (expected_minor, expected_major),
+              f"the cgroup's monitor counted {got}, its processes did {(expected_minor, expected_major)} inside:\n{err}")
+
+
+def cgroup2_mount():
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            before, after = line.split(" - ", 1)
+            if after.split()[0] == "cgroup2":
+                return before.split()[4]
+    raise Failure("no cgroup2 file system is mounted")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--monitor", required=True)
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--vm-root", required=True)
+    parser.add_argument("filters", nargs="*")
+    args = parser.parse_args()
+    tests = [n for n in dir(Fleet) if n.startswith("test_") and (not args.filters or any(f in n for f in args.filters))]
+    tests.sort(key=lambda n: Fleet.__dict__[n].__code__.co_firstlineno)
+    passed = failed = 0
+    for name in tests:
+        fleet = Fleet(args.monitor, args.work, args.vm_root)
+        started = time.monotonic()
+        try:
+            getattr(fleet, name)()
+            passed += 1
+            verdict = "ok"
+        except Exception as e:  # noqa: BLE001 - every failure is reported, then the next test runs
+            failed += 1
+            verdict = "FAILED"
+            detail = str(e) if isinstance(e, Failure) else traceback.format_exc()
+            print(f"  {detail}", flush=True)
+        finally:
+            for cleanup in reversed(fleet.cleanups):
+                try:
+                    cleanup()
+                except Exception as e:  # noqa: BLE001 - a cleanup failing must not hide the verdict
+                    print(f"  cleanup: {e}", flush=True)
+        print(f"fleet: {name[5:]} ... {verdict} ({time.monotonic() - started:.1f} s)", flush=True)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed or not tests else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

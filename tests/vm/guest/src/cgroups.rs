@@ -1,0 +1,117 @@
+//! A cgroup as the profile's target (`monitor --cgroup`), in both backends: a
+//! process moved in and out between rounds of work, counted exactly while it
+//! is inside, its children forked inside too.
+
+use std::fs;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+
+use crate::kmod::{self, Profiled};
+use crate::sessions::{csv_minor, finished, within};
+use crate::{harness::Env, klog};
+
+const ROOT: &str = "/sys/fs/cgroup";
+
+/// cgroup2 at /sys/fs/cgroup (the initramfs mounts none).
+fn mount_cgroup2() -> Result<()> {
+    if fs::read_to_string("/proc/self/mounts")?.contains(" /sys/fs/cgroup cgroup2 ") {
+        return Ok(());
+    }
+    fs::create_dir_all(ROOT)?;
+    let out = Command::new("/bin/busybox")
+        .args(["mount", "-t", "cgroup2", "none", ROOT])
+        .output()?;
+    ensure!(out.status.success(), "mounting cgroup2: {out:?}");
+    Ok(())
+}
+
+/// Moves `pid` (asleep) to `cgroup`, and lets the samplers see it there
+/// (tens of periods): the bound of what is missed at a move is then zero.
+fn move_to(cgroup: &str, pid: u32) -> Result<()> {
+    fs::write(format!("{cgroup}/cgroup.procs"), pid.to_string())
+        .with_context(|| format!("moving {pid} to {cgroup}"))?;
+    thread::sleep(Duration::from_millis(300));
+    Ok(())
+}
+
+/// Minor faults of `pid` and of the children it reaped (stat fields 10 and 11).
+fn minflt_with_children(pid: u32) -> Result<u64> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let rest = &text[text.rfind(')').context("no ) in stat")? + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    Ok(fields[7].parse::<u64>()? + fields[8].parse::<u64>()?)
+}
+
+/// One round of `child rounds` (`l` itself, `f` through a child), and the
+/// faults it took, children included.
+fn round(p: &mut Profiled, kind: u8) -> Result<u64> {
+    let before = minflt_with_children(p.pid)?;
+    p.send(kind)?;
+    ensure!(p.read_line()? == "done");
+    p.wait_asleep()?;
+    Ok(minflt_with_children(p.pid)? - before)
+}
+
+pub fn a_cgroup_target_counts_exactly_what_its_processes_did_inside_in_both_backends(
+    env: &Env,
+) -> Result<()> {
+    let module = kmod::insmod(env, &["period_ms=10"])?;
+    mount_cgroup2()?;
+    let mut said = Vec::new();
+    for backend in ["kernel", "procfs"] {
+        let cgroup = format!("{ROOT}/pfprof-{backend}");
+        let inner = format!("{cgroup}/inner");
+        fs::create_dir_all(&inner)?;
+        let csv = format!("/tmp/cgroup-{backend}.csv");
+        let mark = klog::Mark::now()?;
+        let mut p = Profiled::spawn(&["rounds", "500"])?;
+        let monitor = Command::new("/bin/monitor")
+            .args([
+                "--backend",
+                backend,
+                "--period-ms",
+                "10",
+                "--cgroup",
+                &cgroup,
+            ])
+            .args(["--interval", "100ms", "-o", &csv])
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting the monitor")?;
+        thread::sleep(Duration::from_millis(500));
+        // Outside, inside (in a cgroup below), outside again, inside through a child.
+        let mut inside = 0;
+        round(&mut p, b'l')?;
+        move_to(&inner, p.pid)?;
+        inside += round(&mut p, b'l')?;
+        move_to(ROOT, p.pid)?;
+        round(&mut p, b'l')?;
+        move_to(&cgroup, p.pid)?;
+        inside += round(&mut p, b'f')?;
+        move_to(ROOT, p.pid)?;
+        fs::remove_dir(&inner)?;
+        fs::remove_dir(&cgroup)?;
+        let stderr = finished(
+            &format!("monitor --cgroup, {backend}"),
+            within(monitor, Duration::from_secs(30))
+                .with_context(|| format!("{backend} backend"))?,
+        )?;
+        p.reap()?;
+        let (sum, rows) = csv_minor(&csv)?;
+        said.push(format!(
+            "{backend}: {sum} of {inside} in {} rows",
+            rows.len()
+        ));
+        ensure!(
+            sum == inside,
+            "{backend} backend: the samples hold {sum} minor faults, the process took {inside} \
+             inside the cgroup: {stderr}"
+        );
+        mark.ensure_clean()?;
+    }
+    crate::harness::figure(&format!("cgroup target: {}", said.join("; ")));
+    module.unload()
+}
