@@ -46,7 +46,9 @@ cat machine.txt
 grep '^cpu ' /proc/stat >cpu-stat.txt
 { sh /experiment; echo "exit $?"; } 2>&1 | tee experiment.log
 grep '^cpu ' /proc/stat >>cpu-stat.txt
-grep -E '^(pgmajfault|pswpin|pswpout|pgfault) ' /proc/vmstat >vmstat.txt
+grep -E '^(pgmajfault|pswpin|pswpout|pgfault|workingset_refault_anon|workingset_refault_file|pgscan_kswapd|pgscan_direct) ' /proc/vmstat >vmstat.txt
+# The whole guest's memory stall (PSI totals, µs) after the run.
+cat /proc/pressure/memory >pressure.txt 2>/dev/null
 
 tar cf "$results" . && sync || fail "writing the results to $results"
 echo "PFPROF-RESULTS-WRITTEN"

@@ -41,8 +41,12 @@ def repetitions(out, name):
 
 
 def samples(run):
+    """The rows: every column a number, or None where the CSV field is empty (a
+    pressure counter this kernel does not have; columns runs before ABI 4 lack are
+    simply absent)."""
     with open(run / "samples.csv", newline="") as f:
-        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+        return [{k: float(v) if v != "" else None for k, v in row.items()}
+                for row in csv.DictReader(f)]
 
 
 def summary(run):
@@ -65,6 +69,23 @@ def summary(run):
         "cpu_s": number("CPU time"),
         "lost": int(number("samples lost")),
     }
+
+
+def thrashing(run):
+    """The verdict's bands in the run's summary, [(from_s, to_s)]; None when the
+    monitor gave none (no PSI, or a monitor from before the verdict)."""
+    text = (run / "experiment.log").read_text()
+    if not re.search(r"^  thrashing ", text, re.M):
+        return None
+    return [(float(a), float(b)) for a, b in
+            re.findall(r"^  thrashing +from t=([0-9.]+) s to t=([0-9.]+) s", text, re.M)]
+
+
+def stall_full_s(run):
+    """The summary's system-wide memory full stall, s; None without PSI."""
+    m = re.search(r"^  memory stall +[0-9.]+ s some, ([0-9.]+) s full", 
+                  (run / "experiment.log").read_text(), re.M)
+    return float(m.group(1)) if m else None
 
 
 def machine(out, run):
@@ -129,7 +150,7 @@ def accumulated(rows, key):
     return out
 
 
-def thrashing(out):
+def thrashing_figure(out):
     pairings = [
         ("thrash-rr", "random vs random"),
         ("thrash-rl", "random vs locality"),
@@ -145,6 +166,10 @@ def thrashing(out):
                     label=f"minor faults, run {i + 1}")
             ax.plot(t, accumulated(rows, "major"), style, color="tab:red", lw=2,
                     label=f"major faults, run {i + 1}")
+            # Where the monitor's verdict says thrashing began and ended.
+            for start, end in thrashing(run) or []:
+                ax.axvspan(start, end, color="tab:red", alpha=0.06)
+                ax.axvline(start, ls=style, color="tab:red", lw=1)
         ax.set_title(f"{title}\n{commands(runs[0])}", fontsize=11)
         ax.set_xlabel("time (s)")
         ax.grid(alpha=0.3)
@@ -170,6 +195,7 @@ def multiprogramming_table(out):
             vm = key_values(run / "vmstat.txt")
             n = int(name.split("-")[1])
             iterations, accesses = workload(run)
+            bands, stall = thrashing(run), stall_full_s(run)
             table.append(
                 {
                     "n": n,
@@ -183,6 +209,11 @@ def multiprogramming_table(out):
                     "pswpin": int(vm["pswpin"]),
                     "pswpout": int(vm["pswpout"]),
                     "samples_lost": s["lost"],
+                    # The verdict: when thrashing began, and for how long in all.
+                    "thrashing_from_s": bands[0][0] if bands else "",
+                    "thrashing_s": round(sum(b - a for a, b in bands), 2)
+                    if bands is not None else "",
+                    "stall_full_s": stall if stall is not None else "",
                     **cpu_breakdown(run),
                 }
             )
@@ -267,7 +298,7 @@ def main():
         sys.exit(__doc__)
     out = Path(sys.argv[1])
     if repetitions(out, "thrash-rr") and repetitions(out, "thrash-rl"):
-        thrashing(out)
+        thrashing_figure(out)
     if any((out / "data").glob("multi-*-r*")):
         multiprogramming(out)
 

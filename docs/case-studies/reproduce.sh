@@ -9,14 +9,18 @@
 #
 # VERSION: the Debian cloud kernel to boot (its linux-image and linux-headers
 # installed), as tests/vm/run.sh takes it; its virtio modules come along.
-# RUN: thrash-rr thrash-rl multi-N (N in 1 5 11 16 20 22); default all of them.
+# RUN: thrash-rr thrash-rl multi-N (N in 1 5 11 16 20 22) timeline; default all
+# of them but timeline. timeline: one work alone, then a second beside it for a
+# while (both fit alone, not together): the figure README.md shows, the
+# monitor's own timeline plot, copied to docs/figures/timeline.svg.
 # Each run is repeated PFPROF_CASE_REPEAT times (default 3), in a fresh guest.
 # Results: docs/figures/data/<run>-r<k>/ (samples.csv, machine.txt,
 # experiment.log, vmstat.txt, cpu-stat.txt; monitor.svg for k = 1), the
 # figures docs/figures/*.svg and the table docs/figures/multiprogramming.csv.
 # Environment: CARGO_TARGET_DIR (default: target/), PFPROF_CASE_OUT (default
 # docs/figures), PFPROF_CASE_VENV (a venv with matplotlib to reuse; default: a
-# fresh one, from PyPI). Needs what tests/vm/run.sh needs, binutils (strip)
+# fresh one, from PyPI), PFPROF_CASE_BACKEND (the monitor's --backend: kernel,
+# the default, or procfs). Needs what tests/vm/run.sh needs, binutils (strip)
 # and python3 with venv. Took 16 to 25 minutes on 2 busy host CPUs.
 set -euo pipefail
 
@@ -44,10 +48,14 @@ thrash_mib=128
 multi_mib=20
 multi_accesses=1000
 multi_n=(1 5 11 16 20 22)
+# The timeline: two works of this size, each fits alone, together they do not.
+timeline_mib=120
+backend=${PFPROF_CASE_BACKEND:-kernel}
 
 declare -A runs=(
 	[thrash-rr]="work $thrash_mib R 50000 & work $thrash_mib R 10000 &"
 	[thrash-rl]="work $thrash_mib R 50000 & work $thrash_mib L 10000 &"
+	[timeline]="work $timeline_mib R 20000 30 --sleep-ms 250 & sleep 3; work $timeline_mib R 20000 6 --sleep-ms 250 &"
 )
 order=(thrash-rr thrash-rl)
 for n in "${multi_n[@]}"; do
@@ -83,12 +91,12 @@ vm_build_static -p monitor
 # The initramfs: the case-study init, the module, monitor and work (stripped:
 # the initramfs lives in the guest's memory) and the virtio block driver.
 root=$work/root
-vm_stage_root "$root" "$here/guest-init.sh" "$work"
+vm_stage_root "$root" "$here/guest-init.sh"
 strip "$root/bin/monitor" "$root/bin/work"
 mkdir -p "$root/modules"
 for m in virtio/virtio_ring virtio/virtio virtio/virtio_pci_modern_dev \
 	virtio/virtio_pci_legacy_dev virtio/virtio_pci block/virtio_blk; do
-	cp "/lib/modules/$vm_kver/kernel/drivers/$m.ko" "$root/modules/"
+	vm_kernel_module "drivers/$m" "$root/modules"
 done
 
 # The host, for the figures' captions.
@@ -112,7 +120,7 @@ case_run() {
 	(($2 == 1)) && plot="--plot monitor.svg "
 	cat >"$root/experiment" <<-EOF
 		set -x
-		monitor run --backend kernel --mode strict --output samples.csv $plot\\
+		monitor run --backend $backend --mode strict --output samples.csv $plot\\
 			-- sh -c '${runs[$name]} wait'
 	EOF
 	vm_pack "$root" "$work/initramfs.cpio.gz"
@@ -146,6 +154,10 @@ for r in "${selected[@]}"; do
 		case_run "$r" "$k"
 	done
 done
+# The timeline figure is the monitor's own plot of that run.
+if [[ -e $out/data/timeline-r1/monitor.svg ]]; then
+	cp "$out/data/timeline-r1/monitor.svg" "$out/timeline.svg"
+fi
 
 # The figures, from every run's samples.
 venv=${PFPROF_CASE_VENV:-$work/venv}
