@@ -109,6 +109,29 @@ impl Cgroup {
     pub fn fd(&self) -> &OwnedFd {
         &self.fd
     }
+
+    /// Whether process `pid` is in this cgroup or one below it, by the cgroup v2 line of
+    /// `/proc/<pid>/cgroup` (which an exiting process keeps: it cannot move any more);
+    /// `None` once the process is gone.
+    pub fn holds(&self, pid: u32) -> Option<bool> {
+        let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+        Some(unified_path(&text).is_some_and(|path| below(&self.name, path)))
+    }
+}
+
+/// The path of the cgroup v2 line (`0::/a/b`) of a `/proc/<pid>/cgroup`, without the
+/// ` (deleted)` the kernel adds once that cgroup is removed.
+fn unified_path(text: &str) -> Option<&str> {
+    let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+    Some(path.strip_suffix(" (deleted)").unwrap_or(path))
+}
+
+/// Whether the cgroup at `path` is the one at `name` or below it.
+fn below(name: &str, path: &str) -> bool {
+    name == "/"
+        || path
+            .strip_prefix(name)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 /// `pgfault` (every fault) and `pgmajfault` of the `memory.stat` of the cgroup at `dir`
@@ -163,11 +186,27 @@ mod tests {
     }
 
     #[test]
+    fn a_process_is_held_by_its_cgroup_and_every_ancestor_and_by_no_sibling() {
+        let text = "4:memory:/elsewhere\n0::/a/bc/d (deleted)\n";
+        let path = unified_path(text).unwrap();
+        assert_eq!(path, "/a/bc/d");
+        for name in ["/", "/a", "/a/bc", "/a/bc/d"] {
+            assert!(below(name, path), "{name}");
+        }
+        for name in ["/a/b", "/a/bc/d/e", "/b"] {
+            assert!(!below(name, path), "{name}");
+        }
+        assert_eq!(unified_path("4:memory:/x\n"), None);
+    }
+
+    #[test]
     fn cgroup2_mounts_are_read_from_mountinfo() {
         // Every Linux with cgroup2 mounts it somewhere; the test needs only one.
         for mount in cgroup2_mounts() {
             let cgroup = Cgroup::open(&mount).unwrap();
             assert_eq!(cgroup.name(), "/");
+            assert_eq!(cgroup.holds(std::process::id()), Some(true));
+            assert_eq!(cgroup.holds(u32::MAX), None);
         }
     }
 }

@@ -8,8 +8,9 @@
 //! its nearest member ancestor until that one has reaped them. A process that enters
 //! brings its history, which is set aside (`entered`): only what it does from the pass
 //! that first sees it counts, and from its fork when a member forked it during the profile.
-//! One that leaves alive keeps what was counted of it. Zombies are no longer listed in
-//! `cgroup.procs`: a member that is one is read once more for its final counts.
+//! One that leaves alive keeps what was counted of it. Exiting processes and zombies are no
+//! longer listed in `cgroup.procs`: a member that is one is read once more for its final
+//! counts.
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
@@ -122,21 +123,29 @@ impl Members {
                 Some(s) if !listed.contains(&pid) && !s.exited => self.read_member(pid),
                 stat => stat,
             };
-            match stat {
+            let seen = match stat {
                 // Listed, or a zombie: its counts now.
-                Some(stat) if listed.contains(&pid) || stat.exited => {
+                Some(stat) if listed.contains(&pid) || stat.exited => Seen::In(stat),
+                // Alive and not listed: it left, or it is exiting, which the listing
+                // skips from cgroup_exit() until the process is a zombie. Taken for one
+                // that left, its counts would be kept and then counted again in its
+                // parent's reaped ones.
+                Some(stat) => match self.cgroup.holds(pid) {
+                    Some(true) => Seen::In(stat),
+                    Some(false) => Seen::Out,
+                    None => Seen::Dead,
+                },
+                None => Seen::Dead,
+            };
+            match seen {
+                Seen::In(_) => {
                     found.insert(pid);
-                    pass.push((pid, Seen::In(stat)));
                 }
-                Some(_) => {
+                Seen::Out | Seen::Dead => {
                     self.members.remove(&pid);
-                    pass.push((pid, Seen::Out));
-                }
-                None => {
-                    self.members.remove(&pid);
-                    pass.push((pid, Seen::Dead));
                 }
             }
+            pass.push((pid, seen));
         }
         let mut newcomers: Vec<u32> = listed.difference(&found).copied().collect();
         newcomers.sort_unstable();
