@@ -1,8 +1,10 @@
 //! The `work` workload: a buffer touched by random or local accesses.
 
 use std::hint::black_box;
+use std::io;
 use std::str::FromStr;
 
+use memmap2::{Advice, MmapMut};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -37,22 +39,31 @@ impl FromStr for Pattern {
 
 /// A buffer of `MiB` mebibytes whose pages are first touched by the accesses themselves.
 pub struct Workload {
-    buf: Vec<u8>,
+    buf: MmapMut,
     rng: StdRng,
     pos: usize,
     acc: u8,
 }
 
 impl Workload {
-    /// Allocates the buffer lazily (zeroed pages come from the kernel on first touch), so
-    /// faults happen during the iterations and not here.
-    pub fn new(mib: usize) -> Self {
-        Workload {
-            buf: vec![0; mib.max(1) << 20],
+    /// Maps the buffer lazily (zeroed pages come from the kernel on first touch), so
+    /// faults happen during the iterations and not here, one per page touched: in base
+    /// pages, since a transparent huge page (THP "always", Debian's default) would serve
+    /// 512 of them with one fault, or not, as the mapping's alignment and the free memory
+    /// fall.
+    pub fn new(mib: usize) -> io::Result<Self> {
+        let buf = MmapMut::map_anon(mib.max(1) << 20)?;
+        // EINVAL: a kernel without THP, whose pages are all base pages anyway.
+        match buf.advise(Advice::NoHugePage) {
+            Err(e) if e.raw_os_error() != Some(libc::EINVAL) => return Err(e),
+            _ => {}
+        }
+        Ok(Workload {
+            buf,
             rng: StdRng::from_entropy(),
             pos: 0,
             acc: 0,
-        }
+        })
     }
 
     /// Makes `accesses` read-modify-write accesses and returns a running checksum.
@@ -93,7 +104,7 @@ mod tests {
     }
 
     fn distinct_pages(pattern: Pattern) -> usize {
-        let mut w = Workload::new(64);
+        let mut w = Workload::new(64).unwrap();
         let pages: std::collections::HashSet<usize> =
             (0..10_000).map(|_| w.next_index(pattern) >> 12).collect();
         pages.len()

@@ -50,7 +50,8 @@ fn main() -> ExitCode {
 fn run(args: &Args) -> anyhow::Result<()> {
     let pid = std::process::id();
     let registered = register_if_loaded(pid);
-    let mut workload = Workload::new(usize::from(args.mib));
+    let mut workload = Workload::new(usize::from(args.mib))
+        .with_context(|| format!("mapping {} MiB to work on", args.mib))?;
     let mut checksum = 0;
     for i in 0..args.iterations {
         if i > 0 {
