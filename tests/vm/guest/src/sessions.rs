@@ -335,9 +335,11 @@ pub fn a_shell_and_its_descendants_count_as_they_run_and_add_up_to_its_rusage(
 ) -> Result<()> {
     let mark = klog::Mark::now()?;
     let module = kmod::insmod(env, &["period_ms=20"])?;
-    // One `work` a child of the shell, one a grandchild (through a second shell).
-    let script = "sh -c 'work 8 R 20000 4 --sleep-ms 50 & wait' & \
-                  work 8 R 20000 4 --sleep-ms 50 & wait";
+    // One `work` a child of the shell, one a grandchild (through a second shell). Each
+    // touches about a sixth of its pages not touched yet, every 100 ms for a second:
+    // faults in every row while they run.
+    let script = "sh -c 'work 8 R 400 10 --sleep-ms 100 & wait' & \
+                  work 8 R 400 10 --sleep-ms 100 & wait";
     let cmd = ["sh", "-c", script];
     for backend in ["kernel", "procfs"] {
         for inherit in [true, false] {
