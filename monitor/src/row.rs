@@ -178,5 +178,9 @@ mod tests {
         let row = t.row(&sample(10, 0, 0));
         assert_eq!(row.period_ns, 50_000_000);
         assert_eq!(row.time_ms, 0);
+        // Nor does a repeated one cover no time (and make its CPU use infinite).
+        let row = t.row(&sample(10, 0, 5_000_000));
+        assert_eq!(row.period_ns, 50_000_000);
+        assert!((row.cpu_util - 0.1).abs() < 1e-9);
     }
 }
