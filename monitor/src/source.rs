@@ -195,6 +195,55 @@ mod tests {
     }
 
     #[test]
+    fn an_ending_announced_while_a_source_waits_for_its_interval_wakes_it_at_once() {
+        for mode in [Mode::Strict, Mode::Relaxed] {
+            let area = Arc::new(
+                Area::create_memfd_with_slots(4, mode, Duration::from_millis(50)).unwrap(),
+            );
+            Producer::new(Arc::clone(&area))
+                .record(Sample::default())
+                .unwrap();
+            let mut source = Source::new(area, FutexWaiter, Duration::from_secs(3600));
+            let ending = source.ending();
+            let announcer = thread::spawn(move || {
+                thread::sleep(Duration::from_millis(100));
+                ending.announce();
+            });
+            // One call, which may wait an hour: only the announcement ends its wait, and
+            // it then takes the ready sample.
+            let mut out = Vec::new();
+            source.next(&mut out, Duration::from_secs(3600)).unwrap();
+            assert_eq!(out.len(), 1, "{mode}: the call returned before the ending");
+            announcer.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn once_ending_a_strict_source_waits_for_the_producer_not_for_its_interval() {
+        let area = Arc::new(
+            Area::create_memfd_with_slots(4, Mode::Strict, Duration::from_millis(50)).unwrap(),
+        );
+        let mut producer = Producer::new(Arc::clone(&area));
+        // Its interval is over before the first call: that call would drain at once, and
+        // find nothing, but for the ending, which has it wait for the next sample.
+        let mut source = Source::new(area, FutexWaiter, Duration::from_millis(1));
+        thread::sleep(Duration::from_millis(5));
+        source.ending().announce();
+        let late = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(100));
+            producer.record(Sample::default()).unwrap();
+        });
+        let mut out = Vec::new();
+        source.next(&mut out, Duration::from_secs(3600)).unwrap();
+        assert_eq!(
+            out.len(),
+            1,
+            "the ending source did not wait for the sample"
+        );
+        late.join().unwrap();
+    }
+
+    #[test]
     fn a_relaxed_source_lapped_by_its_producer_reports_exactly_the_samples_it_lost() {
         let area = Arc::new(
             Area::create_memfd_with_slots(4, Mode::Relaxed, Duration::from_millis(50)).unwrap(),
