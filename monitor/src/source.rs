@@ -219,6 +219,26 @@ mod tests {
     }
 
     #[test]
+    fn a_source_takes_samples_once_an_interval_not_as_they_come() {
+        for mode in [Mode::Strict, Mode::Relaxed] {
+            let area = Arc::new(
+                Area::create_memfd_with_slots(4, mode, Duration::from_millis(50)).unwrap(),
+            );
+            let mut producer = Producer::new(Arc::clone(&area));
+            let mut source = Source::new(area, FutexWaiter, Duration::from_millis(500));
+            producer.record(Sample::default()).unwrap();
+            let mut out = Vec::new();
+            // Waits out the first interval, then takes the sample.
+            source.next(&mut out, Duration::from_secs(3600)).unwrap();
+            assert_eq!(out.len(), 1, "{mode}: the first interval's sample");
+            // The next one waits for the next interval, however ready it is.
+            producer.record(Sample::default()).unwrap();
+            source.next(&mut out, Duration::ZERO).unwrap();
+            assert_eq!(out.len(), 1, "{mode}: taken before its interval");
+        }
+    }
+
+    #[test]
     fn once_ending_a_strict_source_waits_for_the_producer_not_for_its_interval() {
         let area = Arc::new(
             Area::create_memfd_with_slots(4, Mode::Strict, Duration::from_millis(50)).unwrap(),
