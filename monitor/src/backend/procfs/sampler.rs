@@ -510,6 +510,25 @@ mod tests {
     }
 
     #[test]
+    fn a_pid_given_to_another_process_is_not_read_as_the_one_that_exited() {
+        for reused in [true, false] {
+            let mut me = Process::attach(std::process::id(), false).unwrap();
+            me.baseline = ProcessCounters::default();
+            if reused {
+                me.start = me.start.wrapping_sub(1);
+            }
+            let mut procs = profiled(vec![me]);
+            let p = procs.get_mut(&std::process::id()).unwrap();
+            let mut pending = Sample::default();
+            let mut unread = Vec::new();
+            read_last(p, &mut pending, &mut unread);
+            // Another process's counts are not its last ones: they are said missing.
+            assert_eq!(pending.minor == 0, reused, "reused: {reused}");
+            assert_eq!(unread.len(), usize::from(reused), "reused: {reused}");
+        }
+    }
+
+    #[test]
     fn the_process_that_still_holds_the_pid_is_counted() {
         let mut me = Process::attach(std::process::id(), false).unwrap();
         let baseline = me.baseline;
