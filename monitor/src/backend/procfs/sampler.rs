@@ -529,6 +529,24 @@ mod tests {
     }
 
     #[test]
+    fn a_process_that_ran_has_its_memory_read_again() {
+        let me = Process::attach(std::process::id(), false).unwrap();
+        let mut procs = profiled(vec![me]);
+        let mut pending = Sample::default();
+        poll_all(&mut procs, &mut pending, &mut 0).unwrap();
+        let before = pending.rss_anon;
+        // 256 MiB written, far more than the other tests running beside can free.
+        let grown = std::hint::black_box(vec![1u8; 256 << 20]);
+        poll_all(&mut procs, &mut pending, &mut 0).unwrap();
+        assert!(
+            pending.rss_anon >= before + (128 << 20),
+            "resident anonymous memory {} bytes, {before} before 256 MiB were written",
+            pending.rss_anon
+        );
+        drop(grown);
+    }
+
+    #[test]
     fn the_process_that_still_holds_the_pid_is_counted() {
         let mut me = Process::attach(std::process::id(), false).unwrap();
         let baseline = me.baseline;
