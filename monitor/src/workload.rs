@@ -47,10 +47,10 @@ pub struct Workload {
 
 impl Workload {
     /// Maps the buffer lazily (zeroed pages come from the kernel on first touch), so
-    /// faults happen during the iterations and not here, one per page touched: in base
-    /// pages, since a transparent huge page (THP "always", Debian's default) would serve
-    /// 512 of them with one fault, or not, as the mapping's alignment and the free memory
-    /// fall.
+    /// faults happen during the iterations and not here: two per page touched (the read
+    /// maps the zero page, the write copies it), in base pages, since a transparent huge
+    /// page (THP "always", Debian's default) would serve 512 of them at once, or not, as
+    /// the mapping's alignment and the free memory fall.
     pub fn new(mib: usize) -> io::Result<Self> {
         let buf = MmapMut::map_anon(mib.max(1) << 20)?;
         // EINVAL: a kernel without THP, whose pages are all base pages anyway.

@@ -137,13 +137,10 @@ impl Members {
                 },
                 None => Seen::Dead,
             };
-            match seen {
-                Seen::In(_) => {
-                    found.insert(pid);
-                }
-                Seen::Out | Seen::Dead => {
-                    self.members.remove(&pid);
-                }
+            if matches!(seen, Seen::In(_)) {
+                found.insert(pid);
+            } else {
+                self.members.remove(&pid);
             }
             pass.push((pid, seen));
         }
