@@ -21,8 +21,9 @@
  *
  * A process joins a session with PFPROF_IOC_ADD on the session's file, or
  * through a /proc registration the session follows (PFPROF_IOC_FOLLOW).
- * Either way both the caller and the session's opener (the file's
- * credentials) must be allowed to ptrace-read the process: its real,
+ * Either way both the caller (of ADD, or of FOLLOW, ADD_CGROUP) and the
+ * session's opener (the file's credentials) must be allowed to ptrace-read
+ * the process, for as long as it is counted: its real,
  * effective and saved ids equal their filesystem ids, or they have
  * CAP_SYS_PTRACE over it, and a process its last exec left non-dumpable
  * (a setuid program, say) needs CAP_SYS_PTRACE in the user namespace of
@@ -48,8 +49,14 @@
  * below it); what was counted of it stays.  area.withdrawn counts such
  * processes.
  *
- * A session ends, after its last sample, when every process it counted is
- * gone (or PFPROF_IOC_END asks), provided it ever counted one.
+ * A session ends, after its last sample, when PFPROF_IOC_END asks, or when
+ * every process it counts is gone, provided one of its own targets ever
+ * joined: a process ADDed, its cgroup (ADD_CGROUP), or a process its
+ * opener's user (effective uid) registered.  Another user's registration
+ * joins a session only where the session asked for them
+ * (PFPROF_FOLLOW_OTHER_USERS), and even there never ends it: a session
+ * that follows registrations and was given no target of its own runs
+ * until END or close.
  *
  * /proc/pfprof/status
  * -------------------
@@ -58,8 +65,10 @@
  * newline; the pid is read in the writer's pid namespace.  The writer and
  * whoever opened the file must both be allowed to ptrace-read the process.
  * A registration joins every session that follows registrations, whose
- * scope covers the process, whose opener may ptrace-read it and can name it
- * in its pid namespace, at that session's next period (counted from the
+ * scope covers the process, whose opener (and FOLLOW's caller) may
+ * ptrace-read it and can name it in its pid namespace, and that takes
+ * registrations by the writer's user (the opener's own, unless
+ * PFPROF_FOLLOW_OTHER_USERS), at that session's next period (counted from the
  * registration all the same); unregistering takes it out of the sessions
  * it joined that way at their next period (at once where it was the last
  * process), its own counts until the unregistration.  A user may have the
@@ -384,10 +393,16 @@ struct pfprof_target {
 #define PFPROF_FOLLOW_NONE		0u	/* none: the default */
 #define PFPROF_FOLLOW_ALL		1u	/* every one the opener may read */
 #define PFPROF_FOLLOW_DESCENDANTS	2u	/* pid's and its descendants' */
+/*
+ * A flag of PFPROF_IOC_FOLLOW: registrations by every user, not only by
+ * the opener's (its effective uid), join; they never end the session.
+ */
+#define PFPROF_FOLLOW_OTHER_USERS	(1u << 8)
 
 /*
  * PFPROF_IOC_FOLLOW: from now on, registrations in scope join the session
- * with flags (PFPROF_TARGET_*); processes registered already join at once.
+ * with flags (PFPROF_TARGET_INHERIT, PFPROF_FOLLOW_OTHER_USERS); processes
+ * registered already join at once.  A FOLLOW replaces the one before.
  * pid (DESCENDANTS only, else 0) is read in the caller's pid namespace and
  * must be readable as for PFPROF_IOC_ADD.  Errors as PFPROF_IOC_ADD's.
  */

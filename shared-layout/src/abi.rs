@@ -178,6 +178,8 @@ pub struct AddCgroup {
 pub const FOLLOW_NONE: u32 = 0;
 pub const FOLLOW_ALL: u32 = 1;
 pub const FOLLOW_DESCENDANTS: u32 = 2;
+/// A flag of `PFPROF_IOC_FOLLOW`: other users' registrations join too.
+pub const FOLLOW_OTHER_USERS: u32 = 1 << 8;
 
 /// `struct pfprof_follow`: `PFPROF_IOC_FOLLOW`'s argument.
 #[repr(C)]

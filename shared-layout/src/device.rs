@@ -89,9 +89,11 @@ use ioctls::{
 /// Which `/proc/pfprof/status` registrations a session takes in ([`Device::follow`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Follow {
-    /// Every registration of a process the session's opener may read.
+    /// Every registration by the opener's user of a process the opener may read.
     All,
-    /// Registrations of this process and its descendants.
+    /// As `All`, by every user: their registrations join, and never end the session.
+    AllUsers,
+    /// Registrations by the opener's user of this process and its descendants.
     Descendants(u32),
 }
 
@@ -164,13 +166,14 @@ impl Device {
     /// From now on, the registrations `follow` names join the session (with their
     /// descendants if `inherit`), those made already at once.
     pub fn follow(&self, follow: Follow, inherit: bool) -> Result<(), DeviceError> {
-        let (scope, pid) = match follow {
-            Follow::All => (abi::FOLLOW_ALL, 0),
-            Follow::Descendants(pid) => (abi::FOLLOW_DESCENDANTS, pid),
+        let (scope, users, pid) = match follow {
+            Follow::All => (abi::FOLLOW_ALL, 0, 0),
+            Follow::AllUsers => (abi::FOLLOW_ALL, abi::FOLLOW_OTHER_USERS, 0),
+            Follow::Descendants(pid) => (abi::FOLLOW_DESCENDANTS, 0, pid),
         };
         let arg = abi::Follow {
             scope,
-            flags: inherit_flags(inherit),
+            flags: inherit_flags(inherit) | users,
             pid: pid_arg(pid)?,
             reserved: 0,
         };

@@ -173,6 +173,7 @@ fn facts() -> Vec<Fact> {
     number(&mut f, "PFPROF_FOLLOW_NONE", abi::FOLLOW_NONE);
     number(&mut f, "PFPROF_FOLLOW_ALL", abi::FOLLOW_ALL);
     number(&mut f, "PFPROF_FOLLOW_DESCENDANTS", abi::FOLLOW_DESCENDANTS);
+    number(&mut f, "PFPROF_FOLLOW_OTHER_USERS", abi::FOLLOW_OTHER_USERS);
     number(&mut f, "PFPROF_PERIOD_MS_DEFAULT", abi::PERIOD_MS_DEFAULT);
     number(&mut f, "PFPROF_PERIOD_MS_MIN", abi::PERIOD_MS_MIN);
     number(&mut f, "PFPROF_PERIOD_MS_MAX", abi::PERIOD_MS_MAX);
