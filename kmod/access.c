@@ -7,10 +7,12 @@
  * to modules (not on 6.1, 6.12 or 7.x), so this is its credential and
  * dumpability part, modelled on __ptrace_may_access(); security modules are
  * not consulted.  Where the kernel keeps dumpability (the mm before 7.x, a
- * per-task exec state since) is compat.h's to know.  Every check is made for two credentials: the caller's and
- * those of whoever opened the file the request came through, so that a
- * privileged process writing to a descriptor an unprivileged one handed it
- * (as its stdout, say) lends it no authority.
+ * per-task exec state since) is compat.h's to know.  Every check is made
+ * for two credentials: the caller's and those of whoever opened the file
+ * the request came through, so that a privileged process writing to a
+ * descriptor an unprivileged one handed it (as its stdout, say) lends it no
+ * authority; and what is counted for a request made through a session's
+ * file stays counted only while both may read it.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -19,7 +21,9 @@
 #include <linux/fs.h>
 #include <linux/pid.h>
 #include <linux/rcupdate.h>
+#include <linux/rwsem.h>
 #include <linux/sched.h>
+#include <linux/sched/signal.h>
 #include <linux/user_namespace.h>
 
 #include "compat.h"
@@ -36,26 +40,59 @@ static bool pfprof_ids_match(const struct cred *cred, const struct cred *tcred)
 	       gid_eq(cred->fsgid, tcred->gid);
 }
 
-/* Who must pass, besides whoever opened the file the request came through. */
-enum pfprof_asker {
-	PFPROF_OPENER_ONLY,	/* a session's, for a process somebody else registered */
-	PFPROF_CALLER,		/* the caller too: a request it makes */
-	PFPROF_READER,		/* the caller too, without using its privilege */
+/* How a credential's CAP_SYS_PTRACE is asked. */
+enum pfprof_use {
+	PFPROF_USE,		/* the caller's, used: audited, noted (ns_capable()) */
+	PFPROF_LOOK,		/* the caller's, looked at only (a listing) */
+	PFPROF_OPENER,		/* a file's opener's (file_ns_capable()) */
+	PFPROF_ASKER,		/* one who asked before, asked again every period */
 };
 
 /*
- * The caller's CAP_SYS_PTRACE in @ns; a reader's is not audited and does
- * not mark it as having used privilege (as ptrace's PTRACE_MODE_NOAUDIT).
+ * @cred's CAP_SYS_PTRACE in @ns as the capability module decides it
+ * (cap_capable(): its effective set in its own namespace, or it owns an
+ * ancestor of @ns).  security_capable() is not exported to modules, so
+ * security modules are not consulted here: for the credentials of whoever
+ * asked through a session's file, and the session's opener's where its
+ * file is not at hand; the opener's file is asked at every look.
  */
-static bool pfprof_caller_capable(struct user_namespace *ns,
-				  enum pfprof_asker asker)
+static bool pfprof_cred_capable(const struct cred *cred,
+				struct user_namespace *ns)
 {
-	return asker == PFPROF_READER ? ns_capable_noaudit(ns, CAP_SYS_PTRACE) :
-					ns_capable(ns, CAP_SYS_PTRACE);
+	for (;;) {
+		if (ns == cred->user_ns)
+			return cap_raised(cred->cap_effective, CAP_SYS_PTRACE);
+		if (ns->level <= cred->user_ns->level)
+			return false;
+		if (ns->parent == cred->user_ns && uid_eq(ns->owner, cred->euid))
+			return true;
+		ns = ns->parent;
+	}
 }
 
-static bool pfprof_check(const struct file *file, struct task_struct *task,
-			 enum pfprof_asker asker)
+static bool pfprof_capable(const struct file *file, const struct cred *cred,
+			   struct user_namespace *ns, enum pfprof_use use)
+{
+	switch (use) {
+	case PFPROF_USE:
+		return ns_capable(ns, CAP_SYS_PTRACE);
+	case PFPROF_LOOK:
+		return ns_capable_noaudit(ns, CAP_SYS_PTRACE);
+	case PFPROF_OPENER:
+		return file_ns_capable(file, ns, CAP_SYS_PTRACE);
+	default:
+		return pfprof_cred_capable(cred, ns);
+	}
+}
+
+/*
+ * @cred may read @task: the same ids, or CAP_SYS_PTRACE over it; and where
+ * its last exec left it not dumpable, CAP_SYS_PTRACE there.  @use says how
+ * the capability is asked (@file: the opener's, for PFPROF_OPENER).
+ */
+static bool pfprof_cred_may_read(const struct file *file,
+				 const struct cred *cred,
+				 struct task_struct *task, enum pfprof_use use)
 {
 	const struct cred *tcred;
 	struct user_namespace *ns;
@@ -63,42 +100,104 @@ static bool pfprof_check(const struct file *file, struct task_struct *task,
 
 	rcu_read_lock();
 	tcred = __task_cred(task);
-	ok = (asker == PFPROF_OPENER_ONLY ||
-	      pfprof_ids_match(current_cred(), tcred) ||
-	      pfprof_caller_capable(tcred->user_ns, asker)) &&
-	     (pfprof_ids_match(file->f_cred, tcred) ||
-	      file_ns_capable(file, tcred->user_ns, CAP_SYS_PTRACE));
+	ok = pfprof_ids_match(cred, tcred) ||
+	     pfprof_capable(file, cred, tcred->user_ns, use);
 	rcu_read_unlock();
 	if (!ok)
 		return false;
 
-	/* Not dumpable after its last exec: CAP_SYS_PTRACE where it exec'd. */
+	/* An exec's credentials before its dumpability (commit_creds()'s smp_wmb()). */
+	smp_rmb();
 	ns = pfprof_undumpable_ns(task);
 	if (ns) {
-		ok = (asker == PFPROF_OPENER_ONLY ||
-		      pfprof_caller_capable(ns, asker)) &&
-		     file_ns_capable(file, ns, CAP_SYS_PTRACE);
+		ok = pfprof_capable(file, cred, ns, use);
 		put_user_ns(ns);
 	}
 	return ok;
 }
 
-/* Whoever opened @file may read @task. */
-bool pfprof_opener_may_read(const struct file *file, struct task_struct *task)
+/*
+ * @cred could read @task by its real ids (so it is no other user's) but
+ * may not read it now: an exec (@hidden_ns: where it left it not dumpable,
+ * or NULL) hid it.  For exec.c's probe: atomic, audits nothing, consults
+ * no security module (as PFPROF_ASKER).  Under RCU.
+ */
+bool pfprof_hidden_from(const struct cred *cred, struct task_struct *task,
+			struct user_namespace *hidden_ns)
 {
-	return pfprof_check(file, task, PFPROF_OPENER_ONLY);
+	const struct cred *tcred = __task_cred(task);
+
+	if (!uid_eq(cred->fsuid, tcred->uid) || !gid_eq(cred->fsgid, tcred->gid))
+		return false;
+	if (!pfprof_ids_match(cred, tcred) &&
+	    !pfprof_cred_capable(cred, tcred->user_ns))
+		return true;
+	return hidden_ns && !pfprof_cred_capable(cred, hidden_ns);
+}
+
+/* Whoever opened @file may read @task. */
+static bool pfprof_opener_may_read(const struct file *file,
+				   struct task_struct *task)
+{
+	return pfprof_cred_may_read(file, file->f_cred, task, PFPROF_OPENER);
+}
+
+/*
+ * Whoever opened @file and @asker (who asked, through the file, for what
+ * counts @task: see struct pfprof_member) may still read @task.
+ */
+bool pfprof_both_may_read(const struct file *file, const struct cred *asker,
+			  struct task_struct *task)
+{
+	return pfprof_opener_may_read(file, task) &&
+	       pfprof_cred_may_read(file, asker, task, PFPROF_ASKER);
+}
+
+/*
+ * As pfprof_both_may_read(), asked again at a period's look: not while an
+ * exec of @task's process is replacing its credentials and dumpability
+ * (under exec_update_lock, which /proc waits for: in between, the two may
+ * read as neither the old program's nor the new one's), held for reading
+ * through the check so that none starts under it.  Under RCU or not.
+ */
+enum pfprof_access pfprof_recheck(const struct file *file,
+				  const struct cred *asker,
+				  struct task_struct *task)
+{
+	struct rw_semaphore *exec_lock = &task->signal->exec_update_lock;
+	bool ok;
+
+	if (!down_read_trylock(exec_lock))
+		return PFPROF_EXECING;
+	ok = pfprof_both_may_read(file, asker, task);
+	up_read(exec_lock);
+	return ok ? PFPROF_READABLE : PFPROF_UNREADABLE;
+}
+
+/*
+ * @opener (a session's opener's) and @asker may read @task, asked without
+ * the opener's file (an offer may outlive its open): as PFPROF_ASKER asks,
+ * no security module consulted; the session's next look asks with them.
+ */
+bool pfprof_creds_may_read(const struct cred *opener, const struct cred *asker,
+			   struct task_struct *task)
+{
+	return pfprof_cred_may_read(NULL, opener, task, PFPROF_ASKER) &&
+	       pfprof_cred_may_read(NULL, asker, task, PFPROF_ASKER);
 }
 
 /* Both the caller and whoever opened @file may read @task. */
 bool pfprof_may_read(const struct file *file, struct task_struct *task)
 {
-	return pfprof_check(file, task, PFPROF_CALLER);
+	return pfprof_cred_may_read(file, current_cred(), task, PFPROF_USE) &&
+	       pfprof_opener_may_read(file, task);
 }
 
 /* As pfprof_may_read(), for a listing: the caller's privilege is not used. */
 bool pfprof_may_list(const struct file *file, struct task_struct *task)
 {
-	return pfprof_check(file, task, PFPROF_READER);
+	return pfprof_cred_may_read(file, current_cred(), task, PFPROF_LOOK) &&
+	       pfprof_opener_may_read(file, task);
 }
 
 /*

@@ -39,10 +39,12 @@ static inline void vm_flags_set(struct vm_area_struct *vma, vm_flags_t flags)
  * The user namespace of @task's last exec, referenced (put_user_ns()), when
  * that exec left it not dumpable by its owner (a setuid program, say), so
  * that reading it takes CAP_SYS_PTRACE there; NULL when it is dumpable, or
- * has nothing exec'd to judge (a kernel thread; before 7.x also a process
- * whose mm is gone).  Where the kernel keeps the two, read under the rule it
- * documents for them: the mm's under task_lock(), 7.x's task_exec_state
- * under RCU (its accessors are not exported).
+ * has nothing exec'd to judge.  Where the kernel keeps the two, read under
+ * the rule it documents for them: the mm's under task_lock(), 7.x's
+ * task_exec_state under RCU (its accessors are not exported).  A task whose
+ * mm is gone (it exited, or is a leader whose threads live on) is judged as
+ * the kernel does where it saved its dumpability then (user_dumpable:
+ * CAP_SYS_PTRACE in the initial namespace); elsewhere it has nothing to judge.
  */
 static inline struct user_namespace *pfprof_undumpable_ns(struct task_struct *task)
 {
@@ -62,6 +64,10 @@ static inline struct user_namespace *pfprof_undumpable_ns(struct task_struct *ta
 	mm = task->mm;
 	if (mm && get_dumpable(mm) != SUID_DUMP_USER)
 		ns = get_user_ns(mm->user_ns);
+#ifdef PFPROF_HAVE_TASK_USER_DUMPABLE
+	else if (!mm && !task->user_dumpable)
+		ns = get_user_ns(&init_user_ns);
+#endif
 	task_unlock(task);
 #else
 #error "conftest.sh found dumpability neither in task_exec_state nor in mm_struct"
@@ -152,6 +158,66 @@ static inline bool pfprof_cgroup_alive(struct cgroup *cgrp)
 static inline bool pfprof_in_cgroup(struct cgroup *cgrp, struct task_struct *p)
 {
 	return false;
+}
+#endif
+
+/*
+ * The opener's memory cgroup, referenced, to which its session's sampler
+ * charges what it allocates (a kthread's own allocations are charged to
+ * nobody); NULL where the kernel cannot do that.
+ */
+#ifdef PFPROF_HAVE_MEMCG_ACTIVE
+#include <linux/memcontrol.h>
+#include <linux/sched/mm.h>
+
+static inline struct mem_cgroup *pfprof_memcg_get(void)
+{
+	return get_mem_cgroup_from_mm(current->mm);
+}
+
+static inline void pfprof_memcg_put(struct mem_cgroup *memcg)
+{
+	mem_cgroup_put(memcg);
+}
+
+/* From now on the caller's allocations are charged to @memcg: returns the last. */
+static inline struct mem_cgroup *pfprof_memcg_charge(struct mem_cgroup *memcg)
+{
+	return set_active_memcg(memcg);
+}
+#else
+struct mem_cgroup;
+
+static inline struct mem_cgroup *pfprof_memcg_get(void)
+{
+	return NULL;
+}
+
+static inline void pfprof_memcg_put(struct mem_cgroup *memcg)
+{
+}
+
+static inline struct mem_cgroup *pfprof_memcg_charge(struct mem_cgroup *memcg)
+{
+	return NULL;
+}
+#endif
+
+/*
+ * @tsk (a kthread working for the current task) joins every cgroup of the
+ * current task: its CPU time is the task's cgroups'.
+ */
+#ifdef PFPROF_HAVE_CGROUP_ATTACH_ALL
+#include <linux/cgroup.h>
+
+static inline int pfprof_cgroups_join(struct task_struct *tsk)
+{
+	return cgroup_attach_task_all(current, tsk);
+}
+#else
+static inline int pfprof_cgroups_join(struct task_struct *tsk)
+{
+	return 0;
 }
 #endif
 

@@ -3,8 +3,9 @@
  * pfprof: per-process page-fault profiler.
  *
  * Module parameters, and bringing the parts up and down in order: the
- * registration file, then the device, whose every open is a session with
- * its own area and sampler; teardown in reverse.
+ * record of execs that may hide a process, the registration file, then the
+ * device, whose every open is a session with its own area and sampler;
+ * teardown in reverse.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -85,9 +86,13 @@ static int __init pfprof_init(void)
 	if (ret)
 		return ret;
 
-	ret = pfprof_proc_init();
+	ret = pfprof_execs_init();
 	if (ret)
 		return ret;
+
+	ret = pfprof_proc_init();
+	if (ret)
+		goto err_execs;
 
 	ret = pfprof_chardev_init();
 	if (ret)
@@ -100,6 +105,8 @@ static int __init pfprof_init(void)
 
 err_remove_proc:
 	pfprof_proc_exit();
+err_execs:
+	pfprof_execs_exit();
 	return ret;
 }
 
@@ -108,6 +115,7 @@ static void __exit pfprof_exit(void)
 	/* No session is open here: the device's fops pin the module. */
 	pfprof_chardev_exit();
 	pfprof_proc_exit();
+	pfprof_execs_exit();
 	pr_info("unloaded\n");
 }
 

@@ -25,6 +25,7 @@
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/cred.h>
 #include <linux/err.h>
 #include <linux/mm.h>
 #include <linux/pid.h>
@@ -42,6 +43,7 @@ void pfprof_members_init(struct pfprof_session *s)
 {
 	mutex_init(&s->members_lock);
 	INIT_LIST_HEAD(&s->members);
+	INIT_LIST_HEAD(&s->buried);
 	hash_init(s->by_signal);
 	pfprof_tree_init(&s->tree);
 }
@@ -70,25 +72,42 @@ static void pfprof_member_read(struct pfprof_member *m)
 }
 
 /*
- * The opener may still read @m: asked of its current leader (a thread that
- * execs becomes the leader, with the credentials of the exec).  A process
- * that is gone has nothing more to hide.
+ * The opener and @m's asker may still read @m: asked of its current leader
+ * (a thread that execs becomes the leader, with the credentials of the
+ * exec), which @m keeps from now on; of a process that is gone, of the
+ * last leader seen, whose credentials stay with it, so that a program
+ * that exec'd setuid and exited since is withdrawn all the same.  One that
+ * exec'd what the session may not read since the last look, as exec.c
+ * saw at the exec, is not read any more even if it is gone, or dropped
+ * its privileges since.
  */
-static bool pfprof_member_readable(struct pfprof_session *s,
-				   struct pfprof_member *m)
+static enum pfprof_access pfprof_member_access(struct pfprof_session *s,
+					       struct pfprof_member *m)
 {
 	struct task_struct *leader;
-	bool ok = true;
 
 	/* A cgroup's processes are asked one by one, by the walk. */
 	if (m->cgrp)
-		return true;
+		return PFPROF_READABLE;
 	leader = get_pid_task(m->tgid, PIDTYPE_TGID);
 	if (leader) {
-		ok = pfprof_opener_may_read(s->file, leader);
+		/* The same signal struct: the hash keeps finding it. */
+		swap(m->leader, leader);
 		put_task_struct(leader);
 	}
-	return ok;
+	/* It exec'd what its session may not read (exec.c), whatever it runs now. */
+	if (READ_ONCE(m->hidden))
+		return PFPROF_UNREADABLE;
+	return pfprof_recheck(s->file, m->asker, m->leader);
+}
+
+/* Whether @m may be counted; one mid-exec is, and is accounted at the next look. */
+static void pfprof_member_judge(struct pfprof_session *s, struct pfprof_member *m)
+{
+	enum pfprof_access access = pfprof_member_access(s, m);
+
+	m->readable = access != PFPROF_UNREADABLE;
+	m->execing = access == PFPROF_EXECING;
 }
 
 /*
@@ -117,10 +136,12 @@ static void pfprof_read_all(struct pfprof_session *s)
 	lockdep_assert_held(&s->members_lock);
 	list_for_each_entry(m, &s->members, node) {
 		pfprof_member_read(m);
-		m->readable = pfprof_member_readable(s, m);
+		pfprof_member_judge(s, m);
 	}
 	if (s->nr_inheriting)
 		pfprof_tree_collect(s);
+	else
+		pfprof_execs_drop(s);
 	list_for_each_entry(m, &s->members, node)
 		pfprof_member_settle(m);
 }
@@ -152,31 +173,58 @@ static void pfprof_account_all(struct pfprof_session *s)
 
 	pfprof_read_all(s);
 	list_for_each_entry(m, &s->members, node) {
-		if (m->readable && !m->joining)
+		if (m->readable && !m->execing && !m->joining)
 			pfprof_member_account(s, m);
 	}
 }
 
+/*
+ * @m is no member any more.  One that inherits may still own slots of the
+ * trees' maps: it is buried, its memory kept until pfprof_members_bury()
+ * clears them, once for all those freed by the same operation.
+ */
 static void pfprof_member_free(struct pfprof_session *s, struct pfprof_member *m)
 {
 	lockdep_assert_held(&s->members_lock);
 	list_del(&m->node);
-	hash_del(&m->hash);
-	if (m->inherit) {
+	hash_del_rcu(&m->hash);
+	if (m->inherit)
 		s->nr_inheriting--;
-		pfprof_tree_forget(s, m);
-	}
 	if (m->leaving)
 		WRITE_ONCE(s->nr_leaving, s->nr_leaving - 1);
+	if (m->from_registry)
+		WRITE_ONCE(s->nr_registered, s->nr_registered - 1);
 	WRITE_ONCE(s->nr_members, s->nr_members - 1);
 	if (m->cgrp) {
-		s->cgroup = NULL;
+		WRITE_ONCE(s->cgroup, NULL);
 		pfprof_cgroup_put(m->cgrp);
 	} else {
 		put_pid(m->tgid);
 		put_task_struct(m->leader);
 	}
-	kfree(m);
+	put_cred(m->asker);
+	if (m->inherit) {
+		m->buried = true;
+		list_add(&m->node, &s->buried);
+	} else {
+		/* exec.c may be looking at it. */
+		kfree_rcu(m, rcu);
+	}
+}
+
+/* Frees the buried members: nothing in the trees' maps names them then. */
+static void pfprof_members_bury(struct pfprof_session *s)
+{
+	struct pfprof_member *m, *tmp;
+
+	lockdep_assert_held(&s->members_lock);
+	if (list_empty(&s->buried))
+		return;
+	pfprof_tree_forget_buried(&s->tree);
+	list_for_each_entry_safe(m, tmp, &s->buried, node) {
+		list_del(&m->node);
+		kfree_rcu(m, rcu);
+	}
 }
 
 /*
@@ -253,8 +301,12 @@ static bool pfprof_absorb(struct pfprof_session *s, struct pfprof_member *m)
 	return any;
 }
 
-/* A member for the process @tgid (its current leader), or an ERR_PTR. */
-static struct pfprof_member *pfprof_member_new(struct pid *tgid, u32 flags)
+/*
+ * A member for the process @tgid (its current leader), asked for by
+ * @asker, or an ERR_PTR.
+ */
+static struct pfprof_member *pfprof_member_new(struct pid *tgid, u32 flags,
+					       const struct cred *asker)
 {
 	struct pfprof_member *m = kzalloc(sizeof(*m), GFP_KERNEL_ACCOUNT);
 
@@ -266,17 +318,21 @@ static struct pfprof_member *pfprof_member_new(struct pid *tgid, u32 flags)
 		kfree(m);
 		return ERR_PTR(-ESRCH);
 	}
+	m->sig = m->leader->signal;
+	m->start_time = m->leader->start_time;
 	m->tgid = get_pid(tgid);
+	m->asker = get_cred(asker);
 	m->inherit = flags & PFPROF_TARGET_INHERIT;
 	return m;
 }
 
-/* @m, never counted, goes without a trace. */
+/* @m, never counted, goes without a trace (exec.c may have seen it linked). */
 static void pfprof_member_drop(struct pfprof_member *m)
 {
 	put_pid(m->tgid);
 	put_task_struct(m->leader);
-	kfree(m);
+	put_cred(m->asker);
+	kfree_rcu(m, rcu);
 }
 
 /* @m goes on @s's lists, counted by the ring if it has not ended. */
@@ -287,14 +343,14 @@ static int pfprof_member_link(struct pfprof_session *s, struct pfprof_member *m)
 		return -ENOSPC;
 	/* A cgroup's member is no process: nobody looks it up by one. */
 	if (!m->cgrp)
-		hash_add(s->by_signal, &m->hash, (unsigned long)m->leader->signal);
+		hash_add_rcu(s->by_signal, &m->hash, (unsigned long)m->sig);
 	list_add_tail(&m->node, &s->members);
 	if (m->inherit)
 		s->nr_inheriting++;
 	/* Counted by a ring that has not ended, or not at all. */
 	if (!pfprof_ring_admit(&s->ring, &s->nr_members)) {
 		list_del(&m->node);
-		hash_del(&m->hash);
+		hash_del_rcu(&m->hash);
 		if (m->inherit)
 			s->nr_inheriting--;
 		return -ESHUTDOWN;
@@ -304,24 +360,69 @@ static int pfprof_member_link(struct pfprof_session *s, struct pfprof_member *m)
 }
 
 /*
+ * The joining inheriting member in whose tree @m's current leader is, the
+ * nearest, or NULL.
+ */
+static struct pfprof_member *pfprof_joining_owner(struct pfprof_session *s,
+						  struct pfprof_member *m)
+{
+	struct task_struct *leader = get_pid_task(m->tgid, PIDTYPE_TGID);
+	struct pfprof_member *joiner = NULL;
+
+	if (leader) {
+		rcu_read_lock();
+		joiner = pfprof_tree_joiner(s, leader);
+		rcu_read_unlock();
+		put_task_struct(leader);
+	}
+	return joiner;
+}
+
+/*
  * Completes the joins the registry offered, after a read of every member:
  * a process in an inheriting member's tree (it may have joined since the
- * offer) stays out; one that inherits takes in the members in its tree
- * (accounted already), and then every member is read again, so that its
- * count starts with them in it.  Each counts from its registration.
+ * offer, or join now) stays out; one that inherits takes in the members in
+ * its tree, after their last change, and then every member is read again,
+ * so that its count starts with them in it; unless another user registered
+ * it (PFPROF_FOLLOW_OTHER_USERS): then it stays out, and takes in none of
+ * the opener's own targets (which it could end by leaving).  Each counts
+ * from its registration.  Each pass frees only the member it is at: what
+ * it visits next is never freed under it.
  */
 static void pfprof_complete_joins(struct pfprof_session *s)
 {
-	struct pfprof_member *m, *tmp;
-	bool absorbed = false;
+	struct pfprof_member *m, *tmp, *joiner;
+	bool absorbed = false, inheriting = false;
 
 	list_for_each_entry_safe(m, tmp, &s->members, node) {
 		if (!m->joining)
 			continue;
 		if (pfprof_in_a_tree(s, m))
 			pfprof_member_free(s, m);
-		else if (m->inherit)
-			absorbed |= pfprof_absorb(s, m);
+		else
+			inheriting |= m->inherit;
+	}
+	/* The members inside a joining tree: each process walks up once. */
+	if (inheriting) {
+		list_for_each_entry_safe(m, tmp, &s->members, node) {
+			if (m->joining)
+				continue;
+			joiner = pfprof_joining_owner(s, m);
+			if (!joiner)
+				continue;
+			if (!joiner->own_target) {
+				joiner->refused = true;
+				continue;
+			}
+			if (m->readable && !m->execing)
+				pfprof_member_account(s, m);
+			pfprof_member_free(s, m);
+			absorbed = true;
+		}
+		list_for_each_entry_safe(m, tmp, &s->members, node) {
+			if (m->refused)
+				pfprof_member_free(s, m);
+		}
 	}
 	if (absorbed)
 		pfprof_read_all(s);
@@ -366,13 +467,18 @@ static void pfprof_prune_dead(struct pfprof_session *s)
 		pfprof_member_read(m);
 		if (m->alive)
 			continue;
-		pfprof_member_settle(m);
-		/* Offered and gone before its join completed: since its registration. */
-		if (m->joining) {
-			pfprof_since_registration(m);
-			WRITE_ONCE(s->counted_any, true);
+		/* Gone: no exec of it can be under way. */
+		if (pfprof_member_access(s, m) == PFPROF_UNREADABLE) {
+			s->withdrawn++;
+		} else {
+			pfprof_member_settle(m);
+			/* Offered and gone before its join completed: since its registration. */
+			if (m->joining) {
+				pfprof_since_registration(m);
+				WRITE_ONCE(s->counted_any, true);
+			}
+			pfprof_member_account(s, m);
 		}
-		pfprof_member_account(s, m);
 		pfprof_member_free(s, m);
 		any = true;
 	}
@@ -386,6 +492,10 @@ void pfprof_members_prune(struct pfprof_session *s)
 {
 	mutex_lock(&s->members_lock);
 	pfprof_prune_dead(s);
+	/* Nor exec records of processes gone, their tasks with them. */
+	if (s->nr_inheriting)
+		pfprof_tree_execs(s, false);
+	pfprof_members_bury(s);
 	mutex_unlock(&s->members_lock);
 }
 
@@ -403,7 +513,7 @@ int pfprof_members_join(struct pfprof_session *s, struct pid *tgid, u32 flags)
 	bool first;
 	int ret;
 
-	m = pfprof_member_new(tgid, flags);
+	m = pfprof_member_new(tgid, flags, current_cred());
 	if (IS_ERR(m))
 		return PTR_ERR(m);
 
@@ -438,6 +548,7 @@ int pfprof_members_join(struct pfprof_session *s, struct pid *tgid, u32 flags)
 	if (!m->alive) {
 		/* Exited and reaped since the caller found it. */
 		pfprof_member_free(s, m);
+		pfprof_members_bury(s);
 		mutex_unlock(&s->members_lock);
 		return -ESRCH;
 	}
@@ -445,11 +556,14 @@ int pfprof_members_join(struct pfprof_session *s, struct pid *tgid, u32 flags)
 	if (!(flags & PFPROF_TARGET_WHOLE_LIFE))
 		m->seen = m->now;
 	WRITE_ONCE(s->counted_any, true);
+	WRITE_ONCE(s->targeted, true);
 	first = s->nr_members == 1;
+	pfprof_members_bury(s);
 	mutex_unlock(&s->members_lock);
 	return first;
 
 err_unlock:
+	pfprof_members_bury(s);
 	mutex_unlock(&s->members_lock);
 	pfprof_member_drop(m);
 	return ret;
@@ -471,6 +585,7 @@ int pfprof_members_add_cgroup(struct pfprof_session *s, struct cgroup *cgrp)
 		return -ENOMEM;
 	}
 	m->cgrp = cgrp;
+	m->asker = get_current_cred();
 	m->inherit = true;
 
 	mutex_lock(&s->members_lock);
@@ -482,45 +597,52 @@ int pfprof_members_add_cgroup(struct pfprof_session *s, struct cgroup *cgrp)
 		ret = -EBUSY;
 		goto err_unlock;
 	}
-	s->cgroup = m;
+	WRITE_ONCE(s->cgroup, m);
 	ret = pfprof_member_link(s, m);
 	if (ret) {
-		s->cgroup = NULL;
+		WRITE_ONCE(s->cgroup, NULL);
 		goto err_unlock;
 	}
 	/* The first walk: what its processes did so far is not counted. */
 	pfprof_read_all(s);
 	m->seen = m->now;
 	WRITE_ONCE(s->counted_any, true);
+	WRITE_ONCE(s->targeted, true);
 	mutex_unlock(&s->members_lock);
 	return 0;
 
 err_unlock:
 	mutex_unlock(&s->members_lock);
 	pfprof_cgroup_put(cgrp);
-	kfree(m);
+	put_cred(m->asker);
+	/* exec.c may have seen it as the session's cgroup. */
+	kfree_rcu(m, rcu);
 	return ret;
 }
 
 /*
  * A /proc registration (its own totals at registration: @base) offers the
- * process @tgid to @s: it joins at the sampler's next collection, counted
- * from its registration, unless the session counts it already.  Cheap: no
- * process-list walk.  Nothing to report: a process that cannot join simply
- * does not.  Returns true when it is the session's only process: an idle
- * sampler is to be told (a busy one joins it on its period).
+ * process @tgid to @s, which follows it for @asker: it joins at the
+ * sampler's next collection, counted from its registration, unless the
+ * session counts it already.  @own: the opener's user registered it (its
+ * own target: the session ends when it and the others have gone).  Cheap:
+ * no process-list walk.  Nothing to report: a process that cannot join
+ * simply does not.  Returns true when it is the session's only process: an
+ * idle sampler is to be told (a busy one joins it on its period).
  */
 bool pfprof_members_offer(struct pfprof_session *s, struct pid *tgid, u32 flags,
+			  const struct cred *asker, bool own,
 			  const struct pfprof_counters *base)
 {
 	struct pfprof_member *m, *there;
 	bool first;
 
-	m = pfprof_member_new(tgid, flags);
+	m = pfprof_member_new(tgid, flags, asker);
 	if (IS_ERR(m))
 		return false;
 	m->from_registry = true;
 	m->joining = true;
+	m->own_target = own;
 	m->base = *base;
 
 	mutex_lock(&s->members_lock);
@@ -537,6 +659,9 @@ bool pfprof_members_offer(struct pfprof_session *s, struct pid *tgid, u32 flags,
 	}
 	if (pfprof_counted(s, m->leader) || pfprof_member_link(s, m))
 		goto drop;
+	WRITE_ONCE(s->nr_registered, s->nr_registered + 1);
+	if (own)
+		WRITE_ONCE(s->targeted, true);
 	first = s->nr_members == 1;
 	mutex_unlock(&s->members_lock);
 	return first;
@@ -589,6 +714,7 @@ bool pfprof_members_end(struct pfprof_session *s)
 		pfprof_account_all(s);
 	list_for_each_entry_safe(m, tmp, &s->members, node)
 		pfprof_member_free(s, m);
+	pfprof_members_bury(s);
 	WRITE_ONCE(s->changes, s->changes + 1);
 	counted_any = s->counted_any;
 	mutex_unlock(&s->members_lock);
@@ -604,6 +730,7 @@ void pfprof_members_free(struct pfprof_session *s)
 	s->closed = true;
 	list_for_each_entry_safe(m, tmp, &s->members, node)
 		pfprof_member_free(s, m);
+	pfprof_members_bury(s);
 	pfprof_tree_free(&s->tree);
 	mutex_unlock(&s->members_lock);
 }
@@ -626,7 +753,7 @@ unsigned int pfprof_members_collect(struct pfprof_session *s,
 	pfprof_read_all(s);
 	pfprof_complete_joins(s);
 	list_for_each_entry(m, &s->members, node) {
-		if (!m->readable)
+		if (!m->readable || m->execing)
 			continue;
 		pfprof_member_account(s, m);
 		if (!m->leaving) {
@@ -637,6 +764,7 @@ unsigned int pfprof_members_collect(struct pfprof_session *s,
 		}
 	}
 	pfprof_free_departed(s);
+	pfprof_members_bury(s);
 	*pending = s->pending;
 	*withdrawn = s->withdrawn;
 	nr = s->nr_members;

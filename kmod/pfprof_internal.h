@@ -20,8 +20,13 @@
 #include <linux/list.h>
 #include <linux/minmax.h>
 #include <linux/mutex.h>
+#include <linux/pid.h>
 #include <linux/poll.h>
+#include <linux/rculist.h>
+#include <linux/rcupdate.h>
 #include <linux/sched.h>
+#include <linux/sched/task.h>
+#include <linux/spinlock.h>
 #include <linux/time64.h>
 #include <linux/types.h>
 #include <linux/uidgid.h>
@@ -31,7 +36,9 @@
 #include "pfprof.h"
 
 struct cgroup;
+struct cred;
 struct file;
+struct mem_cgroup;
 struct pid;
 struct pid_namespace;
 struct seq_file;
@@ -67,7 +74,22 @@ static inline u64 pfprof_period_ns(void)
 }
 
 /* access.c: who may profile which process. */
-bool pfprof_opener_may_read(const struct file *file, struct task_struct *task);
+bool pfprof_both_may_read(const struct file *file, const struct cred *asker,
+			  struct task_struct *task);
+
+enum pfprof_access {
+	PFPROF_READABLE,
+	PFPROF_UNREADABLE,
+	PFPROF_EXECING,		/* mid-exec: ask again at the next look */
+};
+
+enum pfprof_access pfprof_recheck(const struct file *file,
+				  const struct cred *asker,
+				  struct task_struct *task);
+bool pfprof_hidden_from(const struct cred *cred, struct task_struct *task,
+			struct user_namespace *hidden_ns);
+bool pfprof_creds_may_read(const struct cred *opener, const struct cred *asker,
+			   struct task_struct *task);
 bool pfprof_may_read(const struct file *file, struct task_struct *task);
 bool pfprof_may_list(const struct file *file, struct task_struct *task);
 int pfprof_lookup(const struct file *file, pid_t nr, struct pid **pidp,
@@ -98,29 +120,45 @@ struct pfprof_ring {
 	wait_queue_head_t consumer_wq;	/* WAIT_FULL and poll */
 };
 
-#define PFPROF_MEMBER_HASH_BITS	6
+/* Up to PFPROF_MEMBERS_MAX members: a few to a chain. */
+#define PFPROF_MEMBER_HASH_BITS	9
 
 /*
  * A process (thread group) a session counts, with what the session last
  * saw of it.  Found by its signal struct: a thread group's leader's
  * task_struct does not identify it, since a thread that execs becomes the
  * new leader; its tgid names the current leader, whose credentials count.
+ * Counted while both the session's opener and whoever asked for it
+ * through the session's file (ADD, ADD_CGROUP, FOLLOW) may read it.
  */
 struct pfprof_member {
 	struct list_head node;
 	struct hlist_node hash;		/* by_signal, keyed by leader->signal */
 	struct pid *tgid;		/* referenced: finds the current leader */
-	struct task_struct *leader;	/* referenced: keeps ->signal alive */
+	/*
+	 * Referenced: keeps ->signal alive; the last leader a collection saw,
+	 * whose credentials judge a process that is gone.
+	 */
+	struct task_struct *leader;
+	const struct signal_struct *sig;	/* the hash's key: leader->signal */
+	u64 start_time;			/* its leader's: with ->sig, its tree key */
 	struct cgroup *cgrp;		/* referenced: a cgroup's member, no process */
+	const struct cred *asker;	/* referenced: who asked for it */
+	struct rcu_head rcu;		/* exec.c finds members under RCU */
 	bool inherit;
+	bool buried;			/* freed: nothing counts for it (tree.c) */
 	bool from_registry;		/* joined through /proc: leaves by "U" */
 	bool joining;			/* offered: joins at the next collection */
+	bool own_target;		/* offered: the opener's user registered it */
+	bool refused;			/* joining: another user's, with targets below */
+	bool hidden;			/* exec.c: exec'd what its session may not read */
 	bool leaving;			/* recalled: leaves at the next collection */
 	struct pfprof_counters base;	/* from_registry: own totals at registration */
 	struct pfprof_counters until;	/* leaving: own totals at unregistration */
 	/* Collection scratch. */
 	bool alive;
 	bool readable;			/* the opener may still read it */
+	bool execing;			/* mid-exec: counted at the next look */
 	struct pfprof_counters own;	/* its own, without children */
 	struct pfprof_counters now;	/* what counts of it, its tree's too */
 	struct pfprof_counters reaped;	/* its reaped children's, in now */
@@ -137,6 +175,44 @@ struct pfprof_member {
 /* tree.c: the walk's maps of the processes in inheriting members' trees. */
 struct pfprof_tree_slot;
 
+/* How far up the real parents a look that must stay short goes. */
+#define PFPROF_TREE_DEPTH_MAX	256
+
+/* Which process a slot is: a signal struct freed and reused is another. */
+struct pfprof_tree_key {
+	const struct signal_struct *sig;
+	u64 start_time;		/* the leader's; an exec's new leader takes it */
+};
+
+/*
+ * The key of @p's process, whichever of its threads @p is (a real parent
+ * is the thread that forked): its leader's start, which an exec's new
+ * leader takes.  @p not released yet; under RCU.
+ */
+static inline struct pfprof_tree_key pfprof_key_of(struct task_struct *p)
+{
+	return (struct pfprof_tree_key){
+		.sig = p->signal,
+		.start_time = rcu_dereference(p->group_leader)->start_time,
+	};
+}
+
+/*
+ * @p's real parent, or NULL at the top (init) or once @p is released: a
+ * released task's parent pointer may be stale.  Under RCU, which keeps
+ * every task not yet released when it began (a live task's parent is one)
+ * from being freed.
+ */
+static inline struct task_struct *pfprof_real_parent(struct task_struct *p)
+{
+	struct task_struct *parent;
+
+	if (!pid_alive(p))
+		return NULL;
+	parent = rcu_dereference(p->real_parent);
+	return parent == p || parent == &init_task ? NULL : parent;
+}
+
 struct pfprof_tree {
 	struct pfprof_tree_slot *map[2];	/* this walk's and the last one's */
 	unsigned int cap[2];		/* slots, a power of two, or 0 */
@@ -149,15 +225,19 @@ struct pfprof_tree {
 /* One open of /dev/pfprof. */
 struct pfprof_session {
 	struct kref ref;		/* the file's, and each offer's in flight */
-	struct list_head node;		/* on the session list, under pfprof_reg_lock */
+	/* exec.c walks the session list under RCU; near the start for kfree_rcu(). */
+	struct rcu_head rcu;
+	struct list_head node;		/* on the session list, under pfprof_sessions_lock */
 	struct file *file;		/* its opener's: whose credentials count */
+	const struct cred *opener_cred;	/* referenced: file->f_cred, for exec.c */
 	kuid_t owner;			/* the opener's euid, for max_sessions */
 	struct pid_namespace *pid_ns;	/* the opener's: what it may name */
 
-	/* Under pfprof_reg_lock: which /proc registrations join. */
+	/* Under pfprof_sessions_lock: which /proc registrations join. */
 	u32 follow;			/* PFPROF_FOLLOW_* */
-	u32 follow_flags;		/* PFPROF_TARGET_* of those joining */
+	u32 follow_flags;		/* PFPROF_TARGET_*, PFPROF_FOLLOW_OTHER_USERS */
 	struct pid *follow_root;	/* DESCENDANTS: referenced tgid */
+	const struct cred *follow_cred;	/* referenced: FOLLOW's caller's */
 
 	/* members.c, under members_lock. */
 	struct mutex members_lock;
@@ -165,10 +245,18 @@ struct pfprof_session {
 	DECLARE_HASHTABLE(by_signal, PFPROF_MEMBER_HASH_BITS);
 	unsigned int nr_members;	/* also read locklessly */
 	unsigned int nr_inheriting;
+	unsigned int nr_registered;	/* joined through /proc; read locklessly */
+	struct list_head buried;	/* freed, their maps' slots not cleared yet */
 	unsigned int nr_leaving;	/* recalled, not gone yet; read locklessly */
 	unsigned int changes;		/* joins and leaves; read locklessly */
 	unsigned int withdrawn;		/* processes no longer counted: exec */
 	bool counted_any;		/* some process joined, ever */
+	/*
+	 * The opener's own target joined, ever (ADD, ADD_CGROUP, or a
+	 * registration by the opener's user): then, as at END, the session
+	 * ends once no member is left.  Others' registrations never end it.
+	 */
+	bool targeted;
 	bool ended;			/* PFPROF_IOC_END: nobody joins any more */
 	bool closed;			/* released: nobody joins, nothing runs */
 	struct pfprof_counters pending;	/* collected, not delivered yet */
@@ -179,6 +267,17 @@ struct pfprof_session {
 
 	struct task_struct *sampler;
 	wait_queue_head_t sampler_wq;
+	struct mem_cgroup *memcg;	/* referenced: the opener's, or NULL */
+
+	/* exec.c: execs in its trees, for its next walk; under execs_lock. */
+	spinlock_t execs_lock;
+	struct list_head execs;
+	unsigned int nr_execs;
+	bool execs_lost;		/* some were not kept */
+	bool execs_closed;		/* closing: none is kept */
+	/* Under members_lock: records were lost since the last walk. */
+	bool execs_missed;
+
 };
 
 /* counters.c: what a process has done and holds. */
@@ -190,6 +289,7 @@ void pfprof_read_memory(struct task_struct *leader, struct pfprof_memory *memory
 void pfprof_members_init(struct pfprof_session *s);
 int pfprof_members_join(struct pfprof_session *s, struct pid *tgid, u32 flags);
 bool pfprof_members_offer(struct pfprof_session *s, struct pid *tgid, u32 flags,
+			  const struct cred *asker, bool own,
 			  const struct pfprof_counters *base);
 bool pfprof_members_recall(struct pfprof_session *s, struct pid *tgid);
 int pfprof_members_add_cgroup(struct pfprof_session *s, struct cgroup *cgrp);
@@ -210,7 +310,20 @@ static inline struct pfprof_member *pfprof_member_of(struct pfprof_session *s,
 	struct pfprof_member *m;
 
 	hash_for_each_possible(s->by_signal, m, hash, (unsigned long)sig) {
-		if (m->leader->signal == sig)
+		if (m->sig == sig)
+			return m;
+	}
+	return NULL;
+}
+
+/* As pfprof_member_of(), under RCU (members are freed after a grace period). */
+static inline struct pfprof_member *
+pfprof_member_of_rcu(struct pfprof_session *s, const struct signal_struct *sig)
+{
+	struct pfprof_member *m;
+
+	hash_for_each_possible_rcu(s->by_signal, m, hash, (unsigned long)sig) {
+		if (m->sig == sig)
 			return m;
 	}
 	return NULL;
@@ -221,10 +334,20 @@ static inline unsigned int pfprof_nr_members(struct pfprof_session *s)
 	return READ_ONCE(s->nr_members);
 }
 
-/* Every member (if any) is recalled: the session has a last sample to deliver. */
-static inline bool pfprof_all_leaving(struct pfprof_session *s)
+/* The session ends once it has no member left (see ->targeted). */
+static inline bool pfprof_ends_when_empty(struct pfprof_session *s)
 {
-	return READ_ONCE(s->nr_members) == READ_ONCE(s->nr_leaving);
+	return READ_ONCE(s->targeted) || READ_ONCE(s->ended);
+}
+
+/*
+ * Every member (if any) is recalled, in a session that ends when empty:
+ * it has a last sample to deliver now.
+ */
+static inline bool pfprof_last_sample_due(struct pfprof_session *s)
+{
+	return pfprof_ends_when_empty(s) &&
+	       READ_ONCE(s->nr_members) == READ_ONCE(s->nr_leaving);
 }
 
 static inline void pfprof_counters_add(struct pfprof_counters *t,
@@ -248,21 +371,49 @@ static inline void pfprof_counters_sub_sat(struct pfprof_counters *t,
 void pfprof_tree_init(struct pfprof_tree *t);
 void pfprof_tree_free(struct pfprof_tree *t);
 void pfprof_tree_collect(struct pfprof_session *s);
-void pfprof_tree_forget(struct pfprof_session *s, struct pfprof_member *m);
+void pfprof_tree_forget_buried(struct pfprof_tree *t);
+void pfprof_tree_execs(struct pfprof_session *s, bool walked);
 struct pfprof_member *pfprof_tree_owner(struct pfprof_session *s,
 					struct task_struct *p);
+struct pfprof_member *pfprof_tree_joiner(struct pfprof_session *s,
+					 struct task_struct *p);
 bool pfprof_descends_from(struct task_struct *p,
 			  const struct task_struct *ancestor);
+
+/*
+ * exec.c: an exec that may hide a process (a setuid program's), in a tree
+ * of a session.
+ */
+struct pfprof_exec {
+	struct list_head node;		/* on the session's execs */
+	struct task_struct *task;	/* referenced: its final counts */
+	struct pfprof_tree_key key;	/* its own */
+	struct pfprof_counters at_exec;	/* its own and reaped children's then */
+	/* Its member's process; .sig NULL: the session's cgroup. */
+	struct pfprof_tree_key owner;
+	unsigned int depth;		/* ancestors in up[] */
+	struct pfprof_tree_key up[];	/* from its parent up to below its member */
+};
+
+int pfprof_execs_init(void);
+void pfprof_execs_exit(void);
+void pfprof_execs_init_session(struct pfprof_session *s);
+bool pfprof_execs_take(struct pfprof_session *s, struct list_head *into);
+void pfprof_execs_keep_back(struct pfprof_session *s, struct list_head *execs);
+void pfprof_exec_free(struct pfprof_exec *e);
+void pfprof_execs_close(struct pfprof_session *s);
+void pfprof_execs_drop(struct pfprof_session *s);
 
 /* registry.c: the processes registered through /proc. */
 struct pfprof_registration {
 	struct pid *pid;		/* referenced */
+	kuid_t registrant;		/* the writer's euid */
 	struct pfprof_counters base;	/* its own counters at registration */
 };
 
 int pfprof_registry_add(struct pid *pid, struct task_struct *leader,
-			struct pfprof_counters *base);
-int pfprof_registry_remove(struct task_struct *leader);
+			kuid_t registrant, struct pfprof_counters *base);
+int pfprof_registry_remove(struct task_struct *leader, kuid_t registrant);
 struct pfprof_registration *pfprof_registry_all(unsigned int *nr);
 void pfprof_registry_put(struct pfprof_registration *all, unsigned int nr);
 void pfprof_registry_show(struct seq_file *m);
@@ -278,7 +429,15 @@ int pfprof_session_release(struct inode *inode, struct file *file);
 long pfprof_session_ioctl(struct file *file, unsigned int cmd,
 			  unsigned long arg);
 __poll_t pfprof_session_poll(struct file *file, poll_table *wait);
-void pfprof_sessions_offer(struct pid *pid, const struct pfprof_counters *base);
+void pfprof_sessions_offer(struct pid *pid, kuid_t registrant,
+			   const struct pfprof_counters *base);
+void pfprof_sessions_exec(struct task_struct *p,
+			  const struct pfprof_counters *at_exec,
+			  struct user_namespace *hidden_ns,
+			  void (*offer)(struct pfprof_session *s,
+					struct task_struct *p,
+					const struct pfprof_counters *at_exec,
+					struct user_namespace *hidden_ns));
 void pfprof_sessions_recall(struct pid *pid);
 
 /* sampler.c: a session's sampling kthread. */

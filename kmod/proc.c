@@ -11,6 +11,7 @@
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/ctype.h>
+#include <linux/cred.h>
 #include <linux/fs.h>
 #include <linux/kernel.h>
 #include <linux/pid.h>
@@ -26,7 +27,16 @@
 
 static struct proc_dir_entry *pfprof_proc_dir;
 
-/* Registers @nr for the writer; the sessions that follow it are offered it. */
+/*
+ * Whose registrations a write to @file makes and unmakes: its opener's
+ * (effective uid), not a writer it was handed to.
+ */
+static kuid_t pfprof_registrant(const struct file *file)
+{
+	return file->f_cred->euid;
+}
+
+/* Registers @nr for the file's opener; the sessions that follow it are offered it. */
 static int pfprof_register(const struct file *file, pid_t nr)
 {
 	struct task_struct *leader;
@@ -39,18 +49,21 @@ static int pfprof_register(const struct file *file, pid_t nr)
 		return ret;
 	/* The registry's references keep pid alive until "U" and after. */
 	get_pid(pid);
-	ret = pfprof_registry_add(pid, leader, &base);
+	ret = pfprof_registry_add(pid, leader, pfprof_registrant(file), &base);
 	if (ret) {
 		put_task_struct(leader);
 		put_pid(pid);
 	} else {
-		pfprof_sessions_offer(pid, &base);
+		pfprof_sessions_offer(pid, pfprof_registrant(file), &base);
 	}
 	put_pid(pid);
 	return ret;
 }
 
-/* Unregisters @nr; the sessions it joined that way have it recalled. */
+/*
+ * Unregisters @nr, the registration the file's opener made; the sessions it
+ * joined that way have it recalled.
+ */
 static int pfprof_unregister(const struct file *file, pid_t nr)
 {
 	struct task_struct *leader;
@@ -60,7 +73,7 @@ static int pfprof_unregister(const struct file *file, pid_t nr)
 	ret = pfprof_lookup(file, nr, &pid, &leader);
 	if (ret)
 		return ret;
-	ret = pfprof_registry_remove(leader);
+	ret = pfprof_registry_remove(leader, pfprof_registrant(file));
 	if (!ret)
 		pfprof_sessions_recall(pid);
 	put_task_struct(leader);

@@ -93,11 +93,11 @@ static unsigned int pfprof_regs_of(kuid_t registrant)
 
 /*
  * Registers the process @pid (group leader @leader: both referenced, the
- * registry takes the references when it succeeds) for the caller; @base
+ * registry takes the references when it succeeds) for @registrant; @base
  * gets its counters at registration.
  */
 int pfprof_registry_add(struct pid *pid, struct task_struct *leader,
-			struct pfprof_counters *base)
+			kuid_t registrant, struct pfprof_counters *base)
 {
 	struct pfprof_reg *r;
 	int ret;
@@ -107,7 +107,7 @@ int pfprof_registry_add(struct pid *pid, struct task_struct *leader,
 		return -ENOMEM;
 	r->leader = leader;
 	r->pid = pid;
-	r->registrant = current_euid();
+	r->registrant = registrant;
 
 	mutex_lock(&pfprof_registry_lock);
 	if (pfprof_reg_find(leader->signal)) {
@@ -137,17 +137,26 @@ err_unlock:
 	return ret;
 }
 
-/* Forgets the registration of @leader's process: -ENOENT if there is none. */
-int pfprof_registry_remove(struct task_struct *leader)
+/*
+ * Forgets the registration of @leader's process: -ENOENT if there is none,
+ * -EPERM if another user than @registrant made it (its "U" would end what
+ * that user's sessions count).
+ */
+int pfprof_registry_remove(struct task_struct *leader, kuid_t registrant)
 {
 	struct pfprof_reg *r;
+	int ret = 0;
 
 	mutex_lock(&pfprof_registry_lock);
 	r = pfprof_reg_find(leader->signal);
-	if (r)
+	if (!r)
+		ret = -ENOENT;
+	else if (!uid_eq(r->registrant, registrant))
+		ret = -EPERM;
+	else
 		pfprof_reg_free(r);
 	mutex_unlock(&pfprof_registry_lock);
-	return r ? 0 : -ENOENT;
+	return ret;
 }
 
 /*
@@ -169,6 +178,7 @@ struct pfprof_registration *pfprof_registry_all(unsigned int *nr)
 	if (all) {
 		list_for_each_entry(r, &pfprof_regs, node) {
 			all[*nr].pid = get_pid(r->pid);
+			all[*nr].registrant = r->registrant;
 			all[(*nr)++].base = r->base;
 		}
 	}

@@ -34,6 +34,7 @@
 #include <linux/sched.h>
 #include <linux/wait.h>
 
+#include "compat.h"
 #include "pfprof_internal.h"
 
 void pfprof_sampler_kick(struct pfprof_session *s)
@@ -74,7 +75,7 @@ static bool pfprof_woken(const struct pfprof_wake *w)
 	if (w->idle)
 		return pfprof_sampler_has_work(s, w->seen);
 	/* The last process left or is leaving: its final sample ends the ring now. */
-	return (!w->draining && pfprof_all_leaving(s)) ||
+	return (!w->draining && pfprof_last_sample_due(s)) ||
 	       pfprof_ring_retry_fired(&s->ring);
 }
 
@@ -130,10 +131,13 @@ static int pfprof_sampler_fn(void *data)
 	/* The ring the last sample (wake.draining) was collected for. */
 	unsigned int drain_generation = 0;
 	ktime_t deadline = ktime_add_ns(ktime_get(), period);
+	struct mem_cgroup *charged;
 	enum pfprof_put put;
 	unsigned int nr;
 	ktime_t now;
 
+	/* What it allocates (the trees' maps) is its opener's. */
+	charged = pfprof_memcg_charge(s->memcg);
 	while (!kthread_should_stop()) {
 		/*
 		 * Nobody to deliver to yet: what the members do meanwhile is
@@ -168,7 +172,7 @@ static int pfprof_sampler_fn(void *data)
 
 		now = ktime_get();
 		if (ktime_before(now, deadline) &&
-		    (wake.draining || !pfprof_all_leaving(s))) {
+		    (wake.draining || !pfprof_last_sample_due(s))) {
 			/* The consumer freed a slot: the same sample, once more. */
 			if (!pfprof_ring_take_retry(r) || !undelivered)
 				continue;
@@ -194,10 +198,13 @@ static int pfprof_sampler_fn(void *data)
 			wake.draining = false;
 			continue;
 		}
-		/* A last sample belongs to the session it was collected for. */
+		/*
+		 * No member left, in a session that ends so: its last sample,
+		 * which belongs to the ring it was collected for.
+		 */
 		if (!nr && !wake.draining)
 			drain_generation = pfprof_ring_generation(r);
-		wake.draining = !nr;
+		wake.draining = !nr && pfprof_ends_when_empty(s);
 		/* When the counts were read: after the collection. */
 		sample.time_ns = ktime_get_ns();
 		sample.minor = pending.minor;
@@ -227,20 +234,35 @@ static int pfprof_sampler_fn(void *data)
 			retry_earned = true;
 		}
 	}
+	pfprof_memcg_charge(charged);
 	return 0;
 }
 
+/*
+ * Before the session is published (session.c): no registration can kick a
+ * sampler that is not there yet, nor hold a session whose start failed.
+ * The sampler works for the opener, in the opener's cgroups: its CPU time
+ * is the opener's, as what it allocates (pfprof_sampler_fn()).
+ */
 int pfprof_sampler_start(struct pfprof_session *s)
 {
 	struct task_struct *t;
+	int ret;
 
 	init_waitqueue_head(&s->sampler_wq);
 	/* Named after the opener, as ps shows it. */
-	t = kthread_run(pfprof_sampler_fn, s, "pfprof/%d",
-			task_tgid_nr(current));
+	t = kthread_create(pfprof_sampler_fn, s, "pfprof/%d",
+			   task_tgid_nr(current));
 	if (IS_ERR(t))
 		return PTR_ERR(t);
+	ret = pfprof_cgroups_join(t);
+	if (ret) {
+		/* Never woken: it ends without running. */
+		kthread_stop(t);
+		return ret;
+	}
 	s->sampler = t;
+	wake_up_process(t);
 	return 0;
 }
 

@@ -26,6 +26,7 @@
 #include <linux/mutex.h>
 #include <linux/pid.h>
 #include <linux/pid_namespace.h>
+#include <linux/rculist.h>
 #include <linux/poll.h>
 #include <linux/sched.h>
 #include <linux/sched/task.h>
@@ -49,6 +50,18 @@ static unsigned int pfprof_sessions_of(kuid_t owner)
 	return n;
 }
 
+/* -EMFILE when @owner has max_sessions open already. */
+static int pfprof_sessions_room(kuid_t owner)
+{
+	int ret = 0;
+
+	mutex_lock(&pfprof_sessions_lock);
+	if (pfprof_sessions_of(owner) >= pfprof_max_sessions)
+		ret = -EMFILE;
+	mutex_unlock(&pfprof_sessions_lock);
+	return ret;
+}
+
 static int pfprof_session_add(struct pfprof_session *s)
 {
 	int ret = 0;
@@ -57,19 +70,28 @@ static int pfprof_session_add(struct pfprof_session *s)
 	if (pfprof_sessions_of(s->owner) >= pfprof_max_sessions)
 		ret = -EMFILE;
 	else
-		list_add_tail(&s->node, &pfprof_sessions);
+		list_add_tail_rcu(&s->node, &pfprof_sessions);
 	mutex_unlock(&pfprof_sessions_lock);
 	return ret;
+}
+
+/* Follows nothing any more.  Under pfprof_sessions_lock. */
+static void pfprof_session_unfollow(struct pfprof_session *s)
+{
+	put_pid(s->follow_root);
+	s->follow_root = NULL;
+	if (s->follow_cred)
+		put_cred(s->follow_cred);
+	s->follow_cred = NULL;
+	s->follow = PFPROF_FOLLOW_NONE;
 }
 
 /* No registration reaches @s once this returns (one noted before finds it closed). */
 static void pfprof_session_remove(struct pfprof_session *s)
 {
 	mutex_lock(&pfprof_sessions_lock);
-	list_del(&s->node);
-	put_pid(s->follow_root);
-	s->follow_root = NULL;
-	s->follow = PFPROF_FOLLOW_NONE;
+	list_del_rcu(&s->node);
+	pfprof_session_unfollow(s);
 	mutex_unlock(&pfprof_sessions_lock);
 }
 
@@ -78,8 +100,11 @@ static void pfprof_session_free(struct kref *ref)
 	struct pfprof_session *s = container_of(ref, struct pfprof_session, ref);
 
 	pfprof_ring_exit(&s->ring);
+	put_cred(s->opener_cred);
+	pfprof_memcg_put(s->memcg);
 	put_pid_ns(s->pid_ns);
-	kfree(s);
+	/* An exec's probe may still be looking at it (exec.c). */
+	kfree_rcu(s, rcu);
 }
 
 /* The last of the file's and the offers' references frees the session. */
@@ -99,28 +124,38 @@ int pfprof_session_open(struct inode *inode, struct file *file)
 		return -ENOMEM;
 	kref_init(&s->ref);
 	s->file = file;
+	s->opener_cred = get_cred(file->f_cred);
 	s->owner = file->f_cred->euid;
 	s->pid_ns = get_pid_ns(task_active_pid_ns(current));
+	s->memcg = pfprof_memcg_get();
 	pfprof_members_init(s);
+	pfprof_execs_init_session(s);
 
+	/* Over the limit: no area allocated in vain (session_add decides). */
+	ret = pfprof_sessions_room(s->owner);
+	if (ret)
+		goto err_free;
 	ret = pfprof_ring_init(&s->ring);
 	if (ret)
 		goto err_free;
-	ret = pfprof_session_add(s);
-	if (ret)
-		goto err_free_ring;
+	/* Complete before it is published: nobody else holds it until then. */
 	ret = pfprof_sampler_start(s);
 	if (ret)
-		goto err_remove;
+		goto err_free_ring;
+	ret = pfprof_session_add(s);
+	if (ret)
+		goto err_stop;
 
 	file->private_data = s;
 	return stream_open(inode, file);
 
-err_remove:
-	pfprof_session_remove(s);
+err_stop:
+	pfprof_sampler_stop(s);
 err_free_ring:
 	pfprof_ring_exit(&s->ring);
 err_free:
+	put_cred(s->opener_cred);
+	pfprof_memcg_put(s->memcg);
 	put_pid_ns(s->pid_ns);
 	kfree(s);
 	return ret;
@@ -139,113 +174,210 @@ int pfprof_session_release(struct inode *inode, struct file *file)
 	pfprof_session_remove(s);
 	pfprof_sampler_stop(s);
 	pfprof_members_free(s);
+	pfprof_execs_close(s);
 	pfprof_session_put(s);
 	return 0;
 }
 
+/* A session a registration concerns, and how it follows it, referenced. */
+struct pfprof_follower {
+	struct pfprof_session *session;
+	u32 scope;			/* PFPROF_FOLLOW_* */
+	u32 flags;			/* PFPROF_TARGET_* of the joining */
+	struct pid *root;		/* DESCENDANTS: the tgid */
+	const struct cred *asker;	/* FOLLOW's caller's */
+};
+
 /*
- * @s follows registrations, the process @pid is in the scope it follows,
- * its opener can name it and may read it (its current leader: a thread
- * that exec'd became it, with the exec's credentials).
+ * @s follows registrations, the process @pid, registered by @registrant,
+ * is in the scope it follows (another user's registration only where the
+ * session asked for them: PFPROF_FOLLOW_OTHER_USERS) and its opener can
+ * name it: what is decided under the list's lock, bounded.
  */
-static bool pfprof_follows(struct pfprof_session *s, struct pid *pid)
+static bool pfprof_may_follow(struct pfprof_session *s, struct pid *pid,
+			      kuid_t registrant)
+{
+	lockdep_assert_held(&pfprof_sessions_lock);
+	return s->follow != PFPROF_FOLLOW_NONE && pid_nr_ns(pid, s->pid_ns) &&
+	       (uid_eq(registrant, s->owner) ||
+		(s->follow_flags & PFPROF_FOLLOW_OTHER_USERS));
+}
+
+/*
+ * The rest, with no lock held (a process's ancestry may be long): @pid is
+ * in @f's scope, and both the session's opener and FOLLOW's caller may read
+ * it (its current leader: a thread that exec'd became it, with the exec's
+ * credentials; the session's next look asks again, security modules too).
+ */
+static bool pfprof_follows(const struct pfprof_follower *f, struct pid *pid)
 {
 	struct task_struct *leader, *root;
-	bool follows = false;
+	bool follows = f->scope == PFPROF_FOLLOW_ALL;
 
-	lockdep_assert_held(&pfprof_sessions_lock);
-	if (s->follow == PFPROF_FOLLOW_NONE || !pid_nr_ns(pid, s->pid_ns))
-		return false;
 	leader = get_pid_task(pid, PIDTYPE_TGID);
 	if (!leader)
 		return false;
-	if (s->follow == PFPROF_FOLLOW_ALL) {
-		follows = true;
-	} else {
-		root = get_pid_task(s->follow_root, PIDTYPE_TGID);
+	if (!follows) {
+		root = get_pid_task(f->root, PIDTYPE_TGID);
 		if (root) {
 			follows = leader->signal == root->signal ||
 				  pfprof_descends_from(leader, root);
 			put_task_struct(root);
 		}
 	}
-	follows = follows && pfprof_opener_may_read(s->file, leader);
+	follows = follows &&
+		  pfprof_creds_may_read(f->session->opener_cred, f->asker, leader);
 	put_task_struct(leader);
 	return follows;
 }
 
 /*
- * The sessions that follow the process @pid (every session when @pid is
- * NULL), referenced, in an array the caller frees with
- * pfprof_sessions_put() (NULL when there are none, or no memory: then none
- * hears of it, as when a session could not take it).
+ * The sessions that follow the process @pid registered by @registrant
+ * (when @pid is NULL, every session a registration joined: no scope, flags
+ * nor asker then), referenced, in an array the caller frees with
+ * pfprof_followers_put() (NULL when there are none; an ERR_PTR without
+ * memory for it).
  */
-static struct pfprof_session **pfprof_sessions_for(struct pid *pid,
-						   unsigned int *nr)
+static struct pfprof_follower *pfprof_followers(struct pid *pid,
+						kuid_t registrant,
+						unsigned int *nr)
 {
-	struct pfprof_session **found = NULL, *s;
+	struct pfprof_follower *found = NULL;
+	struct pfprof_session *s;
 	unsigned int n = 0;
 
 	*nr = 0;
 	mutex_lock(&pfprof_sessions_lock);
 	list_for_each_entry(s, &pfprof_sessions, node)
 		n++;
-	if (n)
+	if (n) {
 		found = kmalloc_array(n, sizeof(*found), GFP_KERNEL);
+		if (!found) {
+			mutex_unlock(&pfprof_sessions_lock);
+			return ERR_PTR(-ENOMEM);
+		}
+	}
 	if (found) {
 		list_for_each_entry(s, &pfprof_sessions, node) {
-			if (!pid || pfprof_follows(s, pid)) {
-				kref_get(&s->ref);
-				found[(*nr)++] = s;
+			/* A recall concerns only sessions registrations joined. */
+			if (pid ? !pfprof_may_follow(s, pid, registrant) :
+				  !READ_ONCE(s->nr_registered))
+				continue;
+			kref_get(&s->ref);
+			found[*nr] = (struct pfprof_follower){ .session = s };
+			if (pid) {
+				found[*nr].scope = s->follow;
+				found[*nr].flags = s->follow_flags &
+						   PFPROF_TARGET_INHERIT;
+				found[*nr].root = get_pid(s->follow_root);
+				found[*nr].asker = get_cred(s->follow_cred);
 			}
+			(*nr)++;
 		}
 	}
 	mutex_unlock(&pfprof_sessions_lock);
 	return found;
 }
 
-static void pfprof_sessions_put(struct pfprof_session **sessions, unsigned int nr)
+static void pfprof_followers_put(struct pfprof_follower *followers,
+				 unsigned int nr)
 {
 	unsigned int i;
 
-	for (i = 0; i < nr; i++)
-		pfprof_session_put(sessions[i]);
-	kfree(sessions);
+	for (i = 0; i < nr; i++) {
+		if (followers[i].asker)
+			put_cred(followers[i].asker);
+		put_pid(followers[i].root);
+		pfprof_session_put(followers[i].session);
+	}
+	kfree(followers);
 }
 
-/* @s is offered the registered process @pid, and its sampler told if idle. */
+/*
+ * @s is offered the process @pid registered by @registrant, and its
+ * sampler told if idle.
+ */
 static void pfprof_session_offer(struct pfprof_session *s, struct pid *pid,
-				 u32 flags, const struct pfprof_counters *base)
+				 u32 flags, const struct cred *asker,
+				 kuid_t registrant,
+				 const struct pfprof_counters *base)
 {
-	if (pfprof_members_offer(s, pid, flags, base))
+	if (pfprof_members_offer(s, pid, flags, asker,
+				 uid_eq(registrant, s->owner), base))
 		pfprof_sampler_kick(s);
 }
 
 /* A registration: every session that follows @pid is offered it. */
-void pfprof_sessions_offer(struct pid *pid, const struct pfprof_counters *base)
+void pfprof_sessions_offer(struct pid *pid, kuid_t registrant,
+			   const struct pfprof_counters *base)
 {
-	struct pfprof_session **sessions;
+	struct pfprof_follower *followers;
 	unsigned int nr, i;
 
-	sessions = pfprof_sessions_for(pid, &nr);
-	for (i = 0; i < nr; i++)
-		pfprof_session_offer(sessions[i], pid,
-				     READ_ONCE(sessions[i]->follow_flags), base);
-	pfprof_sessions_put(sessions, nr);
+	followers = pfprof_followers(pid, registrant, &nr);
+	/* No memory: none hears of it, as when a session could not take it. */
+	if (IS_ERR(followers))
+		return;
+	for (i = 0; i < nr; i++) {
+		if (pfprof_follows(&followers[i], pid))
+			pfprof_session_offer(followers[i].session, pid,
+					     followers[i].flags,
+					     followers[i].asker, registrant,
+					     base);
+	}
+	pfprof_followers_put(followers, nr);
+}
+
+/*
+ * An exec that may hide @p (exec.c): every session is told, by @offer, which
+ * finds whether its trees hold @p.  Under RCU, from the exec's tracepoint:
+ * the session list is walked without its lock, which such a probe cannot
+ * take.
+ */
+void pfprof_sessions_exec(struct task_struct *p,
+			  const struct pfprof_counters *at_exec,
+			  struct user_namespace *hidden_ns,
+			  void (*offer)(struct pfprof_session *s,
+					struct task_struct *p,
+					const struct pfprof_counters *at_exec,
+					struct user_namespace *hidden_ns))
+{
+	struct pfprof_session *s;
+
+	rcu_read_lock();
+	list_for_each_entry_rcu(s, &pfprof_sessions, node)
+		offer(s, p, at_exec, hidden_ns);
+	rcu_read_unlock();
 }
 
 /* An unregistration: whichever sessions @pid joined that way, whatever they follow now. */
 void pfprof_sessions_recall(struct pid *pid)
 {
-	struct pfprof_session **sessions;
+	struct pfprof_follower *followers;
+	struct pfprof_session *s;
 	unsigned int nr, i;
 
-	sessions = pfprof_sessions_for(NULL, &nr);
-	for (i = 0; i < nr; i++) {
-		if (pfprof_members_recall(sessions[i], pid))
-			pfprof_sampler_kick(sessions[i]);
+	followers = pfprof_followers(NULL, GLOBAL_ROOT_UID, &nr);
+	if (IS_ERR(followers)) {
+		/*
+		 * No memory for the list: the registry forgot the process
+		 * already, so its recall must not be lost.  Under the list's
+		 * lock then (it comes before a session's members_lock).
+		 */
+		mutex_lock(&pfprof_sessions_lock);
+		list_for_each_entry(s, &pfprof_sessions, node) {
+			if (READ_ONCE(s->nr_registered) &&
+			    pfprof_members_recall(s, pid))
+				pfprof_sampler_kick(s);
+		}
+		mutex_unlock(&pfprof_sessions_lock);
+		return;
 	}
-	pfprof_sessions_put(sessions, nr);
+	for (i = 0; i < nr; i++) {
+		if (pfprof_members_recall(followers[i].session, pid))
+			pfprof_sampler_kick(followers[i].session);
+	}
+	pfprof_followers_put(followers, nr);
 }
 
 static long pfprof_ioc_info(struct pfprof_session *s,
@@ -334,19 +466,24 @@ static long pfprof_ioc_add(struct file *file, struct pfprof_target __user *uarg)
 }
 
 /*
- * @s follows @scope from now on (@root: the tgid, for DESCENDANTS); the
- * processes registered already are offered at once.
+ * @s follows @scope from now on (@root: the tgid, for DESCENDANTS) for the
+ * caller; the processes registered already are offered at once.
  */
 static void pfprof_session_follow(struct pfprof_session *s, u32 scope,
 				  u32 flags, struct pid *root)
 {
+	struct pfprof_follower f = {
+		.session = s, .scope = scope, .root = root,
+		.flags = flags & PFPROF_TARGET_INHERIT, .asker = current_cred(),
+	};
 	struct pfprof_registration *regs;
 	unsigned int nr, i;
 	bool follows;
 
 	mutex_lock(&pfprof_sessions_lock);
-	put_pid(s->follow_root);
+	pfprof_session_unfollow(s);
 	s->follow_root = get_pid(root);
+	s->follow_cred = get_current_cred();
 	s->follow = scope;
 	s->follow_flags = flags;
 	mutex_unlock(&pfprof_sessions_lock);
@@ -354,10 +491,11 @@ static void pfprof_session_follow(struct pfprof_session *s, u32 scope,
 	regs = pfprof_registry_all(&nr);
 	for (i = 0; i < nr; i++) {
 		mutex_lock(&pfprof_sessions_lock);
-		follows = pfprof_follows(s, regs[i].pid);
+		follows = pfprof_may_follow(s, regs[i].pid, regs[i].registrant);
 		mutex_unlock(&pfprof_sessions_lock);
-		if (follows)
-			pfprof_session_offer(s, regs[i].pid, flags, &regs[i].base);
+		if (follows && pfprof_follows(&f, regs[i].pid))
+			pfprof_session_offer(s, regs[i].pid, f.flags, f.asker,
+					     regs[i].registrant, &regs[i].base);
 	}
 	pfprof_registry_put(regs, nr);
 }
@@ -373,8 +511,8 @@ static long pfprof_ioc_follow(struct file *file,
 
 	if (copy_from_user(&follow, uarg, sizeof(follow)))
 		return -EFAULT;
-	if (follow.flags & ~PFPROF_TARGET_INHERIT || follow.reserved ||
-	    follow.scope > PFPROF_FOLLOW_DESCENDANTS ||
+	if (follow.flags & ~(PFPROF_TARGET_INHERIT | PFPROF_FOLLOW_OTHER_USERS) ||
+	    follow.reserved || follow.scope > PFPROF_FOLLOW_DESCENDANTS ||
 	    (follow.scope == PFPROF_FOLLOW_DESCENDANTS) != (follow.pid != 0))
 		return -EINVAL;
 	if (READ_ONCE(s->ended) || READ_ONCE(s->ring.canceled))
@@ -415,6 +553,7 @@ static long pfprof_ioc_add_cgroup(struct pfprof_session *s,
 	cgrp = pfprof_cgroup_from_fd(target.fd);
 	if (IS_ERR(cgrp))
 		return PTR_ERR(cgrp);
+	/* Its processes are counted while the caller may read them too. */
 	ret = pfprof_members_add_cgroup(s, cgrp);
 	if (!ret)
 		pfprof_sampler_kick(s);

@@ -41,8 +41,8 @@
  *
  * Past PFPROF_TREE_MAP_MAX slots (or without memory for the map) a walk
  * looks up each process's real parents instead, up to
- * PFPROF_TREE_DEPTH_MAX levels, and neither departures nor exclusions
- * below an excluded process are tracked.
+ * PFPROF_TREE_DEPTH_MAX levels (one deeper is not counted), and neither
+ * departures nor exclusions below an excluded process are tracked.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -50,6 +50,7 @@
 #include <linux/log2.h>
 #include <linux/minmax.h>
 #include <linux/mm.h>
+#include <linux/pid.h>
 #include <linux/rcupdate.h>
 #include <linux/sched.h>
 #include <linux/sched/signal.h>
@@ -60,16 +61,8 @@
 #include "compat.h"
 #include "pfprof_internal.h"
 
-/* How far up the real parents a lookup looks for a member. */
-#define PFPROF_TREE_DEPTH_MAX	256
 /* A walk's map: at most this many slots, half of them used. */
 #define PFPROF_TREE_MAP_MAX	(1u << 17)
-
-/* Which process a slot is: a signal struct freed and reused is another. */
-struct pfprof_tree_key {
-	const struct signal_struct *sig;
-	u64 start_time;		/* the leader's; an exec's new leader takes it */
-};
 
 /* A process a walk found in a tree. */
 struct pfprof_tree_slot {
@@ -96,12 +89,6 @@ void pfprof_tree_free(struct pfprof_tree *t)
 	kvfree(t->map[0]);
 	kvfree(t->map[1]);
 	pfprof_tree_init(t);
-}
-
-static struct pfprof_tree_key pfprof_key_of(struct task_struct *p)
-{
-	return (struct pfprof_tree_key){ .sig = p->signal,
-					 .start_time = p->start_time };
 }
 
 static bool pfprof_key_eq(const struct pfprof_tree_key *a,
@@ -137,7 +124,7 @@ static struct pfprof_tree_slot *pfprof_find(struct pfprof_tree *t,
 
 /*
  * Makes the other map this walk's, empty, with room for the processes the
- * last walk found and then some.  Returns false without one (then the walk
+ * last walk found and then some, and not many times more.  Returns false without one (then the walk
  * looks up real parents instead).
  */
 static bool pfprof_tree_turn(struct pfprof_tree *t)
@@ -146,7 +133,11 @@ static bool pfprof_tree_turn(struct pfprof_tree *t)
 	unsigned int want = roundup_pow_of_two(4 * (t->used[t->cur] + 64));
 
 	want = min(want, PFPROF_TREE_MAP_MAX);
-	if (t->cap[next] < want) {
+	/*
+	 * Grown, or shrunk once the processes are gone: a walk's cost (the
+	 * map cleared, departures and settling scanned) follows what is used.
+	 */
+	if (t->cap[next] < want || t->cap[next] > 2 * want) {
 		kvfree(t->map[next]);
 		t->map[next] = kvmalloc_array(want, sizeof(*t->map[next]),
 					      GFP_KERNEL_ACCOUNT);
@@ -160,19 +151,41 @@ static bool pfprof_tree_turn(struct pfprof_tree *t)
 }
 
 /*
- * @p's real parent, or NULL at the top (init) or once @p is released: a
- * released task's parent pointer may be stale.  Under RCU, which keeps
- * every task not yet released when it began (a live task's parent is one)
- * from being freed.
+ * The member of @s nearest among @p's real ancestors that @pick accepts,
+ * or NULL; at most @depth ancestors are looked at (0: all of them).  Every
+ * real parent is older than its child (a fork's, or the ancestor an orphan
+ * is given to), so a walk to the top ends, as yama's ancestry walk does,
+ * after at most as many steps as there are processes: the checks that
+ * decide who is a member walk all the way, so that no depth limit can make
+ * two of them disagree (a process too deep for one would be a member
+ * inside another's tree, and a reparenting later brings it within reach).
+ * Under RCU.
  */
-static struct task_struct *pfprof_real_parent(struct task_struct *p)
+static struct pfprof_member *
+pfprof_ancestor_member(struct pfprof_session *s, struct task_struct *p,
+		       bool (*pick)(const struct pfprof_member *m),
+		       unsigned int depth)
 {
-	struct task_struct *parent;
+	struct pfprof_member *m;
 
-	if (!pid_alive(p))
-		return NULL;
-	parent = rcu_dereference(p->real_parent);
-	return parent == p || parent == &init_task ? NULL : parent;
+	while ((p = pfprof_real_parent(p))) {
+		m = pfprof_member_of(s, p->signal);
+		if (m && pick(m))
+			return m;
+		if (depth && !--depth)
+			break;
+	}
+	return NULL;
+}
+
+static bool pfprof_inherits(const struct pfprof_member *m)
+{
+	return m->inherit;
+}
+
+static bool pfprof_joining_inherits(const struct pfprof_member *m)
+{
+	return m->joining && m->inherit;
 }
 
 /*
@@ -182,18 +195,14 @@ static struct task_struct *pfprof_real_parent(struct task_struct *p)
 struct pfprof_member *pfprof_tree_owner(struct pfprof_session *s,
 					struct task_struct *p)
 {
-	struct pfprof_member *m;
-	int depth;
+	return pfprof_ancestor_member(s, p, pfprof_inherits, 0);
+}
 
-	for (depth = 0; depth < PFPROF_TREE_DEPTH_MAX; depth++) {
-		p = pfprof_real_parent(p);
-		if (!p)
-			return NULL;
-		m = pfprof_member_of(s, p->signal);
-		if (m && m->inherit)
-			return m;
-	}
-	return NULL;
+/* A joining inheriting member among @p's real ancestors, or NULL.  Under RCU. */
+struct pfprof_member *pfprof_tree_joiner(struct pfprof_session *s,
+					 struct task_struct *p)
+{
+	return pfprof_ancestor_member(s, p, pfprof_joining_inherits, 0);
 }
 
 /* @ancestor is a real parent, grandparent... of @p. */
@@ -201,17 +210,24 @@ bool pfprof_descends_from(struct task_struct *p,
 			  const struct task_struct *ancestor)
 {
 	bool found = false;
-	int depth;
 
 	rcu_read_lock();
-	for (depth = 0; depth < PFPROF_TREE_DEPTH_MAX && !found; depth++) {
-		p = pfprof_real_parent(p);
-		if (!p)
-			break;
+	while (!found && (p = pfprof_real_parent(p)))
 		found = p->signal == ancestor->signal;
-	}
 	rcu_read_unlock();
 	return found;
+}
+
+/*
+ * @p is in the session's cgroup (or below it), and its opener can name it
+ * in its pid namespace: a cgroup may hold processes of other namespaces.
+ * Under RCU.
+ */
+static bool pfprof_in_session_cgroup(struct pfprof_session *s,
+				     struct task_struct *p)
+{
+	return s->cgroup && pfprof_in_cgroup(s->cgroup->cgrp, p) &&
+	       pid_nr_ns(task_tgid(p), s->pid_ns);
 }
 
 /*
@@ -235,7 +251,7 @@ static struct pfprof_member *pfprof_walk_owner(struct pfprof_session *s,
 	*parent = (struct pfprof_tree_key){};
 	*excluded = false;
 	real = pfprof_real_parent(p);
-	if (s->cgroup && pfprof_in_cgroup(s->cgroup->cgrp, p)) {
+	if (pfprof_in_session_cgroup(s, p)) {
 		if (real)
 			*parent = pfprof_key_of(real);
 		if (!pfprof_find(t, t->cur, parent))
@@ -252,16 +268,23 @@ static struct pfprof_member *pfprof_walk_owner(struct pfprof_session *s,
 	if (!slot)
 		return NULL;
 	*excluded = slot->excluded || s->cgroup;
-	return slot->owner;
+	/* Its member is freed: it counts for nobody. */
+	return slot->owner && !slot->owner->buried ? slot->owner : NULL;
 }
 
-/* Without the map: a cgroup's process, or the nearest inheriting ancestor's. */
+/*
+ * Without the map: a cgroup's process, or the nearest inheriting ancestor's
+ * within PFPROF_TREE_DEPTH_MAX levels (a walk of every process cannot
+ * afford deeper looks under one RCU read section: one deeper is not
+ * counted, and it decides nothing about who is a member).
+ */
 static struct pfprof_member *pfprof_lookup_owner(struct pfprof_session *s,
 						 struct task_struct *p)
 {
 	if (s->cgroup)
-		return pfprof_in_cgroup(s->cgroup->cgrp, p) ? s->cgroup : NULL;
-	return pfprof_tree_owner(s, p);
+		return pfprof_in_session_cgroup(s, p) ? s->cgroup : NULL;
+	return pfprof_ancestor_member(s, p, pfprof_inherits,
+				      PFPROF_TREE_DEPTH_MAX);
 }
 
 /*
@@ -326,7 +349,22 @@ static bool pfprof_tree_walk(struct pfprof_session *s, bool mapped)
 		}
 		if (!m)
 			continue;
-		unreadable = !excluded && !pfprof_opener_may_read(s->file, p);
+		key = pfprof_key_of(p);
+		before = mapped ? pfprof_find(t, prev, &key) : NULL;
+		unreadable = false;
+		if (!excluded) {
+			switch (pfprof_recheck(s->file, m->asker, p)) {
+			case PFPROF_UNREADABLE:
+				unreadable = true;
+				break;
+			case PFPROF_EXECING:
+				/* As the last walk judged it: the next one will. */
+				unreadable = before && before->excluded;
+				break;
+			default:
+				break;
+			}
+		}
 		excluded = excluded || unreadable;
 		pfprof_read_counters(p, &own, &reaped);
 		pfprof_counters_add(&own, &reaped);
@@ -338,8 +376,6 @@ static bool pfprof_tree_walk(struct pfprof_session *s, bool mapped)
 			continue;
 		}
 
-		key = pfprof_key_of(p);
-		before = pfprof_find(t, prev, &key);
 		offset = (struct pfprof_counters){};
 		if (before)
 			before->present = true;
@@ -381,29 +417,45 @@ static bool pfprof_tree_walk(struct pfprof_session *s, bool mapped)
  * its nearest ancestor still in the tree (this walk's slot), or else to its
  * member, to be set against how much their reaped counts grew.
  */
+/*
+ * This walk's slot of the process @key, or else of its nearest ancestor
+ * still in the tree, up through the last walk's map; NULL when there is
+ * none (a member's key is in neither map).
+ */
+static struct pfprof_tree_slot *pfprof_heir(struct pfprof_tree *t,
+					    struct pfprof_tree_key key)
+{
+	struct pfprof_tree_slot *heir, *up;
+	int depth;
+
+	for (depth = 0; depth < PFPROF_TREE_DEPTH_MAX && key.sig; depth++) {
+		heir = pfprof_find(t, t->cur, &key);
+		if (heir)
+			return heir;
+		up = pfprof_find(t, !t->cur, &key);
+		if (!up)
+			break;
+		key = up->parent;
+	}
+	return NULL;
+}
+
 static void pfprof_tree_departures(struct pfprof_session *s)
 {
 	struct pfprof_tree *t = &s->tree;
 	unsigned int prev = !t->cur;
-	struct pfprof_tree_slot *gone, *up, *heir;
+	struct pfprof_tree_slot *gone, *heir;
 	struct pfprof_counters *departed, *departed_excluded, counted;
 	unsigned int i;
-	int depth;
 
 	for (i = 0; i < t->cap[prev]; i++) {
 		gone = &t->map[prev][i];
 		/* Its member left: nothing of its tree counts any more. */
-		if (!gone->key.sig || gone->present || !gone->owner)
+		if (!gone->key.sig || gone->present || !gone->owner ||
+		    gone->owner->buried)
 			continue;
 		/* Up through the ancestors that left too. */
-		heir = NULL;
-		up = gone;
-		for (depth = 0; depth < PFPROF_TREE_DEPTH_MAX && up; depth++) {
-			heir = pfprof_find(t, t->cur, &up->parent);
-			if (heir || !up->parent.sig)
-				break;
-			up = pfprof_find(t, prev, &up->parent);
-		}
+		heir = pfprof_heir(t, gone->parent);
 		if (heir && heir->excluded)
 			continue;	/* it reached nobody counted */
 		if (heir) {
@@ -434,11 +486,15 @@ static void pfprof_settle(struct pfprof_member *m,
 			  const struct pfprof_counters *now,
 			  const struct pfprof_counters *before,
 			  struct pfprof_counters *departed,
-			  const struct pfprof_counters *departed_excluded)
+			  const struct pfprof_counters *departed_excluded,
+			  bool withhold_all)
 {
 	struct pfprof_counters growth = *now, withhold = *departed_excluded;
 
 	pfprof_counters_sub_sat(&growth, before);
+	/* An exec that may have hidden a process was missed: fail closed. */
+	if (withhold_all)
+		withhold = growth;
 	pfprof_counters_min(&withhold, &growth);
 	pfprof_counters_add(&m->withheld, &withhold);
 	pfprof_counters_sub_sat(&growth, &withhold);
@@ -446,7 +502,7 @@ static void pfprof_settle(struct pfprof_member *m,
 	pfprof_counters_add(&m->kept, departed);
 }
 
-static void pfprof_tree_settle(struct pfprof_session *s)
+static void pfprof_tree_settle(struct pfprof_session *s, bool withhold_all)
 {
 	struct pfprof_tree *t = &s->tree;
 	struct pfprof_tree_slot *slot, *before;
@@ -460,13 +516,86 @@ static void pfprof_tree_settle(struct pfprof_session *s)
 		before = pfprof_find(t, !t->cur, &slot->key);
 		if (before)
 			pfprof_settle(slot->owner, &slot->reaped, &before->reaped,
-				      &slot->departed, &slot->departed_excluded);
+				      &slot->departed, &slot->departed_excluded,
+				      withhold_all);
 	}
 	list_for_each_entry(m, &s->members, node) {
 		if (m->inherit)
 			pfprof_settle(m, &m->reaped, &m->reaped_before,
-				      &m->departed, &m->departed_excluded);
+				      &m->departed, &m->departed_excluded,
+				      withhold_all);
 	}
+}
+
+/*
+ * A record of an exec that hid @e's process from @s (exec.c).  Once it is
+ * gone, what it did after the exec (which reached the tree's counts through
+ * its reaper's reaped counts) is withheld from its member: true, done with
+ * the record.  While it is there the record stays, until a walk (@walked:
+ * this one) excludes it or finds it out of the tree.
+ */
+static bool pfprof_tree_exec(struct pfprof_session *s,
+			     const struct pfprof_exec *e, bool walked)
+{
+	struct pfprof_tree *t = &s->tree;
+	struct task_struct *p = e->task;
+	struct pfprof_counters after, reaped;
+	const struct pfprof_counters *from = &e->at_exec;
+	struct pfprof_tree_slot *slot, *before;
+	struct pfprof_member *owner;
+	unsigned int i;
+
+	if (pid_alive(p) && READ_ONCE(p->exit_state) != EXIT_DEAD) {
+		slot = walked ? pfprof_find(t, t->cur, &e->key) : NULL;
+		return walked && (!slot || slot->excluded);
+	}
+	owner = e->owner.sig ? pfprof_member_of(s, e->owner.sig) : s->cgroup;
+	if (!owner || !owner->inherit ||
+	    (!owner->cgrp && owner->start_time != e->owner.start_time))
+		return true;
+	/* What its nearest ancestor in the tree reaps: counted there, or not. */
+	for (i = 0; i < e->depth; i++) {
+		slot = pfprof_find(t, t->cur, &e->up[i]) ?:
+		       pfprof_find(t, !t->cur, &e->up[i]);
+		if (slot) {
+			if (slot->excluded)
+				return true;
+			break;
+		}
+	}
+	/* A walk excluded it: its departure withholds what it had then. */
+	before = pfprof_find(t, !t->cur, &e->key);
+	if (before && before->excluded)
+		from = &before->total;
+	else
+		s->withdrawn++;
+	pfprof_read_counters(p, &after, &reaped);
+	pfprof_counters_add(&after, &reaped);
+	pfprof_counters_sub_sat(&after, from);
+	pfprof_counters_add(&owner->withheld, &after);
+	return true;
+}
+
+/*
+ * Goes through @s's records of execs that hid processes of its trees
+ * (exec.c), after a walk (@walked) or not; keeps those not done with.  One
+ * that could not be kept makes the next walk fail closed.
+ */
+void pfprof_tree_execs(struct pfprof_session *s, bool walked)
+{
+	struct pfprof_exec *e, *tmp;
+	LIST_HEAD(execs);
+
+	lockdep_assert_held(&s->members_lock);
+	if (!pfprof_execs_take(s, &execs))
+		s->execs_missed = true;
+	list_for_each_entry_safe(e, tmp, &execs, node) {
+		if (pfprof_tree_exec(s, e, walked)) {
+			list_del(&e->node);
+			pfprof_exec_free(e);
+		}
+	}
+	pfprof_execs_keep_back(s, &execs);
 }
 
 /*
@@ -483,27 +612,32 @@ void pfprof_tree_collect(struct pfprof_session *s)
 	lockdep_assert_held(&s->members_lock);
 	complete = pfprof_tree_turn(t);
 	complete = pfprof_tree_walk(s, complete);
+	pfprof_tree_execs(s, true);
 	/* Who left is known only between two walks that mapped everything. */
 	if (complete && t->complete[!t->cur]) {
 		pfprof_tree_departures(s);
-		pfprof_tree_settle(s);
+		pfprof_tree_settle(s, s->execs_missed);
+		s->execs_missed = false;
 	}
 	t->complete[t->cur] = complete;
 }
 
 /*
- * @m leaves: the processes of its tree in both maps belong to nobody, and
- * their departures are nobody's.
+ * The buried members (members.c) left: the processes of their trees in both
+ * maps belong to nobody, and their departures are nobody's.  One pass for
+ * every member freed since the last: freeing thousands of inheriting
+ * members at once costs the maps' size, not that times theirs.
  */
-void pfprof_tree_forget(struct pfprof_session *s, struct pfprof_member *m)
+void pfprof_tree_forget_buried(struct pfprof_tree *t)
 {
-	struct pfprof_tree *t = &s->tree;
+	struct pfprof_tree_slot *slot;
 	unsigned int which, i;
 
 	for (which = 0; which < 2; which++) {
 		for (i = 0; i < t->cap[which]; i++) {
-			if (t->map[which][i].owner == m)
-				t->map[which][i].owner = NULL;
+			slot = &t->map[which][i];
+			if (slot->owner && slot->owner->buried)
+				slot->owner = NULL;
 		}
 	}
 }
