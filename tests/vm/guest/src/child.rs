@@ -34,6 +34,8 @@ pub fn main(args: &[String]) -> ExitCode {
             exec_after_go(pages, program, false)
         }
         ["thread-exec", program @ ..] if !program.is_empty() => exec_after_go("0", program, true),
+        ["exec-chain", left, start] => exec_chain(left, start),
+        ["fail-nth-left"] => fail_nth_left(),
         ["autoreap-tree", child_pages, parent_pages, report] => {
             autoreap_tree(child_pages, parent_pages, report)
         }
@@ -303,6 +305,37 @@ fn exec_after_go(pages: &str, program: &[&str], from_thread: bool) -> Result<()>
         exec()
     };
     bail!("execv {}: {err}", program[0])
+}
+
+/// Execs itself `left` more times, touching a page each time, then exits; the
+/// first (`start` "wait") says ready and waits for go.
+fn exec_chain(left: &str, start: &str) -> Result<()> {
+    use std::os::unix::process::CommandExt;
+    let left: u32 = left.parse()?;
+    if start == "wait" {
+        ready_then_wait_for_go()?;
+    }
+    Fresh::new(1)?.touch(0..1);
+    if left == 0 {
+        return Ok(());
+    }
+    let err = std::process::Command::new(std::env::current_exe()?)
+        .args(["child", "exec-chain", &(left - 1).to_string(), "run"])
+        .exec();
+    bail!("exec: {err}")
+}
+
+/// Exits 0 when fault injection has not fired yet in this task (its fail-nth
+/// still counting down, or firing at this very open), 3 when it fired before.
+fn fail_nth_left() -> Result<()> {
+    let left = match std::fs::read_to_string("/proc/thread-self/fail-nth") {
+        Err(_) => return Ok(()),
+        Ok(text) => text.trim().parse::<u32>().unwrap_or(0),
+    };
+    if left == 0 {
+        std::process::exit(3);
+    }
+    Ok(())
 }
 
 /// A parent that does not wait for its children (SIGCHLD ignored: they are

@@ -34,7 +34,7 @@ use crate::{
 const SETUID_COPY: &str = "/tmp/setuid-guest";
 
 /// A setuid-root copy of this binary (the /tmp tmpfs allows setuid).
-fn setuid_copy() -> Result<&'static str> {
+pub(crate) fn setuid_copy() -> Result<&'static str> {
     fs::copy(std::env::current_exe()?, SETUID_COPY).context("copying the guest binary")?;
     fs::set_permissions(SETUID_COPY, fs::Permissions::from_mode(0o4755))?;
     Ok(SETUID_COPY)
@@ -349,6 +349,62 @@ pub fn a_descendant_nobody_waits_for_keeps_its_faults_and_the_trees_later_ones_c
     mark.ensure_clean()
 }
 
+/// `hardening-child exec-fail-walk <setuid program>` (as nobody): a session
+/// of its own counting its tree, in which a child execs the setuid program
+/// with its `n`th allocation from then on failing, for n = 1, 2, ... until
+/// the exec, the module's probe of it and the program's start all pass; says
+/// "exec <n>", how many allocations failed in turn.
+pub fn exec_fail_walk(setuid: &str) -> Result<()> {
+    use std::ffi::CString;
+    let dev = Device::open()?;
+    dev.add(std::process::id(), true, false)?;
+    let path = CString::new(setuid)?;
+    let args = [
+        path.clone(),
+        CString::new("child")?,
+        CString::new("fail-nth-left")?,
+    ];
+    let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let fail_nth = CString::new("/proc/thread-self/fail-nth")?;
+    for n in 1..20_000u32 {
+        let value = CString::new(n.to_string())?;
+        // SAFETY: fork(2) in this single-threaded process; the child only makes
+        // async-signal-safe calls on data prepared before it.
+        let pid = unsafe { libc::fork() };
+        ensure!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            // SAFETY: open, write, execv and _exit with pointers to live C strings.
+            unsafe {
+                let fd = libc::open(fail_nth.as_ptr(), libc::O_WRONLY);
+                let len = value.as_bytes().len();
+                if fd < 0 || libc::write(fd, value.as_ptr().cast(), len) != len as isize {
+                    libc::_exit(5);
+                }
+                libc::execv(path.as_ptr(), argv.as_ptr());
+                libc::_exit(4);
+            }
+        }
+        let mut status = 0;
+        // SAFETY: waitpid(2) for the child just forked, into a local.
+        let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
+        ensure!(
+            waited == pid,
+            "waitpid: {}",
+            std::io::Error::last_os_error()
+        );
+        ensure!(
+            !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 5),
+            "the child could not arm fail-nth"
+        );
+        if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+            println!("exec {}", n - 1);
+            return Ok(());
+        }
+    }
+    bail!("an exec still failed after 20000 allocations")
+}
+
 /// `/proc/thread-self/fail-nth`, held open: the `n`th fault-injection point
 /// this thread reaches from now on fails. Opened once, so that neither setting
 /// it nor asking it allocates anything (an open would take a fault point).
@@ -498,6 +554,19 @@ pub fn every_allocation_of_the_module_fails_cleanly_under_fault_injection(env: &
             clean(r, &[libc::ENOENT])
         })?,
     ));
+    // An exec that hides a process of a tree from its session (nobody's): the
+    // exec, the module's record of it, the program's start.
+    open_to_all()?;
+    let setuid = setuid_copy()?;
+    let mut walker =
+        Profiled::spawn_mode("hardening-child", &["exec-fail-walk", setuid], Some(NOBODY))?;
+    let said = walker.read_line()?;
+    walker.reap()?;
+    let execs: u32 = said
+        .strip_prefix("exec ")
+        .with_context(|| format!("the exec walk said {said:?}"))?
+        .parse()?;
+    points.push(("an exec hidden from its session", execs));
     // The session still works: it samples its tree.
     let map = Mapping::new(&file)?;
     drop((map, file));

@@ -245,7 +245,7 @@ pub fn consumer_sleeping_in_wait_full_wakes_when_the_last_process_leaves(env: &E
 
 /// The sampler kthread's pid.
 /// The sampler kthreads of every open session ("pfprof/<opener's pid>").
-fn samplers() -> Result<Vec<u32>> {
+pub(crate) fn samplers() -> Result<Vec<u32>> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc")? {
         let entry = entry?;

@@ -9,8 +9,10 @@
 //! `N passed, M failed`, and exits non-zero if any failed. The same binary
 //! plays the processes the tests profile (`pfprof-guest child ...`).
 
+mod ancestry;
 mod anon;
 mod cgroups;
+mod charging;
 mod child;
 mod cost;
 mod device;
@@ -20,6 +22,7 @@ mod fuzz;
 mod harness;
 mod hostile;
 mod hostile_user;
+mod isolation;
 mod klog;
 mod kmod;
 mod lifecycle;
@@ -245,6 +248,62 @@ const TESTS: &[(&str, Test)] = &[
         "a_cgroup_target_counts_exactly_what_its_processes_did_inside_in_both_backends",
         cgroups::a_cgroup_target_counts_exactly_what_its_processes_did_inside_in_both_backends,
     ),
+    (
+        "a_member_reparented_into_an_inheriting_members_tree_is_absorbed_without_harm",
+        ancestry::a_member_reparented_into_an_inheriting_members_tree_is_absorbed_without_harm,
+    ),
+    (
+        "a_member_added_300_levels_down_and_reparented_to_250_is_absorbed_without_harm",
+        ancestry::a_member_added_300_levels_down_and_reparented_to_250_is_absorbed_without_harm,
+    ),
+    (
+        "a_member_one_level_past_the_walks_reparented_onto_their_limit_is_absorbed_without_harm",
+        ancestry::a_member_one_level_past_the_walks_reparented_onto_their_limit_is_absorbed_without_harm,
+    ),
+    (
+        "a_member_reparented_to_an_inheriting_pid_namespace_init_is_absorbed_without_harm",
+        ancestry::a_member_reparented_to_an_inheriting_pid_namespace_init_is_absorbed_without_harm,
+    ),
+    (
+        "an_inheriting_join_absorbing_members_as_others_die_leaves_the_session_working",
+        ancestry::an_inheriting_join_absorbing_members_as_others_die_leaves_the_session_working,
+    ),
+    (
+        "an_inheriting_join_absorbing_members_added_before_it_as_they_die_leaves_the_session_working",
+        ancestry::an_inheriting_join_absorbing_members_added_before_it_as_they_die_leaves_the_session_working,
+    ),
+    (
+        "a_sessions_sampling_and_maps_are_charged_to_its_openers_cgroups",
+        charging::a_sessions_sampling_and_maps_are_charged_to_its_openers_cgroups,
+    ),
+    (
+        "another_users_registrations_join_a_session_only_when_asked_and_never_end_it",
+        isolation::another_users_registrations_join_a_session_only_when_asked_and_never_end_it,
+    ),
+    (
+        "another_users_registered_parent_neither_takes_in_nor_ends_a_sessions_own_target",
+        isolation::another_users_registered_parent_neither_takes_in_nor_ends_a_sessions_own_target,
+    ),
+    (
+        "a_session_handed_to_another_user_counts_only_what_that_user_may_read",
+        isolation::a_session_handed_to_another_user_counts_only_what_that_user_may_read,
+    ),
+    (
+        "a_member_that_execs_setuid_and_is_gone_before_the_next_look_is_withdrawn",
+        isolation::a_member_that_execs_setuid_and_is_gone_before_the_next_look_is_withdrawn,
+    ),
+    (
+        "opens_killed_while_their_sampler_starts_leave_no_session_to_another_users_recall",
+        isolation::opens_killed_while_their_sampler_starts_leave_no_session_to_another_users_recall,
+    ),
+    (
+        "a_process_execing_again_and_again_is_never_withdrawn",
+        isolation::a_process_execing_again_and_again_is_never_withdrawn,
+    ),
+    (
+        "a_descendant_that_runs_a_setuid_program_between_two_looks_is_not_counted",
+        isolation::a_descendant_that_runs_a_setuid_program_between_two_looks_is_not_counted,
+    ),
 ];
 
 fn run(env: &Env, filters: &[String]) -> ExitCode {
@@ -351,6 +410,23 @@ fn hardening_child(args: &[String]) -> ExitCode {
         Some("register-loop") if args.len() == 2 => {
             hostile_user::register_loop(&args[1]).map(|()| ExitCode::SUCCESS)
         }
+        Some("open-loop") => isolation::open_loop().map(|()| ExitCode::SUCCESS),
+        Some("handed-session") if args.len() == 2 => {
+            isolation::handed_session(&args[1]).map(|()| ExitCode::SUCCESS)
+        }
+        Some("session-of") if args.len() == 2 => {
+            isolation::session_of(&args[1]).map(|()| ExitCode::SUCCESS)
+        }
+        Some("tree-of") if args.len() == 2 => {
+            charging::tree_of(&args[1]).map(|()| ExitCode::SUCCESS)
+        }
+        Some("costly-session") if args.len() == 2 => {
+            charging::costly_session(&args[1]).map(|()| ExitCode::SUCCESS)
+        }
+        Some("exec-fail-walk") if args.len() == 2 => {
+            hostile_user::exec_fail_walk(&args[1]).map(|()| ExitCode::SUCCESS)
+        }
+        Some("absorb") => ancestry::absorb(&args[1..]).map(|()| ExitCode::SUCCESS),
         Some("own-session") if args.len() == 2 => {
             permissions::own_session(&args[1]).map(|()| ExitCode::SUCCESS)
         }
@@ -367,6 +443,13 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("child") => child::main(&args[1..]),
         Some("hardening-child") => hardening_child(&args[1..]),
+        Some("hog") if args.len() == 2 => harness::hog(&args[1]).map_or_else(
+            |e| {
+                eprintln!("hog: {e:#}");
+                ExitCode::FAILURE
+            },
+            |()| ExitCode::SUCCESS,
+        ),
         Some("--module") if args.len() >= 2 => {
             let env = Env {
                 module: PathBuf::from(&args[1]),
