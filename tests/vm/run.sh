@@ -5,7 +5,7 @@
 # line per test and "N passed, M failed"; exit 0 only if all passed and the
 # kernel log has no report from any of the kernel's checkers.
 #
-#   tests/vm/run.sh --kernel KERNEL [--root DIR] [--module FILE] [--boots N] [--keep] [FILTER...]
+#   tests/vm/run.sh --kernel KERNEL [--root DIR] [--module FILE] [--boots N] [--load] [--keep] [FILTER...]
 #
 # KERNEL: a Debian kernel version with its headers installed (for example
 # 6.1.0-28-cloud-amd64; run.sh lists those it finds when it is missing), or
@@ -20,6 +20,10 @@
 # the boots ended: clean, crashed before the module was ever loaded, crashed
 # with it loaded, failed otherwise; what docs/reliability.md's emulator
 # figures come from.
+# --load: run the suite on a loaded machine, as users' machines are: two busy
+# loops on the host beside qemu and a process rewriting 2 GiB of memory over and
+# over, and in the guest two busy loops and a process keeping a quarter of its
+# memory dirty (pfprof-guest hog), all at the tests' own priority.
 # FILTER: run only tests whose name contains one of these substrings.
 # --keep: keep the work directory (initramfs, console log) and print its path.
 # Environment: CARGO_TARGET_DIR (default: target/), PFPROF_VM_TIMEOUT (s; 600,
@@ -38,6 +42,7 @@ kernel=
 kernel_root=
 module=
 boots=1
+load=0
 filters=()
 while (($#)); do
 	case $1 in
@@ -47,7 +52,8 @@ while (($#)); do
 	--root) kernel_root=${2-}; (($# > 1)) && shift ;;
 	--module) module=${2-}; (($# > 1)) && shift ;;
 	--boots) boots=${2-}; (($# > 1)) && shift ;;
-	-h | --help) sed -n '2,31p' "$0"; exit 0 ;;
+	--load) load=1 ;;
+	-h | --help) sed -n '2,35p' "$0"; exit 0 ;;
 	*) filters+=("$1") ;;
 	esac
 	shift
@@ -59,7 +65,11 @@ vm_select_kernel "$kernel" "$kernel_root"
 if ((vm_debug)); then vm_timeout=${PFPROF_VM_TIMEOUT:-2400}; else vm_timeout=${PFPROF_VM_TIMEOUT:-600}; fi
 
 work=$(mktemp -d /tmp/pfprof-vm.XXXXXX)
-cleanup() { if ((keep)); then echo "run.sh: kept $work"; else rm -rf "$work"; fi; }
+hogs=()
+cleanup() {
+	((${#hogs[@]} == 0)) || kill "${hogs[@]}" 2>/dev/null || true
+	if ((keep)); then echo "run.sh: kept $work"; else rm -rf "$work"; fi
+}
 trap cleanup EXIT
 
 echo "run.sh: kernel $vm_kver${vm_root:+ (from $vm_root)}, $(qemu-system-x86_64 --version | head -n 1)"
@@ -105,6 +115,25 @@ vm_pack "$root" "$work/initramfs.cpio.gz"
 # memory pressure, which a kernel built with PSI_DEFAULT_DISABLED keeps off
 # without it.
 checkers="preempt=full slub_debug=FZPU sysctl.kernel.hung_task_timeout_secs=20 init_on_free=1 psi=1"
+# The load (--load): the guest's /init starts its own when the kernel's command
+# line says pfprof_load=1; the host's run beside qemu until run.sh exits.
+if ((load)); then
+	checkers+=" pfprof_load=1"
+	for _ in 1 2; do
+		bash -c 'while :; do :; done' &
+		hogs+=($!)
+	done
+	python3 -c '
+import time
+block = bytearray(2 << 30)
+while True:
+    for i in range(0, len(block), 4096):
+        block[i] = (block[i] + 1) & 0xff
+    time.sleep(0.1)
+' &
+	hogs+=($!)
+	echo "run.sh: loaded: two busy loops and 2 GiB rewritten on the host, the same in the guest"
+fi
 mem=1G
 if ((vm_debug)); then
 	checkers+=" kfence.sample_interval=10 tsc=reliable"
