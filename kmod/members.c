@@ -256,19 +256,31 @@ static bool pfprof_member_descends_from(struct pfprof_member *m,
 	return descends;
 }
 
-/* @m's current leader is in the tree of another of @s's inheriting members. */
-static bool pfprof_in_a_tree(struct pfprof_session *s, struct pfprof_member *m)
+/*
+ * What @look (a tree.c look up the real parents) finds above @m's current
+ * leader, or NULL.
+ */
+static struct pfprof_member *
+pfprof_member_ancestor(struct pfprof_session *s, struct pfprof_member *m,
+		       struct pfprof_member *(*look)(struct pfprof_session *s,
+						     struct task_struct *p))
 {
 	struct task_struct *leader = get_pid_task(m->tgid, PIDTYPE_TGID);
-	bool in = false;
+	struct pfprof_member *found = NULL;
 
 	if (leader) {
 		rcu_read_lock();
-		in = pfprof_tree_owner(s, leader);
+		found = look(s, leader);
 		rcu_read_unlock();
 		put_task_struct(leader);
 	}
-	return in;
+	return found;
+}
+
+/* @m's current leader is in the tree of another of @s's inheriting members. */
+static bool pfprof_in_a_tree(struct pfprof_session *s, struct pfprof_member *m)
+{
+	return pfprof_member_ancestor(s, m, pfprof_tree_owner);
 }
 
 /*
@@ -360,25 +372,6 @@ static int pfprof_member_link(struct pfprof_session *s, struct pfprof_member *m)
 }
 
 /*
- * The joining inheriting member in whose tree @m's current leader is, the
- * nearest, or NULL.
- */
-static struct pfprof_member *pfprof_joining_owner(struct pfprof_session *s,
-						  struct pfprof_member *m)
-{
-	struct task_struct *leader = get_pid_task(m->tgid, PIDTYPE_TGID);
-	struct pfprof_member *joiner = NULL;
-
-	if (leader) {
-		rcu_read_lock();
-		joiner = pfprof_tree_joiner(s, leader);
-		rcu_read_unlock();
-		put_task_struct(leader);
-	}
-	return joiner;
-}
-
-/*
  * Completes the joins the registry offered, after a read of every member:
  * a process in an inheriting member's tree (it may have joined since the
  * offer, or join now) stays out; one that inherits takes in the members in
@@ -407,7 +400,7 @@ static void pfprof_complete_joins(struct pfprof_session *s)
 		list_for_each_entry_safe(m, tmp, &s->members, node) {
 			if (m->joining)
 				continue;
-			joiner = pfprof_joining_owner(s, m);
+			joiner = pfprof_member_ancestor(s, m, pfprof_tree_joiner);
 			if (!joiner)
 				continue;
 			if (!joiner->own_target) {

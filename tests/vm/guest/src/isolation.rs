@@ -273,6 +273,20 @@ pub fn session_of(pid: &str) -> Result<()> {
     Ok(())
 }
 
+/// Nobody's session of its process `pid` (`session-of`), the process added.
+fn nobodys_session_of(pid: u32) -> Result<Profiled> {
+    let mut session = Profiled::spawn_mode(
+        "hardening-child",
+        &["session-of", &pid.to_string()],
+        Some(NOBODY),
+    )?;
+    ensure!(
+        session.read_line()? == "added",
+        "nobody's session did not add its process"
+    );
+    Ok(session)
+}
+
 pub fn a_member_that_execs_setuid_and_is_gone_before_the_next_look_is_withdrawn(
     env: &Env,
 ) -> Result<()> {
@@ -287,15 +301,7 @@ pub fn a_member_that_execs_setuid_and_is_gone_before_the_next_look_is_withdrawn(
         Some(NOBODY),
     )?;
     ensure!(p.read_line()? == "ready");
-    let mut session = Profiled::spawn_mode(
-        "hardening-child",
-        &["session-of", &p.pid.to_string()],
-        Some(NOBODY),
-    )?;
-    ensure!(
-        session.read_line()? == "added",
-        "nobody's session did not add its process"
-    );
+    let mut session = nobodys_session_of(p.pid)?;
     p.go()?;
     ensure!(p.read_line()? == "exec");
     let reaped = p.reap()?;
@@ -440,15 +446,7 @@ pub fn a_process_execing_again_and_again_is_never_withdrawn(env: &Env) -> Result
     open_to_all()?;
     let mut p = Profiled::spawn_raw(&["exec-chain", EXECS, "wait"], Some(NOBODY))?;
     ensure!(p.read_line()? == "ready");
-    let mut session = Profiled::spawn_mode(
-        "hardening-child",
-        &["session-of", &p.pid.to_string()],
-        Some(NOBODY),
-    )?;
-    ensure!(
-        session.read_line()? == "added",
-        "nobody's session did not add its process"
-    );
+    let mut session = nobodys_session_of(p.pid)?;
     session.go()?;
     p.go()?;
     let reaped = p.reap()?;
