@@ -25,6 +25,16 @@
 #endif
 
 /*
+ * What RCU readers may still see is freed after a grace period, without
+ * the lazy batching 6.2+ kernels may apply to call_rcu() (seconds): a
+ * closed session's memory, and its members', goes at once.  There is no
+ * lazy RCU before call_rcu_hurry() exists.
+ */
+#ifndef PFPROF_HAVE_CALL_RCU_HURRY
+#define call_rcu_hurry call_rcu
+#endif
+
+/*
  * Before 6.3 vma->vm_flags is written directly; since, through setters
  * that take the mmap lock into account.
  */

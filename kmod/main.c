@@ -11,6 +11,7 @@
 
 #include <linux/module.h>
 #include <linux/moduleparam.h>
+#include <linux/rcupdate.h>
 #include <linux/stringify.h>
 
 #include "pfprof_internal.h"
@@ -116,6 +117,8 @@ static void __exit pfprof_exit(void)
 	pfprof_chardev_exit();
 	pfprof_proc_exit();
 	pfprof_execs_exit();
+	/* The sessions' and members' RCU callbacks are this module's code. */
+	rcu_barrier();
 	pr_info("unloaded\n");
 }
 

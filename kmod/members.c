@@ -178,6 +178,17 @@ static void pfprof_account_all(struct pfprof_session *s)
 	}
 }
 
+static void pfprof_member_kfree(struct rcu_head *rcu)
+{
+	kfree(container_of(rcu, struct pfprof_member, rcu));
+}
+
+/* @m is freed once no RCU reader (exec.c) may see it any more. */
+static void pfprof_member_free_rcu(struct pfprof_member *m)
+{
+	call_rcu_hurry(&m->rcu, pfprof_member_kfree);
+}
+
 /*
  * @m is no member any more.  One that inherits may still own slots of the
  * trees' maps: it is buried, its memory kept until pfprof_members_bury()
@@ -208,7 +219,7 @@ static void pfprof_member_free(struct pfprof_session *s, struct pfprof_member *m
 		list_add(&m->node, &s->buried);
 	} else {
 		/* exec.c may be looking at it. */
-		kfree_rcu(m, rcu);
+		pfprof_member_free_rcu(m);
 	}
 }
 
@@ -223,7 +234,7 @@ static void pfprof_members_bury(struct pfprof_session *s)
 	pfprof_tree_forget_buried(&s->tree);
 	list_for_each_entry_safe(m, tmp, &s->buried, node) {
 		list_del(&m->node);
-		kfree_rcu(m, rcu);
+		pfprof_member_free_rcu(m);
 	}
 }
 
@@ -344,7 +355,7 @@ static void pfprof_member_drop(struct pfprof_member *m)
 	put_pid(m->tgid);
 	put_task_struct(m->leader);
 	put_cred(m->asker);
-	kfree_rcu(m, rcu);
+	pfprof_member_free_rcu(m);
 }
 
 /* @m goes on @s's lists, counted by the ring if it has not ended. */
@@ -609,7 +620,7 @@ err_unlock:
 	pfprof_cgroup_put(cgrp);
 	put_cred(m->asker);
 	/* exec.c may have seen it as the session's cgroup. */
-	kfree_rcu(m, rcu);
+	pfprof_member_free_rcu(m);
 	return ret;
 }
 

@@ -95,6 +95,11 @@ static void pfprof_session_remove(struct pfprof_session *s)
 	mutex_unlock(&pfprof_sessions_lock);
 }
 
+static void pfprof_session_kfree(struct rcu_head *rcu)
+{
+	kfree(container_of(rcu, struct pfprof_session, rcu));
+}
+
 static void pfprof_session_free(struct kref *ref)
 {
 	struct pfprof_session *s = container_of(ref, struct pfprof_session, ref);
@@ -104,7 +109,7 @@ static void pfprof_session_free(struct kref *ref)
 	pfprof_memcg_put(s->memcg);
 	put_pid_ns(s->pid_ns);
 	/* An exec's probe may still be looking at it (exec.c). */
-	kfree_rcu(s, rcu);
+	call_rcu_hurry(&s->rcu, pfprof_session_kfree);
 }
 
 /* The last of the file's and the offers' references frees the session. */
