@@ -25,29 +25,34 @@ use crate::sampling::take_until_ended;
 const INTERVALS: usize = 150;
 
 /// The gaps between consecutive samples' timestamps against the period asked: their
-/// median, their mean per deadline, their 99th percentile (ms) and how many deadlines
-/// passed without a sample of their own. A sampler starved past a whole period puts the
-/// deadlines it missed into its next sample (the module's pfprof_next_deadline), so a
-/// gap counts for as many deadlines as it spans, rounded: a sampler that set each
-/// deadline from its late wake-up instead would drift by its latency at every gap.
-fn interval_stats(samples: &[Sample], period_ms: u32) -> (f64, f64, f64, u64) {
+/// median, the mean of those within half a period of it, their 99th percentile (ms) and
+/// how many were left out of that mean. A sample stamped late (its wake-up or its
+/// collection held up on a loaded machine: more than half a period, or a whole one, when
+/// its deadline is folded into the next) makes its gap long and the next one short by
+/// as much: the two are left out together, and the rest still average to the period on
+/// absolute deadlines (the module's pfprof_next_deadline). A sampler that set each
+/// deadline from its late wake-up instead makes every gap longer by its latency, which
+/// no trimming removes; one that rounds to jiffies, every gap longer by the rounding.
+fn interval_stats(samples: &[Sample], period_ms: u32) -> (f64, f64, f64, usize) {
     let period_ns = u64::from(period_ms) * 1_000_000;
     let mut gaps: Vec<u64> = samples
         .windows(2)
         .map(|w| w[1].time_ns - w[0].time_ns)
         .collect();
-    let deadlines: u64 = gaps
+    let near: Vec<u64> = gaps
         .iter()
-        .map(|&gap| ((gap + period_ns / 2) / period_ns).max(1))
-        .sum();
-    gaps.sort_unstable();
+        .copied()
+        .filter(|&gap| gap.abs_diff(period_ns) < period_ns / 2)
+        .collect();
+    let left_out = gaps.len() - near.len();
     let ms = |ns: u64| ns as f64 / 1e6;
-    let span = samples[samples.len() - 1].time_ns - samples[0].time_ns;
+    let mean = ms(near.iter().sum::<u64>()) / near.len().max(1) as f64;
+    gaps.sort_unstable();
     (
         ms(gaps[gaps.len() / 2]),
-        ms(span) / deadlines as f64,
+        mean,
         ms(gaps[gaps.len() * 99 / 100]),
-        deadlines - gaps.len() as u64,
+        left_out,
     )
 }
 
@@ -90,7 +95,7 @@ pub fn the_sampler_keeps_the_period_asked_on_absolute_deadlines(env: &Env) -> Re
         let mut rest = Vec::new();
         take_until_ended(&mut consumer, &mut rest)?;
         // The first sample starts at the registration, before the session: not a full period.
-        let (median, mean, p99, missed) = interval_stats(&samples[1..], period_ms);
+        let (median, mean, p99, left_out) = interval_stats(&samples[1..], period_ms);
         let asked = f64::from(period_ms);
         // On the jiffies clocksource hrtimers have tick resolution: say so, it is the VM's.
         let clocksource = std::fs::read_to_string(
@@ -98,14 +103,20 @@ pub fn the_sampler_keeps_the_period_asked_on_absolute_deadlines(env: &Env) -> Re
         )
         .unwrap_or_default();
         crate::harness::figure(&format!(
-            "period_ms={period_ms}: intervals median {median:.3} ms, mean {mean:.3} ms a \
-             deadline, p99 {p99:.3} ms over {INTERVALS}, {missed} deadlines missed by a whole \
+            "period_ms={period_ms}: intervals median {median:.3} ms, mean {mean:.3} ms of those \
+             within half a period, p99 {p99:.3} ms over {INTERVALS}, {left_out} beyond half a \
              period (clocksource {})",
             clocksource.trim()
         ));
         ensure!(
             (mean - asked).abs() <= asked / 100.0,
-            "period_ms={period_ms}: mean interval {mean:.3} ms a deadline is off by more than 1%"
+            "period_ms={period_ms}: mean interval {mean:.3} ms (of those within half a period) \
+             is off by more than 1%"
+        );
+        // Most periods are kept, even on a loaded machine.
+        ensure!(
+            left_out * 5 <= INTERVALS,
+            "period_ms={period_ms}: {left_out} of {INTERVALS} intervals beyond half a period"
         );
         // The median carries the VM's wake-up jitter (1.4% at 10 ms once on the debug
         // kernel under TCG); rounding to jiffies, the defect this guards, is 12% at

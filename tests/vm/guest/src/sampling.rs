@@ -255,7 +255,9 @@ fn drain_until_ended(
 /// sample is written at a deadline of its own, the deadlines a period apart, so two
 /// delivered samples `k` numbers apart are at least `k` periods apart, less the lateness
 /// of the first (its timestamp is taken when it is collected, after its deadline; less
-/// than a period: one woken later skips the deadlines it missed). Any two samples, however
+/// than a period: one woken later skips the deadlines it missed; but its collection may
+/// be held up on a loaded machine past the next deadline, whose sample then follows at
+/// once: so the first is one whose next number came half a period later or more). Any two samples, however
 /// far apart: a module that skipped a number now and then (or wrote a sample no deadline
 /// collected) runs ahead of the clock by a period each time. The session's last sample is
 /// collected when its process leaves, not at a deadline: it is left out, and so is the
@@ -278,6 +280,13 @@ fn ensure_numbers_fit_the_time(
     let ahead = |(seq, sample): &(u64, Sample)| {
         i128::from(*seq) * i128::from(period_ns) - i128::from(sample.time_ns)
     };
+    let stamped: std::collections::HashMap<u64, u64> =
+        samples.iter().map(|(seq, s)| (*seq, s.time_ns)).collect();
+    let on_time = |(seq, sample): &(u64, Sample)| {
+        stamped
+            .get(&(seq + 1))
+            .is_some_and(|next| next.saturating_sub(sample.time_ns) >= period_ns / 2)
+    };
     let mut earliest = None::<(i128, u64)>;
     for numbered in at_deadlines {
         let (seq, _) = *numbered;
@@ -290,7 +299,7 @@ fn ensure_numbers_fit_the_time(
                 seq - from
             );
         }
-        if earliest.is_none_or(|(low, _)| ahead(numbered) < low) {
+        if on_time(numbered) && earliest.is_none_or(|(low, _)| ahead(numbered) < low) {
             earliest = Some((ahead(numbered), seq));
         }
     }
