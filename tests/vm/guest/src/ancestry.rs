@@ -360,7 +360,7 @@ impl Chain {
             "kill level {level} ({victim}): {}",
             std::io::Error::last_os_error()
         );
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let parent = parent_of(orphan)?;
             if parent == self.reaper() {
@@ -390,7 +390,8 @@ impl Chain {
             // SAFETY: kill(2) of a process of ours (ESRCH once gone: fine).
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
-        let deadline = Instant::now() + Duration::from_secs(10);
+        // Hundreds of processes, killed and reaped under KASAN: tens of seconds.
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             loop {
                 // SAFETY: waitpid(2) for any child, without blocking, status unwanted.
@@ -550,14 +551,14 @@ pub fn absorb(args: &[String]) -> Result<()> {
     // The session goes on: the reaper is alive, so samples keep coming.
     wait_until(
         "no sample after the first collection's",
-        Duration::from_secs(5),
+        Duration::from_secs(20),
         || map.write_seq() > samples,
     )?;
     ioctl(&file, abi::IOC_END, std::ptr::null_mut::<u8>())
         .map_err(|e| anyhow::anyhow!("END: errno {e}"))?;
     wait_until(
         "the consumer saw no end of the session",
-        Duration::from_secs(5),
+        Duration::from_secs(20),
         || map.canceled(),
     )?;
     let total = map.write_seq();
