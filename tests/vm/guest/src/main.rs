@@ -386,6 +386,9 @@ fn hardening_child(args: &[String]) -> ExitCode {
         Some("threads") if args.len() == 2 => races::threads(&args[1]).map(|()| ExitCode::SUCCESS),
         Some("open-device") => permissions::open_device().map(|()| ExitCode::SUCCESS),
         Some("non-dumpable") => permissions::non_dumpable().map(|()| ExitCode::SUCCESS),
+        Some("non-dumpable-leaderless") => {
+            permissions::non_dumpable_leaderless().map(|()| ExitCode::SUCCESS)
+        }
         Some("deputy") if args.len() == 2 => {
             permissions::deputy(&args[1]).map(|()| ExitCode::SUCCESS)
         }

@@ -86,6 +86,25 @@ pub fn non_dumpable() -> Result<()> {
     Ok(())
 }
 
+/// `hardening-child non-dumpable-leaderless`: a process its own user may not
+/// read, whose leader thread has exited (pthread_exit: no mm left to say it
+/// is not dumpable) while a second thread waits for a byte.
+pub fn non_dumpable_leaderless() -> Result<()> {
+    ensure!(
+        // SAFETY: plain prctl on ourselves.
+        unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0) } == 0,
+        "prctl"
+    );
+    std::thread::spawn(|| {
+        println!("ready");
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stdin().read_exact(&mut [0u8; 1]);
+        std::process::exit(0);
+    });
+    // SAFETY: ends the main thread alone; the other one ends the process.
+    unsafe { libc::pthread_exit(std::ptr::null_mut()) }
+}
+
 /// `hardening-child deputy <pid>` (started as root): opens the status file
 /// as nobody, takes root back (the saved uid) and writes "R <pid>" through
 /// that descriptor: a privileged writer on an unprivileged opener's file.
@@ -162,6 +181,28 @@ fn ask(uid: Option<u32>, args: &[&str]) -> Result<String> {
     Ok(said)
 }
 
+/// Whether this kernel judges a task by the dumpability it saved at its
+/// exit_mm() (6.1's and 6.12's stable updates; 7.x keeps it per task), as the
+/// status file must then too. Asked of /proc itself: nobody reading the exe
+/// link of a leaderless, non-dumpable process of its own is refused (EACCES)
+/// where the kernel does, and finds no mm (ENOENT) where it does not.
+fn kernel_saves_dumpability() -> Result<bool> {
+    let mut probe = Profiled::spawn_mode(
+        "hardening-child",
+        &["non-dumpable-leaderless"],
+        Some(NOBODY),
+    )?;
+    ensure!(probe.read_line()? == "ready");
+    let out = Command::new("/bin/busybox")
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .args(["ls", "-l", &format!("/proc/{}/exe", probe.pid)])
+        .output()?;
+    probe.go()?;
+    probe.reap()?;
+    Ok(String::from_utf8_lossy(&out.stderr).contains("ermission denied"))
+}
+
 fn expect(uid: Option<u32>, args: &[&str], want: &str) -> Result<()> {
     let said = ask(uid, args)?;
     ensure!(
@@ -211,6 +252,31 @@ pub fn nobody_may_profile_its_own_processes_only_and_open_the_device_as_udev_all
         &["status", "R", &sealed.pid.to_string()],
         &eperm,
     )?;
+    // The same once its leader thread has exited, as the kernel judges it (the
+    // dumpability saved at its exit_mm(), where the kernel keeps one).
+    let mut leaderless = Profiled::spawn_mode(
+        "hardening-child",
+        &["non-dumpable-leaderless"],
+        Some(NOBODY),
+    )?;
+    ensure!(leaderless.read_line()? == "ready");
+    let saved = kernel_saves_dumpability()?;
+    let leaderless_pid = leaderless.pid.to_string();
+    expect(
+        Some(NOBODY),
+        &["status", "R", &leaderless_pid],
+        if saved { &eperm } else { "ok" },
+    )?;
+    if !saved {
+        expect(Some(NOBODY), &["status", "U", &leaderless_pid], "ok")?;
+    }
+    crate::harness::figure(&format!(
+        "permissions: a non-dumpable process whose leader exited is {} by /proc and by \
+         the status file alike",
+        if saved { "refused" } else { "readable" }
+    ));
+    leaderless.go()?;
+    leaderless.reap()?;
 
     // The device: as the node's mode says. devtmpfs made it root's, 0600.
     let node = fs::metadata(abi::DEVICE_PATH)?;
