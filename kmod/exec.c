@@ -222,6 +222,10 @@ static void pfprof_exec_offer(struct pfprof_session *s, struct task_struct *p,
 	struct task_struct *a = p;
 	unsigned int depth, i;
 
+	/* Cheap first: a process of another user than those it asks for. */
+	if (!READ_ONCE(s->foreign_asker) &&
+	    !uid_eq(s->opener_cred->fsuid, __task_cred(p)->uid))
+		return;
 	m = pfprof_member_of_rcu(s, p->signal);
 	if (m) {
 		if (pfprof_exec_hides_from(s, m, p, hidden_ns))

@@ -200,7 +200,7 @@ static void pfprof_member_free(struct pfprof_session *s, struct pfprof_member *m
 	list_del(&m->node);
 	hash_del_rcu(&m->hash);
 	if (m->inherit)
-		s->nr_inheriting--;
+		WRITE_ONCE(s->nr_inheriting, s->nr_inheriting - 1);
 	if (m->leaving)
 		WRITE_ONCE(s->nr_leaving, s->nr_leaving - 1);
 	if (m->from_registry)
@@ -364,18 +364,21 @@ static int pfprof_member_link(struct pfprof_session *s, struct pfprof_member *m)
 	lockdep_assert_held(&s->members_lock);
 	if (s->nr_members >= PFPROF_MEMBERS_MAX)
 		return -ENOSPC;
+	/* exec.c then asks about every user's processes, not just the opener's. */
+	if (!uid_eq(m->asker->fsuid, s->opener_cred->fsuid))
+		WRITE_ONCE(s->foreign_asker, true);
 	/* A cgroup's member is no process: nobody looks it up by one. */
 	if (!m->cgrp)
 		hash_add_rcu(s->by_signal, &m->hash, (unsigned long)m->sig);
 	list_add_tail(&m->node, &s->members);
 	if (m->inherit)
-		s->nr_inheriting++;
+		WRITE_ONCE(s->nr_inheriting, s->nr_inheriting + 1);
 	/* Counted by a ring that has not ended, or not at all. */
 	if (!pfprof_ring_admit(&s->ring, &s->nr_members)) {
 		list_del(&m->node);
 		hash_del_rcu(&m->hash);
 		if (m->inherit)
-			s->nr_inheriting--;
+			WRITE_ONCE(s->nr_inheriting, s->nr_inheriting - 1);
 		return -ESHUTDOWN;
 	}
 	WRITE_ONCE(s->changes, s->changes + 1);
@@ -384,48 +387,49 @@ static int pfprof_member_link(struct pfprof_session *s, struct pfprof_member *m)
 
 /*
  * Completes the joins the registry offered, after a read of every member:
- * a process in an inheriting member's tree (it may have joined since the
+ * one that inherits and that another user registered
+ * (PFPROF_FOLLOW_OTHER_USERS) stays out if a member is in its tree (taking
+ * in the session's own targets, it could end the session by leaving); a
+ * process in an inheriting member's tree (it may have joined since the
  * offer, or join now) stays out; one that inherits takes in the members in
  * its tree, after their last change, and then every member is read again,
- * so that its count starts with them in it; unless another user registered
- * it (PFPROF_FOLLOW_OTHER_USERS): then it stays out, and takes in none of
- * the opener's own targets (which it could end by leaving).  Each counts
- * from its registration.  Each pass frees only the member it is at: what
- * it visits next is never freed under it.
+ * so that its count starts with them in it.  Each counts from its
+ * registration, and one the opener's user registered is the session's own
+ * target from then on.  Each pass frees only the member it is at: what it
+ * visits next is never freed under it.
  */
 static void pfprof_complete_joins(struct pfprof_session *s)
 {
 	struct pfprof_member *m, *tmp, *joiner;
 	bool absorbed = false, inheriting = false;
 
-	list_for_each_entry_safe(m, tmp, &s->members, node) {
-		if (!m->joining)
-			continue;
-		if (pfprof_in_a_tree(s, m))
-			pfprof_member_free(s, m);
-		else
-			inheriting |= m->inherit;
-	}
+	list_for_each_entry(m, &s->members, node)
+		inheriting |= m->joining && m->inherit;
 	/* The members inside a joining tree: each process walks up once. */
 	if (inheriting) {
-		list_for_each_entry_safe(m, tmp, &s->members, node) {
-			if (m->joining)
-				continue;
+		list_for_each_entry(m, &s->members, node) {
 			joiner = pfprof_member_ancestor(s, m, pfprof_tree_joiner);
-			if (!joiner)
-				continue;
-			if (!joiner->own_target) {
+			if (joiner && !joiner->own_target)
 				joiner->refused = true;
-				continue;
-			}
-			if (m->readable && !m->execing)
-				pfprof_member_account(s, m);
-			pfprof_member_free(s, m);
-			absorbed = true;
 		}
 		list_for_each_entry_safe(m, tmp, &s->members, node) {
 			if (m->refused)
 				pfprof_member_free(s, m);
+		}
+	}
+	list_for_each_entry_safe(m, tmp, &s->members, node) {
+		if (m->joining && pfprof_in_a_tree(s, m))
+			pfprof_member_free(s, m);
+	}
+	if (inheriting) {
+		list_for_each_entry_safe(m, tmp, &s->members, node) {
+			if (m->joining ||
+			    !pfprof_member_ancestor(s, m, pfprof_tree_joiner))
+				continue;
+			if (m->readable && !m->execing)
+				pfprof_member_account(s, m);
+			pfprof_member_free(s, m);
+			absorbed = true;
 		}
 	}
 	if (absorbed)
@@ -436,6 +440,8 @@ static void pfprof_complete_joins(struct pfprof_session *s)
 		pfprof_since_registration(m);
 		m->joining = false;
 		WRITE_ONCE(s->counted_any, true);
+		if (m->own_target)
+			WRITE_ONCE(s->targeted, true);
 	}
 }
 
@@ -480,6 +486,8 @@ static void pfprof_prune_dead(struct pfprof_session *s)
 			if (m->joining) {
 				pfprof_since_registration(m);
 				WRITE_ONCE(s->counted_any, true);
+				if (m->own_target)
+					WRITE_ONCE(s->targeted, true);
 			}
 			pfprof_member_account(s, m);
 		}
@@ -496,9 +504,9 @@ void pfprof_members_prune(struct pfprof_session *s)
 {
 	mutex_lock(&s->members_lock);
 	pfprof_prune_dead(s);
-	/* Nor exec records of processes gone, their tasks with them. */
-	if (s->nr_inheriting)
-		pfprof_tree_execs(s, false);
+	/* No tree left: its exec records concern nothing. */
+	if (!s->nr_inheriting)
+		pfprof_execs_drop(s);
 	pfprof_members_bury(s);
 	mutex_unlock(&s->members_lock);
 }
@@ -654,8 +662,12 @@ bool pfprof_members_offer(struct pfprof_session *s, struct pid *tgid, u32 flags,
 		goto drop;
 	there = pfprof_member_of(s, m->leader->signal);
 	if (there) {
-		/* Registered again before its leaving completed: it stays. */
-		if (there->from_registry && there->leaving) {
+		/*
+		 * Registered again, by the same side (the opener's user or
+		 * another), before its leaving completed: it stays.
+		 */
+		if (there->from_registry && there->leaving &&
+		    there->own_target == own) {
 			there->leaving = false;
 			WRITE_ONCE(s->nr_leaving, s->nr_leaving - 1);
 		}
@@ -664,8 +676,6 @@ bool pfprof_members_offer(struct pfprof_session *s, struct pid *tgid, u32 flags,
 	if (pfprof_counted(s, m->leader) || pfprof_member_link(s, m))
 		goto drop;
 	WRITE_ONCE(s->nr_registered, s->nr_registered + 1);
-	if (own)
-		WRITE_ONCE(s->targeted, true);
 	first = s->nr_members == 1;
 	mutex_unlock(&s->members_lock);
 	return first;

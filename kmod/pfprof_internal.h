@@ -275,6 +275,7 @@ struct pfprof_session {
 	unsigned int nr_execs;
 	bool execs_lost;		/* some were not kept */
 	bool execs_closed;		/* closing: none is kept */
+	bool foreign_asker;		/* a member asked for by another than the opener */
 	/* Under members_lock: records were lost since the last walk. */
 	bool execs_missed;
 
@@ -372,7 +373,6 @@ void pfprof_tree_init(struct pfprof_tree *t);
 void pfprof_tree_free(struct pfprof_tree *t);
 void pfprof_tree_collect(struct pfprof_session *s);
 void pfprof_tree_forget_buried(struct pfprof_tree *t);
-void pfprof_tree_execs(struct pfprof_session *s, bool walked);
 struct pfprof_member *pfprof_tree_owner(struct pfprof_session *s,
 					struct task_struct *p);
 struct pfprof_member *pfprof_tree_joiner(struct pfprof_session *s,
@@ -391,6 +391,7 @@ struct pfprof_exec {
 	struct pfprof_counters at_exec;	/* its own and reaped children's then */
 	/* Its member's process; .sig NULL: the session's cgroup. */
 	struct pfprof_tree_key owner;
+	bool gone;			/* tree.c: released before the walk began */
 	unsigned int depth;		/* ancestors in up[] */
 	struct pfprof_tree_key up[];	/* from its parent up to below its member */
 };

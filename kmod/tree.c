@@ -528,74 +528,94 @@ static void pfprof_tree_settle(struct pfprof_session *s, bool withhold_all)
 }
 
 /*
- * A record of an exec that hid @e's process from @s (exec.c).  Once it is
- * gone, what it did after the exec (which reached the tree's counts through
- * its reaper's reaped counts) is withheld from its member: true, done with
- * the record.  While it is there the record stays, until a walk (@walked:
- * this one) excludes it or finds it out of the tree.
+ * A record of an exec that hid @e's process from @s (exec.c), at a walk
+ * that, as the one before it, mapped every process of the trees.  One
+ * released before the walk began (@e->gone) had what it did reach its
+ * reaper's reaped counts, which the walk read: what it did after the exec
+ * (after the last look, if a walk excluded it) is withheld from the growth
+ * of its nearest ancestor still in the tree, or of its member, as the
+ * departures' are (pfprof_settle() bounds it by what arrived).  One still
+ * there stays recorded until it is gone, unless it is out of the trees.
+ * Returns true when done with the record.
  */
 static bool pfprof_tree_exec(struct pfprof_session *s,
-			     const struct pfprof_exec *e, bool walked)
+			     const struct pfprof_exec *e)
 {
 	struct pfprof_tree *t = &s->tree;
-	struct task_struct *p = e->task;
-	struct pfprof_counters after, reaped;
+	struct pfprof_counters after, reaped, *into;
 	const struct pfprof_counters *from = &e->at_exec;
-	struct pfprof_tree_slot *slot, *before;
+	struct pfprof_tree_slot *heir = NULL, *before;
 	struct pfprof_member *owner;
 	unsigned int i;
 
-	if (pid_alive(p) && READ_ONCE(p->exit_state) != EXIT_DEAD) {
-		slot = walked ? pfprof_find(t, t->cur, &e->key) : NULL;
-		return walked && (!slot || slot->excluded);
-	}
+	if (!e->gone)
+		return !pfprof_find(t, t->cur, &e->key) &&
+		       pid_alive(e->task) &&
+		       READ_ONCE(e->task->exit_state) != EXIT_DEAD;
+	if (pfprof_member_of(s, e->key.sig))
+		return true;
 	owner = e->owner.sig ? pfprof_member_of(s, e->owner.sig) : s->cgroup;
 	if (!owner || !owner->inherit ||
 	    (!owner->cgrp && owner->start_time != e->owner.start_time))
 		return true;
-	/* What its nearest ancestor in the tree reaps: counted there, or not. */
-	for (i = 0; i < e->depth; i++) {
-		slot = pfprof_find(t, t->cur, &e->up[i]) ?:
-		       pfprof_find(t, !t->cur, &e->up[i]);
-		if (slot) {
-			if (slot->excluded)
-				return true;
-			break;
-		}
-	}
+	for (i = 0; i < e->depth && !heir; i++)
+		heir = pfprof_find(t, t->cur, &e->up[i]);
+	if (heir && heir->excluded)
+		return true;	/* it reached nobody counted */
+	into = heir ? &heir->departed_excluded : &owner->departed_excluded;
 	/* A walk excluded it: its departure withholds what it had then. */
 	before = pfprof_find(t, !t->cur, &e->key);
 	if (before && before->excluded)
 		from = &before->total;
 	else
 		s->withdrawn++;
-	pfprof_read_counters(p, &after, &reaped);
+	pfprof_read_counters(e->task, &after, &reaped);
 	pfprof_counters_add(&after, &reaped);
 	pfprof_counters_sub_sat(&after, from);
-	pfprof_counters_add(&owner->withheld, &after);
+	pfprof_counters_add(into, &after);
 	return true;
 }
 
+/* An earlier record of @e's process, which withholds from its first exec on. */
+static bool pfprof_exec_repeated(const struct list_head *execs,
+				 const struct pfprof_exec *e)
+{
+	const struct pfprof_exec *earlier;
+
+	list_for_each_entry(earlier, execs, node) {
+		if (earlier == e)
+			return false;
+		if (earlier->gone &&
+		    !memcmp(&earlier->key, &e->key, sizeof(e->key)))
+			return true;
+	}
+	return false;
+}
+
 /*
- * Goes through @s's records of execs that hid processes of its trees
- * (exec.c), after a walk (@walked) or not; keeps those not done with.  One
- * that could not be kept makes the next walk fail closed.
+ * Goes through the records of @execs after a walk: at one that, as the one
+ * before it, mapped everything (@complete), as pfprof_tree_exec() says; at
+ * one that did not (no memory for the map, or past its size: neither
+ * departures nor exclusions are tracked then), those of processes gone are
+ * done with, failing closed.  Returns whether the walk must withhold every
+ * reaped count its trees gained.
  */
-void pfprof_tree_execs(struct pfprof_session *s, bool walked)
+static bool pfprof_tree_execs(struct pfprof_session *s, struct list_head *execs,
+			      bool complete)
 {
 	struct pfprof_exec *e, *tmp;
-	LIST_HEAD(execs);
+	bool withhold_all = false;
 
-	lockdep_assert_held(&s->members_lock);
-	if (!pfprof_execs_take(s, &execs))
-		s->execs_missed = true;
-	list_for_each_entry_safe(e, tmp, &execs, node) {
-		if (pfprof_tree_exec(s, e, walked)) {
+	list_for_each_entry_safe(e, tmp, execs, node) {
+		if (complete ? pfprof_exec_repeated(execs, e) ||
+			       pfprof_tree_exec(s, e) :
+			       e->gone) {
+			withhold_all |= !complete;
 			list_del(&e->node);
 			pfprof_exec_free(e);
 		}
 	}
-	pfprof_execs_keep_back(s, &execs);
+	return withhold_all;
 }
 
 /*
@@ -607,18 +627,37 @@ void pfprof_tree_execs(struct pfprof_session *s, bool walked)
 void pfprof_tree_collect(struct pfprof_session *s)
 {
 	struct pfprof_tree *t = &s->tree;
+	struct pfprof_member *m;
+	struct pfprof_exec *e;
+	LIST_HEAD(execs);
 	bool complete;
 
 	lockdep_assert_held(&s->members_lock);
+	/* The exec records so far, each told whether its process was gone. */
+	if (!pfprof_execs_take(s, &execs))
+		s->execs_missed = true;
+	list_for_each_entry(e, &execs, node)
+		e->gone = !pid_alive(e->task) ||
+			  READ_ONCE(e->task->exit_state) == EXIT_DEAD;
 	complete = pfprof_tree_turn(t);
 	complete = pfprof_tree_walk(s, complete);
-	pfprof_tree_execs(s, true);
 	/* Who left is known only between two walks that mapped everything. */
 	if (complete && t->complete[!t->cur]) {
 		pfprof_tree_departures(s);
+		pfprof_tree_execs(s, &execs, true);
 		pfprof_tree_settle(s, s->execs_missed);
 		s->execs_missed = false;
+	} else if (pfprof_tree_execs(s, &execs, false) || s->execs_missed) {
+		/* Its members' own reaped counts, at least, are withheld. */
+		list_for_each_entry(m, &s->members, node) {
+			if (m->inherit)
+				pfprof_settle(m, &m->reaped, &m->reaped_before,
+					      &m->departed,
+					      &m->departed_excluded, true);
+		}
+		s->execs_missed = false;
 	}
+	pfprof_execs_keep_back(s, &execs);
 	t->complete[t->cur] = complete;
 }
 
