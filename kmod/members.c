@@ -394,9 +394,8 @@ static int pfprof_member_link(struct pfprof_session *s, struct pfprof_member *m)
  * offer, or join now) stays out; one that inherits takes in the members in
  * its tree, after their last change, and then every member is read again,
  * so that its count starts with them in it.  Each counts from its
- * registration, and one the opener's user registered is the session's own
- * target from then on.  Each pass frees only the member it is at: what it
- * visits next is never freed under it.
+ * registration.  Each pass frees only the member it is at: what it visits
+ * next is never freed under it.
  */
 static void pfprof_complete_joins(struct pfprof_session *s)
 {
@@ -440,8 +439,6 @@ static void pfprof_complete_joins(struct pfprof_session *s)
 		pfprof_since_registration(m);
 		m->joining = false;
 		WRITE_ONCE(s->counted_any, true);
-		if (m->own_target)
-			WRITE_ONCE(s->targeted, true);
 	}
 }
 
@@ -486,8 +483,6 @@ static void pfprof_prune_dead(struct pfprof_session *s)
 			if (m->joining) {
 				pfprof_since_registration(m);
 				WRITE_ONCE(s->counted_any, true);
-				if (m->own_target)
-					WRITE_ONCE(s->targeted, true);
 			}
 			pfprof_member_account(s, m);
 		}
@@ -676,6 +671,12 @@ bool pfprof_members_offer(struct pfprof_session *s, struct pid *tgid, u32 flags,
 	if (pfprof_counted(s, m->leader) || pfprof_member_link(s, m))
 		goto drop;
 	WRITE_ONCE(s->nr_registered, s->nr_registered + 1);
+	/*
+	 * Its own target: its leaving may end the session at once (another
+	 * user's joiner above it is refused at the join: members.c).
+	 */
+	if (own)
+		WRITE_ONCE(s->targeted, true);
 	first = s->nr_members == 1;
 	mutex_unlock(&s->members_lock);
 	return first;

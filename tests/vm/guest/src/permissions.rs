@@ -101,8 +101,11 @@ pub fn non_dumpable_leaderless() -> Result<()> {
         let _ = std::io::stdin().read_exact(&mut [0u8; 1]);
         std::process::exit(0);
     });
-    // SAFETY: ends the main thread alone; the other one ends the process.
-    unsafe { libc::pthread_exit(std::ptr::null_mut()) }
+    // The leader thread alone exits (pthread_exit() would unwind through Rust's
+    // main, which aborts): the other one ends the process.
+    // SAFETY: exit(2) of this thread only; nothing of it is used after.
+    unsafe { libc::syscall(libc::SYS_exit, 0) };
+    unreachable!("exit(2) returned")
 }
 
 /// `hardening-child deputy <pid>` (started as root): opens the status file
