@@ -181,16 +181,16 @@ pub fn monitor_scribbling_every_word_for_seconds_cannot_stall_or_hurt_the_sample
     kmod::register(churn.pid)?;
     churn.go()?;
     // The control is an honest session's sampler doing the same work: relaxed, it never
-    // waits for its consumer. A twin stands in for the scribbled session's sampler
-    // meanwhile, so that as many samplers compete for the CPUs in the control as later.
+    // waits for its consumer. A twin runs beside it throughout: while the monitor
+    // scribbles, its wake-ups over the same seconds are what the scribbled sampler's
+    // are held against (a control taken before failed once the host's load changed).
     let honest_session = || {
         let file = raw_session()?;
         set_mode(&file, abi::MODE_RELAXED).map_err(|e| anyhow::anyhow!("SET_MODE: {e}"))?;
         Ok(file)
     };
-    let (honest, honest_sampler) = opened_with_sampler(honest_session)?;
-    let sampler = honest_sampler;
-    let twin = honest_session()?;
+    let (honest, sampler) = opened_with_sampler(honest_session)?;
+    let (twin, twin_sampler) = opened_with_sampler(honest_session)?;
     let mut rng = Rng::from_env_or_clock();
     let slots = abi::slots_in(2);
 
@@ -218,7 +218,6 @@ pub fn monitor_scribbling_every_word_for_seconds_cannot_stall_or_hurt_the_sample
     let control_busy =
         (kmod::main_thread_cpu_ns(sampler)? - ran) as f64 / started.elapsed().as_nanos() as f64;
 
-    drop(twin);
     let (mut words, mut rounds) = (0u64, 0u64);
     let mut scribbled = Duration::ZERO;
     let mut slowest = f64::MAX;
@@ -244,10 +243,10 @@ pub fn monitor_scribbling_every_word_for_seconds_cannot_stall_or_hurt_the_sample
                 )?);
             }
         }
-        // The honest session's sampler, meanwhile, is the control of the same
-        // seconds: a loaded host slows both alike.
+        // The twin's sampler, meanwhile, is the control of the same seconds: a
+        // loaded host slows both alike.
         let (woke, ran) = (wakeups(sampler)?, kmod::main_thread_cpu_ns(sampler)?);
-        let honest_woke = wakeups(honest_sampler)?;
+        let twin_woke = wakeups(twin_sampler)?;
         let started = Instant::now();
         let mut pattern = Pattern::Random;
         while started.elapsed() < PER_MODE {
@@ -271,16 +270,12 @@ pub fn monitor_scribbling_every_word_for_seconds_cannot_stall_or_hurt_the_sample
         let elapsed = started.elapsed();
         scribbled += elapsed;
         let rate = (wakeups(sampler)? - woke) as f64 / elapsed.as_secs_f64();
-        let control = if sampler == honest_sampler {
-            control_rate
-        } else {
-            (wakeups(honest_sampler)? - honest_woke) as f64 / elapsed.as_secs_f64()
-        };
+        let control = (wakeups(twin_sampler)? - twin_woke) as f64 / elapsed.as_secs_f64();
         slowest = slowest.min(rate);
         ensure!(
             rate >= control / 2.0,
             "mode {mode}: the sampler woke {rate:.0} times a second while the monitor \
-             scribbled, an honest one {control:.0}: stalled (seed {})",
+             scribbled, an honest twin {control:.0}: stalled (seed {})",
             rng.seed()
         );
         // Its share of a CPU, for the record: under TCG on a loaded host it
@@ -303,7 +298,7 @@ pub fn monitor_scribbling_every_word_for_seconds_cannot_stall_or_hurt_the_sample
         rng.seed()
     ));
 
-    drop(honest);
+    drop((honest, twin));
     // An honest monitor afterwards: samples arrive on period.
     let dev = kmod::follow_registrations().context("attaching after the scribbling")?;
     let area = dev.start(Mode::Strict)?;
