@@ -24,15 +24,10 @@ use crate::sampling::take_until_ended;
 /// Intervals measured per period asked.
 const INTERVALS: usize = 150;
 
-/// The gaps between consecutive samples' timestamps against the period asked: their
-/// median, the mean of those within half a period of it, their 99th percentile (ms) and
-/// how many were left out of that mean. A sample stamped late (its wake-up or its
-/// collection held up on a loaded machine: more than half a period, or a whole one, when
-/// its deadline is folded into the next) makes its gap long and the next one short by
-/// as much: the two are left out together, and the rest still average to the period on
-/// absolute deadlines (the module's pfprof_next_deadline). A sampler that set each
-/// deadline from its late wake-up instead makes every gap longer by its latency, which
-/// no trimming removes; one that rounds to jiffies, every gap longer by the rounding.
+/// The gaps between consecutive samples' timestamps: their median, the mean of those
+/// within half a period of it, their 99th percentile (ms), and how many were beyond half
+/// a period of it (a sample stamped late, or a deadline folded into the next sample on a
+/// loaded machine). Figures: what is asserted is `phase_share`.
 fn interval_stats(samples: &[Sample], period_ms: u32) -> (f64, f64, f64, usize) {
     let period_ns = u64::from(period_ms) * 1_000_000;
     let mut gaps: Vec<u64> = samples
@@ -54,6 +49,33 @@ fn interval_stats(samples: &[Sample], period_ms: u32) -> (f64, f64, f64, usize) 
         ms(gaps[gaps.len() * 99 / 100]),
         left_out,
     )
+}
+
+/// The largest share of the samples stamped within a quarter of a period after one
+/// phase of it. On absolute deadlines every sample is stamped its wake-up's lateness
+/// after a deadline, all deadlines one phase: most fall just after it, however late a
+/// loaded machine makes some. A sampler that set each deadline from its late wake-up
+/// instead drifts through every phase by its latency at every period, as one rounding
+/// to jiffies does by the rounding: a quarter of them, about, fall in any quarter.
+fn phase_share(samples: &[Sample], period_ms: u32) -> f64 {
+    let period_ns = u64::from(period_ms) * 1_000_000;
+    let mut phases: Vec<u64> = samples.iter().map(|s| s.time_ns % period_ns).collect();
+    phases.sort_unstable();
+    // Around the circle: each phase again one period on.
+    let around: Vec<u64> = phases
+        .iter()
+        .copied()
+        .chain(phases.iter().map(|p| p + period_ns))
+        .collect();
+    let mut best = 0;
+    let mut end = 0;
+    for start in 0..phases.len() {
+        while end < start + phases.len() && around[end] < around[start] + period_ns / 4 {
+            end += 1;
+        }
+        best = best.max(end - start);
+    }
+    best as f64 / phases.len() as f64
 }
 
 /// A registered process with `threads` sleeping threads, and a strict session over it.
@@ -96,34 +118,33 @@ pub fn the_sampler_keeps_the_period_asked_on_absolute_deadlines(env: &Env) -> Re
         take_until_ended(&mut consumer, &mut rest)?;
         // The first sample starts at the registration, before the session: not a full period.
         let (median, mean, p99, left_out) = interval_stats(&samples[1..], period_ms);
-        let asked = f64::from(period_ms);
+        let share = phase_share(&samples[1..], period_ms);
         // On the jiffies clocksource hrtimers have tick resolution: say so, it is the VM's.
         let clocksource = std::fs::read_to_string(
             "/sys/devices/system/clocksource/clocksource0/current_clocksource",
         )
         .unwrap_or_default();
         crate::harness::figure(&format!(
-            "period_ms={period_ms}: intervals median {median:.3} ms, mean {mean:.3} ms of those \
-             within half a period, p99 {p99:.3} ms over {INTERVALS}, {left_out} beyond half a \
-             period (clocksource {})",
+            "period_ms={period_ms}: {:.0}% of samples stamped within a quarter period of one \
+             phase; intervals median {median:.3} ms, mean {mean:.3} ms of those within half \
+             a period, p99 {p99:.3} ms over {INTERVALS}, {left_out} beyond half a period \
+             (clocksource {})",
+            share * 100.0,
             clocksource.trim()
         ));
+        // Rounding to jiffies, the defect this guards, drifts 12% of a period a sample
+        // at 50 ms and 60% at 10 ms (HZ=250); a quiet run's mean interval is within
+        // 0.1% of the period (docs/reliability.md), a loaded one's is the machine's.
         ensure!(
-            (mean - asked).abs() <= asked / 100.0,
-            "period_ms={period_ms}: mean interval {mean:.3} ms (of those within half a period) \
-             is off by more than 1%"
+            share >= 0.5,
+            "period_ms={period_ms}: {:.0}% of the samples within a quarter period of one \
+             phase: the deadlines drift",
+            share * 100.0
         );
         // Most periods are kept, even on a loaded machine.
         ensure!(
             left_out * 5 <= INTERVALS,
             "period_ms={period_ms}: {left_out} of {INTERVALS} intervals beyond half a period"
-        );
-        // The median carries the VM's wake-up jitter (1.4% at 10 ms once on the debug
-        // kernel under TCG); rounding to jiffies, the defect this guards, is 12% at
-        // 50 ms and 60% at 10 ms (HZ=250).
-        ensure!(
-            (median - asked).abs() <= asked / 20.0,
-            "period_ms={period_ms}: median interval {median:.3} ms is off by more than 5%"
         );
         drop((consumer, dev));
         child.go()?;
