@@ -44,10 +44,11 @@
  *
  * A process is counted while the session's opener may read it: one whose
  * exec the opener may not read (a setuid program; as perf does) stops being
- * counted at the first period that finds it so, without that period's
- * change, and so does a descendant of an inheriting process (and what runs
- * below it); what was counted of it stays.  area.withdrawn counts such
- * processes.
+ * counted at the exec: a process the session counts is withdrawn without
+ * its change since the period before, and so is a descendant of an
+ * inheriting process (and what runs below it), what it did after the exec
+ * withheld even if it ran and exited between two periods; what was
+ * counted of it stays.  area.withdrawn counts such processes.
  *
  * A session ends, after its last sample, when PFPROF_IOC_END asks, or when
  * every process it counts is gone, provided one of its own targets ever
@@ -69,9 +70,11 @@
  * ptrace-read it and can name it in its pid namespace, and that takes
  * registrations by the writer's user (the opener's own, unless
  * PFPROF_FOLLOW_OTHER_USERS), at that session's next period (counted from the
- * registration all the same); unregistering takes it out of the sessions
- * it joined that way at their next period (at once where it was the last
- * process), its own counts until the unregistration.  A user may have the
+ * registration all the same); unregistering (only by the user who
+ * registered it: -EPERM otherwise) takes it out of the sessions it joined
+ * that way at their next period (at once where it was the last process),
+ * its own counts until the unregistration.  A registration is its file
+ * opener's (effective uid), whoever writes.  A user may have the
  * module parameter max_registrations processes registered at once
  * (-ENOSPC beyond).  A registered process that is gone is forgotten within
  * a second.  Reading the file lists
