@@ -67,10 +67,7 @@ fn phase_concentration(times: &[u64], period_ms: u32) -> (f64, f64) {
 /// What the machine allows: a thread of this process sleeping to absolute deadlines of
 /// the same period beside the sampler, as long as `keep_on` says, stamping each wake-up
 /// (CLOCK_MONOTONIC ns). Deadlines it missed fold into the next, as the sampler's do.
-fn control_sleeper(
-    period_ms: u32,
-    keep_on: Arc<AtomicBool>,
-) -> thread::JoinHandle<Vec<u64>> {
+fn control_sleeper(period_ms: u32, keep_on: Arc<AtomicBool>) -> thread::JoinHandle<Vec<u64>> {
     thread::spawn(move || {
         let period = Duration::from_millis(period_ms.into());
         let mut stamps = Vec::new();
