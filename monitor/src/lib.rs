@@ -1,27 +1,19 @@
 //! pfprof's monitor and workload generator: everything but argument parsing, which lives
 //! in the binaries.
 
-pub mod apportion;
+// In the order a sample travels: produced by a backend, read as rows, given its share of
+// the memory pressure, written and exported; the profile drives them all, around the
+// command it may start. `system` is what every stage reads of the host; `work` is the
+// workload generator.
 pub mod backend;
-pub mod cgroup;
-pub mod child;
-pub mod duration;
-pub mod error;
-pub mod exit;
+pub mod command;
 pub mod export;
-pub mod install;
 pub mod output;
-pub mod plot;
 pub mod pressure;
-pub mod procstat;
-pub mod registration;
-pub mod report;
-pub mod row;
-pub mod session;
-pub mod signals;
-pub mod source;
-pub mod verdict;
-pub mod workload;
+pub mod profile;
+pub mod rows;
+pub mod system;
+pub mod work;
 
 /// Held by the unit tests that take and give back tens of MiB of this process's memory
 /// ([`fresh_pages`]): tests run as threads of one process, and those that measure its

@@ -10,7 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::*;
-use monitor::procstat::ProcessCounters;
+use monitor::system::procstat::ProcessCounters;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -145,7 +145,7 @@ fn relaxed_procfs_run_writes_json_lines_with_the_csv_keys() {
     let mut lines = 0;
     for line in text.lines() {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        for key in monitor::output::csv_header().split(',') {
+        for key in monitor::output::writer::csv_header().split(',') {
             assert!(v.get(key).is_some(), "{key} missing in {line}");
         }
         minor += v["minor"].as_u64().unwrap();
@@ -291,7 +291,7 @@ fn a_closed_output_pipe_ends_the_profile_of_a_process_that_keeps_running() {
     sleeper.kill().unwrap();
     sleeper.wait().unwrap();
     let err = stderr(&out);
-    assert_eq!(first.trim_end(), monitor::output::csv_header());
+    assert_eq!(first.trim_end(), monitor::output::writer::csv_header());
     assert!(out.status.success(), "{err}");
     assert!(!err.contains("error"), "{err}");
     assert!(err.contains("pfprof summary"), "{err}");
@@ -315,7 +315,7 @@ fn run_leaves_the_standard_output_to_its_command_and_reports_on_stderr() {
     assert!(out.status.success(), "{err}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "MARK\nMARK2\n");
     assert!(
-        err.starts_with(&format!("{}\n", monitor::output::csv_header())),
+        err.starts_with(&format!("{}\n", monitor::output::writer::csv_header())),
         "{err}"
     );
     assert!(err.contains("pfprof summary"), "{err}");
@@ -442,7 +442,7 @@ fn stopped_program(program: &str, args: &[&str]) -> (Child, ProcessCounters) {
         thread::sleep(Duration::from_millis(5));
     }
     // Stopped, it takes no fault: the monitor attaches at exactly these counts.
-    let counts = monitor::procstat::read(work.id()).unwrap().counters;
+    let counts = monitor::system::procstat::read(work.id()).unwrap().counters;
     (work, counts)
 }
 
@@ -479,7 +479,7 @@ fn profile_pid_rows(
 
 /// Reaps `pid` (our child) with wait4(): its counts.
 fn rusage_of(pid: u32) -> ProcessCounters {
-    monitor::child::wait(pid).unwrap().1
+    monitor::command::child::wait(pid).unwrap().1
 }
 
 /// Reaps `pid` (our child) with wait4(): its minor faults.

@@ -11,9 +11,9 @@ use std::time::Duration;
 use common::*;
 use monitor::backend::procfs::process::Process;
 use monitor::backend::procfs::sampler::{Event, Sampler};
-use monitor::child;
-use monitor::procstat::ProcessCounters;
-use monitor::source::Source;
+use monitor::command::child;
+use monitor::rows::source::Source;
+use monitor::system::procstat::ProcessCounters;
 use shared_layout::wait::FutexWaiter;
 use shared_layout::{Area, Mode, Sample};
 
@@ -227,7 +227,7 @@ fn the_samples_taken_while_a_command_is_stopped_hold_exactly_what_its_stat_says_
     while samples.last().is_none_or(|s| s.time_ns <= stop) {
         source.next(&mut samples, period).unwrap();
     }
-    let stat = monitor::procstat::read(pid).unwrap();
+    let stat = monitor::system::procstat::read(pid).unwrap();
     let so_far = sums(&samples);
     // Its own faults and those of the `work` it reaped: its counts since its fork.
     assert_eq!(

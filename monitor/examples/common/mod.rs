@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::Child;
 
 use anyhow::{ensure, Context};
-use monitor::child;
+use monitor::command::child;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 

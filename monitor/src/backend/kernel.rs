@@ -13,12 +13,12 @@ use shared_layout::device::{Device, DeviceWaiter, Follow};
 use shared_layout::{Area, Mode};
 
 use super::{Backend, Selection};
-use crate::cgroup::{self, Cgroup};
-use crate::child::Running;
-use crate::error::ProfileError;
-use crate::procstat::ProcessCounters;
-use crate::signals::Stopper;
-use crate::source::Ending;
+use crate::command::child::Running;
+use crate::command::signals::Stopper;
+use crate::profile::error::ProfileError;
+use crate::rows::source::Ending;
+use crate::system::cgroup::{self, Cgroup};
+use crate::system::procstat::ProcessCounters;
 
 pub struct Kernel {
     device: Device,

@@ -1,7 +1,8 @@
-//! The seam between the profile's flow ([`crate::session`]) and where samples come from:
+//! The seam between the profile's flow ([`crate::profile`]) and where samples come from:
 //! the pfprof module ([`kernel::Kernel`]) or the monitor's own /proc sampler
 //! ([`procfs::Procfs`]).
 
+pub mod install;
 pub mod kernel;
 pub mod procfs;
 
@@ -11,11 +12,11 @@ use std::time::Duration;
 use shared_layout::wait::Waiter;
 use shared_layout::{Area, Mode};
 
-use crate::cgroup::Cgroup;
-use crate::child::Running;
-use crate::error::ProfileError;
-use crate::signals::Stopper;
-use crate::source::Ending;
+use crate::command::child::Running;
+use crate::command::signals::Stopper;
+use crate::profile::error::ProfileError;
+use crate::rows::source::Ending;
+use crate::system::cgroup::Cgroup;
 
 /// Which processes to profile, as the user selected them.
 #[derive(Clone, Debug)]
@@ -43,7 +44,7 @@ impl Default for Selection {
     }
 }
 
-/// A producer of samples, in the order [`crate::session::profile`] calls it:
+/// A producer of samples, in the order [`crate::profile::profile`] calls it:
 /// `open`, `adopt` (for a command), `start`, `produce`, then `stopper` while samples flow,
 /// and `finish` once the session has ended.
 pub trait Backend: Sized {

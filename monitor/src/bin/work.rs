@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use monitor::procstat;
-use monitor::registration::{self, RegistrationError};
-use monitor::workload::{Pattern, Workload};
+use monitor::system::procstat;
+use monitor::work::registration::{self, RegistrationError};
+use monitor::work::workload::{Pattern, Workload};
 
 #[derive(Parser)]
 #[command(

@@ -3,7 +3,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use crate::exit::Blame;
+use crate::system::exit::Blame;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {

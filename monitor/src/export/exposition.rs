@@ -138,7 +138,7 @@ impl Collector for SnapshotCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::row::Row;
+    use crate::rows::row::Row;
 
     fn labels() -> Labels {
         Labels {

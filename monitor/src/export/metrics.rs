@@ -5,7 +5,7 @@
 //! `process.cpu.time`) and their Prometheus translation (`process_paging_faults_total`,
 //! `process_cpu_time_seconds_total`); pfprof's own are under `pfprof.`/`pfprof_`.
 
-use crate::row::Row;
+use crate::rows::row::Row;
 
 /// The upper bounds of the faults-per-period histogram's buckets (the last one, +Inf, is
 /// implicit): a scrape every 15 s still tells how many 50 ms periods had no fault, a few,
@@ -137,7 +137,7 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Adds one row, saturating as [`crate::report::Totals`] does.
+    /// Adds one row, saturating as [`crate::output::report::Totals`] does.
     pub fn add(&mut self, row: &Row) {
         for (i, faults) in [row.minor, row.major].into_iter().enumerate() {
             self.faults[i] = self.faults[i].saturating_add(faults);

@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 pub use error::ExportError;
 pub use metrics::{Labels, Snapshot};
 
-use crate::duration::parse_duration;
-use crate::row::Row;
+use crate::rows::row::Row;
+use crate::system::duration::parse_duration;
 use board::Board;
 
 /// The exporters the user asked for (`monitor`'s options).

@@ -66,7 +66,7 @@ pub struct Row {
 /// Parses the monitor's CSV, checking the header.
 pub fn parse_csv(text: &str) -> Vec<Row> {
     let mut lines = text.lines();
-    let header = monitor::output::csv_header();
+    let header = monitor::output::writer::csv_header();
     assert_eq!(lines.next(), Some(header.as_str()));
     let columns = header.split(',').count();
     lines

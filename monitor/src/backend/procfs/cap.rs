@@ -74,10 +74,10 @@ mod tests {
 
     /// Samples every `period` ms from `start` with these raw CPU deltas (ms), capped
     /// for `threads`, the last one flushed; their rows' cpu_util (the report's
-    /// [`crate::row::Timeline`]) and CPU times.
+    /// [`crate::rows::row::Timeline`]) and CPU times.
     fn capped(period: u64, threads: u64, raw_ms: &[f64]) -> (Vec<f64>, Vec<u64>) {
         let mut cap = CpuCap::new(Duration::from_millis(period));
-        let mut timeline = crate::row::Timeline::new(Duration::from_millis(period));
+        let mut timeline = crate::rows::row::Timeline::new(Duration::from_millis(period));
         let (mut utils, mut cpu) = (Vec::new(), Vec::new());
         for (i, raw) in raw_ms.iter().enumerate() {
             let mut sample = Sample {

@@ -20,8 +20,8 @@ use nix::time::{clock_gettime, ClockId};
 
 use super::memory::{Memory, MemoryProbe};
 use super::tree::{Ledger, Seen};
-use crate::cgroup::Cgroup;
-use crate::procstat::{self, Probe, ProcessCounters, Stat};
+use crate::system::cgroup::Cgroup;
+use crate::system::procstat::{self, Probe, ProcessCounters, Stat};
 
 /// The processes of the cgroup and of its descendants; `None` once it is removed.
 fn list(cgroup: &Cgroup) -> Option<Vec<u32>> {

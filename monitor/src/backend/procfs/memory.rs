@@ -19,7 +19,7 @@ use std::iter::Sum;
 use std::ops::Add;
 use std::os::unix::fs::FileExt;
 
-use crate::procstat::{read_whole, stat_error, StatError};
+use crate::system::procstat::{read_whole, stat_error, StatError};
 
 /// How often statm is read for a process that did not run: every this many periods.
 pub const IDLE_EVERY: u32 = 4;

@@ -20,12 +20,12 @@ use shared_layout::wait::FutexWaiter;
 use shared_layout::{abi, Area, Mode, Sample};
 
 use super::{Backend, Selection};
-use crate::cgroup::{self, Cgroup};
-use crate::child::{ExitWatch, Running};
-use crate::error::ProfileError;
-use crate::procstat::{self, Probe, ProcessCounters};
-use crate::signals::Stopper;
-use crate::source::Ending;
+use crate::command::child::{ExitWatch, Running};
+use crate::command::signals::Stopper;
+use crate::profile::error::ProfileError;
+use crate::rows::source::Ending;
+use crate::system::cgroup::{self, Cgroup};
+use crate::system::procstat::{self, Probe, ProcessCounters};
 use members::Members;
 use process::Process;
 use sampler::{Event, Events, Sampler};

@@ -8,7 +8,7 @@ use nix::errno::Errno;
 
 use super::memory::{Memory, MemoryProbe};
 use super::tree::Tree;
-use crate::procstat::{Probe, ProcessCounters, Stat, StatError};
+use crate::system::procstat::{Probe, ProcessCounters, Stat, StatError};
 
 /// A selected process and what to count from.
 pub struct Process {
@@ -20,7 +20,7 @@ pub struct Process {
     /// Our own child: its exit is reported with [`Event::Exited`] and its last counts
     /// come from wait4(), so /proc vanishing is not the end of it.
     pub child: bool,
-    /// Its start time ([`crate::procstat::Stat::start`]): a stat of another start time
+    /// Its start time ([`crate::system::procstat::Stat::start`]): a stat of another start time
     /// is another process that got the pid after ours was gone.
     pub start: u64,
     pub(super) probe: Probe,

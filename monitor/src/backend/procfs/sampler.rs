@@ -27,7 +27,7 @@ use super::members::Members;
 use super::memory::Memory;
 use super::process::Process;
 use super::tree::Tree;
-use crate::procstat::{ProcessCounters, StatError};
+use crate::system::procstat::{ProcessCounters, StatError};
 
 /// How long the last sample may wait for a free slot before the session is canceled anyway.
 const FINISH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -485,7 +485,7 @@ fn set_memory(sample: &mut Sample, memory: Memory) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::procstat::Stat;
+    use crate::system::procstat::Stat;
 
     /// A sample's counts, without its memory.
     fn counts(s: &Sample) -> (u64, u64, u64) {

@@ -20,7 +20,7 @@ use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 
 use super::memory::{Memory, MemoryProbe};
-use crate::procstat::{self, Probe, ProcessCounters, Stat};
+use crate::system::procstat::{self, Probe, ProcessCounters, Stat};
 
 /// What a pass found of a process in the tree, or of one that was in it at the last pass.
 #[derive(Clone, Copy, Debug)]

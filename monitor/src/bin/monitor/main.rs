@@ -1,7 +1,7 @@
 //! `monitor`: profiles page faults and CPU time of processes, from the pfprof module's
 //! ring (kernel backend) or from /proc (procfs backend), in the strict or relaxed protocol.
 //! This file only parses the arguments and turns errors into messages and exit codes; the
-//! profile itself is `monitor::session`.
+//! profile itself is `monitor::profile`.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -10,15 +10,15 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
+use monitor::backend::install;
 use monitor::backend::kernel::Kernel;
 use monitor::backend::procfs::Procfs;
-use monitor::duration::parse_duration;
-use monitor::error::ProfileError;
-use monitor::exit::Blame;
 use monitor::export::{ExportError, ExportOptions};
-use monitor::install;
-use monitor::output::{Destination, Format};
-use monitor::session::{self, Request};
+use monitor::output::writer::{Destination, Format};
+use monitor::profile::error::ProfileError;
+use monitor::profile::{self, Request};
+use monitor::system::duration::parse_duration;
+use monitor::system::exit::Blame;
 use shared_layout::abi::{self, DEVICE_PATH};
 use shared_layout::device::DeviceError;
 use shared_layout::Mode;
@@ -195,8 +195,8 @@ fn run(options: Options, command: Option<Vec<OsString>>) -> Result<u8, ProfileEr
         export: options.export,
     };
     match backend {
-        BackendChoice::Kernel => session::profile::<Kernel>(request),
-        _ => session::profile::<Procfs>(request),
+        BackendChoice::Kernel => profile::profile::<Kernel>(request),
+        _ => profile::profile::<Procfs>(request),
     }
 }
 

@@ -13,7 +13,7 @@ use nix::fcntl::{open, OFlag};
 use nix::sys::stat::Mode;
 use nix::sys::statfs::{fstatfs, CGROUP2_SUPER_MAGIC};
 
-use crate::procstat::ProcessCounters;
+use crate::system::procstat::ProcessCounters;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {

@@ -12,8 +12,8 @@
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::row::Row;
-use crate::verdict::Band;
+use crate::pressure::verdict::Band;
+use crate::rows::row::Row;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlotError {
@@ -410,7 +410,7 @@ pub fn render(rows: &[Row], bands: &[Band], caption: &str) -> Result<String, Plo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::row::Timeline;
+    use crate::rows::row::Timeline;
     use shared_layout::abi::Sample;
 
     fn rows(count: u64, sample: impl Fn(u64) -> Sample) -> Vec<Row> {

@@ -25,7 +25,7 @@ pub struct Row {
     pub rss_shmem: u64,
     pub swap: u64,
     /// The system's (and the selected cgroup's) memory pressure over the period
-    /// ([`crate::pressure`], apportioned by [`crate::apportion`]).
+    /// ([`crate::pressure::watch`], apportioned by [`crate::pressure::apportion`]).
     #[serde(flatten)]
     pub pressure: Pressure,
     /// Length of that period, ns (not an output column).
@@ -50,7 +50,7 @@ pub const ROW_COLUMNS: [&str; 10] = [
 /// Declares [`Pressure`]: one field per counter, named as its column.
 macro_rules! pressure {
     ($($(#[doc = $doc:literal])* $name:ident,)*) => {
-        /// The pressure counters: cumulative in a [`crate::apportion::Reading`], a row's
+        /// The pressure counters: cumulative in a [`crate::pressure::apportion::Reading`], a row's
         /// share of their growth in a [`Row`]. `None`: the kernel does not have it (or no
         /// cgroup was given).
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]

@@ -12,8 +12,8 @@ use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::low_level::siginfo::Cause;
 
-use crate::child;
-use crate::error::ProfileError;
+use crate::command::child;
+use crate::profile::error::ProfileError;
 
 /// Ends the session: makes the producer write its last sample and cancel.
 pub type Stopper = Box<dyn FnOnce() -> Result<(), ProfileError> + Send>;

@@ -15,9 +15,9 @@ use nix::sys::signal::{self, SigHandler, Signal};
 use nix::sys::wait::{self, Id, WaitPidFlag};
 use nix::unistd::{self, Pid};
 
-use crate::exit::Blame;
-use crate::exit::ExitStatus;
-use crate::procstat::{self, ProcessCounters};
+use crate::system::exit::Blame;
+use crate::system::exit::ExitStatus;
+use crate::system::procstat::{self, ProcessCounters};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpawnError {
@@ -328,7 +328,7 @@ mod tests {
     fn waiting_for_the_exit_leaves_the_pid_to_the_zombie_until_it_is_reaped() {
         let pid = spawn(&["sh".into(), "-c".into(), "exit 3".into()]).unwrap();
         wait_exited(pid).unwrap();
-        let stat = crate::procstat::read(pid).expect("still there, not reaped");
+        let stat = crate::system::procstat::read(pid).expect("still there, not reaped");
         assert!(stat.exited);
         assert_eq!(wait(pid).unwrap().0, ExitStatus::Exited(3));
     }

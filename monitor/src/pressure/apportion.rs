@@ -10,7 +10,7 @@
 //! first row gets only what grew after it); a row ending after the last reading gets
 //! nothing past it. A counter a reading does not have (`None`) gives `None`.
 
-use crate::row::{Pressure, COUNTERS};
+use crate::rows::row::{Pressure, COUNTERS};
 
 /// Every counter at one moment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::row::Row;
+use crate::rows::row::Row;
 
 /// When periods thrash, and how many make thrashing.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -433,7 +433,7 @@ pub(crate) fn test_band() -> Band {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::row::Pressure;
+    use crate::rows::row::Pressure;
 
     const PERIOD_MS: u64 = 50;
 

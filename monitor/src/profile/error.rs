@@ -8,12 +8,12 @@ use shared_layout::device::DeviceError;
 use shared_layout::{LayoutError, ProtocolError};
 
 use crate::backend::procfs::sampler::SamplerError;
-use crate::cgroup::CgroupError;
-use crate::child::SpawnError;
-use crate::exit::Blame;
+use crate::command::child::SpawnError;
 use crate::export::ExportError;
-use crate::plot::PlotError;
-use crate::procstat::StatError;
+use crate::output::plot::PlotError;
+use crate::system::cgroup::CgroupError;
+use crate::system::exit::Blame;
+use crate::system::procstat::StatError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {

@@ -2,7 +2,7 @@
 //! totals, from `/proc/pressure/memory` and from the selected cgroup's `memory.pressure`
 //! when there is one) and the swap, refault and reclaim counters of `/proc/vmstat`, read
 //! as *readings* (cumulative values at one `CLOCK_MONOTONIC` moment) and apportioned to
-//! the rows by [`crate::apportion`].
+//! the rows by [`crate::pressure::apportion`].
 //!
 //! When readings are taken (docs/design.md §19): at every drain of the ring (the consumer
 //! wakes then anyway), and, while memory is under pressure, every period by a watcher
@@ -26,9 +26,9 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use shared_layout::abi;
 
-use crate::apportion::{self, Reading};
-use crate::procstat::read_whole;
-use crate::row::{Pressure, Row, COUNTERS};
+use crate::pressure::apportion::{self, Reading};
+use crate::rows::row::{Pressure, Row, COUNTERS};
+use crate::system::procstat::read_whole;
 
 /// The system's memory pressure file.
 pub const SYSTEM_PSI: &str = "/proc/pressure/memory";

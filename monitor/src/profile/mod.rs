@@ -2,6 +2,8 @@
 //! output, start the session and the command, consume every sample, reap the command,
 //! then write the plot and the summary.
 
+pub mod error;
+
 use std::ffi::OsString;
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -14,19 +16,19 @@ use shared_layout::wait::Waiter;
 use shared_layout::{Area, Mode};
 
 use crate::backend::{Backend, Selection};
-use crate::cgroup::Cgroup;
-use crate::child::{self, Held, Running};
-use crate::error::ProfileError;
-use crate::exit::ExitStatus;
+use crate::command::child::{self, Held, Running};
+use crate::command::signals::Signals;
 use crate::export::{self, ExportOptions, Exporters, Labels};
-use crate::output::{Destination, Format, Output, PlotFile};
-use crate::plot;
-use crate::pressure::PressureWatch;
-use crate::report::{ChildReport, Summary, Thrashing, Totals};
-use crate::row::{Row, Timeline};
-use crate::signals::Signals;
-use crate::source::{Ending, Source};
-use crate::verdict::{Band, Verdict, RULE};
+use crate::output::plot;
+use crate::output::report::{ChildReport, Summary, Thrashing, Totals};
+use crate::output::writer::{Destination, Format, Output, PlotFile};
+use crate::pressure::verdict::{Band, Verdict, RULE};
+use crate::pressure::watch::PressureWatch;
+use crate::profile::error::ProfileError;
+use crate::rows::row::{Row, Timeline};
+use crate::rows::source::{Ending, Source};
+use crate::system::cgroup::Cgroup;
+use crate::system::exit::ExitStatus;
 
 /// How long the consumer waits for samples at most while nothing else needs it: the
 /// producer's cancellation and every signal wake it earlier.

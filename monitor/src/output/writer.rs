@@ -9,9 +9,9 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
-use crate::error::ProfileError;
-use crate::row::{Pressure, Row, ROW_COLUMNS};
-use crate::verdict::Band;
+use crate::pressure::verdict::Band;
+use crate::profile::error::ProfileError;
+use crate::rows::row::{Pressure, Row, ROW_COLUMNS};
 
 /// Output format of the sample rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -389,8 +389,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::row::{test_sample as sample, Timeline};
-    use crate::verdict::test_band as band;
+    use crate::pressure::verdict::test_band as band;
+    use crate::rows::row::{test_sample as sample, Timeline};
 
     fn scratch(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("pfprof-output-{}-{name}", std::process::id()));

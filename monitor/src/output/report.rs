@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use shared_layout::Mode;
 
-use crate::exit::ExitStatus;
-use crate::row::Row;
-use crate::verdict::{Band, Rule};
+use crate::pressure::verdict::{Band, Rule};
+use crate::rows::row::Row;
+use crate::system::exit::ExitStatus;
 
 /// Running totals over every row, for the summary and the status line.
 #[derive(Clone, Debug, Default)]
@@ -256,8 +256,8 @@ impl fmt::Display for Summary<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::row::{test_sample as sample, Timeline};
-    use crate::verdict::test_band as band;
+    use crate::pressure::verdict::test_band as band;
+    use crate::rows::row::{test_sample as sample, Timeline};
 
     #[test]
     fn totals_saturate_instead_of_overflowing_on_huge_counts() {
@@ -284,7 +284,7 @@ mod tests {
     fn the_summary_dates_thrashing_with_its_rates_and_the_memory_at_the_onset() {
         let bands = [band()];
         let text = Summary {
-            thrashing: Thrashing::Judged(&bands, crate::verdict::RULE),
+            thrashing: Thrashing::Judged(&bands, crate::pressure::verdict::RULE),
             ..summary_of(Mode::Strict)
         }
         .to_string();
@@ -301,7 +301,7 @@ mod tests {
     #[test]
     fn a_summary_without_thrashing_says_so_with_the_rule_and_one_without_psi_says_nothing() {
         let judged = Summary {
-            thrashing: Thrashing::Judged(&[], crate::verdict::RULE),
+            thrashing: Thrashing::Judged(&[], crate::pressure::verdict::RULE),
             ..summary_of(Mode::Strict)
         }
         .to_string();

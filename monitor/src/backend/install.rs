@@ -144,7 +144,7 @@ mod tests {
 
     #[test]
     fn the_dkms_version_is_the_one_dkms_conf_names() {
-        let conf = include_str!("../../kmod/dkms.conf");
+        let conf = include_str!("../../../kmod/dkms.conf");
         assert!(
             conf.contains(&format!("PACKAGE_VERSION=\"{DKMS_VERSION}\"")),
             "{conf}"

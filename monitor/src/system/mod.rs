@@ -1,0 +1,8 @@
+//! What every stage reads of the host or shares: a process's counters ([`procstat`]), a
+//! cgroup ([`cgroup`]), exit codes ([`exit`]), durations on the command line
+//! ([`duration`]).
+
+pub mod cgroup;
+pub mod duration;
+pub mod exit;
+pub mod procstat;
