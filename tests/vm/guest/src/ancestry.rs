@@ -21,7 +21,7 @@ use crate::device::{add, follow, ioctl, raw_open, set_mode, Mapping};
 use crate::harness::{figure, Env, Skipped};
 use crate::klog;
 use crate::kmod::{self, Profiled};
-use crate::sessions::{open_to_all, NOBODY};
+use crate::users::{open_to_all, NOBODY};
 
 /// How long the helper lets the sampler run after starting the ring: its first
 /// collection, where the join completes, falls well inside.

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{ensure, Context, Result};
 
 use crate::kmod::{self, Profiled};
-use crate::sessions::{csv_minor, finished, within};
+use crate::monitor::{csv_minor, finished, within};
 use crate::{harness::Env, klog};
 
 const ROOT: &str = "/sys/fs/cgroup";

@@ -13,11 +13,11 @@ use anyhow::{bail, ensure, Context, Result};
 use shared_layout::device::Device;
 use shared_layout::Mode;
 
+use crate::device::samplers;
 use crate::harness::{figure, Env, Skipped};
 use crate::klog;
 use crate::kmod::{self, Profiled};
-use crate::lifecycle::samplers;
-use crate::sessions::{open_to_all, NOBODY};
+use crate::users::{open_to_all, NOBODY};
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 /// Processes in the tree the session maps: its maps grow to 8192 slots.

@@ -5,7 +5,7 @@ use std::process::Command;
 
 use anyhow::{ensure, Context, Result};
 
-use crate::sessions::csv_minor;
+use crate::monitor::csv_minor;
 
 use crate::harness::Env;
 use crate::kmod;

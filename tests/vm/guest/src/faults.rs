@@ -21,12 +21,12 @@ use shared_layout::relaxed::RelaxedConsumer;
 use shared_layout::strict::{StrictConsumer, Take};
 use shared_layout::{Mode, Sample};
 
+use crate::device::take_until_ended;
 use crate::device::Mapping;
 use crate::harness::Env;
 use crate::klog;
 use crate::kmod::{self, Profiled};
 use crate::rng::Rng;
-use crate::sampling::take_until_ended;
 
 /// Where the test and its chaos monitors share the monitor's phase.
 const PHASE_FILE: &str = "/tmp/pfprof-chaos-phase";

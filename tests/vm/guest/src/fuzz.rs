@@ -21,11 +21,11 @@ use shared_layout::strict::{StrictConsumer, Take};
 use shared_layout::Mode;
 
 use crate::anon::map_anonymous;
+use crate::device::take_until_ended;
 use crate::harness::Env;
 use crate::klog;
 use crate::kmod::{self, Profiled};
 use crate::rng::Rng;
-use crate::sampling::take_until_ended;
 
 /// Write syscalls the fuzzer makes (each iovec of a writev is one command).
 const WRITES: u64 = 100_000;

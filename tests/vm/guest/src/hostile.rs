@@ -19,14 +19,14 @@ use shared_layout::abi::{self, AreaHeader, Sem};
 use shared_layout::strict::StrictConsumer;
 use shared_layout::Mode;
 
-use crate::device::{ioctl, raw_session, set_mode, Mapping};
+use crate::device::{
+    ioctl, opened_with_sampler, raw_session, set_mode, take_until_ended, wakeups, Mapping,
+};
 use crate::harness::Env;
 use crate::harness::Skipped;
 use crate::klog;
 use crate::kmod::{self, Profiled};
-use crate::lifecycle::{opened_with_sampler, wakeups};
 use crate::rng::Rng;
-use crate::sampling::take_until_ended;
 
 /// Scribbling per kind of session (strict, relaxed, none chosen).
 const PER_MODE: Duration = Duration::from_secs(2);

@@ -5,7 +5,6 @@
 
 use std::fs;
 use std::io::{Read, Write};
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::thread;
@@ -16,29 +15,12 @@ use shared_layout::device::{Device, Follow};
 use shared_layout::strict::StrictConsumer;
 use shared_layout::{abi, Mode};
 
-use crate::device::{add, raw_open, set_mode, Mapping};
+use crate::device::{add, opened_with_sampler, raw_open, set_mode, take_until_ended, Mapping};
+use crate::harness::{Env, Skipped};
+use crate::klog::{self, task_structs};
 use crate::kmod::{self, Profiled};
-use crate::load::task_structs;
-use crate::sampling::take_until_ended;
-use crate::sessions::{
-    csv_minor, finished, monitor_run, nobodys_dir, open_to_all, register_as_nobody, rusage_minor,
-    NOBODY,
-};
-use crate::{
-    harness::{Env, Skipped},
-    klog, lifecycle,
-};
-
-/// Where the tests put a setuid-root copy of this binary: what nobody may run
-/// and may not read once it runs.
-const SETUID_COPY: &str = "/tmp/setuid-guest";
-
-/// A setuid-root copy of this binary (the /tmp tmpfs allows setuid).
-pub(crate) fn setuid_copy() -> Result<&'static str> {
-    fs::copy(std::env::current_exe()?, SETUID_COPY).context("copying the guest binary")?;
-    fs::set_permissions(SETUID_COPY, fs::Permissions::from_mode(0o4755))?;
-    Ok(SETUID_COPY)
-}
+use crate::monitor::{csv_minor, finished, monitor_run, rusage_minor};
+use crate::users::{nobodys_dir, open_to_all, register_as_nobody, setuid_copy, NOBODY};
 
 /// `hardening-child pin-dead <sessions> <rounds>` (as nobody): opens that
 /// many sessions and never starts them; in each, `rounds` times, forks a
@@ -834,7 +816,7 @@ fn cpu_ns(pid: u32) -> Result<u64> {
 /// of another user's register/unregister loop runs or not: its sampler's CPU
 /// over 2 s, and how long opening and closing another session took at most.
 fn roots_session_under(loop_ms: Option<u64>) -> Result<(u64, Duration, Option<String>)> {
-    let (dev, sampler) = lifecycle::opened_with_sampler(|| {
+    let (dev, sampler) = opened_with_sampler(|| {
         let dev = Device::open()?;
         dev.follow(Follow::All, true)?;
         Ok(dev)

@@ -17,14 +17,12 @@ use shared_layout::device::{Device, DeviceWaiter, Follow};
 use shared_layout::strict::{StrictConsumer, Take};
 use shared_layout::{Mode, Sample};
 
+use crate::device::take_until_ended;
 use crate::harness::{figure, Env};
-use crate::hostile_user::setuid_copy;
 use crate::klog;
 use crate::kmod::{self, Profiled};
-use crate::sampling::take_until_ended;
-use crate::sessions::{
-    csv_minor, finished, monitor_run, nobodys_dir, open_to_all, rusage_minor, within, NOBODY,
-};
+use crate::monitor::{csv_minor, finished, monitor_run, rusage_minor, within};
+use crate::users::{nobodys_dir, open_to_all, setuid_copy, NOBODY};
 
 /// Pages the profiled processes touch: one minor fault each.
 const PAGES: u64 = 3000;

@@ -268,3 +268,15 @@ pub fn kmemleak_module_reports() -> Result<Option<(Vec<String>, usize)>> {
         .collect();
     Ok(Some((ours, objects.len())))
 }
+
+/// Objects of the task_struct cache in use (slub_debug keeps the count exact;
+/// KASAN's quarantine is emptied first).
+pub(crate) fn task_structs() -> Result<u64> {
+    settle_frees("task_struct")?;
+    let text = std::fs::read_to_string("/sys/kernel/slab/task_struct/objects")?;
+    Ok(text
+        .split_whitespace()
+        .next()
+        .context("empty objects")?
+        .parse()?)
+}

@@ -9,6 +9,7 @@ use shared_layout::abi;
 use shared_layout::strict::{StrictConsumer, Take};
 use shared_layout::Mode;
 
+use crate::device::{opened_with_sampler, wakeups};
 use crate::harness::Env;
 use crate::klog;
 use crate::kmod::{self, Profiled};
@@ -243,59 +244,6 @@ pub fn consumer_sleeping_in_wait_full_wakes_when_the_last_process_leaves(env: &E
     module.unload()
 }
 
-/// The sampler kthread's pid.
-/// The sampler kthreads of every open session ("pfprof/<opener's pid>").
-pub(crate) fn samplers() -> Result<Vec<u32>> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc")? {
-        let entry = entry?;
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
-            continue;
-        };
-        if std::fs::read_to_string(entry.path().join("comm"))
-            .is_ok_and(|c| c.starts_with("pfprof/"))
-        {
-            found.push(pid);
-        }
-    }
-    Ok(found)
-}
-
-/// The sampler of the one session open.
-pub fn sampler_pid() -> Result<u32> {
-    match samplers()?.as_slice() {
-        [one] => Ok(*one),
-        many => bail!("{} session samplers, expected one: {many:?}", many.len()),
-    }
-}
-
-/// Opens a session with `open` and finds the sampler kthread it started.
-pub fn opened_with_sampler<T>(open: impl FnOnce() -> Result<T>) -> Result<(T, u32)> {
-    let before = samplers()?;
-    let session = open()?;
-    let new: Vec<u32> = samplers()?
-        .into_iter()
-        .filter(|pid| !before.contains(pid))
-        .collect();
-    match new.as_slice() {
-        [one] => Ok((session, *one)),
-        other => bail!(
-            "opening a session started {} samplers: {other:?}",
-            other.len()
-        ),
-    }
-}
-
-/// How often it has gone to sleep: once per period while it samples.
-pub fn wakeups(pid: u32) -> Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let line = status
-        .lines()
-        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-        .context("no voluntary_ctxt_switches")?;
-    Ok(line.trim().parse()?)
-}
-
 pub fn sampler_sleeps_without_a_timer_while_nobody_is_registered(env: &Env) -> Result<()> {
     let module = kmod::insmod(env, &["period_ms=1"])?;
     let (dev, sampler) = opened_with_sampler(kmod::follow_registrations)?;
@@ -459,7 +407,7 @@ pub fn a_last_sample_left_by_a_closed_session_neither_reaches_nor_ends_the_next(
         consumer.take(&mut samples, Some(Duration::from_millis(100)))?;
     }
     kmod::unregister(sleeper.pid)?;
-    crate::sampling::take_until_ended(&mut consumer, &mut samples)?;
+    crate::device::take_until_ended(&mut consumer, &mut samples)?;
     drop((consumer, area, next));
     sleeper.go()?;
     sleeper.reap()?;

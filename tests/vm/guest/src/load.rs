@@ -14,11 +14,11 @@ use shared_layout::strict::{StrictConsumer, Take};
 use shared_layout::Mode;
 
 use crate::anon::map_anonymous;
+use crate::device::take_until_ended;
 use crate::harness::Env;
-use crate::klog;
+use crate::klog::{self, task_structs};
 use crate::kmod::{self, Profiled};
 use crate::rng::Rng;
-use crate::sampling::take_until_ended;
 
 const THREADS: usize = 8;
 const PER_THREAD: usize = 1000;
@@ -283,18 +283,6 @@ fn churn(seed: u64) -> Result<Churned> {
         }
     }
     Ok(done)
-}
-
-/// Objects of the task_struct cache in use (slub_debug keeps the count exact;
-/// KASAN's quarantine is emptied first).
-pub(crate) fn task_structs() -> Result<u64> {
-    klog::settle_frees("task_struct")?;
-    let text = std::fs::read_to_string("/sys/kernel/slab/task_struct/objects")?;
-    Ok(text
-        .split_whitespace()
-        .next()
-        .context("empty objects")?
-        .parse()?)
 }
 
 pub fn eight_threads_churning_8000_processes_leave_exactly_the_live_registrations(

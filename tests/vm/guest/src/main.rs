@@ -16,6 +16,7 @@ mod charging;
 mod child;
 mod cost;
 mod device;
+mod device_file;
 mod e2e;
 mod faults;
 mod fuzz;
@@ -28,6 +29,7 @@ mod kmod;
 mod lifecycle;
 mod load;
 mod majors;
+mod monitor;
 mod period;
 mod permissions;
 mod races;
@@ -36,6 +38,8 @@ mod rng;
 mod sampling;
 mod sessions;
 mod thrash;
+mod users;
+mod zram;
 
 use std::panic::{self, AssertUnwindSafe};
 use std::path::PathBuf;
@@ -60,8 +64,8 @@ const TESTS: &[(&str, Test)] = tests![
     lifecycle::module_refuses_out_of_range_parameters_at_load,
     registration::registration_lists_and_unregisters_a_process,
     registration::every_malformed_or_refused_command_gets_its_errno_and_the_module_lives_on,
-    device::device_refuses_bad_mmaps_and_bad_ioctls,
-    device::poll_reports_ready_samples_and_the_end_of_the_session,
+    device_file::device_refuses_bad_mmaps_and_bad_ioctls,
+    device_file::poll_reports_ready_samples_and_the_end_of_the_session,
     sampling::every_fault_and_cpu_nanosecond_of_a_threaded_child_lands_in_one_sample,
     sampling::faults_before_the_session_starts_reach_its_first_sample,
     sampling::strict_mode_with_a_slow_consumer_on_a_small_ring_loses_nothing,

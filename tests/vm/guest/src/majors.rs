@@ -9,8 +9,8 @@ use anyhow::{ensure, Context, Result};
 
 use crate::harness::Env;
 use crate::kmod::{self, Profiled};
-use crate::sessions::csv_column;
-use crate::thrash::ZramSwap;
+use crate::monitor::csv_column;
+use crate::zram::ZramSwap;
 
 /// Pages each process pushes out and reads back.
 const PAGES: u64 = 2000;

@@ -15,12 +15,12 @@ use shared_layout::device::Device;
 use shared_layout::strict::StrictConsumer;
 use shared_layout::Mode;
 
-use crate::device::{ioctl, raw_session, set_mode, Mapping};
+use crate::device::{
+    ioctl, opened_with_sampler, raw_session, set_mode, take_until_ended, wakeups, Mapping,
+};
 use crate::harness::Env;
 use crate::klog;
 use crate::kmod::{self, Profiled};
-use crate::lifecycle::{opened_with_sampler, wakeups};
-use crate::sampling::take_until_ended;
 
 /// The gaps between consecutive timestamps (ns): their median, the mean of those
 /// within half a period of it, their 99th percentile (ms), and how many were beyond half

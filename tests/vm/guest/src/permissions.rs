@@ -17,11 +17,11 @@ use shared_layout::abi;
 use shared_layout::strict::StrictConsumer;
 use shared_layout::Mode;
 
+use crate::device::take_until_ended;
 use crate::harness::Env;
 use crate::klog;
 use crate::kmod::{self, Profiled};
-use crate::sampling::take_until_ended;
-use crate::sessions::within;
+use crate::monitor::within;
 
 const NOBODY: u32 = 65534;
 const RULES: &str = include_str!("../../../../kmod/99-pfprof.rules");

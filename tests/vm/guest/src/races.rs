@@ -10,10 +10,10 @@ use anyhow::{ensure, Result};
 use shared_layout::strict::{StrictConsumer, Take};
 use shared_layout::Mode;
 
+use crate::device::{opened_with_sampler, sampler_pid};
 use crate::harness::Env;
 use crate::klog;
 use crate::kmod::{self, Profiled};
-use crate::lifecycle::{opened_with_sampler, sampler_pid};
 use crate::rng::Rng;
 
 fn affinity(pid: u32) -> Result<libc::cpu_set_t> {

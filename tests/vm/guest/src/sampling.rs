@@ -6,28 +6,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
 use shared_layout::abi;
-use shared_layout::device::{Device, DeviceWaiter};
+use shared_layout::device::Device;
 use shared_layout::relaxed::{Drain, RelaxedConsumer};
 use shared_layout::strict::{StrictConsumer, Take};
 use shared_layout::{Area, Counters, Mode, Sample};
 
-use crate::device::{add, raw_open, set_mode, Mapping};
+use crate::device::{add, raw_open, set_mode, take_until_ended, Mapping};
 use crate::harness::Env;
 use crate::kmod::{self, Profiled};
-
-/// Takes every sample until the session ends (the last process left).
-pub fn take_until_ended(
-    consumer: &mut StrictConsumer<DeviceWaiter>,
-    out: &mut Vec<Sample>,
-) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        ensure!(Instant::now() < deadline, "the session never ended");
-        if consumer.take(out, Some(Duration::from_secs(1)))? == Take::Ended {
-            return Ok(());
-        }
-    }
-}
 
 fn minor_sum(samples: &[Sample]) -> u64 {
     samples.iter().map(|s| s.minor).sum()

@@ -3,10 +3,6 @@
 
 use std::fs::{self, File};
 use std::os::fd::{AsRawFd, FromRawFd};
-use std::os::unix::fs::{chown, PermissionsExt};
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Output};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
@@ -15,143 +11,16 @@ use shared_layout::device::{Device, Follow};
 use shared_layout::strict::StrictConsumer;
 use shared_layout::Mode;
 
+use crate::device::take_until_ended;
 use crate::device::{add, follow, raw_open, Mapping};
 use crate::kmod::{self, Profiled};
-use crate::sampling::take_until_ended;
+use crate::monitor::{csv_minor, finished, monitor_run, rusage_minor, within};
+use crate::users::{nobodys_dir, open_to_all, register_as_nobody, NOBODY};
 use crate::{harness::Env, klog};
 
-pub(crate) const NOBODY: u32 = 65534;
 /// The faults a held command may take between its fork and its exec, before the
 /// monitor adds it, at most (measured: a few dozen).
 const BEFORE_ADD_MAX: u64 = 200;
-
-/// The device as the udev rule leaves it: anyone may open a session.
-pub(crate) fn open_to_all() -> Result<()> {
-    fs::set_permissions(abi::DEVICE_PATH, fs::Permissions::from_mode(0o666))
-        .context("chmod /dev/pfprof")
-}
-
-/// A directory nobody may write its CSVs to.
-pub(crate) fn nobodys_dir() -> Result<&'static str> {
-    let dir = "/tmp/nobody";
-    fs::create_dir_all(dir)?;
-    chown(dir, Some(NOBODY), Some(NOBODY))?;
-    Ok(dir)
-}
-
-/// The `minor` column of a monitor CSV: its sum, and the column row by row.
-pub fn csv_minor(path: &str) -> Result<(u64, Vec<u64>)> {
-    let text = fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
-    let rows = csv_column(&text, "minor")?;
-    Ok((rows.iter().sum(), rows))
-}
-
-/// The column `name` of a monitor CSV, row by row.
-pub fn csv_column(text: &str, name: &str) -> Result<Vec<u64>> {
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().context("empty CSV")?.split(',').collect();
-    let col = header
-        .iter()
-        .position(|h| *h == name)
-        .with_context(|| format!("no {name} column in {header:?}"))?;
-    lines
-        .map(|line| {
-            line.split(',')
-                .nth(col)
-                .with_context(|| format!("short row {line:?}"))?
-                .parse::<u64>()
-                .with_context(|| format!("row {line:?}"))
-        })
-        .collect()
-}
-
-/// The command's minor faults as the monitor's summary reports its wait4() rusage.
-pub(crate) fn rusage_minor(stderr: &str) -> Result<u64> {
-    let line = stderr
-        .lines()
-        .find(|l| l.trim_start().starts_with("command rusage"))
-        .with_context(|| format!("no command rusage in the summary:\n{stderr}"))?;
-    line.split_whitespace()
-        .nth(2)
-        .context("short rusage line")?
-        .parse()
-        .with_context(|| format!("{line:?}"))
-}
-
-/// Nobody registers its own process `pid` through /proc/pfprof/status.
-pub(crate) fn register_as_nobody(pid: u32) -> Result<()> {
-    let said = Command::new(std::env::current_exe()?)
-        .uid(NOBODY)
-        .gid(NOBODY)
-        .args(["hardening-child", "status", "R", &pid.to_string()])
-        .output()?;
-    ensure!(
-        String::from_utf8_lossy(&said.stdout).trim() == "ok",
-        "nobody registering {pid}: {said:?}"
-    );
-    Ok(())
-}
-
-/// `monitor run --backend BACKEND --mode MODE -o CSV [EXTRA...] -- CMD...`, as `uid`.
-pub(crate) fn monitor_run(
-    uid: Option<u32>,
-    backend: &str,
-    mode: &str,
-    csv: &str,
-    extra: &[&str],
-    cmd: &[&str],
-) -> Result<std::process::Child> {
-    let mut c = Command::new("/bin/monitor");
-    if let Some(uid) = uid {
-        c.uid(uid).gid(uid);
-    }
-    c.args([
-        "run",
-        "--backend",
-        backend,
-        "--mode",
-        mode,
-        "--interval",
-        "100ms",
-    ])
-    .args(["-o", csv])
-    .args(extra)
-    .arg("--")
-    .args(cmd)
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .context("running /bin/monitor")
-}
-
-pub(crate) fn finished(what: &str, out: Output) -> Result<String> {
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    ensure!(
-        out.status.success(),
-        "{what} failed ({}): {stderr}",
-        out.status
-    );
-    Ok(stderr)
-}
-
-/// The monitor's output once it has ended, which it must within `limit`: else it is
-/// killed, and its stderr says where it was (a monitor that waits for what never ends
-/// fails its test instead of the whole run's time limit).
-pub(crate) fn within(mut monitor: std::process::Child, limit: Duration) -> Result<Output> {
-    let deadline = Instant::now() + limit;
-    while monitor.try_wait()?.is_none() {
-        if Instant::now() >= deadline {
-            monitor.kill()?;
-            let out = monitor.wait_with_output()?;
-            bail!(
-                "the monitor did not end within {limit:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        thread::sleep(Duration::from_millis(50));
-    }
-    Ok(monitor.wait_with_output()?)
-}
 
 pub fn monitors_of_root_and_nobody_at_once_each_count_only_their_own_command(
     env: &Env,

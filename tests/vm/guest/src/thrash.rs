@@ -17,6 +17,7 @@ use shared_layout::abi::monotonic_ns;
 use crate::anon::map_anonymous;
 use crate::harness::{figure, Env};
 use crate::rng::Rng;
+use crate::zram::ZramSwap;
 
 const MIB: u64 = 1 << 20;
 const PAGE: usize = 4096;
@@ -38,8 +39,6 @@ const END_WITHIN: Duration = Duration::from_millis(1000);
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 /// Both backends: the module's samples carry memory as the procfs backend's do.
 const BACKENDS: &[&str] = &["kernel", "procfs"];
-const ZRAM: &str = "/sys/block/zram0";
-
 /// `pfprof-guest child thrash CGROUP FITS_MIB EXTRA_MIB`: the workload.
 pub fn workload(cgroup: &str, fits_mib: &str, extra_mib: &str) -> Result<()> {
     let fits = fits_mib.parse::<usize>()? << 20;
@@ -157,51 +156,6 @@ fn status_memory(text: &str) -> Result<[u64; 4]> {
         bail!("status without its memory lines: {text}");
     };
     Ok([a, f, s, w])
-}
-
-/// Swap on a zram device for as long as it lives.
-pub(crate) struct ZramSwap;
-
-impl ZramSwap {
-    /// Loads zram (the modules run.sh put in /modules, in their order, on a kernel that
-    /// has it as a module) and swaps on `mib` of it.
-    pub(crate) fn on(mib: u64) -> Result<ZramSwap> {
-        if let Ok(order) = fs::read_to_string("/modules/order") {
-            for module in order.lines() {
-                // Loaded already by an earlier test: EEXIST.
-                let _ = Command::new("insmod")
-                    .arg(format!("/modules/{module}.ko"))
-                    .status()?;
-            }
-        }
-        ensure!(
-            Path::new(ZRAM).exists(),
-            "no {ZRAM}: this kernel has no zram (CONFIG_ZRAM), or run.sh did not stage it"
-        );
-        fs::write(format!("{ZRAM}/disksize"), format!("{}", mib * MIB))
-            .context("setting the zram disk size")?;
-        let swap = ZramSwap;
-        sh(&["mkswap", "/dev/zram0"])?;
-        sh(&["swapon", "/dev/zram0"])?;
-        Ok(swap)
-    }
-}
-
-impl Drop for ZramSwap {
-    fn drop(&mut self) {
-        let _ = Command::new("swapoff").arg("/dev/zram0").status();
-        let _ = fs::write(format!("{ZRAM}/reset"), "1");
-    }
-}
-
-fn sh(args: &[&str]) -> Result<()> {
-    let out = Command::new(args[0]).args(&args[1..]).output()?;
-    ensure!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-    Ok(())
 }
 
 /// A memory cgroup, removed when dropped (once its processes are gone).
