@@ -205,7 +205,7 @@ static void pfprof_member_free(struct pfprof_session *s, struct pfprof_member *m
 		WRITE_ONCE(s->nr_leaving, s->nr_leaving - 1);
 	if (m->from_registry)
 		WRITE_ONCE(s->nr_registered, s->nr_registered - 1);
-	WRITE_ONCE(s->nr_members, s->nr_members - 1);
+	pfprof_ring_depart(&s->ring);
 	if (m->cgrp) {
 		WRITE_ONCE(s->cgroup, NULL);
 		pfprof_cgroup_put(m->cgrp);
@@ -362,7 +362,7 @@ static void pfprof_member_drop(struct pfprof_member *m)
 static int pfprof_member_link(struct pfprof_session *s, struct pfprof_member *m)
 {
 	lockdep_assert_held(&s->members_lock);
-	if (s->nr_members >= PFPROF_MEMBERS_MAX)
+	if (pfprof_nr_members(s) >= PFPROF_MEMBERS_MAX)
 		return -ENOSPC;
 	/* exec.c then asks about every user's processes, not just the opener's. */
 	if (!uid_eq(m->asker->fsuid, s->opener_cred->fsuid))
@@ -374,7 +374,7 @@ static int pfprof_member_link(struct pfprof_session *s, struct pfprof_member *m)
 	if (m->inherit)
 		WRITE_ONCE(s->nr_inheriting, s->nr_inheriting + 1);
 	/* Counted by a ring that has not ended, or not at all. */
-	if (!pfprof_ring_admit(&s->ring, &s->nr_members)) {
+	if (!pfprof_ring_admit(&s->ring)) {
 		list_del(&m->node);
 		hash_del_rcu(&m->hash);
 		if (m->inherit)
@@ -564,7 +564,7 @@ int pfprof_members_join(struct pfprof_session *s, struct pid *tgid, u32 flags)
 		m->seen = m->now;
 	WRITE_ONCE(s->counted_any, true);
 	WRITE_ONCE(s->targeted, true);
-	first = s->nr_members == 1;
+	first = pfprof_nr_members(s) == 1;
 	pfprof_members_bury(s);
 	mutex_unlock(&s->members_lock);
 	return first;
@@ -600,7 +600,7 @@ int pfprof_members_add_cgroup(struct pfprof_session *s, struct cgroup *cgrp)
 		ret = -ESHUTDOWN;
 		goto err_unlock;
 	}
-	if (s->nr_members || s->counted_any) {
+	if (pfprof_nr_members(s) || s->counted_any) {
 		ret = -EBUSY;
 		goto err_unlock;
 	}
@@ -677,7 +677,7 @@ bool pfprof_members_offer(struct pfprof_session *s, struct pid *tgid, u32 flags,
 	 */
 	if (own)
 		WRITE_ONCE(s->targeted, true);
-	first = s->nr_members == 1;
+	first = pfprof_nr_members(s) == 1;
 	mutex_unlock(&s->members_lock);
 	return first;
 
@@ -706,7 +706,7 @@ bool pfprof_members_recall(struct pfprof_session *s, struct pid *tgid)
 		m->leaving = true;
 		WRITE_ONCE(s->nr_leaving, s->nr_leaving + 1);
 		WRITE_ONCE(s->changes, s->changes + 1);
-		all_leaving = s->nr_leaving == s->nr_members;
+		all_leaving = s->nr_leaving == pfprof_nr_members(s);
 		break;
 	}
 	mutex_unlock(&s->members_lock);
@@ -725,7 +725,7 @@ bool pfprof_members_end(struct pfprof_session *s)
 
 	mutex_lock(&s->members_lock);
 	WRITE_ONCE(s->ended, true);
-	if (s->nr_members)
+	if (pfprof_nr_members(s))
 		pfprof_account_all(s);
 	list_for_each_entry_safe(m, tmp, &s->members, node)
 		pfprof_member_free(s, m);
@@ -782,7 +782,7 @@ unsigned int pfprof_members_collect(struct pfprof_session *s,
 	pfprof_members_bury(s);
 	*pending = s->pending;
 	*withdrawn = s->withdrawn;
-	nr = s->nr_members;
+	nr = pfprof_nr_members(s);
 	mutex_unlock(&s->members_lock);
 	return nr;
 }

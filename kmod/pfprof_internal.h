@@ -9,7 +9,9 @@
  * short, bounded work only: joining and leaving sessions (which may walk
  * the process list) happens after they are dropped, on sessions kept alive
  * by a reference.  The sampler of a session takes only the last two:
- * sessions never wait for each other.
+ * sessions never wait for each other.  Innermost, a session's execs_lock
+ * (exec.c), a spinlock that the exec tracepoint takes and that nests
+ * nothing.
  */
 #ifndef _PFPROF_INTERNAL_H
 #define _PFPROF_INTERNAL_H
@@ -32,7 +34,6 @@
 #include <linux/uidgid.h>
 #include <linux/wait.h>
 
-#include "conftest.h"
 #include "pfprof.h"
 
 struct cgroup;
@@ -109,6 +110,12 @@ struct pfprof_ring {
 	bool canceled;
 	unsigned int generation;	/* bumped when the ring starts or ends */
 	u64 write_seq;
+	/*
+	 * The session's members (ring.c's to change): joins count only while
+	 * the ring has not ended, so that none slips between the last
+	 * sample's look at the count and the end.
+	 */
+	unsigned int members;
 	/* Under lock only. */
 	bool slot_reserved;		/* strict: empty downed, slot not written */
 	u64 overwritten;
@@ -119,6 +126,12 @@ struct pfprof_ring {
 
 	wait_queue_head_t consumer_wq;	/* WAIT_FULL and poll */
 };
+
+/* How many processes the session counts (pfprof_ring_admit()). */
+static inline unsigned int pfprof_ring_members(struct pfprof_ring *r)
+{
+	return READ_ONCE(r->members);
+}
 
 /* Up to PFPROF_MEMBERS_MAX members: a few to a chain. */
 #define PFPROF_MEMBER_HASH_BITS	9
@@ -243,7 +256,6 @@ struct pfprof_session {
 	struct mutex members_lock;
 	struct list_head members;
 	DECLARE_HASHTABLE(by_signal, PFPROF_MEMBER_HASH_BITS);
-	unsigned int nr_members;	/* also read locklessly */
 	unsigned int nr_inheriting;
 	unsigned int nr_registered;	/* joined through /proc; read locklessly */
 	struct list_head buried;	/* freed, their maps' slots not cleared yet */
@@ -332,7 +344,7 @@ pfprof_member_of_rcu(struct pfprof_session *s, const struct signal_struct *sig)
 
 static inline unsigned int pfprof_nr_members(struct pfprof_session *s)
 {
-	return READ_ONCE(s->nr_members);
+	return pfprof_ring_members(&s->ring);
 }
 
 /* The session ends once it has no member left (see ->targeted). */
@@ -348,7 +360,7 @@ static inline bool pfprof_ends_when_empty(struct pfprof_session *s)
 static inline bool pfprof_last_sample_due(struct pfprof_session *s)
 {
 	return pfprof_ends_when_empty(s) &&
-	       READ_ONCE(s->nr_members) == READ_ONCE(s->nr_leaving);
+	       pfprof_nr_members(s) == READ_ONCE(s->nr_leaving);
 }
 
 static inline void pfprof_counters_add(struct pfprof_counters *t,
@@ -458,13 +470,13 @@ int pfprof_ring_init(struct pfprof_ring *r);
 void pfprof_ring_exit(struct pfprof_ring *r);
 void pfprof_ring_start(struct pfprof_ring *r, u32 mode, bool end);
 void pfprof_ring_cancel(struct pfprof_ring *r);
-bool pfprof_ring_admit(struct pfprof_ring *r, unsigned int *members);
+bool pfprof_ring_admit(struct pfprof_ring *r);
+void pfprof_ring_depart(struct pfprof_ring *r);
 unsigned int pfprof_ring_generation(struct pfprof_ring *r);
 enum pfprof_put pfprof_ring_put(struct pfprof_ring *r,
 				const struct pfprof_sample *sample,
 				unsigned int withdrawn, bool last,
-				unsigned int generation,
-				const unsigned int *members);
+				unsigned int generation);
 bool pfprof_ring_await_slot(struct pfprof_ring *r);
 bool pfprof_ring_retry_fired(struct pfprof_ring *r);
 bool pfprof_ring_take_retry(struct pfprof_ring *r);

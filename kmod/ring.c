@@ -83,20 +83,28 @@ static void pfprof_ring_wake_consumer(struct pfprof_ring *r)
 }
 
 /*
- * A process joins: *@members, the session's count, grows under the ring's
- * lock unless the ring has ended, so that a join cannot slip between the
- * last sample's look at the count and the end (pfprof_ring_put()).
+ * A process joins: the session's count grows under the ring's lock unless
+ * the ring has ended, so that a join cannot slip between the last sample's
+ * look at the count and the end (pfprof_ring_put()).
  */
-bool pfprof_ring_admit(struct pfprof_ring *r, unsigned int *members)
+bool pfprof_ring_admit(struct pfprof_ring *r)
 {
 	bool open;
 
 	mutex_lock(&r->lock);
 	open = !r->canceled;
 	if (open)
-		WRITE_ONCE(*members, *members + 1);
+		WRITE_ONCE(r->members, r->members + 1);
 	mutex_unlock(&r->lock);
 	return open;
+}
+
+/* A process admitted is no member any more. */
+void pfprof_ring_depart(struct pfprof_ring *r)
+{
+	mutex_lock(&r->lock);
+	WRITE_ONCE(r->members, r->members - 1);
+	mutex_unlock(&r->lock);
 }
 
 /* Names the running ring: it changes when one starts or ends. */
@@ -319,8 +327,7 @@ void pfprof_ring_cancel(struct pfprof_ring *r)
 enum pfprof_put pfprof_ring_put(struct pfprof_ring *r,
 				const struct pfprof_sample *sample,
 				unsigned int withdrawn, bool last,
-				unsigned int generation,
-				const unsigned int *members)
+				unsigned int generation)
 {
 	enum pfprof_put ret;
 
@@ -334,7 +341,7 @@ enum pfprof_put pfprof_ring_put(struct pfprof_ring *r,
 		ret = pfprof_put_strict(r, sample);
 	else
 		ret = pfprof_put_relaxed(r, sample);
-	if (ret == PFPROF_PUT_DONE && last && !READ_ONCE(*members))
+	if (ret == PFPROF_PUT_DONE && last && !r->members)
 		pfprof_cancel_locked(r);
 	mutex_unlock(&r->lock);
 	if (ret == PFPROF_PUT_DONE && last)

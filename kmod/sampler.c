@@ -114,125 +114,175 @@ static ktime_t pfprof_next_deadline(ktime_t deadline, ktime_t now, u64 period)
 	return ktime_add_ns(deadline, (div64_u64(behind, period) + 1) * period);
 }
 
+/* What the sampler keeps between its steps: its own, nobody else's. */
+struct pfprof_sampler {
+	struct pfprof_session *session;
+	u64 period;
+	ktime_t deadline;		/* the current period's end */
+	struct pfprof_wake wake;
+	struct pfprof_counters pending;	/* collected, not delivered */
+	struct pfprof_sample sample;	/* the offer made of it */
+	unsigned int withdrawn;
+	/* A collected sample the ring has not taken yet. */
+	bool undelivered;
+	/* The consumer's last WAKE_PRODUCER came with a free slot. */
+	bool retry_earned;
+	/* The ring the last sample (wake.draining) was collected for. */
+	unsigned int drain_generation;
+};
+
+/*
+ * Nobody to deliver to yet: what the members do meanwhile is read at the
+ * start, so no sampling until then; only, while there are members, once a
+ * second those that are gone are freed (their final counts pending): a
+ * session never started pins no dead process.
+ */
+static void pfprof_sampler_await_start(struct pfprof_sampler *st)
+{
+	struct pfprof_session *s = st->session;
+
+	st->wake.unstarted = true;
+	st->wake.pruned = READ_ONCE(s->changes);
+	pfprof_sleep_until(pfprof_nr_members(s) ?
+			   ktime_add_ns(ktime_get(), NSEC_PER_SEC) : KTIME_MAX,
+			   &st->wake);
+	st->wake.unstarted = false;
+	if (READ_ONCE(s->ring.mode) == PFPROF_MODE_NONE)
+		pfprof_members_prune(s);
+	st->deadline = ktime_add_ns(ktime_get(), st->period);
+}
+
+/* Nothing to collect or deliver: sleeps, with no timer, until a join. */
+static void pfprof_sampler_await_members(struct pfprof_sampler *st)
+{
+	st->wake.idle = true;
+	pfprof_sleep_until(KTIME_MAX, &st->wake);
+	st->wake.idle = false;
+	/* The run's first period starts as the process joins. */
+	st->deadline = ktime_add_ns(ktime_get(), st->period);
+}
+
+/*
+ * Adds every member's change to the pending sample and makes the offer of
+ * it.  Returns false when there is nothing to offer: the ring has ended
+ * with no member left, and nobody takes the last sample.
+ */
+static bool pfprof_sampler_collect(struct pfprof_sampler *st)
+{
+	struct pfprof_session *s = st->session;
+	struct pfprof_memory memory;
+	unsigned int nr;
+
+	st->wake.seen = READ_ONCE(s->changes);
+	nr = pfprof_members_collect(s, &st->pending, &memory, &st->withdrawn);
+	if (!nr && READ_ONCE(s->ring.canceled)) {
+		pfprof_members_settle(s, &st->pending);
+		st->undelivered = false;
+		st->wake.draining = false;
+		return false;
+	}
+	/*
+	 * No member left, in a session that ends so: its last sample, which
+	 * belongs to the ring it was collected for.
+	 */
+	if (!nr && !st->wake.draining)
+		st->drain_generation = pfprof_ring_generation(&s->ring);
+	st->wake.draining = !nr && pfprof_ends_when_empty(s);
+	/* When the counts were read: after the collection. */
+	st->sample = (struct pfprof_sample){
+		.time_ns = ktime_get_ns(),
+		.minor = st->pending.minor,
+		.major = st->pending.major,
+		.cpu_ns = st->pending.cpu_ns,
+		/* Levels at the period's end, not changes. */
+		.rss_anon = memory.anon,
+		.rss_file = memory.file,
+		.rss_shmem = memory.shmem,
+		.swap = memory.swap,
+	};
+	return true;
+}
+
+static enum pfprof_put pfprof_sampler_put(struct pfprof_sampler *st)
+{
+	return pfprof_ring_put(&st->session->ring, &st->sample, st->withdrawn,
+			       st->wake.draining, st->drain_generation);
+}
+
+/*
+ * Offers the collected sample to the ring; once delivered, its counts are
+ * settled.  @early: a retry the consumer earned by freeing a slot before
+ * the deadline; it fires at most once, and one asked for without a free
+ * slot is not earned again until a sample is delivered.
+ */
+static void pfprof_sampler_offer(struct pfprof_sampler *st, bool early)
+{
+	struct pfprof_ring *r = &st->session->ring;
+	enum pfprof_put put = pfprof_sampler_put(st);
+
+	if (early)
+		st->retry_earned = put != PFPROF_PUT_FULL;
+	/* Full: ask for one retry, or make it now if a slot came free. */
+	else if (put == PFPROF_PUT_FULL && st->retry_earned &&
+		 pfprof_ring_await_slot(r))
+		put = pfprof_sampler_put(st);
+	/* Its ring is gone: nothing is left to end, nothing to keep. */
+	if (put == PFPROF_PUT_NO_RING && st->wake.draining)
+		put = PFPROF_PUT_DONE;
+	st->undelivered = put != PFPROF_PUT_DONE;
+	if (!st->undelivered) {
+		pfprof_members_settle(st->session, &st->pending);
+		st->wake.draining = false;
+		st->retry_earned = true;
+	}
+}
+
+/*
+ * Woken before the deadline, and not for the last sample: only a retry
+ * the consumer earned offers the same sample once more.
+ */
+static bool pfprof_sampler_early(struct pfprof_sampler *st, ktime_t now)
+{
+	return ktime_before(now, st->deadline) &&
+	       (st->wake.draining || !pfprof_last_sample_due(st->session));
+}
+
 static int pfprof_sampler_fn(void *data)
 {
 	struct pfprof_session *s = data;
-	struct pfprof_ring *r = &s->ring;
-	const u64 period = pfprof_period_ns();
-	struct pfprof_wake wake = { .session = s };
-	struct pfprof_counters pending;
-	struct pfprof_memory memory;
-	struct pfprof_sample sample;
-	unsigned int withdrawn = 0;
-	/* A collected sample the ring has not taken yet. */
-	bool undelivered = false;
-	/* The consumer's last WAKE_PRODUCER came with a free slot. */
-	bool retry_earned = true;
-	/* The ring the last sample (wake.draining) was collected for. */
-	unsigned int drain_generation = 0;
-	ktime_t deadline = ktime_add_ns(ktime_get(), period);
+	struct pfprof_sampler st = {
+		.session = s,
+		.period = pfprof_period_ns(),
+		.wake = { .session = s },
+		.retry_earned = true,
+	};
 	struct mem_cgroup *charged;
-	enum pfprof_put put;
-	unsigned int nr;
 	ktime_t now;
 
+	st.deadline = ktime_add_ns(ktime_get(), st.period);
 	/* What it allocates (the trees' maps) is its opener's. */
 	charged = pfprof_memcg_charge(s->memcg);
 	while (!kthread_should_stop()) {
-		/*
-		 * Nobody to deliver to yet: what the members do meanwhile is
-		 * read at the start, so no sampling until then; only, while
-		 * there are members, once a second those that are gone are
-		 * freed (their final counts pending): a session never started
-		 * pins no dead process.
-		 */
-		if (READ_ONCE(r->mode) == PFPROF_MODE_NONE) {
-			wake.unstarted = true;
-			wake.pruned = READ_ONCE(s->changes);
-			pfprof_sleep_until(pfprof_nr_members(s) ?
-					   ktime_add_ns(ktime_get(), NSEC_PER_SEC) :
-					   KTIME_MAX, &wake);
-			wake.unstarted = false;
-			if (READ_ONCE(r->mode) == PFPROF_MODE_NONE)
-				pfprof_members_prune(s);
-			deadline = ktime_add_ns(ktime_get(), period);
+		if (READ_ONCE(s->ring.mode) == PFPROF_MODE_NONE) {
+			pfprof_sampler_await_start(&st);
 			continue;
 		}
-		if (!undelivered && !pfprof_sampler_has_work(s, wake.seen)) {
-			wake.idle = true;
-			pfprof_sleep_until(KTIME_MAX, &wake);
-			wake.idle = false;
-			/* The run's first period starts as the process joins. */
-			deadline = ktime_add_ns(ktime_get(), period);
+		if (!st.undelivered && !pfprof_sampler_has_work(s, st.wake.seen)) {
+			pfprof_sampler_await_members(&st);
 			continue;
 		}
-		pfprof_sleep_until(deadline, &wake);
+		pfprof_sleep_until(st.deadline, &st.wake);
 		if (kthread_should_stop())
 			break;
-
 		now = ktime_get();
-		if (ktime_before(now, deadline) &&
-		    (wake.draining || !pfprof_last_sample_due(s))) {
-			/* The consumer freed a slot: the same sample, once more. */
-			if (!pfprof_ring_take_retry(r) || !undelivered)
-				continue;
-			put = pfprof_ring_put(r, &sample, withdrawn,
-					      wake.draining, drain_generation,
-					      &s->nr_members);
-			retry_earned = put != PFPROF_PUT_FULL;
-			if (put == PFPROF_PUT_DONE) {
-				pfprof_members_settle(s, &pending);
-				undelivered = false;
-				wake.draining = false;
-			}
+		if (pfprof_sampler_early(&st, now)) {
+			if (pfprof_ring_take_retry(&s->ring) && st.undelivered)
+				pfprof_sampler_offer(&st, true);
 			continue;
 		}
-		deadline = pfprof_next_deadline(deadline, now, period);
-
-		wake.seen = READ_ONCE(s->changes);
-		nr = pfprof_members_collect(s, &pending, &memory, &withdrawn);
-		if (!nr && READ_ONCE(r->canceled)) {
-			/* The ring has ended: nobody takes the last sample. */
-			pfprof_members_settle(s, &pending);
-			undelivered = false;
-			wake.draining = false;
-			continue;
-		}
-		/*
-		 * No member left, in a session that ends so: its last sample,
-		 * which belongs to the ring it was collected for.
-		 */
-		if (!nr && !wake.draining)
-			drain_generation = pfprof_ring_generation(r);
-		wake.draining = !nr && pfprof_ends_when_empty(s);
-		/* When the counts were read: after the collection. */
-		sample.time_ns = ktime_get_ns();
-		sample.minor = pending.minor;
-		sample.major = pending.major;
-		sample.cpu_ns = pending.cpu_ns;
-		/* Levels at the period's end, not changes. */
-		sample.rss_anon = memory.anon;
-		sample.rss_file = memory.file;
-		sample.rss_shmem = memory.shmem;
-		sample.swap = memory.swap;
-
-		put = pfprof_ring_put(r, &sample, withdrawn, wake.draining,
-				      drain_generation, &s->nr_members);
-		/* Full: ask for one retry, or make it now if a slot came free. */
-		if (put == PFPROF_PUT_FULL && retry_earned &&
-		    pfprof_ring_await_slot(r))
-			put = pfprof_ring_put(r, &sample, withdrawn,
-					      wake.draining, drain_generation,
-					      &s->nr_members);
-		/* Its ring is gone: nothing is left to end, nothing to keep. */
-		if (put == PFPROF_PUT_NO_RING && wake.draining)
-			put = PFPROF_PUT_DONE;
-		undelivered = put != PFPROF_PUT_DONE;
-		if (!undelivered) {
-			pfprof_members_settle(s, &pending);
-			wake.draining = false;
-			retry_earned = true;
-		}
+		st.deadline = pfprof_next_deadline(st.deadline, now, st.period);
+		if (pfprof_sampler_collect(&st))
+			pfprof_sampler_offer(&st, false);
 	}
 	pfprof_memcg_charge(charged);
 	return 0;
