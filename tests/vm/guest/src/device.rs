@@ -237,3 +237,11 @@ pub fn wakeups(pid: u32) -> Result<u64> {
         .context("no voluntary_ctxt_switches")?;
     Ok(line.trim().parse()?)
 }
+
+/// The errno of the I/O error behind a failure (-1 without one).
+pub fn errno_of(e: &anyhow::Error) -> i32 {
+    e.chain()
+        .find_map(|c| c.downcast_ref::<std::io::Error>())
+        .and_then(std::io::Error::raw_os_error)
+        .unwrap_or(-1)
+}

@@ -1,7 +1,8 @@
-//! /dev/pfprof's file operations: what its mmap and ioctls refuse, and what its
-//! poll reports.
+//! /dev/pfprof's file operations: what its mmap and ioctls refuse, what its poll
+//! reports, and a ring that can be neither pinned nor inherited (from the hostile
+//! review of kmod/, docs/reliability.md, "A hostile local user").
 
-use std::fs::File;
+use std::fs::{self, File};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
@@ -9,8 +10,11 @@ use anyhow::{ensure, Context, Result};
 use shared_layout::abi::{self, Info};
 use shared_layout::Mode;
 
-use crate::device::{add, follow, handshake, info, ioctl, raw_open, raw_session, set_mode};
+use crate::device::{
+    add, follow, handshake, info, ioctl, raw_open, raw_session, set_mode, Mapping,
+};
 use crate::harness::Env;
+use crate::klog;
 use crate::kmod::{self, Profiled};
 
 /// A shared mmap(len, offset) of the device: Ok(()) (unmapped again) or the errno.
@@ -301,4 +305,76 @@ pub fn poll_reports_ready_samples_and_the_end_of_the_session(env: &Env) -> Resul
     drop(file);
     sleeper.reap()?;
     module.unload()
+}
+
+pub fn the_ring_can_be_neither_pinned_nor_inherited_and_maps_read_only(env: &Env) -> Result<()> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let mark = klog::Mark::now()?;
+    let module = kmod::insmod(env, &[])?;
+    let file = raw_open()?;
+    let map = Mapping::new(&file)?;
+    let base = map.word64(0).as_ptr().cast::<libc::c_void>();
+
+    // vmsplice() pins pages (get_user_pages()): refused.
+    let mut fds = [0; 2];
+    // SAFETY: a two-int array for pipe(2) to fill.
+    ensure!(unsafe { libc::pipe(fds.as_mut_ptr()) } == 0, "pipe");
+    // SAFETY: pipe(2) just gave us both descriptors; each is owned once, here.
+    let (rx, tx) = unsafe { (fs::File::from_raw_fd(fds[0]), fs::File::from_raw_fd(fds[1])) };
+    let iov = libc::iovec {
+        iov_base: base,
+        iov_len: abi::PAGE_SIZE as usize,
+    };
+    // SAFETY: the iovec covers a page of our live mapping.
+    let spliced = unsafe { libc::vmsplice(tx.as_raw_fd(), &iov, 1, 0) };
+    let splice_errno = std::io::Error::last_os_error().raw_os_error();
+    drop((rx, tx));
+    // MADV_DOFORK would let children inherit it: refused.
+    // SAFETY: advice on our own live mapping.
+    let dofork = unsafe { libc::madvise(base, map.size(), libc::MADV_DOFORK) };
+    let dofork_errno = std::io::Error::last_os_error().raw_os_error();
+    drop(map);
+    // A read-only shared mapping of a read-only open is a shared mapping.
+    let ro = fs::OpenOptions::new().read(true).open(abi::DEVICE_PATH)?;
+    let size = abi::area_size(abi::BUFFER_PAGES_DEFAULT.into());
+    // SAFETY: a fresh shared read-only mapping of the device, unmapped below.
+    let ro_map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size as usize,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            ro.as_raw_fd(),
+            0,
+        )
+    };
+    let ro_errno = std::io::Error::last_os_error().raw_os_error();
+    if ro_map != libc::MAP_FAILED {
+        // SAFETY: we mapped exactly this range.
+        unsafe { libc::munmap(ro_map, size as usize) };
+    }
+    drop((file, ro));
+    crate::harness::figure(&format!(
+        "ring: vmsplice {spliced} ({splice_errno:?}), MADV_DOFORK {dofork} ({dofork_errno:?}), \
+         read-only shared mapping {}",
+        if ro_map == libc::MAP_FAILED {
+            format!("refused ({ro_errno:?})")
+        } else {
+            "mapped".into()
+        }
+    ));
+    ensure!(
+        spliced < 0 && splice_errno == Some(libc::EFAULT),
+        "vmsplice of the ring: {spliced} ({splice_errno:?})"
+    );
+    ensure!(
+        dofork < 0 && dofork_errno == Some(libc::EINVAL),
+        "MADV_DOFORK on the ring: {dofork} ({dofork_errno:?})"
+    );
+    ensure!(
+        ro_map != libc::MAP_FAILED,
+        "a read-only shared mapping: {ro_errno:?}"
+    );
+    module.unload()?;
+    mark.ensure_clean()
 }

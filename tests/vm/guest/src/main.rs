@@ -18,11 +18,11 @@ mod cost;
 mod device;
 mod device_file;
 mod e2e;
+mod fault_injection;
 mod faults;
 mod fuzz;
 mod harness;
 mod hostile;
-mod hostile_user;
 mod isolation;
 mod klog;
 mod kmod;
@@ -38,7 +38,9 @@ mod rng;
 mod sampling;
 mod sessions;
 mod thrash;
+mod user_resources;
 mod users;
+mod visibility;
 mod zram;
 
 use std::panic::{self, AssertUnwindSafe};
@@ -99,16 +101,16 @@ const TESTS: &[(&str, Test)] = tests![
     sessions::nobody_can_neither_join_prolong_nor_read_roots_session,
     sessions::a_shell_and_its_descendants_count_as_they_run_and_add_up_to_its_rusage,
     sessions::a_process_in_two_sessions_is_counted_in_each_from_its_joining,
-    hostile_user::sessions_never_started_pin_no_dead_processes,
-    hostile_user::a_registration_answers_to_its_current_leader_after_a_thread_execs_setuid,
-    hostile_user::a_process_stops_being_counted_when_it_execs_a_setuid_program,
-    hostile_user::a_descendant_nobody_waits_for_keeps_its_faults_and_the_trees_later_ones_count,
-    hostile_user::every_allocation_of_the_module_fails_cleanly_under_fault_injection,
-    hostile_user::the_ring_can_be_neither_pinned_nor_inherited_and_maps_read_only,
-    hostile_user::nobody_following_everything_never_gets_roots_faults_and_root_gets_all_its_own,
-    hostile_user::one_user_neither_exceeds_its_sessions_and_registrations_nor_takes_others,
-    hostile_user::bench_another_users_registration_loop_and_roots_sampler,
-    hostile_user::a_bare_monitor_gets_a_registered_childs_faults_however_their_starts_fall,
+    user_resources::sessions_never_started_pin_no_dead_processes,
+    visibility::a_registration_answers_to_its_current_leader_after_a_thread_execs_setuid,
+    visibility::a_process_stops_being_counted_when_it_execs_a_setuid_program,
+    e2e::a_descendant_nobody_waits_for_keeps_its_faults_and_the_trees_later_ones_count,
+    fault_injection::every_allocation_of_the_module_fails_cleanly_under_fault_injection,
+    device_file::the_ring_can_be_neither_pinned_nor_inherited_and_maps_read_only,
+    visibility::nobody_following_everything_never_gets_roots_faults_and_root_gets_all_its_own,
+    user_resources::one_user_neither_exceeds_its_sessions_and_registrations_nor_takes_others,
+    user_resources::bench_another_users_registration_loop_and_roots_sampler,
+    e2e::a_bare_monitor_gets_a_registered_childs_faults_however_their_starts_fall,
     cgroups::a_cgroup_target_counts_exactly_what_its_processes_did_inside_in_both_backends,
     ancestry::a_member_reparented_into_an_inheriting_members_tree_is_absorbed_without_harm,
     ancestry::a_member_added_300_levels_down_and_reparented_to_250_is_absorbed_without_harm,
@@ -216,22 +218,22 @@ fn hardening_child(args: &[String]) -> ExitCode {
             sessions::probe_session(&args[1]).map(|()| ExitCode::SUCCESS)
         }
         Some("pin-dead") if args.len() == 3 => {
-            hostile_user::pin_dead(&args[1], &args[2]).map(|()| ExitCode::SUCCESS)
+            user_resources::pin_dead(&args[1], &args[2]).map(|()| ExitCode::SUCCESS)
         }
         Some("listed") if args.len() == 2 => {
-            hostile_user::listed(&args[1]).map(|()| ExitCode::SUCCESS)
+            visibility::listed(&args[1]).map(|()| ExitCode::SUCCESS)
         }
         Some("follow-all") if args.len() == 2 => {
-            hostile_user::follow_all(&args[1]).map(|()| ExitCode::SUCCESS)
+            visibility::follow_all(&args[1]).map(|()| ExitCode::SUCCESS)
         }
         Some("open-sessions") if args.len() == 2 => {
-            hostile_user::open_sessions(&args[1]).map(|()| ExitCode::SUCCESS)
+            user_resources::open_sessions(&args[1]).map(|()| ExitCode::SUCCESS)
         }
         Some("register-many") if args.len() == 2 => {
-            hostile_user::register_many(&args[1]).map(|()| ExitCode::SUCCESS)
+            user_resources::register_many(&args[1]).map(|()| ExitCode::SUCCESS)
         }
         Some("register-loop") if args.len() == 2 => {
-            hostile_user::register_loop(&args[1]).map(|()| ExitCode::SUCCESS)
+            user_resources::register_loop(&args[1]).map(|()| ExitCode::SUCCESS)
         }
         Some("open-loop") => isolation::open_loop().map(|()| ExitCode::SUCCESS),
         Some("handed-session") if args.len() == 2 => {
@@ -247,7 +249,7 @@ fn hardening_child(args: &[String]) -> ExitCode {
             charging::costly_session(&args[1]).map(|()| ExitCode::SUCCESS)
         }
         Some("exec-fail-walk") if args.len() == 2 => {
-            hostile_user::exec_fail_walk(&args[1]).map(|()| ExitCode::SUCCESS)
+            fault_injection::exec_fail_walk(&args[1]).map(|()| ExitCode::SUCCESS)
         }
         Some("absorb") => ancestry::absorb(&args[1..]).map(|()| ExitCode::SUCCESS),
         Some("own-session") if args.len() == 2 => {
