@@ -40,7 +40,7 @@ pub fn main(args: &[String]) -> ExitCode {
             autoreap_tree(child_pages, parent_pages, report)
         }
         ["thrash", cgroup, fits_mib, extra_mib] => {
-            crate::thrash::workload(cgroup, fits_mib, extra_mib)
+            crate::thrash::workload::workload(cgroup, fits_mib, extra_mib)
         }
         _ => Err(anyhow::anyhow!("unknown child mode {args:?}")),
     };
