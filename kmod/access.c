@@ -45,6 +45,7 @@ enum pfprof_use {
 	PFPROF_USE,		/* the caller's, used: audited, noted (ns_capable()) */
 	PFPROF_LOOK,		/* the caller's, looked at only (a listing) */
 	PFPROF_OPENER,		/* a file's opener's (file_ns_capable()) */
+	PFPROF_OPENER_AGAIN,	/* the same, asked again every period: unaudited */
 	PFPROF_ASKER,		/* one who asked before, asked again every period */
 };
 
@@ -70,6 +71,26 @@ static bool pfprof_cred_capable(const struct cred *cred,
 	}
 }
 
+/*
+ * file_ns_capable() without its audit record: asked at every period's look,
+ * an opener that holds the capability but whom a security module denies it
+ * would be logged at every look (per process, 20 times a second).  No
+ * exported call asks for another credential unaudited (security_capable()
+ * is not exported), so the sampler asks as the opener, for a moment:
+ * ns_capable_noaudit() asks the current credentials, and f_cred is held by
+ * the file, so overriding with it neither takes nor drops the last
+ * reference on any kernel.
+ */
+static bool pfprof_opener_capable_noaudit(const struct file *file,
+					  struct user_namespace *ns)
+{
+	const struct cred *saved = override_creds(file->f_cred);
+	bool ok = ns_capable_noaudit(ns, CAP_SYS_PTRACE);
+
+	revert_creds(saved);
+	return ok;
+}
+
 static bool pfprof_capable(const struct file *file, const struct cred *cred,
 			   struct user_namespace *ns, enum pfprof_use use)
 {
@@ -80,6 +101,8 @@ static bool pfprof_capable(const struct file *file, const struct cred *cred,
 		return ns_capable_noaudit(ns, CAP_SYS_PTRACE);
 	case PFPROF_OPENER:
 		return file_ns_capable(file, ns, CAP_SYS_PTRACE);
+	case PFPROF_OPENER_AGAIN:
+		return pfprof_opener_capable_noaudit(file, ns);
 	default:
 		return pfprof_cred_capable(cred, ns);
 	}
@@ -144,17 +167,8 @@ static bool pfprof_opener_may_read(const struct file *file,
 
 /*
  * Whoever opened @file and @asker (who asked, through the file, for what
- * counts @task: see struct pfprof_member) may still read @task.
- */
-bool pfprof_both_may_read(const struct file *file, const struct cred *asker,
-			  struct task_struct *task)
-{
-	return pfprof_opener_may_read(file, task) &&
-	       pfprof_cred_may_read(file, asker, task, PFPROF_ASKER);
-}
-
-/*
- * As pfprof_both_may_read(), asked again at a period's look: not while an
+ * counts @task: see struct pfprof_member) may still read @task, asked
+ * again at a period's look, so audited for neither: not while an
  * exec of @task's process is replacing its credentials and dumpability
  * (under exec_update_lock, which /proc waits for: in between, the two may
  * read as neither the old program's nor the new one's), held for reading
@@ -169,7 +183,9 @@ enum pfprof_access pfprof_recheck(const struct file *file,
 
 	if (!down_read_trylock(exec_lock))
 		return PFPROF_EXECING;
-	ok = pfprof_both_may_read(file, asker, task);
+	ok = pfprof_cred_may_read(file, file->f_cred, task,
+				  PFPROF_OPENER_AGAIN) &&
+	     pfprof_cred_may_read(file, asker, task, PFPROF_ASKER);
 	up_read(exec_lock);
 	return ok ? PFPROF_READABLE : PFPROF_UNREADABLE;
 }

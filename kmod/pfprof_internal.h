@@ -75,9 +75,6 @@ static inline u64 pfprof_period_ns(void)
 }
 
 /* access.c: who may profile which process. */
-bool pfprof_both_may_read(const struct file *file, const struct cred *asker,
-			  struct task_struct *task);
-
 enum pfprof_access {
 	PFPROF_READABLE,
 	PFPROF_UNREADABLE,
