@@ -12,31 +12,23 @@ use std::time::Duration;
 use shared_layout::device::{Device, DeviceWaiter, Follow};
 use shared_layout::{Area, Mode};
 
-use super::{Backend, Selection};
-use crate::command::child::Running;
-use crate::command::signals::Stopper;
-use crate::profile::error::ProfileError;
-use crate::rows::source::Ending;
-use crate::system::cgroup::{self, Cgroup};
-use crate::system::procstat::ProcessCounters;
+use super::{Backend, BackendError, ExitWatch, OnEnd, Selection, Stopper};
 
 pub struct Kernel {
     device: Device,
     period: Duration,
     inherit: bool,
     waits_for_registrations: bool,
-    /// `--cgroup`, and its `memory.stat` faults when the profile started.
-    cgroup: Option<(Arc<Cgroup>, Option<ProcessCounters>)>,
 }
 
 impl Backend for Kernel {
     type Waiter = DeviceWaiter;
 
-    fn open(selection: &Selection, period_ms: Option<u32>) -> Result<Kernel, ProfileError> {
-        let device = Device::open().map_err(ProfileError::Device)?;
+    fn open(selection: &Selection, period_ms: Option<u32>) -> Result<Kernel, BackendError> {
+        let device = Device::open().map_err(BackendError::Device)?;
         let period = Duration::from_nanos(device.info().period_ns);
         if let Some(ms) = period_ms.filter(|&ms| Duration::from_millis(ms.into()) != period) {
-            return Err(ProfileError::PeriodMismatch {
+            return Err(BackendError::PeriodMismatch {
                 module_ms: period.as_millis(),
                 asked_ms: ms,
             });
@@ -44,32 +36,25 @@ impl Backend for Kernel {
         for &pid in &selection.pids {
             device
                 .add(pid, selection.inherit, false)
-                .map_err(ProfileError::Device)?;
+                .map_err(BackendError::Device)?;
         }
-        // Its memory.stat before, for the summary's cross-check.
-        let cgroup = match &selection.cgroup {
-            Some(c) => {
-                let before = cgroup::memory_faults(c.path());
-                device
-                    .add_cgroup(c.fd().as_fd())
-                    .map_err(ProfileError::Device)?;
-                Some((Arc::clone(c), before))
-            }
-            None => None,
-        };
+        if let Some(cgroup) = &selection.cgroup {
+            device
+                .add_cgroup(cgroup.fd().as_fd())
+                .map_err(BackendError::Device)?;
+        }
         let waits_for_registrations =
-            selection.pids.is_empty() && !selection.command && cgroup.is_none();
+            selection.pids.is_empty() && !selection.command && selection.cgroup.is_none();
         if waits_for_registrations {
             device
                 .follow(Follow::All, selection.inherit)
-                .map_err(ProfileError::Device)?;
+                .map_err(BackendError::Device)?;
         }
         Ok(Kernel {
             device,
             period,
             inherit: selection.inherit,
             waits_for_registrations,
-            cgroup,
         })
     }
 
@@ -77,42 +62,42 @@ impl Backend for Kernel {
         "kernel"
     }
 
-    fn adopt(&mut self, pid: u32) -> Result<(), ProfileError> {
+    fn adopt(&mut self, pid: u32) -> Result<(), BackendError> {
         // Held before exec: its whole life is counted, as its rusage is.
         self.device
             .add(pid, self.inherit, true)
-            .map_err(ProfileError::Device)?;
+            .map_err(BackendError::Device)?;
         // Its descendants that register themselves are in its tree already, unless
         // --no-inherit: then they join on their own.
         self.device
             .follow(Follow::Descendants(pid), self.inherit)
-            .map_err(ProfileError::Device)
+            .map_err(BackendError::Device)
     }
 
-    fn start(&mut self, mode: Mode) -> Result<(Arc<Area>, DeviceWaiter), ProfileError> {
-        let area = self.device.start(mode).map_err(ProfileError::Device)?;
+    fn start(&mut self, mode: Mode) -> Result<(Arc<Area>, DeviceWaiter), BackendError> {
+        let area = self.device.start(mode).map_err(BackendError::Device)?;
         Ok((area, self.device.waiter()))
     }
 
     fn produce(
         &mut self,
         _area: &Arc<Area>,
-        _command: Option<&mut Running>,
-        _ending: Arc<Ending>,
-    ) -> Result<(), ProfileError> {
+        _command: Option<u32>,
+        _on_end: OnEnd,
+    ) -> Result<Option<Box<dyn ExitWatch>>, BackendError> {
         // The module samples already; it sees the command's exit once it is reaped.
         if self.waits_for_registrations {
             eprintln!(
                 "monitor: waiting for processes to register (echo \"R $$\" > /proc/pfprof/status)"
             );
         }
-        Ok(())
+        Ok(None)
     }
 
     fn stopper(&self) -> Stopper {
         let ender = self.device.ender();
         // The module writes the last sample of our processes and ends the session.
-        Box::new(move || ender.end().map_err(ProfileError::Device))
+        Box::new(move || ender.end().map_err(BackendError::Device))
     }
 
     fn grace(&self) -> Duration {
@@ -124,11 +109,8 @@ impl Backend for Kernel {
          (reload pfprof.ko built from this tree, or use --backend procfs)"
     }
 
-    fn finish(self) -> Result<Vec<String>, ProfileError> {
-        Ok(self
-            .cgroup
-            .iter()
-            .map(|(c, before)| cgroup::memory_note(c, *before))
-            .collect())
+    fn finish(self) -> Result<Vec<String>, BackendError> {
+        // The module's count needs no note; the cgroup's cross-check is the profile's.
+        Ok(Vec::new())
     }
 }

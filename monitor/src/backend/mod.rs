@@ -1,7 +1,9 @@
 //! The seam between the profile's flow ([`crate::profile`]) and where samples come from:
 //! the pfprof module ([`kernel::Kernel`]) or the monitor's own /proc sampler
-//! ([`procfs::Procfs`]).
+//! ([`procfs::Procfs`]). The lowest stage: it imports nothing from those that consume
+//! its samples, and they hand it callbacks ([`OnEnd`]) rather than their own types.
 
+pub mod error;
 pub mod install;
 pub mod kernel;
 pub mod procfs;
@@ -12,11 +14,26 @@ use std::time::Duration;
 use shared_layout::wait::Waiter;
 use shared_layout::{Area, Mode};
 
-use crate::command::child::Running;
-use crate::command::signals::Stopper;
-use crate::profile::error::ProfileError;
-use crate::rows::source::Ending;
 use crate::system::cgroup::Cgroup;
+use crate::system::procstat::ProcessCounters;
+pub use error::BackendError;
+
+/// Ends the session: makes the producer write its last sample and cancel.
+pub type Stopper = Box<dyn FnOnce() -> Result<(), BackendError> + Send>;
+
+/// Run by the producer when it ends the session, so the consumer sees the end at once.
+pub type OnEnd = Box<dyn FnOnce() + Send>;
+
+/// Told of the end of the command `monitor run` started, by the thread that reaps it: how
+/// a backend that counts the command itself takes its last counts.
+pub trait ExitWatch: Send {
+    /// The command `pid` has exited and is not reaped yet: its pid is still its own, and
+    /// its zombie can be read.
+    fn exited(&mut self, pid: u32);
+    /// It has been reaped: `totals` are wait4()'s, its own counts and those of the
+    /// descendants it waited for.
+    fn reaped(self: Box<Self>, pid: u32, totals: ProcessCounters);
+}
 
 /// Which processes to profile, as the user selected them.
 #[derive(Clone, Debug)]
@@ -54,27 +71,27 @@ pub trait Backend: Sized {
     /// Checks that the `selection` can be profiled, every `period_ms` (`--period-ms`) if
     /// given, and takes hold of it (registering or attaching its processes); nothing is
     /// sampled yet.
-    fn open(selection: &Selection, period_ms: Option<u32>) -> Result<Self, ProfileError>;
+    fn open(selection: &Selection, period_ms: Option<u32>) -> Result<Self, BackendError>;
 
     /// Its name in the summary and the plot: "kernel" or "procfs".
     fn name(&self) -> &'static str;
 
     /// The command is forked and held before exec: profile it from here on, if the
     /// backend can before it runs.
-    fn adopt(&mut self, pid: u32) -> Result<(), ProfileError>;
+    fn adopt(&mut self, pid: u32) -> Result<(), BackendError>;
 
     /// Starts the ring in `mode`, and says how its consumer sleeps.
-    fn start(&mut self, mode: Mode) -> Result<(Arc<Area>, Self::Waiter), ProfileError>;
+    fn start(&mut self, mode: Mode) -> Result<(Arc<Area>, Self::Waiter), BackendError>;
 
-    /// Samples begin to flow; `command` is the started command, running and not reaped
-    /// (a backend that counts it itself watches for its exit there). `ending` is to be
-    /// announced when the producer ends the session.
+    /// Samples begin to flow; `command` is the started command's pid, running and not
+    /// reaped. `on_end` runs when the producer ends the session. A backend that counts the
+    /// command itself returns what must be told of its exit.
     fn produce(
         &mut self,
         area: &Arc<Area>,
-        command: Option<&mut Running>,
-        ending: Arc<Ending>,
-    ) -> Result<(), ProfileError>;
+        command: Option<u32>,
+        on_end: OnEnd,
+    ) -> Result<Option<Box<dyn ExitWatch>>, BackendError>;
 
     /// Ends the session early: the producer writes its last sample and cancels. Called
     /// from the signal thread.
@@ -89,5 +106,5 @@ pub trait Backend: Sized {
 
     /// After the session ended: what the profile misses or how it was measured, for the
     /// summary.
-    fn finish(self) -> Result<Vec<String>, ProfileError>;
+    fn finish(self) -> Result<Vec<String>, BackendError>;
 }

@@ -15,6 +15,7 @@ use nix::sys::signal::{self, SigHandler, Signal};
 use nix::sys::wait::{self, Id, WaitPidFlag};
 use nix::unistd::{self, Pid};
 
+use crate::backend::ExitWatch;
 use crate::system::exit::Blame;
 use crate::system::exit::ExitStatus;
 use crate::system::procstat::{self, ProcessCounters};
@@ -56,16 +57,6 @@ impl SpawnError {
 /// Starts `argv` now, not held.
 pub fn spawn(argv: &[OsString]) -> Result<u32, SpawnError> {
     spawn_held(argv)?.release()
-}
-
-/// Told of the end of the command `monitor run` started, by the thread that reaps it.
-pub trait ExitWatch: Send {
-    /// The command `pid` has exited and is not reaped yet: its pid is still its own, and
-    /// its zombie can be read.
-    fn exited(&mut self, pid: u32);
-    /// It has been reaped: `totals` are wait4()'s, its own counts and those of the
-    /// descendants it waited for.
-    fn reaped(self: Box<Self>, pid: u32, totals: ProcessCounters);
 }
 
 /// The command once it runs, until it is reaped; the producer that counts it may watch

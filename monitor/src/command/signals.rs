@@ -12,11 +12,9 @@ use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::low_level::siginfo::Cause;
 
+use crate::backend::{BackendError, Stopper};
 use crate::command::child;
-use crate::profile::error::ProfileError;
-
-/// Ends the session: makes the producer write its last sample and cancel.
-pub type Stopper = Box<dyn FnOnce() -> Result<(), ProfileError> + Send>;
+use crate::system::error::SystemError;
 
 #[derive(Clone)]
 pub struct Signals {
@@ -32,7 +30,7 @@ struct Shared {
     stop_requested: AtomicBool,
     /// Taken by the first stop; `None` before the session started or after.
     stopper: Mutex<Option<Stopper>>,
-    stop_error: Mutex<Option<ProfileError>>,
+    stop_error: Mutex<Option<BackendError>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -41,8 +39,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Signals {
-    pub fn install() -> Result<Signals, ProfileError> {
-        let system = |what| move |source| ProfileError::System { what, source };
+    pub fn install() -> Result<Signals, SystemError> {
+        let system = SystemError::doing;
         let shared = Arc::new(Shared::default());
         let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM])
             .map_err(system("installing the SIGINT/SIGTERM handlers"))?;
@@ -117,7 +115,7 @@ impl Signals {
     }
 
     /// Why stopping failed, if it did.
-    pub fn take_stop_error(&self) -> Option<ProfileError> {
+    pub fn take_stop_error(&self) -> Option<BackendError> {
         lock(&self.shared.stop_error).take()
     }
 }

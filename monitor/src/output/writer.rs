@@ -9,8 +9,8 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
+use super::error::OutputError;
 use crate::pressure::verdict::Band;
-use crate::profile::error::ProfileError;
 use crate::rows::row::{Pressure, Row, ROW_COLUMNS};
 
 /// Output format of the sample rows.
@@ -270,19 +270,18 @@ pub struct Output {
 
 impl Output {
     /// Opens the destination now, so an unwritable path fails before anything runs.
-    pub fn open(destination: Destination, format: Format) -> Result<Output, ProfileError> {
-        let sink = match &destination {
-            Destination::File(path) => {
-                Sink::File(
-                    PendingFile::create(path).map_err(|source| ProfileError::Output {
+    pub fn open(destination: Destination, format: Format) -> Result<Output, OutputError> {
+        let sink =
+            match &destination {
+                Destination::File(path) => Sink::File(PendingFile::create(path).map_err(
+                    |source| OutputError::File {
                         path: path.clone(),
                         source,
-                    })?,
-                )
-            }
-            Destination::Stdout => Sink::Stdout(io::stdout()),
-            Destination::Stderr => Sink::Stderr(io::stderr()),
-        };
+                    },
+                )?),
+                Destination::Stdout => Sink::Stdout(io::stdout()),
+                Destination::Stderr => Sink::Stderr(io::stderr()),
+            };
         Ok(Output {
             rows: RowWriter::new(BufWriter::new(sink), format),
             destination,
@@ -299,21 +298,21 @@ impl Output {
         }
     }
 
-    pub fn header(&mut self) -> Result<(), ProfileError> {
-        self.rows.header().map_err(ProfileError::Write)
+    pub fn header(&mut self) -> Result<(), OutputError> {
+        self.rows.header().map_err(OutputError::Write)
     }
 
-    pub fn write(&mut self, row: &Row) -> Result<(), ProfileError> {
-        self.rows.write(row).map_err(ProfileError::Write)
+    pub fn write(&mut self, row: &Row) -> Result<(), OutputError> {
+        self.rows.write(row).map_err(OutputError::Write)
     }
 
     /// A thrashing band among the rows (JSON Lines only).
-    pub fn event(&mut self, band: &Band) -> Result<(), ProfileError> {
-        self.rows.event(band).map_err(ProfileError::Write)
+    pub fn event(&mut self, band: &Band) -> Result<(), OutputError> {
+        self.rows.event(band).map_err(OutputError::Write)
     }
 
-    pub fn flush(&mut self) -> Result<(), ProfileError> {
-        self.rows.flush().map_err(ProfileError::Write)
+    pub fn flush(&mut self) -> Result<(), OutputError> {
+        self.rows.flush().map_err(OutputError::Write)
     }
 
     /// The reader went away (a closed pipe): nothing more can be written.
@@ -322,13 +321,13 @@ impl Output {
     }
 
     /// Flushes and puts a file output in place.
-    pub fn commit(self) -> Result<(), ProfileError> {
+    pub fn commit(self) -> Result<(), OutputError> {
         let write_error = |source| match &self.destination {
-            Destination::File(path) => ProfileError::Output {
+            Destination::File(path) => OutputError::File {
                 path: path.clone(),
                 source,
             },
-            _ => ProfileError::Write(source),
+            _ => OutputError::Write(source),
         };
         let closed = self.rows.is_closed();
         let sink = self
@@ -353,16 +352,16 @@ pub struct PlotFile {
 }
 
 impl PlotFile {
-    pub fn create(path: &Path) -> Result<PlotFile, ProfileError> {
+    pub fn create(path: &Path) -> Result<PlotFile, OutputError> {
         if !path
             .extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("svg"))
         {
-            return Err(ProfileError::PlotNotSvg {
+            return Err(OutputError::PlotNotSvg {
                 path: path.to_path_buf(),
             });
         }
-        let file = PendingFile::create(path).map_err(|source| ProfileError::Plot {
+        let file = PendingFile::create(path).map_err(|source| OutputError::Plot {
             path: path.to_path_buf(),
             source,
         })?;
@@ -373,8 +372,8 @@ impl PlotFile {
     }
 
     /// Writes `svg` and puts the file in place.
-    pub fn commit(mut self, svg: &str) -> Result<(), ProfileError> {
-        let error = |source| ProfileError::Plot {
+    pub fn commit(mut self, svg: &str) -> Result<(), OutputError> {
+        let error = |source| OutputError::Plot {
             path: self.path.clone(),
             source,
         };
@@ -456,7 +455,7 @@ mod tests {
     fn a_plot_must_be_named_svg() {
         let err = PlotFile::create(Path::new("/tmp/out.png")).err();
         assert!(
-            matches!(err, Some(ProfileError::PlotNotSvg { .. })),
+            matches!(err, Some(OutputError::PlotNotSvg { .. })),
             "{err:?}"
         );
     }

@@ -8,6 +8,7 @@ use std::fs;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use nix::fcntl::{open, OFlag};
 use nix::sys::stat::Mode;
@@ -152,24 +153,38 @@ pub fn memory_faults(dir: &Path) -> Option<ProcessCounters> {
     })
 }
 
-/// The cgroup's own count of its faults over the profile, to set beside the samples'.
-pub fn memory_note(cgroup: &Cgroup, before: Option<ProcessCounters>) -> String {
-    match before.zip(memory_faults(cgroup.path())) {
-        Some((before, after)) => {
-            let d = after.saturating_sub(before);
-            format!(
-                "cgroup {}: its memory.stat counted {} minor and {} major faults over the \
-                 profile, every process in it included (the samples count those seen inside)",
-                cgroup.name(),
-                d.minor,
-                d.major
-            )
+/// The cgroup's own count of its faults (`memory.stat`) from the start of the profile, to
+/// set beside the samples' whichever backend counted them.
+pub struct FaultCheck {
+    cgroup: Arc<Cgroup>,
+    before: Option<ProcessCounters>,
+}
+
+impl FaultCheck {
+    /// Reads the count now, before anything is sampled.
+    pub fn start(cgroup: Arc<Cgroup>) -> FaultCheck {
+        let before = memory_faults(cgroup.path());
+        FaultCheck { cgroup, before }
+    }
+
+    /// What the cgroup counted since [`FaultCheck::start`], for the summary.
+    pub fn note(&self) -> String {
+        let name = self.cgroup.name();
+        match self.before.zip(memory_faults(self.cgroup.path())) {
+            Some((before, after)) => {
+                let d = after.saturating_sub(before);
+                format!(
+                    "cgroup {name}: its memory.stat counted {} minor and {} major faults over \
+                     the profile, every process in it included (the samples count those seen \
+                     inside)",
+                    d.minor, d.major
+                )
+            }
+            None => format!(
+                "cgroup {name}: no memory.stat (the memory controller is not enabled for it): \
+                 no cross-check of the fault counts"
+            ),
         }
-        None => format!(
-            "cgroup {}: no memory.stat (the memory controller is not enabled for it): no \
-             cross-check of the fault counts",
-            cgroup.name()
-        ),
     }
 }
 

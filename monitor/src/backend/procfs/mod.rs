@@ -19,12 +19,9 @@ use std::time::Duration;
 use shared_layout::wait::FutexWaiter;
 use shared_layout::{abi, Area, Mode, Sample};
 
-use super::{Backend, Selection};
-use crate::command::child::{ExitWatch, Running};
-use crate::command::signals::Stopper;
-use crate::profile::error::ProfileError;
-use crate::rows::source::Ending;
-use crate::system::cgroup::{self, Cgroup};
+use super::{Backend, BackendError, ExitWatch, OnEnd, Selection, Stopper};
+use crate::system::cgroup::Cgroup;
+use crate::system::error::SystemError;
 use crate::system::procstat::{self, Probe, ProcessCounters};
 use members::Members;
 use process::Process;
@@ -42,23 +39,23 @@ pub struct Procfs {
     unlisted: bool,
     /// A process whose CPU clock could not be read is measured in clock ticks.
     ticks: bool,
-    /// `--cgroup`, and its `memory.stat` faults when the profile started.
-    cgroup: Option<(Arc<Cgroup>, Option<ProcessCounters>)>,
+    /// `--cgroup`, whose members the sampler counts.
+    cgroup: Option<Arc<Cgroup>>,
 }
 
 impl Backend for Procfs {
     type Waiter = FutexWaiter;
 
-    fn open(selection: &Selection, period_ms: Option<u32>) -> Result<Procfs, ProfileError> {
+    fn open(selection: &Selection, period_ms: Option<u32>) -> Result<Procfs, BackendError> {
         if selection.pids.is_empty() && !selection.command && selection.cgroup.is_none() {
-            return Err(ProfileError::NothingToProfile);
+            return Err(BackendError::NothingToProfile);
         }
         let processes = selection
             .pids
             .iter()
             .map(|&pid| {
                 Process::attach(pid, selection.inherit)
-                    .map_err(|source| ProfileError::Attach { pid, source })
+                    .map_err(|source| BackendError::Attach { pid, source })
             })
             .collect::<Result<Vec<_>, _>>()?;
         let period_ms = period_ms.unwrap_or(abi::PERIOD_MS_DEFAULT);
@@ -70,10 +67,7 @@ impl Backend for Procfs {
             events: None,
             inherit: selection.inherit,
             unlisted: selection.inherit && !procstat::children_listed(),
-            cgroup: (selection.cgroup.clone()).map(|c| {
-                let faults = cgroup::memory_faults(c.path());
-                (c, faults)
-            }),
+            cgroup: selection.cgroup.clone(),
         })
     }
 
@@ -81,48 +75,44 @@ impl Backend for Procfs {
         "procfs"
     }
 
-    fn adopt(&mut self, _pid: u32) -> Result<(), ProfileError> {
+    fn adopt(&mut self, _pid: u32) -> Result<(), BackendError> {
         // Attached in `produce`, counted from zero: it is our child.
         Ok(())
     }
 
-    fn start(&mut self, mode: Mode) -> Result<(Arc<Area>, FutexWaiter), ProfileError> {
+    fn start(&mut self, mode: Mode) -> Result<(Arc<Area>, FutexWaiter), BackendError> {
         let area = Area::create_memfd(abi::BUFFER_PAGES_DEFAULT.into(), mode, self.period)
-            .map_err(ProfileError::Memfd)?;
+            .map_err(BackendError::Memfd)?;
         Ok((Arc::new(area), FutexWaiter))
     }
 
     fn produce(
         &mut self,
         area: &Arc<Area>,
-        command: Option<&mut Running>,
-        ending: Arc<Ending>,
-    ) -> Result<(), ProfileError> {
+        command: Option<u32>,
+        on_end: OnEnd,
+    ) -> Result<Option<Box<dyn ExitWatch>>, BackendError> {
         let mut processes = std::mem::take(&mut self.processes);
-        if let Some(pid) = command.as_deref().map(Running::pid) {
+        if let Some(pid) = command {
             let process = Process::child(pid, self.inherit)
-                .map_err(|source| ProfileError::Attach { pid, source })?;
+                .map_err(|source| BackendError::Attach { pid, source })?;
             self.ticks |= !process.nanoseconds();
             processes.push(process);
         }
-        let on_end = move || ending.announce();
-        let members = (self.cgroup.as_ref()).map(|(c, _)| Members::new(Arc::clone(c)));
+        let members = (self.cgroup.clone()).map(Members::new);
         let sampler = Sampler::spawn(Arc::clone(area), processes, members, self.period, on_end)
-            .map_err(|source| ProfileError::System {
-                what: "starting the sampler",
-                source,
-            })?;
+            .map_err(SystemError::doing("starting the sampler"))?;
         let events = sampler.events();
-        if let Some(command) = command {
-            command.watch_exit(Box::new(FinalCounts {
+        let watch = command.map(|_| -> Box<dyn ExitWatch> {
+            Box::new(FinalCounts {
                 events: events.clone(),
                 inherit: self.inherit,
                 own: None,
-            }));
-        }
+            })
+        });
         self.events = Some(events);
         self.sampler = Some(sampler);
-        Ok(())
+        Ok(watch)
     }
 
     fn stopper(&self) -> Stopper {
@@ -143,7 +133,7 @@ impl Backend for Procfs {
         "the monitor's own sampler broke the protocol (a bug: please report it with this message)"
     }
 
-    fn finish(mut self) -> Result<Vec<String>, ProfileError> {
+    fn finish(mut self) -> Result<Vec<String>, BackendError> {
         let mut notes = Vec::new();
         if self.ticks {
             notes.push(
@@ -158,13 +148,10 @@ impl Backend for Procfs {
                     .to_owned(),
             );
         }
-        if let Some((cgroup, before)) = &self.cgroup {
-            notes.push(cgroup::memory_note(cgroup, *before));
-        }
         let Some(sampler) = self.sampler.take() else {
             return Ok(notes);
         };
-        let report = sampler.join().map_err(ProfileError::Sampler)?;
+        let report = sampler.join().map_err(BackendError::Sampler)?;
         if report.unflushed != Sample::default() {
             notes.push(format!(
                 "the consumer stopped before the last sample could be written: {} minor and \

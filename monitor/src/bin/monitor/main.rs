@@ -13,7 +13,9 @@ use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use monitor::backend::install;
 use monitor::backend::kernel::Kernel;
 use monitor::backend::procfs::Procfs;
+use monitor::backend::BackendError;
 use monitor::export::{ExportError, ExportOptions};
+use monitor::output::error::OutputError;
 use monitor::output::writer::{Destination, Format};
 use monitor::profile::error::ProfileError;
 use monitor::profile::{self, Request};
@@ -208,26 +210,30 @@ fn release() -> String {
 /// What the user can do about `e`, when it is theirs to fix.
 fn advice(e: &ProfileError) -> Option<String> {
     Some(match e {
-        ProfileError::Output { .. } => "choose another --output".into(),
-        ProfileError::Plot { .. } => "choose another --plot".into(),
-        ProfileError::Attach { pid, .. }
-        | ProfileError::Device(
-            DeviceError::NoSuchProcess { pid } | DeviceError::NotAllowed { pid },
+        ProfileError::Output(OutputError::File { .. }) => "choose another --output".into(),
+        ProfileError::Output(OutputError::Plot { .. }) => "choose another --plot".into(),
+        ProfileError::Backend(
+            BackendError::Attach { pid, .. }
+            | BackendError::Device(
+                DeviceError::NoSuchProcess { pid } | DeviceError::NotAllowed { pid },
+            ),
         ) => format!("check the pid with `ps -p {pid}` and that it is yours"),
-        ProfileError::Device(DeviceError::NotLoaded { .. }) => format!(
+        ProfileError::Backend(BackendError::Device(DeviceError::NotLoaded { .. })) => format!(
             "{}; or use --backend procfs, which works without the module",
             install::when_not_loaded(Path::new(install::MODULES_DIR), &release())
         ),
-        ProfileError::Device(DeviceError::AbiMismatch { ours, module }) if module < ours => {
+        ProfileError::Backend(BackendError::Device(DeviceError::AbiMismatch { ours, module }))
+            if module < ours =>
+        {
             install::when_module_older(&release())
         }
-        ProfileError::Device(_) if e.blame() == Blame::Usage => {
+        ProfileError::Backend(BackendError::Device(_)) if e.blame() == Blame::Usage => {
             "--backend procfs works without the module".into()
         }
         ProfileError::Cgroup(_) => {
             "give a directory of the cgroup2 file system, e.g. /sys/fs/cgroup/system.slice".into()
         }
-        ProfileError::NothingToProfile => {
+        ProfileError::Backend(BackendError::NothingToProfile) => {
             "processes can register themselves only with the pfprof module loaded".into()
         }
         ProfileError::Export(ExportError::Listen { .. } | ExportError::Address(_)) => {
@@ -238,7 +244,7 @@ fn advice(e: &ProfileError) -> Option<String> {
              --collector.textfile.directory"
                 .into()
         }
-        ProfileError::PeriodMismatch { asked_ms, .. } => format!(
+        ProfileError::Backend(BackendError::PeriodMismatch { asked_ms, .. }) => format!(
             "--period-ms {asked_ms} needs --backend procfs, or reload the module with \
              period_ms={asked_ms}"
         ),
@@ -258,7 +264,7 @@ mod tests {
     #[test]
     fn the_modules_refusals_are_usage_errors_that_say_what_to_do() {
         let device = PathBuf::from(DEVICE_PATH);
-        let refused = |e| failure(ProfileError::Device(e));
+        let refused = |e| failure(ProfileError::Backend(BackendError::Device(e)));
         assert_eq!(
             refused(DeviceError::PermissionDenied {
                 path: device.clone()

@@ -1,0 +1,129 @@
+//! The consumer loop: takes samples until the producer ends the session, or a stop (a
+//! signal, a closed output) and the backend's grace period, makes rows of them with
+//! their share of the memory pressure, and hands each to the [`Consumers`].
+
+use std::time::{Duration, Instant};
+
+use shared_layout::wait::Waiter;
+use shared_layout::{ProtocolError, Sample};
+
+use super::consumers::{Consumed, Consumers, STATUS_EVERY};
+use super::error::ProfileError;
+use super::Started;
+use crate::backend::Backend;
+use crate::command::signals::Signals;
+use crate::rows::row::Timeline;
+use crate::rows::source::{Batch, Source};
+
+/// How long the consumer waits for samples at most while nothing else needs it: the
+/// producer's cancellation and every signal wake it earlier.
+const IDLE_WAIT: Duration = Duration::from_secs(1);
+
+/// How the consumer loop ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum End {
+    /// The producer ended the session: every process is gone.
+    Finished,
+    /// A signal stopped it.
+    Stopped,
+    /// The output's reader went away.
+    OutputClosed,
+}
+
+pub(super) fn consume<B: Backend>(
+    started: &mut Started<B>,
+    mut consumers: Consumers,
+) -> Result<(Consumed, End), ProfileError> {
+    let backend = &started.backend;
+    let ring_error = |source| ProfileError::Ring {
+        advice: backend.ring_advice(),
+        source,
+    };
+    let mut timeline = Timeline::new(started.area.period());
+    let mut stop = Stop::default();
+    let mut samples = Vec::new();
+    let mut rows = Vec::new();
+    let idle = if consumers.draws_status() {
+        STATUS_EVERY
+    } else {
+        IDLE_WAIT
+    };
+    consumers.start(started.area.period())?;
+    loop {
+        stop.notice(&started.signals, backend.grace(), &consumers);
+        let batch = stop
+            .next(&mut started.source, &mut samples, idle)
+            .map_err(ring_error)?;
+        rows.extend(samples.drain(..).map(|sample| timeline.row(&sample)));
+        started.pressure.fill(&mut rows);
+        for row in rows.drain(..) {
+            consumers.row(row)?;
+        }
+        consumers.batch_done(batch)?;
+        if consumers.output_closed() && stop.give_up.is_none() {
+            // Nobody reads on: end the profile now, whatever it profiles.
+            started.signals.request_stop();
+            continue;
+        }
+        consumers.draw_status();
+        if batch.ended {
+            break;
+        }
+    }
+    let consumed = consumers.finish();
+    match started.signals.take_stop_error() {
+        Some(e) => Err(e.into()),
+        None => Ok((consumed, stop.end)),
+    }
+}
+
+/// Whether the loop is being stopped, and until when it waits for the session's end.
+struct Stop {
+    give_up: Option<Instant>,
+    end: End,
+}
+
+impl Default for Stop {
+    fn default() -> Stop {
+        Stop {
+            give_up: None,
+            end: End::Finished,
+        }
+    }
+}
+
+impl Stop {
+    /// A stop was requested: the session has `grace` to end by itself.
+    fn notice(&mut self, signals: &Signals, grace: Duration, consumers: &Consumers) {
+        if self.give_up.is_some() || !signals.stop_requested() {
+            return;
+        }
+        self.give_up = Some(Instant::now() + grace);
+        self.end = if consumers.output_closed() {
+            End::OutputClosed
+        } else {
+            End::Stopped
+        };
+    }
+
+    /// The next samples, waiting at most `idle`; past the deadline, what is ready, and
+    /// the end.
+    fn next<W: Waiter>(
+        &self,
+        source: &mut Source<W>,
+        samples: &mut Vec<Sample>,
+        idle: Duration,
+    ) -> Result<Batch, ProtocolError> {
+        match self.give_up {
+            Some(deadline) if Instant::now() >= deadline => {
+                let batch = source.drain_now(samples)?;
+                Ok(Batch {
+                    ended: true,
+                    ..batch
+                })
+            }
+            Some(deadline) => source.next(samples, idle.min(deadline - Instant::now())),
+            None => source.next(samples, idle),
+        }
+    }
+}

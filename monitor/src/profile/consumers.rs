@@ -1,0 +1,157 @@
+//! Every consumer of the rows, fed in one place: the output, the thrashing verdict, the
+//! running totals and the status line, the exporters, and the rows kept for the plot. A
+//! new output or exporter is added here and nowhere else.
+
+use std::io::{self, Write};
+use std::time::{Duration, Instant};
+
+use super::error::ProfileError;
+use crate::export::Exporters;
+use crate::output::report::Totals;
+use crate::output::writer::Output;
+use crate::pressure::verdict::{Band, Verdict, RULE};
+use crate::rows::row::Row;
+use crate::rows::source::Batch;
+
+/// How often the live status line is redrawn.
+pub(super) const STATUS_EVERY: Duration = Duration::from_millis(250);
+
+pub(super) struct Consumers {
+    output: Output,
+    verdict: Verdict,
+    totals: Totals,
+    /// Drawn on stderr when it does not land among the rows.
+    status: Option<StatusLine>,
+    exporters: Option<Exporters>,
+    /// Every row, when a plot is drawn from them.
+    rows: Option<Vec<Row>>,
+}
+
+/// What the consumers gathered, once the loop ended.
+pub(super) struct Consumed {
+    pub output: Output,
+    pub exporters: Option<Exporters>,
+    pub totals: Totals,
+    /// Every row kept for the plot; none when there is no plot.
+    pub rows: Vec<Row>,
+    /// The thrashing the verdict found, and whether it could judge at all.
+    pub bands: Vec<Band>,
+    pub judged: bool,
+}
+
+impl Consumers {
+    pub fn new(output: Output, exporters: Option<Exporters>, keep_rows: bool) -> Consumers {
+        let status = output
+            .leaves_stderr_to_the_status_line()
+            .then(StatusLine::new);
+        Consumers {
+            output,
+            verdict: Verdict::new(RULE),
+            totals: Totals::default(),
+            status,
+            exporters,
+            rows: keep_rows.then(Vec::new),
+        }
+    }
+
+    /// Before the first row: the output's header, the exporters' period.
+    pub fn start(&mut self, period: Duration) -> Result<(), ProfileError> {
+        self.output.header()?;
+        if let Some(e) = self.exporters.as_mut() {
+            e.set_period(period);
+        }
+        Ok(())
+    }
+
+    /// Whether a status line is drawn, so the consumer wakes up for it.
+    pub fn draws_status(&self) -> bool {
+        self.status.is_some()
+    }
+
+    pub fn row(&mut self, row: Row) -> Result<(), ProfileError> {
+        self.totals.add(&row);
+        if let Some(status) = self.status.as_mut() {
+            status.recent.add(&row);
+        }
+        self.output.write(&row)?;
+        if let Some(band) = self.verdict.feed(&row) {
+            self.output.event(&band)?;
+        }
+        if let Some(e) = self.exporters.as_mut() {
+            e.add(&row);
+        }
+        if let Some(rows) = self.rows.as_mut() {
+            rows.push(row);
+        }
+        Ok(())
+    }
+
+    /// After each batch's rows: the samples it lost, the verdict's last band once the
+    /// session ended, and what is written so far flushed and published.
+    pub fn batch_done(&mut self, batch: Batch) -> Result<(), ProfileError> {
+        self.totals.lost += batch.lost;
+        if batch.ended {
+            if let Some(band) = self.verdict.finish() {
+                self.output.event(&band)?;
+            }
+        }
+        self.output.flush()?;
+        if let Some(e) = self.exporters.as_mut() {
+            e.lost(batch.lost);
+            e.publish();
+        }
+        Ok(())
+    }
+
+    /// The output's reader went away.
+    pub fn output_closed(&self) -> bool {
+        self.output.is_closed()
+    }
+
+    /// Redraws the status line when it is due.
+    pub fn draw_status(&mut self) {
+        if let Some(status) = self.status.as_mut() {
+            status.draw(&self.totals);
+        }
+    }
+
+    pub fn finish(self) -> Consumed {
+        if self.status.is_some() {
+            let _ = write!(io::stderr(), "\r\x1b[K");
+        }
+        Consumed {
+            output: self.output,
+            exporters: self.exporters,
+            totals: self.totals,
+            rows: self.rows.unwrap_or_default(),
+            bands: self.verdict.bands().to_vec(),
+            judged: self.verdict.judged(),
+        }
+    }
+}
+
+/// The live status line on stderr: the totals, and the rates since it was last drawn.
+struct StatusLine {
+    recent: Totals,
+    last: Instant,
+}
+
+impl StatusLine {
+    fn new() -> StatusLine {
+        StatusLine {
+            recent: Totals::default(),
+            last: Instant::now(),
+        }
+    }
+
+    fn draw(&mut self, totals: &Totals) {
+        if self.last.elapsed() < STATUS_EVERY || self.recent.samples == 0 {
+            return;
+        }
+        let line = format!("\r{}\x1b[K", totals.status_line(&self.recent));
+        // A closed stderr cannot be told anything.
+        let _ = io::stderr().write_all(line.as_bytes());
+        self.recent = Totals::default();
+        self.last = Instant::now();
+    }
+}
