@@ -195,17 +195,113 @@ pub fn handed_session(what: &str) -> Result<()> {
         "follow" => dev.follow(Follow::All, false)?,
         _ => bail!("handed-session: cgroup or follow, not {what:?}"),
     }
+    report_session(&dev, || Ok(()))
+}
+
+/// Until a byte on stdin, then to the session's end: says "ready", and at
+/// the next byte ends the session and says "minor <N>", what its samples held.
+/// `between` runs after the first byte.
+fn report_session(dev: &Device, between: impl FnOnce() -> Result<()>) -> Result<()> {
     let mut consumer = StrictConsumer::new(dev.start(Mode::Strict)?, dev.waiter());
     println!("ready");
     std::io::stdout().flush()?;
     let mut byte = [0u8; 1];
     std::io::stdin().read_exact(&mut byte)?;
+    between()?;
     std::io::stdin().read_exact(&mut byte)?;
     dev.ender().end()?;
     let mut samples = Vec::new();
     take_until_ended(&mut consumer, &mut samples)?;
     println!("minor {}", minor_sum(&samples));
     Ok(())
+}
+
+/// `hardening-child pidns-cgroup-session CGROUP`, as root in a pid namespace of
+/// its own (`in-new-pid-ns`): a session over every process of CGROUP. After
+/// the first byte it moves itself into CGROUP, touches `PAGES` fresh pages
+/// and says "done" (see `report_session`).
+pub fn pidns_cgroup_session(cgroup: &str) -> Result<()> {
+    let dev = Device::open()?;
+    let target = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+        .open(cgroup)
+        .with_context(|| format!("opening {cgroup}"))?;
+    dev.add_cgroup(target.as_fd())?;
+    report_session(&dev, || {
+        fs::write(format!("{cgroup}/cgroup.procs"), "0")
+            .with_context(|| format!("moving into {cgroup}"))?;
+        let len = PAGES as usize * 4096;
+        let pages = crate::anon::map_anonymous(len)?;
+        for page in 0..PAGES as usize {
+            // SAFETY: within the mapping just made, ours alone.
+            unsafe { pages.as_ptr().add(page * 4096).write_volatile(1) };
+        }
+        println!("done");
+        std::io::stdout().flush()?;
+        Ok(())
+    })
+}
+
+/// Review L5: a session opened in a pid namespace, over a cgroup that holds a
+/// process outside that namespace, of the same user: the process is counted
+/// only if the opener can name it, as /proc shows it. The opener's own
+/// `PAGES` faults, made inside the cgroup, are the control.
+pub fn a_cgroup_session_in_a_pid_namespace_counts_only_the_processes_it_can_name(
+    env: &Env,
+) -> Result<()> {
+    let mark = klog::Mark::now()?;
+    let module = kmod::insmod(env, &[])?;
+    let cgroup = "/sys/fs/cgroup/pfprof-pidns";
+    fs::create_dir_all(cgroup)?;
+    let mut session = Profiled::spawn_mode(
+        "hardening-child",
+        &["in-new-pid-ns", "pidns-cgroup-session", cgroup],
+        None,
+    )?;
+    ensure!(
+        session.read_line()? == "ready",
+        "the session in its own pid namespace is not ready"
+    );
+    // A process outside the namespace, in the cgroup, faults while the session runs.
+    let (mut outsider, _) = faulter(None, "exit")?;
+    fs::write(format!("{cgroup}/cgroup.procs"), outsider.pid.to_string())?;
+    outsider.go()?;
+    ensure!(
+        outsider.read_line()? == "done",
+        "the outsider did not fault"
+    );
+    outsider.reap()?;
+    session.go()?;
+    ensure!(
+        session.read_line()? == "done",
+        "the session's opener did not fault"
+    );
+    thread::sleep(Duration::from_millis(200));
+    session.go()?;
+    let said = session.read_line()?;
+    let minor: u64 = said
+        .strip_prefix("minor ")
+        .with_context(|| format!("the session said {said:?}"))?
+        .parse()?;
+    session.reap()?;
+    fs::remove_dir(cgroup)?;
+    figure(&format!(
+        "isolation: a cgroup session opened in a pid namespace: {minor} minor faults, its \
+         opener's own {PAGES} pages in the cgroup and a {PAGES}-page process outside the \
+         namespace in it too"
+    ));
+    ensure!(
+        minor >= PAGES,
+        "the session missed its own opener's faults in the cgroup: {minor} of {PAGES}"
+    );
+    ensure!(
+        minor < PAGES + PAGES / 2,
+        "the session counted a process outside its pid namespace: {minor} minor faults, \
+         {PAGES} of them its opener's"
+    );
+    module.unload()?;
+    mark.ensure_clean()
 }
 
 pub fn a_session_handed_to_another_user_counts_only_what_that_user_may_read(

@@ -122,6 +122,7 @@ const TESTS: &[(&str, Test)] = tests![
     isolation::another_users_registrations_join_a_session_only_when_asked_and_never_end_it,
     isolation::another_users_registered_parent_neither_takes_in_nor_ends_a_sessions_own_target,
     isolation::a_session_handed_to_another_user_counts_only_what_that_user_may_read,
+    isolation::a_cgroup_session_in_a_pid_namespace_counts_only_the_processes_it_can_name,
     isolation::a_member_that_execs_setuid_and_is_gone_before_the_next_look_is_withdrawn,
     isolation::opens_killed_while_their_sampler_starts_leave_no_session_to_another_users_recall,
     isolation::a_process_execing_again_and_again_is_never_withdrawn,
@@ -238,6 +239,9 @@ fn hardening_child(args: &[String]) -> ExitCode {
         Some("open-loop") => isolation::open_loop().map(|()| ExitCode::SUCCESS),
         Some("handed-session") if args.len() == 2 => {
             isolation::handed_session(&args[1]).map(|()| ExitCode::SUCCESS)
+        }
+        Some("pidns-cgroup-session") if args.len() == 2 => {
+            isolation::pidns_cgroup_session(&args[1]).map(|()| ExitCode::SUCCESS)
         }
         Some("session-of") if args.len() == 2 => {
             isolation::session_of(&args[1]).map(|()| ExitCode::SUCCESS)
