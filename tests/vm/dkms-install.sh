@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs pfprof.ko with DKMS for one Debian kernel exactly as README.md
+# Installs pfprof.ko with DKMS for one Debian kernel exactly as docs/module.md
 # says (make -C kmod dkms-src, then dkms install), in the Debian root ROOT
 # when the kernel lives there (tests/vm/debian-root.sh), replacing what an
 # earlier run installed for that kernel, and prints the path of the module
@@ -24,7 +24,7 @@ version=$(sed -n 's/^PACKAGE_VERSION="\(.*\)"/\1/p' "$vm_repo/kmod/dkms.conf")
 log=$(mktemp /tmp/pfprof-dkms.XXXXXX)
 trap 'rm -f "$log"' EXIT
 # An earlier build for this kernel goes (other kernels' stay), and the
-# source is copied afresh: README's installation then builds from this tree.
+# source is copied afresh: docs/module.md's installation then builds from this tree.
 in_root dkms remove "pfprof/$version" -k "$kernel" >/dev/null 2>&1 || true
 rm -rf "$root/usr/src/pfprof-$version"
 make -s -C "$vm_repo/kmod" dkms-src DKMS_SRC="$root/usr/src/pfprof-$version"
