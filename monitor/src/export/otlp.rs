@@ -227,78 +227,10 @@ fn metric(m: &Metric, data: metric::Data) -> OtlpMetric {
 
 /// The snapshot as an OTLP request, its points taken at `now_unix_ns`.
 fn request(s: &Snapshot, identity: &Identity, now_unix_ns: u64) -> ExportMetricsServiceRequest {
-    let with_type = |fault_type: &str| {
-        let mut attributes = identity.labels.clone();
-        attributes.push(string("system.paging.fault.type", fault_type));
-        attributes
+    let points = Points {
+        identity,
+        now_unix_ns,
     };
-    let point = |attributes: Vec<KeyValue>, value: number_data_point::Value| NumberDataPoint {
-        attributes,
-        start_time_unix_nano: identity.start_unix_ns,
-        time_unix_nano: now_unix_ns,
-        value: Some(value),
-        ..NumberDataPoint::default()
-    };
-    let sum = |points: Vec<NumberDataPoint>| {
-        metric::Data::Sum(Sum {
-            data_points: points,
-            aggregation_temporality: AggregationTemporality::Cumulative as i32,
-            is_monotonic: true,
-        })
-    };
-    let faults = FAULT_TYPES
-        .iter()
-        .zip(s.faults)
-        .map(|(t, n)| point(with_type(t), number_data_point::Value::AsInt(n as i64)))
-        .collect();
-    let histograms = FAULT_TYPES
-        .iter()
-        .zip(&s.per_period)
-        .map(|(t, h)| HistogramDataPoint {
-            attributes: with_type(t),
-            start_time_unix_nano: identity.start_unix_ns,
-            time_unix_nano: now_unix_ns,
-            count: h.count(),
-            sum: Some(h.sum as f64),
-            bucket_counts: h.buckets.to_vec(),
-            explicit_bounds: BUCKETS.to_vec(),
-            ..HistogramDataPoint::default()
-        })
-        .collect();
-    let labels = || identity.labels.clone();
-    let metrics = vec![
-        metric(&FAULTS, sum(faults)),
-        metric(
-            &CPU_TIME,
-            sum(vec![point(
-                labels(),
-                number_data_point::Value::AsDouble(s.cpu_seconds()),
-            )]),
-        ),
-        metric(
-            &PERIOD_FAULTS,
-            metric::Data::Histogram(Histogram {
-                data_points: histograms,
-                aggregation_temporality: AggregationTemporality::Cumulative as i32,
-            }),
-        ),
-        metric(
-            &SAMPLES_LOST,
-            sum(vec![point(
-                labels(),
-                number_data_point::Value::AsInt(s.lost as i64),
-            )]),
-        ),
-        metric(
-            &PERIOD,
-            metric::Data::Gauge(Gauge {
-                data_points: vec![point(
-                    labels(),
-                    number_data_point::Value::AsDouble(s.period_seconds()),
-                )],
-            }),
-        ),
-    ];
     ExportMetricsServiceRequest {
         resource_metrics: vec![ResourceMetrics {
             resource: Some(identity.resource.clone()),
@@ -308,12 +240,95 @@ fn request(s: &Snapshot, identity: &Identity, now_unix_ns: u64) -> ExportMetrics
                     version: env!("CARGO_PKG_VERSION").to_owned(),
                     ..InstrumentationScope::default()
                 }),
-                metrics,
+                metrics: points.metrics(s),
                 ..ScopeMetrics::default()
             }],
             ..ResourceMetrics::default()
         }],
     }
+}
+
+/// Makes the request's data points: the profile's labels, its start, and now.
+struct Points<'a> {
+    identity: &'a Identity,
+    now_unix_ns: u64,
+}
+
+impl Points<'_> {
+    /// Every metric of the snapshot, cumulative from the profile's start.
+    fn metrics(&self, s: &Snapshot) -> Vec<OtlpMetric> {
+        let labels = || self.identity.labels.clone();
+        let faults = FAULT_TYPES
+            .iter()
+            .zip(s.faults)
+            .map(|(t, n)| self.point(self.with_type(t), number_data_point::Value::AsInt(n as i64)))
+            .collect();
+        let cpu_seconds = number_data_point::Value::AsDouble(s.cpu_seconds());
+        let lost = number_data_point::Value::AsInt(s.lost as i64);
+        let period = number_data_point::Value::AsDouble(s.period_seconds());
+        vec![
+            metric(&FAULTS, sum(faults)),
+            metric(&CPU_TIME, sum(vec![self.point(labels(), cpu_seconds)])),
+            metric(
+                &PERIOD_FAULTS,
+                metric::Data::Histogram(Histogram {
+                    data_points: self.histograms(s),
+                    aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                }),
+            ),
+            metric(&SAMPLES_LOST, sum(vec![self.point(labels(), lost)])),
+            metric(
+                &PERIOD,
+                metric::Data::Gauge(Gauge {
+                    data_points: vec![self.point(labels(), period)],
+                }),
+            ),
+        ]
+    }
+
+    /// The faults per period, a histogram for each fault type.
+    fn histograms(&self, s: &Snapshot) -> Vec<HistogramDataPoint> {
+        FAULT_TYPES
+            .iter()
+            .zip(&s.per_period)
+            .map(|(t, h)| HistogramDataPoint {
+                attributes: self.with_type(t),
+                start_time_unix_nano: self.identity.start_unix_ns,
+                time_unix_nano: self.now_unix_ns,
+                count: h.count(),
+                sum: Some(h.sum as f64),
+                bucket_counts: h.buckets.to_vec(),
+                explicit_bounds: BUCKETS.to_vec(),
+                ..HistogramDataPoint::default()
+            })
+            .collect()
+    }
+
+    /// The profile's labels and the fault type.
+    fn with_type(&self, fault_type: &str) -> Vec<KeyValue> {
+        let mut attributes = self.identity.labels.clone();
+        attributes.push(string("system.paging.fault.type", fault_type));
+        attributes
+    }
+
+    fn point(&self, attributes: Vec<KeyValue>, value: number_data_point::Value) -> NumberDataPoint {
+        NumberDataPoint {
+            attributes,
+            start_time_unix_nano: self.identity.start_unix_ns,
+            time_unix_nano: self.now_unix_ns,
+            value: Some(value),
+            ..NumberDataPoint::default()
+        }
+    }
+}
+
+/// A cumulative, monotonic sum of `points`.
+fn sum(points: Vec<NumberDataPoint>) -> metric::Data {
+    metric::Data::Sum(Sum {
+        data_points: points,
+        aggregation_temporality: AggregationTemporality::Cumulative as i32,
+        is_monotonic: true,
+    })
 }
 
 #[cfg(test)]

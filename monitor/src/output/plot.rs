@@ -285,23 +285,53 @@ pub fn render(rows: &[Row], bands: &[Band], caption: &str) -> Result<String, Plo
         let (faults_area, rest) = root.split_vertically(HEIGHT * 26 / 100);
         let (memory_area, rest) = rest.split_vertically(HEIGHT * 26 / 100);
         let (stall_area, cpu_area) = rest.split_vertically(HEIGHT * 20 / 100);
+        let lanes = Lanes {
+            steps: &steps,
+            x,
+            bands,
+        };
+        lanes.faults(&faults_area)?;
+        lanes.memory(&memory_area)?;
+        lanes.stall(&stall_area)?;
+        lanes.cpu(&cpu_area)?;
+        root.present().map_err(draw_err)?;
+    }
+    Ok(svg)
+}
 
-        // Fault rates: minor on the left axis, major on the right.
+/// A lane's share of the drawing.
+type LaneArea<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+
+/// What every lane draws from: the steps, the time axis, the thrashing bands.
+struct Lanes<'s> {
+    steps: &'s [Step],
+    x: (f64, f64),
+    bands: &'s [Band],
+}
+
+impl Lanes<'_> {
+    /// The steps of a known length: rates are drawn over them.
+    fn spans(&self) -> impl Iterator<Item = &Step> {
+        self.steps.iter().filter(|s| s.end > s.start)
+    }
+
+    /// Fault rates: minor on the left axis, major on the right.
+    fn faults(&self, area: &LaneArea<'_>) -> Result<(), PlotError> {
         let minor_rate = |s: &Step| s.minor as f64 / s.seconds();
         let major_rate = |s: &Step| s.major as f64 / s.seconds();
-        let spans = || steps.iter().filter(|s| s.end > s.start);
-        let minor_max = top(spans().map(minor_rate).fold(0.0, f64::max));
-        let major_max = top(spans().map(major_rate).fold(0.0, f64::max));
-        let faults_area = legend_row(
-            &faults_area,
+        let minor_max = top(self.spans().map(minor_rate).fold(0.0, f64::max));
+        let major_max = top(self.spans().map(major_rate).fold(0.0, f64::max));
+        let area = legend_row(
+            area,
             &[
                 ("minor faults/s (left axis)", Key::Line(MINOR)),
                 ("major faults/s (right axis)", Key::Line(MAJOR)),
             ],
         )?;
-        let mut faults = lane(&faults_area, x, minor_max, false, true)?
-            .set_secondary_coord(x.0..x.1, 0.0..major_max);
-        mesh(&mut faults, "minor faults/s", &whole, false, bands)?;
+        let (x0, x1) = self.x;
+        let mut faults = lane(&area, self.x, minor_max, false, true)?
+            .set_secondary_coord(x0..x1, 0.0..major_max);
+        mesh(&mut faults, "minor faults/s", &whole, false, self.bands)?;
         faults
             .configure_secondary_axes()
             .label_style((FONT, 14))
@@ -313,28 +343,32 @@ pub fn render(rows: &[Row], bands: &[Band], caption: &str) -> Result<String, Plo
             .map_err(draw_err)?;
         faults
             .draw_series(LineSeries::new(
-                stepped(&steps, minor_rate),
+                stepped(self.steps, minor_rate),
                 MINOR.stroke_width(2),
             ))
             .map_err(draw_err)?;
         faults
             .draw_secondary_series(LineSeries::new(
-                stepped(&steps, major_rate),
+                stepped(self.steps, major_rate),
                 MAJOR.stroke_width(2),
             ))
             .map_err(draw_err)?;
+        Ok(())
+    }
 
-        // Memory: resident anonymous, file and shared stacked, swapped out as a line.
+    /// Memory: resident anonymous, file and shared stacked, swapped out as a line.
+    fn memory(&self, area: &LaneArea<'_>) -> Result<(), PlotError> {
         let anon = |s: &Step| s.rss_anon as f64 / MIB;
         let file = |s: &Step| (s.rss_anon + s.rss_file) as f64 / MIB;
         let shmem = |s: &Step| (s.rss_anon + s.rss_file + s.rss_shmem) as f64 / MIB;
         let swap = |s: &Step| s.swap as f64 / MIB;
-        let memory_max = top(steps
+        let memory_max = top(self
+            .steps
             .iter()
             .map(|s| shmem(s).max(swap(s)))
             .fold(0.0, f64::max));
-        let memory_area = legend_row(
-            &memory_area,
+        let area = legend_row(
+            area,
             &[
                 ("resident anonymous", Key::Box(ANON)),
                 ("resident file", Key::Box(FILE)),
@@ -342,8 +376,8 @@ pub fn render(rows: &[Row], bands: &[Band], caption: &str) -> Result<String, Plo
                 ("swapped out", Key::Dashed(SWAP)),
             ],
         )?;
-        let mut memory = lane(&memory_area, x, memory_max, false, false)?;
-        mesh(&mut memory, "memory (MiB)", &whole, false, bands)?;
+        let mut memory = lane(&area, self.x, memory_max, false, false)?;
+        mesh(&mut memory, "memory (MiB)", &whole, false, self.bands)?;
         // Each stack's top, the tallest first: what shows of each is its own layer.
         for (stack, color) in [
             (&shmem as &dyn Fn(&Step) -> f64, SHMEM),
@@ -351,22 +385,29 @@ pub fn render(rows: &[Row], bands: &[Band], caption: &str) -> Result<String, Plo
             (&anon, ANON),
         ] {
             memory
-                .draw_series(AreaSeries::new(levels(&steps, stack), 0.0, color.mix(0.75)))
+                .draw_series(AreaSeries::new(
+                    levels(self.steps, stack),
+                    0.0,
+                    color.mix(0.75),
+                ))
                 .map_err(draw_err)?;
         }
         memory
             .draw_series(DashedLineSeries::new(
-                levels(&steps, swap),
+                levels(self.steps, swap),
                 8,
                 6,
                 SWAP.stroke_width(2),
             ))
             .map_err(draw_err)?;
+        Ok(())
+    }
 
-        // Memory stall, % of each period: some task stalled, and every task at once.
+    /// Memory stall, % of each period: some task stalled, and every task at once.
+    fn stall(&self, area: &LaneArea<'_>) -> Result<(), PlotError> {
         let pct = |us: Option<u64>, s: &Step| us.map_or(0.0, |us| us as f64 / 1e4 / s.seconds());
-        let has_stall = steps.iter().any(|s| s.some_us.is_some());
-        let stall_legend: &[(&str, Key)] = if has_stall {
+        let has_stall = self.steps.iter().any(|s| s.some_us.is_some());
+        let legend: &[(&str, Key)] = if has_stall {
             &[
                 ("some task stalled on memory", Key::Box(SOME)),
                 ("every task stalled at once (full)", Key::Box(FULL)),
@@ -374,37 +415,43 @@ pub fn render(rows: &[Row], bands: &[Band], caption: &str) -> Result<String, Plo
         } else {
             &[("no memory stall: this kernel has no PSI", Key::Box(WHITE))]
         };
-        let stall_area = legend_row(&stall_area, stall_legend)?;
-        let mut stall = lane(&stall_area, x, 100.0, false, false)?;
-        mesh(&mut stall, "memory stall (%)", &whole, false, bands)?;
-        if has_stall {
-            stall
-                .draw_series(AreaSeries::new(
-                    stepped(&steps, |s| pct(s.some_us, s)),
-                    0.0,
-                    SOME.mix(0.9),
-                ))
-                .map_err(draw_err)?;
-            stall
-                .draw_series(AreaSeries::new(
-                    stepped(&steps, |s| pct(s.full_us, s)),
-                    0.0,
-                    FULL.mix(0.9),
-                ))
-                .map_err(draw_err)?;
+        let area = legend_row(area, legend)?;
+        let mut stall = lane(&area, self.x, 100.0, false, false)?;
+        mesh(&mut stall, "memory stall (%)", &whole, false, self.bands)?;
+        if !has_stall {
+            return Ok(());
         }
-
-        // CPU utilization, % of one CPU.
-        let util = |s: &Step| s.cpu_ns as f64 / 1e7 / s.seconds();
-        let util_max = top(spans().map(util).fold(100.0_f64, f64::max));
-        let cpu_area = legend_row(&cpu_area, &[("CPU time, % of one CPU", Key::Line(CPU))])?;
-        let mut cpu = lane(&cpu_area, x, util_max, true, false)?;
-        mesh(&mut cpu, "CPU (%)", &whole, true, bands)?;
-        cpu.draw_series(LineSeries::new(stepped(&steps, util), CPU.stroke_width(2)))
+        stall
+            .draw_series(AreaSeries::new(
+                stepped(self.steps, |s| pct(s.some_us, s)),
+                0.0,
+                SOME.mix(0.9),
+            ))
             .map_err(draw_err)?;
-        root.present().map_err(draw_err)?;
+        stall
+            .draw_series(AreaSeries::new(
+                stepped(self.steps, |s| pct(s.full_us, s)),
+                0.0,
+                FULL.mix(0.9),
+            ))
+            .map_err(draw_err)?;
+        Ok(())
     }
-    Ok(svg)
+
+    /// CPU utilization, % of one CPU.
+    fn cpu(&self, area: &LaneArea<'_>) -> Result<(), PlotError> {
+        let util = |s: &Step| s.cpu_ns as f64 / 1e7 / s.seconds();
+        let util_max = top(self.spans().map(util).fold(100.0_f64, f64::max));
+        let area = legend_row(area, &[("CPU time, % of one CPU", Key::Line(CPU))])?;
+        let mut cpu = lane(&area, self.x, util_max, true, false)?;
+        mesh(&mut cpu, "CPU (%)", &whole, true, self.bands)?;
+        cpu.draw_series(LineSeries::new(
+            stepped(self.steps, util),
+            CPU.stroke_width(2),
+        ))
+        .map_err(draw_err)?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -170,12 +170,22 @@ pub struct ChildReport {
 
 impl fmt::Display for Summary<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let t = self.totals;
         writeln!(
             f,
             "pfprof summary ({} backend, {} mode)",
             self.backend, self.mode
         )?;
+        self.faults(f)?;
+        self.ring(f)?;
+        self.memory(f)?;
+        self.command_and_notes(f)
+    }
+}
+
+impl Summary<'_> {
+    /// The samples' length, their faults and CPU time.
+    fn faults(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = self.totals;
         writeln!(f, "  samples            {:>14}", t.samples)?;
         writeln!(
             f,
@@ -201,8 +211,12 @@ impl fmt::Display for Summary<'_> {
             "  CPU time           {:>14.3} s ({:.1}% of one CPU)",
             t.cpu_ns as f64 / 1e9,
             t.cpu_util() * 100.0
-        )?;
-        writeln!(f, "  samples lost       {:>14}", t.lost)?;
+        )
+    }
+
+    /// What the ring cost: samples lost, the producer's waits, deferred samples.
+    fn ring(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "  samples lost       {:>14}", self.totals.lost)?;
         if self.mode == Mode::Strict {
             writeln!(
                 f,
@@ -210,7 +224,12 @@ impl fmt::Display for Summary<'_> {
                 self.blocked.as_secs_f64()
             )?;
         }
-        write!(f, "  samples deferred   {:>14}", self.deferred)?;
+        write!(f, "  samples deferred   {:>14}", self.deferred)
+    }
+
+    /// The memory's peak, the stall, and the thrashing verdict.
+    fn memory(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = self.totals;
         write!(
             f,
             "\n  memory peak        {:>14.1} MiB resident, {:.1} MiB swapped",
@@ -226,16 +245,18 @@ impl fmt::Display for Summary<'_> {
             )?;
         }
         match self.thrashing {
-            Thrashing::NotJudged => {}
+            Thrashing::NotJudged => Ok(()),
             Thrashing::Judged([], rule) => {
-                write!(f, "\n  thrashing          none ({})", rule.describe())?
+                write!(f, "\n  thrashing          none ({})", rule.describe())
             }
-            Thrashing::Judged(bands, _) => {
-                for band in bands {
-                    write!(f, "\n  thrashing          {band}")?;
-                }
-            }
+            Thrashing::Judged(bands, _) => bands
+                .iter()
+                .try_for_each(|band| write!(f, "\n  thrashing          {band}")),
         }
+    }
+
+    /// The command's own accounting, then the notes.
+    fn command_and_notes(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(c) = &self.child {
             write!(
                 f,

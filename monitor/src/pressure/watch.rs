@@ -105,6 +105,59 @@ struct Sources {
 }
 
 impl Sources {
+    /// Opens what this kernel has: the system's PSI file, the `cgroup`'s
+    /// `memory.pressure` when given, `/proc/vmstat`; what is missing becomes one of the
+    /// `notes`. Also where the stall trigger is set: the cgroup's PSI file when it is
+    /// read, else the system's.
+    fn open(cgroup: Option<&Path>, notes: &mut Vec<String>) -> (Sources, Option<PathBuf>) {
+        let mut open = |path: &Path, what: &str| match File::open(path) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                notes.push(format!("{} cannot be read ({e}): {what}", path.display()));
+                None
+            }
+        };
+        let system_psi = PathBuf::from(SYSTEM_PSI);
+        let system = open(
+            &system_psi,
+            "no memory stall columns and no thrashing verdict (a kernel without \
+             CONFIG_PSI, or one that needs psi=1 on its command line)",
+        );
+        let cgroup_psi = cgroup.map(|c| c.join("memory.pressure"));
+        let cgroup_file = cgroup_psi
+            .as_deref()
+            .and_then(|p| open(p, "no cgroup stall columns (cgroup v2 with PSI needed)"));
+        let vmstat = open(Path::new(VMSTAT), "no swap, refault and reclaim columns");
+        let sources = Sources {
+            system,
+            cgroup: cgroup_file,
+            vmstat,
+            buf: Vec::with_capacity(8192),
+        };
+        let trigger_path = match (cgroup_psi, &sources.cgroup, &sources.system) {
+            (Some(path), Some(_), _) => Some(path),
+            (_, _, Some(_)) => Some(system_psi),
+            _ => None,
+        };
+        (sources, trigger_path)
+    }
+
+    /// The note for the `/proc/vmstat` fields the `first` reading found missing.
+    fn missing_vmstat(&self, first: &Reading) -> Option<String> {
+        let missing: Vec<&str> = VMSTAT_FIELDS
+            .iter()
+            .zip(&first.totals.values()[FIRST_VMSTAT..])
+            .filter(|(_, v)| v.is_none())
+            .map(|(name, _)| *name)
+            .collect();
+        (self.vmstat.is_some() && !missing.is_empty()).then(|| {
+            format!(
+                "this kernel's /proc/vmstat has no {}: those columns are empty",
+                missing.join(", ")
+            )
+        })
+    }
+
     fn read_file(file: &File, buf: &mut Vec<u8>) -> io::Result<String> {
         String::from_utf8(read_whole(file, buf)?.to_vec())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
@@ -144,6 +197,31 @@ impl Sources {
 struct Trigger(File);
 
 impl Trigger {
+    /// A trigger on `path`; what it means that it is unprivileged, or that there is none,
+    /// becomes one of the `notes`.
+    fn arm(path: &Path, notes: &mut Vec<String>) -> Option<Trigger> {
+        match Trigger::set(path) {
+            Ok((trigger, unprivileged)) => {
+                if unprivileged {
+                    notes.push(format!(
+                        "this user's PSI trigger ({TRIGGER_UNPRIVILEGED}) is checked by the \
+                         kernel every 2 s: memory stall is read every period from up to \
+                         2 s after it begins (CAP_SYS_RESOURCE: from 50 ms)"
+                    ));
+                }
+                Some(trigger)
+            }
+            Err(why) => {
+                notes.push(format!(
+                    "{why}: memory stall is read at every --interval until a reading sees \
+                     it grow, so the onset of pressure is placed within an interval, not a \
+                     period"
+                ));
+                None
+            }
+        }
+    }
+
     /// A trigger on `path` (and whether it had to be [`TRIGGER_UNPRIVILEGED`]), or why
     /// there is none.
     fn set(path: &Path) -> Result<(Trigger, bool), String> {
@@ -274,78 +352,20 @@ impl PressureWatch {
     /// watcher's eventfd or thread cannot be had.
     pub fn start(cgroup: Option<&Path>, period: Duration) -> io::Result<PressureWatch> {
         let mut notes = Vec::new();
-        let mut open = |path: &Path, what: &str| match File::open(path) {
-            Ok(f) => Some(f),
-            Err(e) => {
-                notes.push(format!("{} cannot be read ({e}): {what}", path.display()));
-                None
-            }
-        };
-        let system_psi = PathBuf::from(SYSTEM_PSI);
-        let system = open(
-            &system_psi,
-            "no memory stall columns and no thrashing verdict (a kernel without \
-             CONFIG_PSI, or one that needs psi=1 on its command line)",
-        );
-        let cgroup_psi = cgroup.map(|c| c.join("memory.pressure"));
-        let cgroup_file = cgroup_psi
-            .as_deref()
-            .and_then(|p| open(p, "no cgroup stall columns (cgroup v2 with PSI needed)"));
-        let vmstat = open(Path::new(VMSTAT), "no swap, refault and reclaim columns");
-        let mut sources = Sources {
-            system,
-            cgroup: cgroup_file,
-            vmstat,
-            buf: Vec::with_capacity(8192),
-        };
+        let (mut sources, trigger_path) = Sources::open(cgroup, &mut notes);
         let first = sources.read();
-        if let Some(first) = &first {
-            let missing: Vec<&str> = VMSTAT_FIELDS
-                .iter()
-                .zip(&first.totals.values()[FIRST_VMSTAT..])
-                .filter(|(_, v)| v.is_none())
-                .map(|(name, _)| *name)
-                .collect();
-            if sources.vmstat.is_some() && !missing.is_empty() {
-                notes.push(format!(
-                    "this kernel's /proc/vmstat has no {}: those columns are empty",
-                    missing.join(", ")
-                ));
-            }
-        }
-        // Where stall is read from, the trigger is set: the cgroup's when there is one.
-        let trigger_path = match (&cgroup_psi, &sources.cgroup, &sources.system) {
-            (Some(path), Some(_), _) => Some(path.clone()),
-            (_, _, Some(_)) => Some(system_psi),
-            _ => None,
-        };
-        let trigger = match trigger_path.map(|path| Trigger::set(&path)) {
-            Some(Ok((trigger, unprivileged))) => {
-                if unprivileged {
-                    notes.push(format!(
-                        "this user's PSI trigger ({TRIGGER_UNPRIVILEGED}) is checked by the \
-                         kernel every 2 s: memory stall is read every period from up to \
-                         2 s after it begins (CAP_SYS_RESOURCE: from 50 ms)"
-                    ));
-                }
-                Some(trigger)
-            }
-            Some(Err(why)) => {
-                notes.push(format!(
-                    "{why}: memory stall is read at every --interval until a reading sees \
-                     it grow, so the onset of pressure is placed within an interval, not a \
-                     period"
-                ));
-                None
-            }
-            None => None,
-        };
+        notes.extend(
+            first
+                .as_ref()
+                .and_then(|first| sources.missing_vmstat(first)),
+        );
+        let trigger = trigger_path.and_then(|path| Trigger::arm(&path, &mut notes));
+        let has_psi = sources.system.is_some() || sources.cgroup.is_some();
         let log = Log {
             sources,
             readings: first.into_iter().collect(),
             last_end: None,
         };
-        let has_psi = log.sources.system.is_some() || log.sources.cgroup.is_some();
         let shared = Arc::new(Shared {
             log: Mutex::new(log),
             active: AtomicBool::new(false),
