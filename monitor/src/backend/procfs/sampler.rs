@@ -258,91 +258,142 @@ fn poll_cgroup(cgroup: &mut Option<CgroupCount>, pending: &mut Sample, threads: 
 fn run(
     mut producer: Producer,
     processes: Vec<Process>,
-    mut cgroup: Option<CgroupCount>,
+    cgroup: Option<CgroupCount>,
     period: Duration,
     events: &Receiver<Event>,
     bell: &EventFd,
 ) -> Result<SamplerReport, SamplerError> {
-    let mut procs = profiled(processes);
-    let mut report = SamplerReport::default();
-    // Counts of processes that left since the last sample.
-    let mut pending = Sample::default();
-    // The threads that could have run since the last sample.
-    let mut threads = 0;
-    let mut cap = CpuCap::new(period);
-    let mut next = Instant::now() + period;
-
+    let mut counts = Counts {
+        procs: profiled(processes),
+        cgroup,
+        pending: Sample::default(),
+        threads: 0,
+        cap: CpuCap::new(period),
+        unread: Vec::new(),
+    };
     // Whatever happens, the session must end canceled, or the consumer waits forever.
-    let outcome = (|| -> Result<(), SamplerError> {
-        // The first sample marks where the profile starts (and holds what the processes
-        // did before it, a command's exec): the consumer measures every later period from
-        // a timestamp, never from a nominal period.
-        pending.time_ns = poll_all(&mut procs, &mut pending, &mut threads)?;
-        poll_cgroup(&mut cgroup, &mut pending, &mut threads);
-        cap.apply(&mut pending, std::mem::take(&mut threads));
-        producer.record(std::mem::take(&mut pending))?;
-        loop {
-            let (sounded, exited) = match sleep(&procs, bell, next)? {
-                Woken::Period => (false, Vec::new()),
-                Woken::Early { bell, exited } => (bell, exited),
-            };
-            for pid in exited {
-                if let Some(mut p) = procs.remove(&pid) {
-                    threads += read_last(&mut p, &mut pending, &mut report.unread);
-                }
-            }
-            // Every event sounds the bell after it is sent: a silent bell, no events.
-            while let Some(event) = sounded.then(|| events.try_recv().ok()).flatten() {
-                match event {
-                    Event::Exited { pid, totals } => {
-                        if let Some(mut p) = procs.remove(&pid) {
-                            add_counts(&mut pending, advance(&mut p.seen, totals));
-                            threads += p.threads;
-                        }
-                    }
-                    Event::Stop => {
-                        pending.time_ns = poll_all(&mut procs, &mut pending, &mut threads)?;
-                        poll_cgroup(&mut cgroup, &mut pending, &mut threads);
-                        return Ok(());
-                    }
-                }
-            }
-            // Every process gone: the last sample now, with the partial period.
-            if procs.is_empty() && cgroup.is_none() {
-                return Ok(());
-            }
-            let now = Instant::now();
-            if now >= next {
-                // A deadline the sampler was held up past is skipped, as the module skips
-                // it: its time is in this sample, not in samples a few µs apart.
-                while next <= now {
-                    next += period;
-                }
-                let time_ns = poll_all(&mut procs, &mut pending, &mut threads)?;
-                poll_cgroup(&mut cgroup, &mut pending, &mut threads);
-                if procs.is_empty() && cgroup.is_none() {
-                    return Ok(());
-                }
-                pending.time_ns = time_ns;
-                cap.apply(&mut pending, std::mem::take(&mut threads));
-                producer.record(std::mem::take(&mut pending))?;
-            }
-        }
-    })();
+    let outcome = sample_until_the_end(&mut counts, &mut producer, period, events, bell);
     // The last sample: whatever the processes did since the previous one.
-    if pending.time_ns == 0 {
-        pending.time_ns = abi::monotonic_ns();
+    let mut last = counts.pending;
+    if last.time_ns == 0 {
+        last.time_ns = abi::monotonic_ns();
     }
-    cap.flush(&mut pending);
-    let recorded = producer.record(pending);
+    counts.cap.flush(&mut last);
+    let recorded = producer.record(last);
     let finished = producer.finish(Instant::now() + FINISH_TIMEOUT);
     outcome?;
     recorded?;
-    report.unflushed = match finished? {
-        Finish::Flushed => Sample::default(),
-        Finish::Unflushed(s) => s,
-    };
-    Ok(report)
+    Ok(SamplerReport {
+        unflushed: match finished? {
+            Finish::Flushed => Sample::default(),
+            Finish::Unflushed(s) => s,
+        },
+        unread: counts.unread,
+    })
+}
+
+/// What the sampler counts between two samples.
+struct Counts {
+    procs: HashMap<u32, Profiled>,
+    cgroup: Option<CgroupCount>,
+    /// Counts of processes that left since the last sample.
+    pending: Sample,
+    /// The threads that could have run since the last sample.
+    threads: u64,
+    cap: CpuCap,
+    /// Processes whose last counts could not be read.
+    unread: Vec<Unread>,
+}
+
+impl Counts {
+    /// Reads every process and the cgroup's members; the timestamp the counts belong to.
+    fn poll(&mut self) -> Result<u64, SamplerError> {
+        let time_ns = poll_all(&mut self.procs, &mut self.pending, &mut self.threads)?;
+        poll_cgroup(&mut self.cgroup, &mut self.pending, &mut self.threads);
+        Ok(time_ns)
+    }
+
+    /// Writes what was counted as the sample at `time_ns`, its CPU time capped.
+    fn record(&mut self, producer: &mut Producer, time_ns: u64) -> Result<(), ProtocolError> {
+        self.pending.time_ns = time_ns;
+        self.cap
+            .apply(&mut self.pending, std::mem::take(&mut self.threads));
+        producer.record(std::mem::take(&mut self.pending))?;
+        Ok(())
+    }
+
+    /// Every selected process is gone, and the cgroup too.
+    fn all_gone(&self) -> bool {
+        self.procs.is_empty() && self.cgroup.is_none()
+    }
+
+    /// Processes whose pidfd said they exited: their last counts.
+    fn exited(&mut self, exited: Vec<u32>) {
+        for pid in exited {
+            if let Some(mut p) = self.procs.remove(&pid) {
+                self.threads += read_last(&mut p, &mut self.pending, &mut self.unread);
+            }
+        }
+    }
+
+    /// A reaped child's final counts, from wait4().
+    fn reaped(&mut self, pid: u32, totals: ProcessCounters) {
+        if let Some(mut p) = self.procs.remove(&pid) {
+            add_counts(&mut self.pending, advance(&mut p.seen, totals));
+            self.threads += p.threads;
+        }
+    }
+}
+
+/// Samples every period until every process is gone or a stop; the counts since the last
+/// sample are left pending for the last one.
+fn sample_until_the_end(
+    counts: &mut Counts,
+    producer: &mut Producer,
+    period: Duration,
+    events: &Receiver<Event>,
+    bell: &EventFd,
+) -> Result<(), SamplerError> {
+    let mut next = Instant::now() + period;
+    // The first sample marks where the profile starts (and holds what the processes did
+    // before it, a command's exec): the consumer measures every later period from a
+    // timestamp, never from a nominal period.
+    let time_ns = counts.poll()?;
+    counts.record(producer, time_ns)?;
+    loop {
+        let (sounded, exited) = match sleep(&counts.procs, bell, next)? {
+            Woken::Period => (false, Vec::new()),
+            Woken::Early { bell, exited } => (bell, exited),
+        };
+        counts.exited(exited);
+        // Every event sounds the bell after it is sent: a silent bell, no events.
+        while let Some(event) = sounded.then(|| events.try_recv().ok()).flatten() {
+            match event {
+                Event::Exited { pid, totals } => counts.reaped(pid, totals),
+                Event::Stop => {
+                    counts.pending.time_ns = counts.poll()?;
+                    return Ok(());
+                }
+            }
+        }
+        // Every process gone: the last sample now, with the partial period.
+        if counts.all_gone() {
+            return Ok(());
+        }
+        let now = Instant::now();
+        if now >= next {
+            // A deadline the sampler was held up past is skipped, as the module skips
+            // it: its time is in this sample, not in samples a few µs apart.
+            while next <= now {
+                next += period;
+            }
+            let time_ns = counts.poll()?;
+            if counts.all_gone() {
+                return Ok(());
+            }
+            counts.record(producer, time_ns)?;
+        }
+    }
 }
 
 /// A process that is not our child exited: read its final counts while it is a zombie;
