@@ -138,69 +138,19 @@ fn serve(listener: &TcpListener, board: &Board, labels: &Labels, scrapes: &Atomi
 /// `final` when it had the final values.
 fn answer(mut stream: TcpStream, board: &Board, labels: &Labels) -> io::Result<Option<bool>> {
     let deadline = Instant::now() + CONNECTION_DEADLINE;
-    let mut head = Vec::with_capacity(1024);
-    let mut buf = [0u8; 2048];
-    let request = loop {
-        stream.set_read_timeout(Some(left(deadline)?))?;
-        let n = stream.read(&mut buf)?;
-        if n == 0 {
-            return Ok(None);
-        }
-        head.extend_from_slice(&buf[..n]);
-        let mut headers = [httparse::EMPTY_HEADER; 32];
-        let mut request = httparse::Request::new(&mut headers);
-        match request.parse(&head) {
-            Ok(httparse::Status::Complete(_)) => {
-                let accept = request
-                    .headers
-                    .iter()
-                    .find(|h| h.name.eq_ignore_ascii_case("accept"))
-                    .and_then(|h| std::str::from_utf8(h.value).ok())
-                    .map(str::to_owned);
-                break Request {
-                    get: request.method == Some("GET") || request.method == Some("HEAD"),
-                    head_only: request.method == Some("HEAD"),
-                    metrics: request
-                        .path
-                        .is_some_and(|p| p == "/metrics" || p.starts_with("/metrics?")),
-                    accept,
-                };
-            }
-            Ok(httparse::Status::Partial) if head.len() < MAX_HEAD => continue,
-            _ => {
-                respond(
-                    &mut stream,
-                    deadline,
-                    "400 Bad Request",
-                    "text/plain",
-                    b"bad request\n",
-                    false,
-                )?;
-                return Ok(None);
-            }
-        }
+    let Some(request) = read_request(&mut stream, deadline)? else {
+        return Ok(None);
     };
     if !request.metrics {
-        respond(
-            &mut stream,
-            deadline,
-            "404 Not Found",
-            "text/plain",
-            b"try /metrics\n",
-            false,
-        )?;
-        return Ok(None);
+        return refuse(&mut stream, deadline, "404 Not Found", b"try /metrics\n");
     }
     if !request.get {
-        respond(
+        return refuse(
             &mut stream,
             deadline,
             "405 Method Not Allowed",
-            "text/plain",
             b"GET only\n",
-            false,
-        )?;
-        return Ok(None);
+        );
     }
     let format = Format::negotiate(request.accept.as_deref());
     let (snapshot, _) = board.latest();
@@ -216,11 +166,64 @@ fn answer(mut stream: TcpStream, board: &Board, labels: &Labels) -> io::Result<O
     Ok(Some(snapshot.done))
 }
 
+/// Reads the request's head; `None` when the client left first or sent what is not
+/// HTTP (answered with a 400).
+fn read_request(stream: &mut TcpStream, deadline: Instant) -> io::Result<Option<Request>> {
+    let mut head = Vec::with_capacity(1024);
+    let mut buf = [0u8; 2048];
+    loop {
+        stream.set_read_timeout(Some(left(deadline)?))?;
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        head.extend_from_slice(&buf[..n]);
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut request = httparse::Request::new(&mut headers);
+        match request.parse(&head) {
+            Ok(httparse::Status::Complete(_)) => return Ok(Some(Request::of(&request))),
+            Ok(httparse::Status::Partial) if head.len() < MAX_HEAD => continue,
+            _ => return refuse(stream, deadline, "400 Bad Request", b"bad request\n"),
+        }
+    }
+}
+
+/// Answers `status` with a plain-text `body`: no metrics for this request.
+fn refuse<T>(
+    stream: &mut TcpStream,
+    deadline: Instant,
+    status: &str,
+    body: &[u8],
+) -> io::Result<Option<T>> {
+    respond(stream, deadline, status, "text/plain", body, false)?;
+    Ok(None)
+}
+
 struct Request {
     get: bool,
     head_only: bool,
     metrics: bool,
     accept: Option<String>,
+}
+
+impl Request {
+    /// What the answer depends on, from a parsed head.
+    fn of(request: &httparse::Request<'_, '_>) -> Request {
+        let accept = request
+            .headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case("accept"))
+            .and_then(|h| std::str::from_utf8(h.value).ok())
+            .map(str::to_owned);
+        Request {
+            get: request.method == Some("GET") || request.method == Some("HEAD"),
+            head_only: request.method == Some("HEAD"),
+            metrics: request
+                .path
+                .is_some_and(|p| p == "/metrics" || p.starts_with("/metrics?")),
+            accept,
+        }
+    }
 }
 
 fn left(deadline: Instant) -> io::Result<Duration> {

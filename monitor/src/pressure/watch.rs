@@ -464,43 +464,52 @@ fn watch(shared: &Shared, mut trigger: Option<Trigger>, period: Duration) {
             drop(fds);
             trigger = None;
         }
-        let mut triggered = fired.contains(PollFlags::POLLPRI);
+        let triggered = fired.contains(PollFlags::POLLPRI);
         let _ = shared.bell.read();
         if stopped() {
             return;
         }
         shared.active.store(true, Ordering::Release);
-        let mut quiet_since = Instant::now();
-        let mut next = Instant::now();
-        loop {
-            if shared.log().take_placed(std::mem::take(&mut triggered)) {
-                quiet_since = Instant::now();
-            }
-            if quiet_since.elapsed() >= QUIET {
-                break;
-            }
-            next += period;
-            let now = Instant::now();
-            if next < now {
-                // Missed deadlines are skipped, not caught up.
-                next = now + period;
-            }
-            let ms = (next - now)
-                .as_nanos()
-                .div_ceil(1_000_000)
-                .min(i32::MAX as u128) as i32;
-            let mut bell = [PollFd::new(shared.bell.as_fd(), PollFlags::POLLIN)];
-            let _ = poll(
-                &mut bell,
-                PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
-            );
-            // Sounded while it was becoming active, or to stop it: read, so it sounds no more.
-            let _ = shared.bell.read();
-            if stopped() {
-                return;
-            }
+        if !read_every_period(shared, period, triggered) {
+            return;
         }
         shared.active.store(false, Ordering::Release);
+    }
+}
+
+/// Active: a reading every `period`, on absolute deadlines, until the stall has stood
+/// still for [`QUIET`] (true), or the watch is stopped (false). `triggered`: the trigger
+/// fired, so the first reading places the stall's onset.
+fn read_every_period(shared: &Shared, period: Duration, mut triggered: bool) -> bool {
+    let mut quiet_since = Instant::now();
+    let mut next = Instant::now();
+    loop {
+        if shared.log().take_placed(std::mem::take(&mut triggered)) {
+            quiet_since = Instant::now();
+        }
+        if quiet_since.elapsed() >= QUIET {
+            return true;
+        }
+        next += period;
+        let now = Instant::now();
+        if next < now {
+            // Missed deadlines are skipped, not caught up.
+            next = now + period;
+        }
+        let ms = (next - now)
+            .as_nanos()
+            .div_ceil(1_000_000)
+            .min(i32::MAX as u128) as i32;
+        let mut bell = [PollFd::new(shared.bell.as_fd(), PollFlags::POLLIN)];
+        let _ = poll(
+            &mut bell,
+            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+        );
+        // Sounded while it was becoming active, or to stop it: read, so it sounds no more.
+        let _ = shared.bell.read();
+        if shared.stop.load(Ordering::Acquire) {
+            return false;
+        }
     }
 }
 

@@ -117,26 +117,7 @@ impl Members {
         let mut pass = Vec::with_capacity(listed.len());
         let mut found = HashSet::new();
         for (pid, stat) in read {
-            let stat = match stat {
-                // Not listed: it left, or it died since it was read (zombies are not
-                // listed either), which a second read tells.
-                Some(s) if !listed.contains(&pid) && !s.exited => self.read_member(pid),
-                stat => stat,
-            };
-            let seen = match stat {
-                // Listed, or a zombie: its counts now.
-                Some(stat) if listed.contains(&pid) || stat.exited => Seen::In(stat),
-                // Alive and not listed: it left, or it is exiting, which the listing
-                // skips from cgroup_exit() until the process is a zombie. Taken for one
-                // that left, its counts would be kept and then counted again in its
-                // parent's reaped ones.
-                Some(stat) => match self.cgroup.holds(pid) {
-                    Some(true) => Seen::In(stat),
-                    Some(false) => Seen::Out,
-                    None => Seen::Dead,
-                },
-                None => Seen::Dead,
-            };
+            let seen = self.seen(pid, stat, &listed);
             if matches!(seen, Seen::In(_)) {
                 found.insert(pid);
             } else {
@@ -147,34 +128,60 @@ impl Members {
         let mut newcomers: Vec<u32> = listed.difference(&found).copied().collect();
         newcomers.sort_unstable();
         for pid in newcomers {
-            let Ok(mut probe) = Probe::open(pid) else {
-                continue;
-            };
-            let Ok(stat) = probe.read() else {
-                continue;
-            };
-            let Ok(memory) = MemoryProbe::open(pid) else {
-                continue;
-            };
-            let forked_inside = self
-                .last_pass
-                .is_some_and(|last| stat.start >= last && found.contains(&stat.ppid));
-            if !forked_inside {
-                self.entered += stat.counters + stat.reaped;
+            if let Some(stat) = self.admit(pid, &found) {
+                pass.push((pid, Seen::In(stat)));
             }
-            self.members.insert(
-                pid,
-                Member {
-                    probe,
-                    stat,
-                    memory,
-                },
-            );
-            pass.push((pid, Seen::In(stat)));
         }
         self.last_pass = Some(began);
         self.threads = self.members.values().map(|m| m.stat.threads).sum();
         Some(self.ledger.settle(&pass).saturating_sub(self.entered))
+    }
+
+    /// Where a member read before the listing (its `stat`, `None` once gone) stands.
+    fn seen(&mut self, pid: u32, stat: Option<Stat>, listed: &HashSet<u32>) -> Seen {
+        let stat = match stat {
+            // Not listed: it left, or it died since it was read (zombies are not listed
+            // either), which a second read tells.
+            Some(s) if !listed.contains(&pid) && !s.exited => self.read_member(pid),
+            stat => stat,
+        };
+        match stat {
+            // Listed, or a zombie: its counts now.
+            Some(stat) if listed.contains(&pid) || stat.exited => Seen::In(stat),
+            // Alive and not listed: it left, or it is exiting, which the listing skips
+            // from cgroup_exit() until the process is a zombie. Taken for one that left,
+            // its counts would be kept and then counted again in its parent's reaped ones.
+            Some(stat) => match self.cgroup.holds(pid) {
+                Some(true) => Seen::In(stat),
+                Some(false) => Seen::Out,
+                None => Seen::Dead,
+            },
+            None => Seen::Dead,
+        }
+    }
+
+    /// A process newly listed: a member from now on, its stat; `None` when it cannot be
+    /// read. What it did before it entered is not counted, unless it was forked inside
+    /// by a member (`found`) since the last pass.
+    fn admit(&mut self, pid: u32, found: &HashSet<u32>) -> Option<Stat> {
+        let mut probe = Probe::open(pid).ok()?;
+        let stat = probe.read().ok()?;
+        let memory = MemoryProbe::open(pid).ok()?;
+        let forked_inside = self
+            .last_pass
+            .is_some_and(|last| stat.start >= last && found.contains(&stat.ppid));
+        if !forked_inside {
+            self.entered += stat.counters + stat.reaped;
+        }
+        self.members.insert(
+            pid,
+            Member {
+                probe,
+                stat,
+                memory,
+            },
+        );
+        Some(stat)
     }
 
     /// A member's stat now, kept as its latest; `None` once it is gone.
