@@ -79,15 +79,19 @@ static bool pfprof_cred_capable(const struct cred *cred,
  * is not exported), so the sampler asks as the opener, for a moment:
  * ns_capable_noaudit() asks the current credentials, and f_cred is held by
  * the file, so overriding with it neither takes nor drops the last
- * reference on any kernel.
+ * reference on any kernel.  The capability was the opener's, not used by
+ * whoever runs this (an ioctl's caller, on a join's walk): the task's
+ * "used superuser privileges" flag stays as it was.
  */
 static bool pfprof_opener_capable_noaudit(const struct file *file,
 					  struct user_namespace *ns)
 {
+	unsigned int superpriv = current->flags & PF_SUPERPRIV;
 	const struct cred *saved = override_creds(file->f_cred);
 	bool ok = ns_capable_noaudit(ns, CAP_SYS_PTRACE);
 
 	revert_creds(saved);
+	current->flags = (current->flags & ~PF_SUPERPRIV) | superpriv;
 	return ok;
 }
 

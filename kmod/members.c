@@ -696,7 +696,24 @@ drop:
 bool pfprof_members_recall(struct pfprof_session *s, struct pid *tgid)
 {
 	struct pfprof_member *m;
+	struct task_struct *task;
 	bool all_leaving = false;
+	bool member = true;
+
+	/*
+	 * Most sessions a recall visits do not count the process: the hash
+	 * says so under RCU, without their members_lock, which a session's
+	 * opener may keep held for long (a sampler in a throttled cgroup of
+	 * its own) and every user's U would wait for.  A process gone already
+	 * is looked for under the lock.
+	 */
+	rcu_read_lock();
+	task = pid_task(tgid, PIDTYPE_TGID);
+	if (task)
+		member = !!pfprof_member_of_rcu(s, task->signal);
+	rcu_read_unlock();
+	if (!member)
+		return false;
 
 	mutex_lock(&s->members_lock);
 	list_for_each_entry(m, &s->members, node) {

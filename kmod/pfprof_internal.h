@@ -426,7 +426,7 @@ int pfprof_registry_add(struct pid *pid, struct task_struct *leader,
 int pfprof_registry_remove(struct task_struct *leader, kuid_t registrant);
 struct pfprof_registration *pfprof_registry_all(unsigned int *nr);
 void pfprof_registry_put(struct pfprof_registration *all, unsigned int nr);
-void pfprof_registry_show(struct seq_file *m);
+int pfprof_registry_show(struct seq_file *m);
 void pfprof_registry_exit(void);
 
 /* proc.c: /proc/pfprof/status. */

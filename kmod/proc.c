@@ -129,8 +129,7 @@ static ssize_t pfprof_status_write(struct file *file, const char __user *ubuf,
 
 static int pfprof_status_show(struct seq_file *m, void *v)
 {
-	pfprof_registry_show(m);
-	return 0;
+	return pfprof_registry_show(m);
 }
 
 static int pfprof_status_open(struct inode *inode, struct file *file)

@@ -161,7 +161,8 @@ int pfprof_registry_remove(struct task_struct *leader, kuid_t registrant)
 
 /*
  * Every registration, referenced, in an array the caller frees with
- * pfprof_registry_put() (NULL when there is none, or no memory).
+ * pfprof_registry_put(): NULL when there is none, ERR_PTR(-ENOMEM) when
+ * there is no memory for it.
  */
 struct pfprof_registration *pfprof_registry_all(unsigned int *nr)
 {
@@ -173,15 +174,19 @@ struct pfprof_registration *pfprof_registry_all(unsigned int *nr)
 	mutex_lock(&pfprof_registry_lock);
 	list_for_each_entry(r, &pfprof_regs, node)
 		n++;
-	if (n)
+	if (n) {
 		all = kmalloc_array(n, sizeof(*all), GFP_KERNEL);
-	if (all) {
-		list_for_each_entry(r, &pfprof_regs, node) {
-			all[*nr].pid = get_pid(r->pid);
-			all[*nr].registrant = r->registrant;
-			all[(*nr)++].base = r->base;
+		if (!all) {
+			all = ERR_PTR(-ENOMEM);
+			goto out;
 		}
 	}
+	list_for_each_entry(r, &pfprof_regs, node) {
+		all[*nr].pid = get_pid(r->pid);
+		all[*nr].registrant = r->registrant;
+		all[(*nr)++].base = r->base;
+	}
+out:
 	mutex_unlock(&pfprof_registry_lock);
 	return all;
 }
@@ -199,31 +204,39 @@ void pfprof_registry_put(struct pfprof_registration *all, unsigned int nr)
  * The listing: "<pid> <minor> <major> <cpu_ns>" since registration, per
  * registered process that @file's reader may read (its current leader),
  * can name in its pid namespace, and that is not gone.  Reading uses no
- * privilege: a capability that lets a line through is not audited.
+ * privilege: a capability that lets a line through is not audited.  It
+ * works on a copy: a reader the scheduler holds back (a throttled cgroup
+ * of its own) holds no lock that every user's R and U wait for.
  */
-void pfprof_registry_show(struct seq_file *m)
+int pfprof_registry_show(struct seq_file *m)
 {
+	struct pfprof_registration *all;
 	struct task_struct *leader;
 	struct pfprof_counters now;
-	struct pfprof_reg *r;
+	unsigned int nr_all, i;
 	bool listed;
 	pid_t nr;
 
-	mutex_lock(&pfprof_registry_lock);
-	list_for_each_entry(r, &pfprof_regs, node) {
-		nr = pid_vnr(r->pid);
-		leader = nr ? get_pid_task(r->pid, PIDTYPE_TGID) : NULL;
+	all = pfprof_registry_all(&nr_all);
+	if (IS_ERR(all))
+		return PTR_ERR(all);
+	for (i = 0; i < nr_all; i++) {
+		nr = pid_vnr(all[i].pid);
+		leader = nr ? get_pid_task(all[i].pid, PIDTYPE_TGID) : NULL;
 		if (!leader)
 			continue;
-		listed = pfprof_may_list(m->file, leader);
+		listed = pfprof_may_list(m->file, leader) &&
+			 pfprof_read_counters(leader, &now, NULL);
 		put_task_struct(leader);
-		if (!listed || !pfprof_read_counters(r->leader, &now, NULL))
+		if (!listed)
 			continue;
 		seq_printf(m, "%d %llu %llu %llu\n", nr,
-			   now.minor - r->base.minor, now.major - r->base.major,
-			   now.cpu_ns - r->base.cpu_ns);
+			   now.minor - all[i].base.minor,
+			   now.major - all[i].base.major,
+			   now.cpu_ns - all[i].base.cpu_ns);
 	}
-	mutex_unlock(&pfprof_registry_lock);
+	pfprof_registry_put(all, nr_all);
+	return 0;
 }
 
 /* No writer is left (the /proc file is gone): forgets every registration. */

@@ -472,9 +472,10 @@ static long pfprof_ioc_add(struct file *file, struct pfprof_target __user *uarg)
 
 /*
  * @s follows @scope from now on (@root: the tgid, for DESCENDANTS) for the
- * caller; the processes registered already are offered at once.
+ * caller; the processes registered already are offered at once.  With no
+ * memory to list them it follows nothing, and says so.
  */
-static void pfprof_session_follow(struct pfprof_session *s, u32 scope,
+static int pfprof_session_follow(struct pfprof_session *s, u32 scope,
 				  u32 flags, struct pid *root)
 {
 	struct pfprof_follower f = {
@@ -494,6 +495,12 @@ static void pfprof_session_follow(struct pfprof_session *s, u32 scope,
 	mutex_unlock(&pfprof_sessions_lock);
 
 	regs = pfprof_registry_all(&nr);
+	if (IS_ERR(regs)) {
+		mutex_lock(&pfprof_sessions_lock);
+		pfprof_session_unfollow(s);
+		mutex_unlock(&pfprof_sessions_lock);
+		return PTR_ERR(regs);
+	}
 	for (i = 0; i < nr; i++) {
 		mutex_lock(&pfprof_sessions_lock);
 		follows = pfprof_may_follow(s, regs[i].pid, regs[i].registrant);
@@ -503,6 +510,7 @@ static void pfprof_session_follow(struct pfprof_session *s, u32 scope,
 					     regs[i].registrant, &regs[i].base);
 	}
 	pfprof_registry_put(regs, nr);
+	return 0;
 }
 
 static long pfprof_ioc_follow(struct file *file,
@@ -528,9 +536,9 @@ static long pfprof_ioc_follow(struct file *file,
 			return ret;
 		put_task_struct(root);
 	}
-	pfprof_session_follow(s, follow.scope, follow.flags, pid);
+	ret = pfprof_session_follow(s, follow.scope, follow.flags, pid);
 	put_pid(pid);
-	return 0;
+	return ret;
 }
 
 /* PFPROF_IOC_END: with a process ever counted the last sample ends it, else nothing. */
