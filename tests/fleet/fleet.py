@@ -56,6 +56,14 @@ def wait_until(what, probe, timeout=PATIENCE, every=0.2):
         time.sleep(every)
 
 
+def final_values_stored(query, want, what):
+    """The monitor exits once it has answered the scrape with its final values, which
+    Prometheus stores a moment after: query() comes to equal want (it never moves past
+    it: the totals only grow to their final values), or the test fails with what it saw."""
+    wait_until(f"Prometheus to store {what} {want}", lambda: (lambda got: (got == want, got))(query()),
+               timeout=15)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -321,16 +329,17 @@ class Fleet:
         check(rusage_minor(err) == (minor, major), f"the CSV ({minor}, {major}) is not the command's rusage:\n{err}")
         # The final values: a range selector skips the staleness marker of the monitor's end.
         selector = 'host="local",target="work",backend="procfs",mode="strict",job="pfprof"'
-        got = {
-            "minor": prometheus.one(f'last_over_time(process_paging_faults_total{{{selector},system_paging_fault_type="minor"}}[5m])'),
-            "major": prometheus.one(f'last_over_time(process_paging_faults_total{{{selector},system_paging_fault_type="major"}}[5m])'),
-            "minor periods": prometheus.one(f'last_over_time(pfprof_period_faults_count{{{selector},system_paging_fault_type="minor"}}[5m])'),
-            "major periods": prometheus.one(f'last_over_time(pfprof_period_faults_count{{{selector},system_paging_fault_type="major"}}[5m])'),
-            "minor sum": prometheus.one(f'last_over_time(pfprof_period_faults_sum{{{selector},system_paging_fault_type="minor"}}[5m])'),
-            "lost": prometheus.one(f"last_over_time(pfprof_samples_lost_total{{{selector}}}[5m])"),
-        }
+        def got():
+            return {
+                "minor": prometheus.one(f'last_over_time(process_paging_faults_total{{{selector},system_paging_fault_type="minor"}}[5m])'),
+                "major": prometheus.one(f'last_over_time(process_paging_faults_total{{{selector},system_paging_fault_type="major"}}[5m])'),
+                "minor periods": prometheus.one(f'last_over_time(pfprof_period_faults_count{{{selector},system_paging_fault_type="minor"}}[5m])'),
+                "major periods": prometheus.one(f'last_over_time(pfprof_period_faults_count{{{selector},system_paging_fault_type="major"}}[5m])'),
+                "minor sum": prometheus.one(f'last_over_time(pfprof_period_faults_sum{{{selector},system_paging_fault_type="minor"}}[5m])'),
+                "lost": prometheus.one(f"last_over_time(pfprof_samples_lost_total{{{selector}}}[5m])"),
+            }
         want = {"minor": minor, "major": major, "minor periods": rows, "major periods": rows, "minor sum": minor, "lost": 0}
-        check(got == want, f"Prometheus has {got}, the CSV says {want}")
+        final_values_stored(got, want, "the CSV's totals")
         check(minor > 10000, f"too few faults to tell anything: {minor}")
         # The ended target is no longer exported: its series went stale.
         wait_until("the ended target's series to go stale",
@@ -466,12 +475,11 @@ class Fleet:
             check(code == 0, f"{host}: monitor exited with {code}:\n{err}")
             check("the last ones with the final values" in err, f"{host}: the final values were not scraped:\n{err}")
             minor, major, rows = csv_totals(scratch(f"{host}.csv"))
-            got = (
-                prometheus.one(f'last_over_time(process_paging_faults_total{{host="{host}",system_paging_fault_type="minor"}}[5m])'),
-                prometheus.one(f'last_over_time(process_paging_faults_total{{host="{host}",system_paging_fault_type="major"}}[5m])'),
-                prometheus.one(f'last_over_time(pfprof_period_faults_count{{host="{host}",system_paging_fault_type="minor"}}[5m])'),
-            )
-            check(got == (minor, major, rows), f"{host}: Prometheus has {got}, its CSV ({minor}, {major}, {rows})")
+            final_values_stored(lambda h=host: (
+                prometheus.one(f'last_over_time(process_paging_faults_total{{host="{h}",system_paging_fault_type="minor"}}[5m])'),
+                prometheus.one(f'last_over_time(process_paging_faults_total{{host="{h}",system_paging_fault_type="major"}}[5m])'),
+                prometheus.one(f'last_over_time(pfprof_period_faults_count{{host="{h}",system_paging_fault_type="minor"}}[5m])'),
+            ), (minor, major, rows), f"{host}'s CSV totals")
         # What host2 sent before it was killed is kept, below what it would have reached.
         killed = prometheus.one('last_over_time(process_paging_faults_total{host="host2",system_paging_fault_type="minor"}[5m])')
         check(killed is not None and killed > 0, f"host2's series before the kill: {killed}")
