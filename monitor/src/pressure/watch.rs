@@ -4,12 +4,12 @@
 //! as *readings* (cumulative values at one `CLOCK_MONOTONIC` moment) and apportioned to
 //! the rows by [`crate::pressure::apportion`].
 //!
-//! When readings are taken (docs/design.md §19): at every drain of the ring (the consumer
-//! wakes then anyway), and, while memory is under pressure, every period by a watcher
-//! thread. The watcher sleeps without a timer until a PSI trigger on the same file fires
-//! (some stall of [`TRIGGER`]) or a drain sees the stall grow, and goes back to sleep
-//! once the stall has not grown for [`QUIET`]: an idle monitor wakes no more often than
-//! without it.
+//! When readings are taken (docs/design.md, "Memory pressure beside the samples"): at every
+//! drain of the ring (the consumer wakes then anyway), and, while memory is under pressure,
+//! every period by a watcher thread. The watcher sleeps without a timer until a PSI trigger
+//! on the same file fires (some stall of [`TRIGGER`]) or a drain sees the stall grow, and
+//! goes back to sleep once the stall has not grown for [`QUIET`]: an idle monitor wakes no
+//! more often than without it.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};

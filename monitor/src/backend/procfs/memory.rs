@@ -3,16 +3,17 @@
 //! `RssShmem`, `VmSwap`: the kernel's `MM_ANONPAGES`, `MM_FILEPAGES`, `MM_SHMEMPAGES` and
 //! `MM_SWAPENTS`, the counters the module reads).
 //!
-//! status is dear (~10 µs a read, measured: docs/design.md §18) and statm cheaper (~1.2 µs
-//! in a loop, ~14 µs after a sleep, its caches cold) but without the split between file
-//! and shared memory, and without swap. So statm is read from a file kept open, and
-//! status only when statm's resident or shared pages moved since status was last read:
-//! memory that moves at all moves one of them (a page swapped out or in changes the
-//! resident anonymous pages, one dropped or mapped the resident ones, a file page the
-//! shared ones). statm is read every period in which the process ran, and every
-//! [`IDLE_EVERY`]th period while it does not: then only reclaim changes its memory, and
-//! a read every period for every process asleep would double what the sampler costs. A
-//! process that is gone, or a zombie (it has no memory left), holds nothing.
+//! status is dear (~10 µs a read, measured: docs/design.md, "Memory in the procfs backend,
+//! and what it costs") and statm cheaper (~1.2 µs in a loop, ~14 µs after a sleep, its
+//! caches cold) but without the split between file and shared memory, and without swap. So
+//! statm is read from a file kept open, and status only when statm's resident or shared
+//! pages moved since status was last read: memory that moves at all moves one of them (a
+//! page swapped out or in changes the resident anonymous pages, one dropped or mapped the
+//! resident ones, a file page the shared ones). statm is read every period in which the
+//! process ran, and every [`IDLE_EVERY`]th period while it does not: then only reclaim
+//! changes its memory, and a read every period for every process asleep would double what
+//! the sampler costs. A process that is gone, or a zombie (it has no memory left), holds
+//! nothing.
 
 use std::fs::File;
 use std::iter::Sum;

@@ -286,7 +286,7 @@ fn phase_rates(rows: &[serde_like::Row], from: u64, to: u64) -> String {
 }
 
 /// What the rows inside a band and outside it had: the evidence for the verdict's
-/// thresholds (docs/design.md §20).
+/// thresholds (docs/design.md, "The thrashing verdict").
 fn band_rows(rows: &[serde_like::Row], start: u64, end: u64) -> String {
     let full =
         |r: &serde_like::Row| r.stall_full_us.unwrap_or(0) as f64 * 1e5 / r.period_ns.max(1) as f64;
