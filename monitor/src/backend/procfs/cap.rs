@@ -72,12 +72,11 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
-    /// Samples every `period` ms from `start` with these raw CPU deltas (ms), capped
-    /// for `threads`, the last one flushed; their rows' cpu_util (the report's
-    /// [`crate::rows::row::Timeline`]) and CPU times.
+    /// Samples every `period` ms with these raw CPU deltas (ms), capped for
+    /// `threads`, the last one flushed; their CPU use in CPUs (what a row's cpu_util
+    /// shows: the samples are exactly a period apart) and CPU times.
     fn capped(period: u64, threads: u64, raw_ms: &[f64]) -> (Vec<f64>, Vec<u64>) {
         let mut cap = CpuCap::new(Duration::from_millis(period));
-        let mut timeline = crate::rows::row::Timeline::new(Duration::from_millis(period));
         let (mut utils, mut cpu) = (Vec::new(), Vec::new());
         for (i, raw) in raw_ms.iter().enumerate() {
             let mut sample = Sample {
@@ -90,7 +89,7 @@ mod tests {
             } else {
                 cap.apply(&mut sample, threads);
             }
-            utils.push(timeline.row(&sample).cpu_util);
+            utils.push(sample.cpu_ns as f64 / (period * MS) as f64);
             cpu.push(sample.cpu_ns);
         }
         (utils, cpu)
