@@ -5,7 +5,6 @@
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
-use std::ptr::NonNull;
 use std::thread;
 use std::time::Duration;
 
@@ -13,11 +12,9 @@ use anyhow::{bail, ensure, Context, Result};
 use shared_layout::strict::{StrictConsumer, Take};
 use shared_layout::Mode;
 
-use crate::anon::map_anonymous;
+use crate::anon::{Fresh, PAGE};
 use crate::device::{raw_session, set_mode, Mapping};
 use crate::kmod;
-
-const PAGE: usize = 4096;
 
 pub fn main(args: &[String]) -> ExitCode {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -50,40 +47,6 @@ pub fn main(args: &[String]) -> ExitCode {
             eprintln!("child: {e:#}");
             ExitCode::FAILURE
         }
-    }
-}
-
-/// Fresh anonymous memory, never touched: every page costs one minor fault.
-struct Fresh {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-impl Fresh {
-    fn new(pages: usize) -> Result<Fresh> {
-        let len = pages.max(1) * PAGE;
-        let ptr = map_anonymous(len)?;
-        // One fault per page, not one per huge page.
-        // SAFETY: the range was just mapped.
-        unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_NOHUGEPAGE) };
-        Ok(Fresh { ptr, len })
-    }
-
-    fn touch(&self, pages: std::ops::Range<usize>) {
-        for i in pages {
-            // SAFETY: i < pages of the mapping; nobody else uses it.
-            unsafe { self.ptr.as_ptr().add(i * PAGE).write_volatile(1) };
-        }
-    }
-}
-
-// SAFETY: the mapping is plain memory; threads touch disjoint pages.
-unsafe impl Sync for Fresh {}
-
-impl Drop for Fresh {
-    fn drop(&mut self) {
-        // SAFETY: we mapped exactly this range.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }
 

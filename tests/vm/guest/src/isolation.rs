@@ -231,12 +231,7 @@ pub fn pidns_cgroup_session(cgroup: &str) -> Result<()> {
     report_session(&dev, || {
         fs::write(format!("{cgroup}/cgroup.procs"), "0")
             .with_context(|| format!("moving into {cgroup}"))?;
-        let len = PAGES as usize * 4096;
-        let pages = crate::anon::map_anonymous(len)?;
-        for page in 0..PAGES as usize {
-            // SAFETY: within the mapping just made, ours alone.
-            unsafe { pages.as_ptr().add(page * 4096).write_volatile(1) };
-        }
+        crate::anon::Fresh::new(PAGES as usize)?.touch(0..PAGES as usize);
         println!("done");
         std::io::stdout().flush()?;
         Ok(())
