@@ -261,6 +261,8 @@ pub fn a_cgroup_session_in_a_pid_namespace_counts_only_the_processes_it_can_name
     // A process outside the namespace, in the cgroup, faults while the session runs.
     let (mut outsider, _) = faulter(None, "exit")?;
     fs::write(format!("{cgroup}/cgroup.procs"), outsider.pid.to_string())?;
+    // A process is counted in a cgroup from the first look that finds it there.
+    thread::sleep(Duration::from_secs(1));
     outsider.go()?;
     ensure!(
         outsider.read_line()? == "done",
