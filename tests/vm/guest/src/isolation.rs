@@ -259,15 +259,17 @@ pub fn a_cgroup_session_in_a_pid_namespace_counts_only_the_processes_it_can_name
         "the session in its own pid namespace is not ready"
     );
     // A process outside the namespace, in the cgroup, faults while the session runs.
-    let (mut outsider, _) = faulter(None, "exit")?;
+    let (mut outsider, _) = faulter(None, "stay")?;
     fs::write(format!("{cgroup}/cgroup.procs"), outsider.pid.to_string())?;
-    // A process is counted in a cgroup from the first look that finds it there.
+    // A process is counted in a cgroup from the first look that finds it there,
+    // to the last.
     thread::sleep(Duration::from_secs(1));
     outsider.go()?;
     ensure!(
         outsider.read_line()? == "done",
         "the outsider did not fault"
     );
+    thread::sleep(Duration::from_millis(500));
     outsider.reap()?;
     session.go()?;
     ensure!(
