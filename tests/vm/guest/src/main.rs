@@ -138,7 +138,9 @@ fn run(env: &Env, filters: &[String]) -> ExitCode {
         }
         // Every test starts without the module and leaves it unloaded, and the
         // kernel's checkers (lockdep, KASAN, WARN...) silent: run.sh checks the whole
-        // log again, this names the test that made one speak.
+        // log again, this names the test that made one speak. Each verdict says how
+        // long the test took: what CI's time goes to.
+        let started = std::time::Instant::now();
         let outcome = kmod::ensure_unloaded()
             .and_then(|()| klog::Mark::now())
             .and_then(|mark| {
@@ -147,17 +149,18 @@ fn run(env: &Env, filters: &[String]) -> ExitCode {
                 mark.ensure_clean()
             })
             .and_then(|()| kmod::ensure_unloaded().context("the test left the module loaded"));
+        let took = format!("({:.1} s)", started.elapsed().as_secs_f64());
         match outcome {
             Ok(()) => {
-                println!("ok   {name}");
+                println!("ok   {name} {took}");
                 passed += 1;
             }
             Err(e) if e.downcast_ref::<Skipped>().is_some() => {
-                println!("skip {name}: {e:#}");
+                println!("skip {name} {took}: {e:#}");
                 skipped += 1;
             }
             Err(e) => {
-                println!("FAIL {name}: {e:#}");
+                println!("FAIL {name} {took}: {e:#}");
                 failed += 1;
             }
         }
