@@ -218,8 +218,8 @@ fn report_session(dev: &Device, between: impl FnOnce() -> Result<()>) -> Result<
 
 /// `hardening-child pidns-cgroup-session CGROUP`, as root in a pid namespace of
 /// its own (`in-new-pid-ns`): a session over every process of CGROUP. After
-/// the first byte it moves itself into CGROUP, touches `PAGES` fresh pages
-/// and says "done" (see `report_session`).
+/// the first byte it moves itself into CGROUP, lets a look find it there,
+/// touches `PAGES` fresh pages and says "done" (see `report_session`).
 pub fn pidns_cgroup_session(cgroup: &str) -> Result<()> {
     let dev = Device::open()?;
     let target = OpenOptions::new()
@@ -231,6 +231,8 @@ pub fn pidns_cgroup_session(cgroup: &str) -> Result<()> {
     report_session(&dev, || {
         fs::write(format!("{cgroup}/cgroup.procs"), "0")
             .with_context(|| format!("moving into {cgroup}"))?;
+        // Counted from the first look that finds it there.
+        thread::sleep(Duration::from_secs(1));
         crate::anon::Fresh::new(PAGES as usize)?.touch(0..PAGES as usize);
         println!("done");
         std::io::stdout().flush()?;
