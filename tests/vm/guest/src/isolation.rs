@@ -216,10 +216,13 @@ fn report_session(dev: &Device, between: impl FnOnce() -> Result<()>) -> Result<
     Ok(())
 }
 
+/// What the pid-namespace session's opener touches in its cgroup.
+const OPENERS_PAGES: u64 = PAGES / 2;
+
 /// `hardening-child pidns-cgroup-session CGROUP`, as root in a pid namespace of
 /// its own (`in-new-pid-ns`): a session over every process of CGROUP. After
 /// the first byte it moves itself into CGROUP, lets a look find it there,
-/// touches `PAGES` fresh pages and says "done" (see `report_session`).
+/// touches `OPENERS_PAGES` fresh pages and says "done" (see `report_session`).
 pub fn pidns_cgroup_session(cgroup: &str) -> Result<()> {
     let dev = Device::open()?;
     let target = OpenOptions::new()
@@ -233,7 +236,8 @@ pub fn pidns_cgroup_session(cgroup: &str) -> Result<()> {
             .with_context(|| format!("moving into {cgroup}"))?;
         // Counted from the first look that finds it there.
         thread::sleep(Duration::from_secs(1));
-        crate::anon::Fresh::new(PAGES as usize)?.touch(0..PAGES as usize);
+        let pages = OPENERS_PAGES as usize;
+        crate::anon::Fresh::new(pages)?.touch(0..pages);
         println!("done");
         std::io::stdout().flush()?;
         Ok(())
@@ -243,7 +247,8 @@ pub fn pidns_cgroup_session(cgroup: &str) -> Result<()> {
 /// Review L5: a session opened in a pid namespace, over a cgroup that holds a
 /// process outside that namespace, of the same user: the process is counted
 /// only if the opener can name it, as /proc shows it. The opener's own
-/// `PAGES` faults, made inside the cgroup, are the control.
+/// `OPENERS_PAGES` faults, made inside the cgroup, are the control: half as many
+/// as the outsider's, so that the sum tells whose were counted.
 pub fn a_cgroup_session_in_a_pid_namespace_counts_only_the_processes_it_can_name(
     env: &Env,
 ) -> Result<()> {
@@ -289,17 +294,17 @@ pub fn a_cgroup_session_in_a_pid_namespace_counts_only_the_processes_it_can_name
     fs::remove_dir(cgroup)?;
     figure(&format!(
         "isolation: a cgroup session opened in a pid namespace: {minor} minor faults, its \
-         opener's own {PAGES} pages in the cgroup and a {PAGES}-page process outside the \
+         opener's own {OPENERS_PAGES} pages in the cgroup and a {PAGES}-page process outside the \
          namespace in it too"
     ));
     ensure!(
-        minor >= PAGES,
-        "the session missed its own opener's faults in the cgroup: {minor} of {PAGES}"
+        minor >= OPENERS_PAGES,
+        "the session missed its own opener's faults in the cgroup: {minor} of {OPENERS_PAGES}"
     );
     ensure!(
-        minor < PAGES + PAGES / 2,
+        minor < OPENERS_PAGES + OPENERS_PAGES / 2,
         "the session counted a process outside its pid namespace: {minor} minor faults, \
-         {PAGES} of them its opener's"
+         {OPENERS_PAGES} of them its opener's"
     );
     module.unload()?;
     mark.ensure_clean()
