@@ -102,7 +102,8 @@ pub const STALL: Metric = Metric {
 };
 pub const THRASHING: Metric = Metric {
     otel: "pfprof.thrashing",
-    otel_unit: "1",
+    // No unit: a receiver translating `1` would name it `_ratio`.
+    otel_unit: "",
     prometheus: "pfprof_thrashing",
     unit: None,
     help: "1 while the thrashing verdict says the profiled processes thrash, else 0",
@@ -116,7 +117,7 @@ pub const THRASHING_EPISODES: Metric = Metric {
 };
 pub const BUILD_INFO: Metric = Metric {
     otel: "pfprof.build.info",
-    otel_unit: "1",
+    otel_unit: "",
     prometheus: "pfprof_build_info",
     unit: None,
     help: "Always 1: the monitor's version, backend and mode",
