@@ -526,6 +526,23 @@ mod tests {
     }
 
     #[test]
+    fn thrashing_now_holds_from_the_onset_until_the_band_ends() {
+        let mut verdict = Verdict::new(RULE);
+        let now: Vec<bool> = (1..=180)
+            .map(|i| {
+                verdict.feed(&phases(i));
+                verdict.thrashing_now()
+            })
+            .collect();
+        // Thrashing from 2 s (row 41) is known at its 0.5 s onset, row 50; the band
+        // ends once 1 s of quiet has passed after 6 s, at row 140.
+        assert!(!now[..49].iter().any(|&n| n), "before the onset");
+        assert!(now[49..139].iter().all(|&n| n), "during the band");
+        assert!(!now[139..].iter().any(|&n| n), "after the band");
+        assert_eq!(verdict.bands().len(), 1);
+    }
+
+    #[test]
     fn stall_shorter_than_the_onset_is_no_thrashing() {
         // Nine thrashing periods (0.45 s), then quiet: twice.
         let (closed, last) = judge(100, |i| match i % 50 {
