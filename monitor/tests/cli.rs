@@ -957,7 +957,10 @@ fn an_attached_profile_serves_its_metrics_and_keeps_the_final_values_until_scrap
         .to_owned();
     thread::sleep(Duration::from_millis(300));
     let running = scrape(&addr);
-    let label = format!("target=\"pid:{pid}\",backend=\"procfs\",mode=\"strict\"");
+    let label = format!(
+        "target=\"pid:{pid}\",backend=\"procfs\",mode=\"strict\",monitor_pid=\"{}\"",
+        monitor.id()
+    );
     assert!(running.contains(&label), "{running}");
     signal(&monitor, Signal::SIGINT);
     // Ended, it waits for a scrape of its final values.

@@ -97,6 +97,58 @@ def csv_totals(path):
     return sum(int(r[2]) for r in rows), sum(int(r[3]) for r in rows), len(rows)
 
 
+def csv_rows(path):
+    """A monitor's CSV as one dict a row, its empty cells None."""
+    with open(path) as f:
+        lines = f.read().splitlines()
+    header = lines[0].split(",")
+    return [{k: (int(v) if v and k != "cpu_util" else float(v) if v else None)
+             for k, v in zip(header, line.split(","))} for line in lines[1:]]
+
+
+def judged_stall_seconds(rows):
+    """(some, full) memory stall of the rows, seconds, as the verdict judges it: each row's
+    cgroup's when it has one, else the system's; None without PSI."""
+    totals = [0, 0]
+    judged = False
+    for r in rows:
+        scope = "cgroup_" if r["cgroup_stall_some_us"] is not None and r["cgroup_stall_full_us"] is not None else ""
+        if r[f"{scope}stall_some_us"] is None or r[f"{scope}stall_full_us"] is None:
+            continue
+        judged = True
+        totals[0] += r[f"{scope}stall_some_us"]
+        totals[1] += r[f"{scope}stall_full_us"]
+    return (totals[0] / 1e6, totals[1] / 1e6) if judged else None
+
+
+def thrashing_bands(stderr):
+    """How many thrashing bands the summary reports."""
+    return len(re.findall(r"(?m)^  thrashing +from ", stderr))
+
+
+def close_to(got, want):
+    return got is not None and abs(got - want) <= 1e-9 + 1e-9 * abs(want)
+
+
+def dashboard_exprs():
+    """(panel title, expr) of every query of deploy/grafana's dashboard, its variables
+    made what "All" selects and its intervals what Grafana would make them at a 1 s
+    scrape interval."""
+    with open(os.path.join(DEPLOY, "grafana", "pfprof-dashboard.json")) as f:
+        dashboard = json.load(f)
+    substitutions = {"$__rate_interval": "1m", "$__range": "5m", "$host": ".*", "$target": ".*"}
+    exprs = []
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            expr = target["expr"]
+            for variable, value in substitutions.items():
+                expr = expr.replace(variable, value)
+            check("$" not in expr, f"panel {panel['title']!r}: an unknown variable in {expr}")
+            exprs.append((panel["title"], expr))
+    check(exprs, "the dashboard has no panel")
+    return exprs
+
+
 def rusage_minor(stderr):
     m = re.search(r"command rusage\s+(\d+) minor, (\d+) major", stderr)
     check(m, f"no command rusage in the summary:\n{stderr}")
@@ -351,6 +403,74 @@ class Fleet:
             return len(rules) == 2 and all(r["health"] == "ok" for r in rules), rules
         wait_until("the pfprof rules to be evaluated", rules_healthy)
 
+    def test_every_dashboard_panel_has_data_and_memory_stall_verdict_and_build_are_the_csvs(self):
+        port = free_port()
+        prometheus = Prometheus([("local", f"127.0.0.1:{port}")])
+        self.defer(prometheus.close)
+        scratch = Scratch()
+        self.defer(scratch.close)
+        monitor = self.run_monitor(
+            ["run", "--backend", "procfs", "-o", scratch("prof.csv"), "--prometheus", f"127.0.0.1:{port}",
+             "--linger", "30s", "--"] + self.work_args(48, 30000, 30, 500)
+        )
+        wait_until("the monitor to be scraped up", lambda: prometheus.one('up{host="local"}') == 1)
+        # While it runs (about 15 s), every panel of the dashboard shows something.
+        for title, expr in dashboard_exprs():
+            wait_until(f"panel {title!r} to have data: {expr}",
+                       lambda expr=expr: (lambda r: (len(r) > 0, r))(prometheus.query(expr)), timeout=20)
+            check(monitor.poll() is None, f"the monitor ended before panel {title!r} was checked: too slow a machine")
+        code, _, err = finished(monitor, "the monitor")
+        check(code == 0, f"monitor exited with {code}:\n{err}")
+        rows = csv_rows(scratch("prof.csv"))
+        last = rows[-1]
+        stall = judged_stall_seconds(rows)
+        check(stall is not None, "this machine has no PSI: the stall and the verdict cannot be checked")
+        selector = f'host="local",target="work",backend="procfs",mode="strict",monitor_pid="{monitor.pid}"'
+        def final(name, extra=""):
+            return prometheus.one(f"last_over_time({name}{{{selector}{extra}}}[5m])")
+        def got():
+            return {
+                "anon": final("process_memory_usage_bytes", ',pfprof_memory_type="anon"'),
+                "file": final("process_memory_usage_bytes", ',pfprof_memory_type="file"'),
+                "shmem": final("process_memory_usage_bytes", ',pfprof_memory_type="shmem"'),
+                "swap": final("pfprof_memory_swap_bytes"),
+                "thrashing": final("pfprof_thrashing"),
+                "episodes": final("pfprof_thrashing_episodes_total"),
+                "build": final("pfprof_build_info", ',version=~"[0-9].+"'),
+            }
+        want = {"anon": last["rss_anon"], "file": last["rss_file"], "shmem": last["rss_shmem"], "swap": last["swap"],
+                "thrashing": 0, "episodes": thrashing_bands(err), "build": 1}
+        final_values_stored(got, want, "the CSV's last memory, the summary's verdict and the build")
+        for stall_type, seconds in zip(("some", "full"), stall):
+            value = final("pfprof_memory_stall_seconds_total", f',pfprof_stall_type="{stall_type}"')
+            check(close_to(value, seconds), f"{stall_type} stall: {value} s exported, the CSV's rows sum to {seconds} s")
+        check(max(r["rss_anon"] for r in rows) > 40 << 20, "work's 48 MiB never showed in the rows")
+
+    def test_two_monitors_of_one_command_write_two_textfiles_of_distinct_series(self):
+        scratch = Scratch()
+        self.defer(scratch.close)
+        textfiles = scratch("textfiles")
+        os.mkdir(textfiles)
+        monitors = [
+            self.run_monitor(["run", "--backend", "procfs", "-o", scratch(f"prof{i}.csv"), "--textfile", textfiles,
+                              "--linger", "1s", "--"] + self.work_args(16, 5000, 10, 300))
+            for i in (1, 2)
+        ]
+        names = [f"pfprof-work-{m.pid}.prom" for m in monitors]
+        wait_until("both textfiles", lambda: (lambda seen: (set(names) <= set(seen), seen))(os.listdir(textfiles)),
+                   timeout=10, every=0.05)
+        series = []
+        for monitor, name in zip(monitors, names):
+            with open(os.path.join(textfiles, name)) as f:
+                samples = [line.rsplit(" ", 1)[0] for line in f.read().splitlines() if line and not line.startswith("#")]
+            check(samples and all(f'monitor_pid="{monitor.pid}"' in s for s in samples), f"{name}:\n{samples}")
+            series.append(set(samples))
+        check(not series[0] & series[1], f"series in both files: {series[0] & series[1]}")
+        for monitor in monitors:
+            code, _, err = finished(monitor, "a monitor")
+            check(code == 0, f"monitor exited with {code}:\n{err}")
+        check(os.listdir(textfiles) == [], f"left behind: {os.listdir(textfiles)}")
+
     def test_the_textfile_is_replaced_whole_checked_by_promtool_and_removed_at_the_end(self):
         scratch = Scratch()
         self.defer(scratch.close)
@@ -360,11 +480,11 @@ class Fleet:
             ["run", "--backend", "procfs", "-o", scratch("prof.csv"), "--textfile", textfiles,
              "--linger", "2s", "--"] + self.work_args(32, 20000, 8, 300)
         )
-        path = os.path.join(textfiles, "pfprof-work.prom")
+        path = os.path.join(textfiles, f"pfprof-work-{monitor.pid}.prom")
         seen = []
         while monitor.poll() is None:
             names = os.listdir(textfiles)
-            check(all(n == "pfprof-work.prom" or n.startswith(".") for n in names), f"stray files: {names}")
+            check(all(n == os.path.basename(path) or n.startswith(".") for n in names), f"stray files: {names}")
             try:
                 with open(path) as f:
                     text = f.read()
@@ -420,6 +540,21 @@ class Fleet:
                 got = vm.one(f"last_over_time({expr}[10m])")
                 return got == want, got
             wait_until(f"VictoriaMetrics to answer {expr} == {want}", latest, timeout=30)
+        last = csv_rows(scratch("prof.csv"))[-1]
+        for expr, want in {
+            f'process_memory_usage_bytes{{{selector},pfprof_memory_type="anon"}}': last["rss_anon"],
+            f'process_memory_usage_bytes{{{selector},pfprof_memory_type="file"}}': last["rss_file"],
+            f"pfprof_memory_swap_bytes{{{selector}}}": last["swap"],
+            f"pfprof_thrashing{{{selector}}}": 0,
+            f"pfprof_thrashing_episodes_total{{{selector}}}": thrashing_bands(err),
+            f'pfprof_build_info{{{selector},version=~"[0-9].+"}}': 1,
+        }.items():
+            check(vm.one(f"last_over_time({expr}[10m])") == want, f"VictoriaMetrics: {expr} is not {want}")
+        stall = judged_stall_seconds(csv_rows(scratch("prof.csv")))
+        check(stall is not None, "this machine has no PSI: the stall cannot be checked")
+        for stall_type, seconds in zip(("some", "full"), stall):
+            got = vm.one(f'last_over_time(pfprof_memory_stall_seconds_total{{{selector},pfprof_stall_type="{stall_type}"}}[10m])')
+            check(close_to(got, seconds), f"VictoriaMetrics: {stall_type} stall {got} s, the CSV's {seconds} s")
 
     # --- a fleet of three -------------------------------------------------------------
 

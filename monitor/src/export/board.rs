@@ -18,8 +18,8 @@ pub(super) struct Posted {
     pub(super) snapshot: Snapshot,
     /// Counts the posts: a reader tells a new snapshot by it.
     pub(super) generation: u64,
-    /// The final values have been served to a scraper.
-    pub(super) final_scraped: bool,
+    /// How many scrapers (distinct addresses) the final values have been served to.
+    pub(super) final_scrapers: usize,
     /// The pusher is done: the final values delivered, or given up.
     pub(super) pushed: bool,
     /// Lingering is over: exporters' threads stop.

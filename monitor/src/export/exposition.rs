@@ -8,7 +8,9 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::metrics::{
-    Labels, Metric, Snapshot, CPU_TIME, FAULTS, FAULT_TYPES, PERIOD, PERIOD_FAULTS, SAMPLES_LOST,
+    Labels, Metric, NamedUnit, Snapshot, BUILD_INFO, CPU_TIME, FAULTS, FAULT_TYPES, MEMORY_TYPES,
+    MEMORY_USAGE, PERIOD, PERIOD_FAULTS, SAMPLES_LOST, STALL, STALL_TYPES, SWAP, THRASHING,
+    THRASHING_EPISODES, VERSION,
 };
 
 /// The two text formats.
@@ -91,30 +93,51 @@ fn descriptor<'a>(
     kind: MetricType,
 ) -> Result<prometheus_client::encoding::MetricEncoder<'a>, std::fmt::Error> {
     const SECONDS: Unit = Unit::Seconds;
-    let unit = metric.seconds.then_some(&SECONDS);
+    const BYTES: Unit = Unit::Bytes;
+    let unit = metric.unit.map(|unit| match unit {
+        NamedUnit::Seconds => &SECONDS,
+        NamedUnit::Bytes => &BYTES,
+    });
     encoder.encode_descriptor(metric.prometheus, metric.help, unit, kind)
 }
 
 impl Collector for SnapshotCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        self.encode_faults(&mut encoder)?;
+        self.encode_memory(&mut encoder)?;
+        self.encode_thrashing(&mut encoder)?;
+        let base = self.labels.pairs();
+        let mut info = base.to_vec();
+        info.push(("version", VERSION));
+        descriptor(&mut encoder, &BUILD_INFO, MetricType::Gauge)?
+            .encode_family(&info)?
+            .encode_gauge(&1i64)?;
+        Ok(())
+    }
+}
+
+impl SnapshotCollector {
+    /// The base labels and one more.
+    fn with<'a>(&'a self, key: &'static str, value: &'a str) -> Vec<(&'static str, &'a str)> {
+        let mut labels = self.labels.pairs().to_vec();
+        labels.push((key, value));
+        labels
+    }
+
+    fn encode_faults(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = &self.snapshot;
         let base = self.labels.pairs();
-        let typed = |fault_type: &'static str| {
-            let mut labels = base.to_vec();
-            labels.push(("system_paging_fault_type", fault_type));
-            labels
-        };
-
-        let mut faults = descriptor(&mut encoder, &FAULTS, MetricType::Counter)?;
+        let typed = |fault_type| self.with("system_paging_fault_type", fault_type);
+        let mut faults = descriptor(encoder, &FAULTS, MetricType::Counter)?;
         for (fault_type, count) in FAULT_TYPES.into_iter().zip(s.faults) {
             faults
                 .encode_family(&typed(fault_type))?
                 .encode_counter::<NoLabelSet, _, u64>(&count, None)?;
         }
-        descriptor(&mut encoder, &CPU_TIME, MetricType::Counter)?
+        descriptor(encoder, &CPU_TIME, MetricType::Counter)?
             .encode_family(&base)?
             .encode_counter::<NoLabelSet, _, f64>(&s.cpu_seconds(), None)?;
-        let mut per_period = descriptor(&mut encoder, &PERIOD_FAULTS, MetricType::Histogram)?;
+        let mut per_period = descriptor(encoder, &PERIOD_FAULTS, MetricType::Histogram)?;
         for (fault_type, histogram) in FAULT_TYPES.into_iter().zip(&s.per_period) {
             per_period
                 .encode_family(&typed(fault_type))?
@@ -125,19 +148,65 @@ impl Collector for SnapshotCollector {
                     None,
                 )?;
         }
-        descriptor(&mut encoder, &SAMPLES_LOST, MetricType::Counter)?
+        descriptor(encoder, &SAMPLES_LOST, MetricType::Counter)?
             .encode_family(&base)?
             .encode_counter::<NoLabelSet, _, u64>(&s.lost, None)?;
-        descriptor(&mut encoder, &PERIOD, MetricType::Gauge)?
+        descriptor(encoder, &PERIOD, MetricType::Gauge)?
             .encode_family(&base)?
             .encode_gauge(&s.period_seconds())?;
         Ok(())
     }
+
+    /// Memory by type, swap, and the stall when the kernel has PSI.
+    fn encode_memory(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = &self.snapshot;
+        let mut usage = descriptor(encoder, &MEMORY_USAGE, MetricType::Gauge)?;
+        for (memory_type, bytes) in MEMORY_TYPES.into_iter().zip(s.memory) {
+            usage
+                .encode_family(&self.with("pfprof_memory_type", memory_type))?
+                .encode_gauge(&gauge_int(bytes))?;
+        }
+        descriptor(encoder, &SWAP, MetricType::Gauge)?
+            .encode_family(&self.labels.pairs())?
+            .encode_gauge(&gauge_int(s.swap))?;
+        let Some(stall) = s.stall_seconds() else {
+            return Ok(());
+        };
+        let mut stalled = descriptor(encoder, &STALL, MetricType::Counter)?;
+        for (stall_type, seconds) in STALL_TYPES.into_iter().zip(stall) {
+            stalled
+                .encode_family(&self.with("pfprof_stall_type", stall_type))?
+                .encode_counter::<NoLabelSet, _, f64>(&seconds, None)?;
+        }
+        Ok(())
+    }
+
+    /// The verdict as a state, once the rows had stall to judge by.
+    fn encode_thrashing(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let thrashing = self.snapshot.thrashing;
+        if !thrashing.judged {
+            return Ok(());
+        }
+        let base = self.labels.pairs();
+        descriptor(encoder, &THRASHING, MetricType::Gauge)?
+            .encode_family(&base)?
+            .encode_gauge(&i64::from(thrashing.now))?;
+        descriptor(encoder, &THRASHING_EPISODES, MetricType::Counter)?
+            .encode_family(&base)?
+            .encode_counter::<NoLabelSet, _, u64>(&thrashing.episodes, None)?;
+        Ok(())
+    }
+}
+
+/// A byte count as a gauge's integer (no byte count reaches `i64::MAX`).
+fn gauge_int(bytes: u64) -> i64 {
+    i64::try_from(bytes).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::export::metrics::ThrashingState;
     use crate::rows::row::Row;
 
     fn labels() -> Labels {
@@ -145,6 +214,7 @@ mod tests {
             target: "work".into(),
             backend: "procfs".into(),
             mode: "strict".into(),
+            monitor_pid: "7".into(),
         }
     }
 
@@ -173,20 +243,51 @@ mod tests {
         let text = encode(&snapshot(), &labels(), Format::OpenMetrics);
         for line in [
             "# TYPE process_paging_faults counter",
-            r#"process_paging_faults_total{target="work",backend="procfs",mode="strict",system_paging_fault_type="minor"} 3012"#,
-            r#"process_paging_faults_total{target="work",backend="procfs",mode="strict",system_paging_fault_type="major"} 1"#,
+            r#"process_paging_faults_total{target="work",backend="procfs",mode="strict",monitor_pid="7",system_paging_fault_type="minor"} 3012"#,
+            r#"process_paging_faults_total{target="work",backend="procfs",mode="strict",monitor_pid="7",system_paging_fault_type="major"} 1"#,
             "# UNIT process_cpu_time_seconds seconds",
-            r#"process_cpu_time_seconds_total{target="work",backend="procfs",mode="strict"} 0.75"#,
-            r#"pfprof_period_faults_count{target="work",backend="procfs",mode="strict",system_paging_fault_type="minor"} 3"#,
-            r#"pfprof_period_faults_bucket{le="0.0",target="work",backend="procfs",mode="strict",system_paging_fault_type="minor"} 1"#,
-            r#"pfprof_period_faults_bucket{le="100.0",target="work",backend="procfs",mode="strict",system_paging_fault_type="minor"} 2"#,
-            r#"pfprof_period_faults_bucket{le="+Inf",target="work",backend="procfs",mode="strict",system_paging_fault_type="minor"} 3"#,
-            r#"pfprof_samples_lost_total{target="work",backend="procfs",mode="strict"} 0"#,
-            r#"pfprof_period_seconds{target="work",backend="procfs",mode="strict"} 0.05"#,
+            r#"process_cpu_time_seconds_total{target="work",backend="procfs",mode="strict",monitor_pid="7"} 0.75"#,
+            r#"pfprof_period_faults_count{target="work",backend="procfs",mode="strict",monitor_pid="7",system_paging_fault_type="minor"} 3"#,
+            r#"pfprof_period_faults_bucket{le="0.0",target="work",backend="procfs",mode="strict",monitor_pid="7",system_paging_fault_type="minor"} 1"#,
+            r#"pfprof_period_faults_bucket{le="100.0",target="work",backend="procfs",mode="strict",monitor_pid="7",system_paging_fault_type="minor"} 2"#,
+            r#"pfprof_period_faults_bucket{le="+Inf",target="work",backend="procfs",mode="strict",monitor_pid="7",system_paging_fault_type="minor"} 3"#,
+            r#"pfprof_samples_lost_total{target="work",backend="procfs",mode="strict",monitor_pid="7"} 0"#,
+            r#"pfprof_period_seconds{target="work",backend="procfs",mode="strict",monitor_pid="7"} 0.05"#,
         ] {
             assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
         }
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn memory_stall_thrashing_and_the_build_are_exported_and_the_verdict_only_when_judged() {
+        let mut s = snapshot();
+        s.memory = [3 << 20, 1 << 20, 4096];
+        s.swap = 8192;
+        let unjudged = encode(&s, &labels(), Format::OpenMetrics);
+        assert!(!unjudged.contains("pfprof_thrashing"), "{unjudged}");
+        assert!(!unjudged.contains("pfprof_memory_stall"), "{unjudged}");
+        s.stall_us = Some([1_500_000, 250_000]);
+        s.thrashing = ThrashingState {
+            judged: true,
+            now: true,
+            episodes: 2,
+        };
+        let text = encode(&s, &labels(), Format::OpenMetrics);
+        let base = r#"target="work",backend="procfs",mode="strict",monitor_pid="7""#;
+        for line in [
+            "# UNIT process_memory_usage_bytes bytes".to_owned(),
+            format!(r#"process_memory_usage_bytes{{{base},pfprof_memory_type="anon"}} 3145728"#),
+            format!(r#"process_memory_usage_bytes{{{base},pfprof_memory_type="shmem"}} 4096"#),
+            format!("pfprof_memory_swap_bytes{{{base}}} 8192"),
+            format!(r#"pfprof_memory_stall_seconds_total{{{base},pfprof_stall_type="some"}} 1.5"#),
+            format!(r#"pfprof_memory_stall_seconds_total{{{base},pfprof_stall_type="full"}} 0.25"#),
+            format!("pfprof_thrashing{{{base}}} 1"),
+            format!("pfprof_thrashing_episodes_total{{{base}}} 2"),
+            format!(r#"pfprof_build_info{{{base},version="{VERSION}"}} 1"#),
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+        }
     }
 
     #[test]

@@ -4,15 +4,22 @@
 //! hostile costs the other scrapers that much, and the profile nothing. Requests are
 //! parsed by `httparse` (already in the build through ureq).
 
+use std::collections::HashSet;
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{
+    IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, TcpListener, TcpStream, ToSocketAddrs,
+};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use nix::sys::socket::{shutdown, Shutdown};
+use nix::errno::Errno;
+use nix::sys::socket::{
+    bind, listen, setsockopt, shutdown, socket, sockopt, AddressFamily, Backlog, Shutdown,
+    SockFlag, SockType, SockaddrIn6,
+};
 
 use super::board::Board;
 use super::error::ExportError;
@@ -23,6 +30,8 @@ use super::metrics::Labels;
 const CONNECTION_DEADLINE: Duration = Duration::from_secs(5);
 /// The largest request head read.
 const MAX_HEAD: usize = 16 * 1024;
+/// The most scrapers of the final values told apart (`--linger-scrapers` is a u16).
+const MAX_FINAL_SCRAPERS: usize = u16::MAX as usize;
 
 pub struct Server {
     addr: SocketAddr,
@@ -32,18 +41,51 @@ pub struct Server {
     thread: JoinHandle<()>,
 }
 
-/// `ADDR` as the user gave it: anything `HOST:PORT` resolves, or `:PORT` for every
-/// address.
+/// `ADDR` as the user gave it: anything `HOST:PORT` resolves.
 fn resolve(addr: &str) -> Result<SocketAddr, ExportError> {
     let bad = || ExportError::Address(addr.to_owned());
-    let full = match addr.strip_prefix(':') {
-        Some(port) => format!("0.0.0.0:{port}"),
-        None => addr.to_owned(),
-    };
-    full.to_socket_addrs()
+    addr.to_socket_addrs()
         .map_err(|_| bad())?
         .next()
         .ok_or_else(bad)
+}
+
+/// Binds `ADDR`: `:PORT` is every address, IPv6 and IPv4 on one socket (IPv4 alone on a
+/// machine without IPv6); anything else as it resolves.
+fn bind_addr(addr: &str) -> Result<TcpListener, ExportError> {
+    let listen_error = |source| ExportError::Listen {
+        addr: addr.to_owned(),
+        source,
+    };
+    let Some(port) = addr.strip_prefix(':') else {
+        return TcpListener::bind(resolve(addr)?).map_err(listen_error);
+    };
+    let port: u16 = port
+        .parse()
+        .map_err(|_| ExportError::Address(addr.to_owned()))?;
+    match bind_dual_stack(port) {
+        Err(Errno::EAFNOSUPPORT | Errno::EADDRNOTAVAIL) => {
+            TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).map_err(listen_error)
+        }
+        other => other.map_err(|errno| listen_error(errno.into())),
+    }
+}
+
+/// A listener on `[::]:port` that takes IPv4 too (`IPV6_V6ONLY` off, whatever the
+/// system's default).
+fn bind_dual_stack(port: u16) -> Result<TcpListener, Errno> {
+    let fd = socket(
+        AddressFamily::Inet6,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+    setsockopt(&fd, sockopt::Ipv6V6Only, &false)?;
+    let every = SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, port, 0, 0);
+    bind(fd.as_raw_fd(), &SockaddrIn6::from(every))?;
+    listen(&fd, Backlog::new(128)?)?;
+    Ok(TcpListener::from(fd))
 }
 
 impl Server {
@@ -54,10 +96,7 @@ impl Server {
         board: Arc<Board>,
         labels: Arc<Labels>,
     ) -> Result<Server, ExportError> {
-        let listener = TcpListener::bind(resolve(addr)?).map_err(|source| ExportError::Listen {
-            addr: addr.to_owned(),
-            source,
-        })?;
+        let listener = bind_addr(addr)?;
         let bound = listener
             .local_addr()
             .map_err(|source| ExportError::Listen {
@@ -87,7 +126,7 @@ impl Server {
 
     /// The board is closed: the thread's accept() is woken, and it stops (after a
     /// connection in progress, within its deadline). The summary's note.
-    pub fn finish(self, final_scraped: bool, linger: Duration) -> String {
+    pub fn finish(self, final_scrapers: usize, linger: Duration) -> String {
         // On Linux, shutting a listening socket down fails its accept() with EINVAL.
         let _ = shutdown(self.listener.as_raw_fd(), Shutdown::Both);
         let scrapes = self.scrapes.load(Ordering::Relaxed);
@@ -95,9 +134,11 @@ impl Server {
         // Not waited for: a connection in progress ends by its deadline, and the process
         // with the summary.
         drop(self.thread);
-        if final_scraped {
+        if final_scrapers > 0 {
+            let plural = if final_scrapers == 1 { "" } else { "s" };
             format!(
-                "prometheus: {url} served {scrapes} scrapes, the last ones with the final values"
+                "prometheus: {url} served {scrapes} scrapes, the last ones with the final values, \
+                 to {final_scrapers} scraper{plural}"
             )
         } else {
             format!(
@@ -109,11 +150,13 @@ impl Server {
 }
 
 /// Answers one connection after the other until the board is closed. Blocks in accept()
-/// meanwhile: no wake-up costs the monitor anything between scrapes.
+/// meanwhile: no wake-up costs the monitor anything between scrapes. Counts the
+/// scrapers, by address, that got the final values.
 fn serve(listener: &TcpListener, board: &Board, labels: &Labels, scrapes: &AtomicU64) {
+    let mut final_scrapers: HashSet<IpAddr> = HashSet::new();
     while !board.is_closed() {
-        let stream = match listener.accept() {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match listener.accept() {
+            Ok(accepted) => accepted,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             // The socket was shut down at the end, or cannot accept any more (a client
             // that left before its accept, too many open files): the profile goes on.
@@ -127,8 +170,10 @@ fn serve(listener: &TcpListener, board: &Board, labels: &Labels, scrapes: &Atomi
         // A client that fails or goes away is its own business.
         if let Ok(Some(done)) = answer(stream, board, labels) {
             scrapes.fetch_add(1, Ordering::Relaxed);
-            if done {
-                board.set(|s| s.final_scraped = true);
+            if done && final_scrapers.len() < MAX_FINAL_SCRAPERS {
+                // An IPv4 scraper of a dual-stack socket is seen as ::ffff:a.b.c.d.
+                final_scrapers.insert(peer.ip().to_canonical());
+                board.set(|s| s.final_scrapers = final_scrapers.len());
             }
         }
     }
@@ -264,6 +309,7 @@ mod tests {
             target: "t".into(),
             backend: "procfs".into(),
             mode: "strict".into(),
+            monitor_pid: "7".into(),
         })
     }
 
@@ -318,5 +364,26 @@ mod tests {
         let err = Server::start(&addr, board, labels()).err().unwrap();
         assert!(matches!(err, ExportError::Listen { .. }), "{err}");
         assert!(matches!(resolve("nonsense"), Err(ExportError::Address(_))));
+        assert!(matches!(bind_addr(":x"), Err(ExportError::Address(_))));
+    }
+
+    #[test]
+    fn every_address_takes_ipv4_and_ipv6_scrapers() {
+        let board = Arc::new(Board::new(Snapshot::default()));
+        let server = Server::start(":0", Arc::clone(&board), labels()).unwrap();
+        let port = server.addr.port();
+        let v4 = get(
+            SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+            "GET /metrics HTTP/1.1\r\n\r\n",
+        );
+        assert!(v4.starts_with("HTTP/1.1 200"), "{v4}");
+        if server.addr.is_ipv6() {
+            let v6 = get(
+                SocketAddr::from((Ipv6Addr::LOCALHOST, port)),
+                "GET /metrics HTTP/1.1\r\n\r\n",
+            );
+            assert!(v6.starts_with("HTTP/1.1 200"), "{v6}");
+        }
+        board.set(|s| s.closed = true);
     }
 }

@@ -5,6 +5,7 @@
 //! `process.cpu.time`) and their Prometheus translation (`process_paging_faults_total`,
 //! `process_cpu_time_seconds_total`); pfprof's own are under `pfprof.`/`pfprof_`.
 
+use crate::pressure::verdict::judged_stall;
 use crate::rows::row::Row;
 
 /// The upper bounds of the faults-per-period histogram's buckets (the last one, +Inf, is
@@ -15,15 +16,30 @@ pub const BUCKETS: [f64; 7] = [0.0, 1.0, 10.0, 100.0, 1_000.0, 10_000.0, 100_000
 /// The fault types, as `system.paging.fault.type` names them.
 pub const FAULT_TYPES: [&str; 2] = ["minor", "major"];
 
+/// The memory types of `process.memory.usage`'s `pfprof.memory.type` attribute, in
+/// [`Snapshot::memory`] order: their sum is the resident set the convention means.
+pub const MEMORY_TYPES: [&str; 3] = ["anon", "file", "shmem"];
+
+/// The memory stall types (PSI's `some` and `full`), in [`Snapshot::stall_us`] order.
+pub const STALL_TYPES: [&str; 2] = ["some", "full"];
+
+/// A unit Prometheus puts in the family name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NamedUnit {
+    /// `s` in OpenTelemetry, `_seconds` in Prometheus.
+    Seconds,
+    /// `By` in OpenTelemetry, `_bytes` in Prometheus.
+    Bytes,
+}
+
 /// One metric: its OpenTelemetry name and unit, its Prometheus family name (without the
-/// `_seconds` of its unit, which the encoder adds, nor the `_total` a counter's sample
-/// gets), its help.
+/// `_seconds` or `_bytes` of its unit, which the encoder adds, nor the `_total` a
+/// counter's sample gets), its help.
 pub struct Metric {
     pub otel: &'static str,
     pub otel_unit: &'static str,
     pub prometheus: &'static str,
-    /// Measured in seconds: `s` in OpenTelemetry, `_seconds` in Prometheus.
-    pub seconds: bool,
+    pub unit: Option<NamedUnit>,
     pub help: &'static str,
 }
 
@@ -31,37 +47,84 @@ pub const FAULTS: Metric = Metric {
     otel: "process.paging.faults",
     otel_unit: "{fault}",
     prometheus: "process_paging_faults",
-    seconds: false,
+    unit: None,
     help: "Page faults of the profiled processes",
 };
 pub const CPU_TIME: Metric = Metric {
     otel: "process.cpu.time",
     otel_unit: "s",
     prometheus: "process_cpu_time",
-    seconds: true,
+    unit: Some(NamedUnit::Seconds),
     help: "CPU time of the profiled processes",
 };
 pub const PERIOD_FAULTS: Metric = Metric {
     otel: "pfprof.period.faults",
     otel_unit: "{fault}",
     prometheus: "pfprof_period_faults",
-    seconds: false,
+    unit: None,
     help: "Faults per sampling period: one observation per sample",
 };
 pub const SAMPLES_LOST: Metric = Metric {
     otel: "pfprof.samples.lost",
     otel_unit: "{sample}",
     prometheus: "pfprof_samples_lost",
-    seconds: false,
+    unit: None,
     help: "Samples the producer overwrote before the monitor read them (relaxed mode)",
 };
 pub const PERIOD: Metric = Metric {
     otel: "pfprof.period",
     otel_unit: "s",
     prometheus: "pfprof_period",
-    seconds: true,
+    unit: Some(NamedUnit::Seconds),
     help: "The sampling period",
 };
+
+pub const MEMORY_USAGE: Metric = Metric {
+    otel: "process.memory.usage",
+    otel_unit: "By",
+    prometheus: "process_memory_usage",
+    unit: Some(NamedUnit::Bytes),
+    help: "Resident memory of the profiled processes at the last sample, by pfprof_memory_type",
+};
+pub const SWAP: Metric = Metric {
+    otel: "pfprof.memory.swap",
+    otel_unit: "By",
+    prometheus: "pfprof_memory_swap",
+    unit: Some(NamedUnit::Bytes),
+    help: "Swapped-out memory of the profiled processes at the last sample",
+};
+pub const STALL: Metric = Metric {
+    otel: "pfprof.memory.stall",
+    otel_unit: "s",
+    prometheus: "pfprof_memory_stall",
+    unit: Some(NamedUnit::Seconds),
+    help: "Memory stall (PSI some, full) the thrashing verdict judges by: the cgroup's, else the system's",
+};
+pub const THRASHING: Metric = Metric {
+    otel: "pfprof.thrashing",
+    // No unit: a receiver translating `1` would name it `_ratio`.
+    otel_unit: "",
+    prometheus: "pfprof_thrashing",
+    unit: None,
+    help: "1 while the thrashing verdict says the profiled processes thrash, else 0",
+};
+pub const THRASHING_EPISODES: Metric = Metric {
+    otel: "pfprof.thrashing.episodes",
+    otel_unit: "{episode}",
+    prometheus: "pfprof_thrashing_episodes",
+    unit: None,
+    help: "Thrashing episodes (the verdict's bands) begun so far",
+};
+pub const BUILD_INFO: Metric = Metric {
+    otel: "pfprof.build.info",
+    otel_unit: "",
+    prometheus: "pfprof_build_info",
+    unit: None,
+    help: "Always 1: the monitor's version, backend and mode",
+};
+
+/// The monitor's version, the `version` label of [`BUILD_INFO`].
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The labels (OpenTelemetry attributes) every series carries: one monitor, one target,
 /// so a handful of series per monitor.
@@ -75,16 +138,30 @@ pub struct Labels {
     pub backend: String,
     /// `strict` or `relaxed`.
     pub mode: String,
+    /// The monitor's own process id: two monitors of one target never export the same
+    /// series (one value per running monitor; a restart starts new series).
+    pub monitor_pid: String,
 }
 
 impl Labels {
-    pub fn pairs(&self) -> [(&'static str, &str); 3] {
+    pub fn pairs(&self) -> [(&'static str, &str); 4] {
         [
             ("target", &self.target),
             ("backend", &self.backend),
             ("mode", &self.mode),
+            ("monitor_pid", &self.monitor_pid),
         ]
     }
+}
+
+/// What the thrashing verdict says so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThrashingState {
+    /// The rows had memory stall to judge by: without it nothing is exported.
+    pub judged: bool,
+    pub now: bool,
+    /// Episodes begun so far, the current one included.
+    pub episodes: u64,
 }
 
 /// The faults-per-period histogram of one fault type: per-bucket (not cumulative) counts,
@@ -132,6 +209,12 @@ pub struct Snapshot {
     /// The faults-per-period histograms, in [`FAULT_TYPES`] order.
     pub per_period: [Histogram; 2],
     pub period_ns: u64,
+    /// The last row's resident memory, in [`MEMORY_TYPES`] order, and swap, bytes.
+    pub memory: [u64; 3],
+    pub swap: u64,
+    /// Memory stall so far, in [`STALL_TYPES`] order, µs; `None` without PSI.
+    pub stall_us: Option<[u64; 2]>,
+    pub thrashing: ThrashingState,
     /// The profile has ended: these are the final values.
     pub done: bool,
 }
@@ -144,6 +227,20 @@ impl Snapshot {
             self.per_period[i].observe(faults);
         }
         self.cpu_ns = self.cpu_ns.saturating_add(row.cpu_ns);
+        self.memory = [row.rss_anon, row.rss_file, row.rss_shmem];
+        self.swap = row.swap;
+        if let Some((some, full)) = judged_stall(row) {
+            let [total_some, total_full] = self.stall_us.unwrap_or_default();
+            self.stall_us = Some([
+                total_some.saturating_add(some),
+                total_full.saturating_add(full),
+            ]);
+        }
+    }
+
+    /// The stall so far in seconds, in [`STALL_TYPES`] order.
+    pub fn stall_seconds(&self) -> Option<[f64; 2]> {
+        self.stall_us.map(|us| us.map(|u| u as f64 / 1e6))
     }
 
     pub fn rows(&self) -> u64 {

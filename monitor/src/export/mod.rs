@@ -23,7 +23,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 pub use error::ExportError;
-pub use metrics::{Labels, Snapshot};
+pub use metrics::{Labels, Snapshot, ThrashingState};
 
 use crate::rows::row::Row;
 use crate::system::duration::parse_duration;
@@ -34,7 +34,8 @@ use board::Board;
 pub struct ExportOptions {
     /// Serve the metrics at http://ADDR/metrics while the profile runs (OpenMetrics, or
     /// Prometheus text 0.0.4 to a scraper that asks for it), e.g. 127.0.0.1:9464, [::1]:9464,
-    /// :9464 (every address); port 0 takes a free port, said on standard error.
+    /// :9464 (every address, IPv6 and IPv4); port 0 takes a free port, said on standard
+    /// error.
     #[arg(long, value_name = "ADDR")]
     pub prometheus: Option<String>,
     /// Push the metrics to an OpenTelemetry collector, OTLP/HTTP protobuf, every
@@ -43,7 +44,7 @@ pub struct ExportOptions {
     /// delays the profile; the summary says what it did not receive.
     #[arg(long, value_name = "URL")]
     pub otlp: Option<String>,
-    /// Write the metrics every --interval to DIR/pfprof-TARGET.prom for node_exporter's
+    /// Write the metrics every --interval to DIR/pfprof-TARGET-PID.prom for node_exporter's
     /// textfile collector (classic text, no timestamps, replaced atomically); removed once
     /// --linger has passed after the end.
     #[arg(long, value_name = "DIR")]
@@ -53,6 +54,10 @@ pub struct ExportOptions {
     /// long (the textfile stays this long). Ctrl-C (or SIGTERM) during the wait ends it.
     #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration)]
     pub linger: Duration,
+    /// How many scrapers (told apart by their address) must get the final values before
+    /// the wait ends: 2 for an HA pair of Prometheus servers. --linger still bounds it.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub linger_scrapers: u16,
 }
 
 impl ExportOptions {
@@ -87,6 +92,7 @@ pub struct Exporters {
     /// What the consumer has added so far; copied to the board once per batch.
     snapshot: Snapshot,
     linger: Duration,
+    linger_scrapers: usize,
     prometheus: Option<http::Server>,
     otlp: Option<otlp::Pusher>,
     textfile: Option<textfile::Writer>,
@@ -125,6 +131,7 @@ impl Exporters {
             board,
             snapshot,
             linger: options.linger,
+            linger_scrapers: usize::from(options.linger_scrapers.max(1)),
             prometheus,
             otlp,
             textfile,
@@ -139,6 +146,11 @@ impl Exporters {
     /// Adds one row; nothing leaves the consumer until [`Exporters::publish`].
     pub fn add(&mut self, row: &Row) {
         self.snapshot.add(row);
+    }
+
+    /// What the thrashing verdict says after the rows added so far.
+    pub fn set_thrashing(&mut self, thrashing: ThrashingState) {
+        self.snapshot.thrashing = thrashing;
     }
 
     /// Samples the producer overwrote.
@@ -176,7 +188,8 @@ impl Exporters {
         }
         let mut state = self.board.lock();
         loop {
-            let delivered = (!waits_for_scrape || state.final_scraped)
+            let scraped = state.final_scrapers >= self.linger_scrapers;
+            let delivered = (!waits_for_scrape || scraped)
                 && (!waits_for_push || state.pushed)
                 && !whole_linger;
             let left = deadline.saturating_duration_since(Instant::now());
@@ -191,14 +204,14 @@ impl Exporters {
                 .0;
         }
         state.closed = true;
-        let final_scraped = state.final_scraped;
+        let final_scrapers = state.final_scrapers;
         drop(state);
         self.board.changed.notify_all();
         let mut notes = Vec::new();
         notes.extend(
             self.prometheus
                 .take()
-                .map(|s| s.finish(final_scraped, self.linger)),
+                .map(|s| s.finish(final_scrapers, self.linger)),
         );
         notes.extend(self.otlp.take().map(|p| p.finish(self.linger)));
         notes.extend(self.textfile.take().map(|w| w.finish()));

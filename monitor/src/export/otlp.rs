@@ -21,8 +21,9 @@ use prost::Message;
 use super::board::Board;
 use super::error::ExportError;
 use super::metrics::{
-    Labels, Metric, Snapshot, BUCKETS, CPU_TIME, FAULTS, FAULT_TYPES, PERIOD, PERIOD_FAULTS,
-    SAMPLES_LOST,
+    Labels, Metric, Snapshot, BUCKETS, BUILD_INFO, CPU_TIME, FAULTS, FAULT_TYPES, MEMORY_TYPES,
+    MEMORY_USAGE, PERIOD, PERIOD_FAULTS, SAMPLES_LOST, STALL, STALL_TYPES, SWAP, THRASHING,
+    THRASHING_EPISODES, VERSION,
 };
 
 /// The first wait after a failed push; doubled at each failure up to [`MAX_BACKOFF`].
@@ -266,7 +267,7 @@ impl Points<'_> {
         let cpu_seconds = number_data_point::Value::AsDouble(s.cpu_seconds());
         let lost = number_data_point::Value::AsInt(s.lost as i64);
         let period = number_data_point::Value::AsDouble(s.period_seconds());
-        vec![
+        let mut metrics = vec![
             metric(&FAULTS, sum(faults)),
             metric(&CPU_TIME, sum(vec![self.point(labels(), cpu_seconds)])),
             metric(
@@ -277,13 +278,67 @@ impl Points<'_> {
                 }),
             ),
             metric(&SAMPLES_LOST, sum(vec![self.point(labels(), lost)])),
+            metric(&PERIOD, gauge(vec![self.point(labels(), period)])),
+        ];
+        metrics.extend(self.memory_metrics(s));
+        metrics.extend(self.thrashing_metrics(s));
+        metrics
+    }
+
+    /// Memory by type and swap (gauges: an UpDownCounter's level), the stall when the
+    /// kernel has PSI, and the build's info.
+    fn memory_metrics(&self, s: &Snapshot) -> Vec<OtlpMetric> {
+        let int = |n: u64| number_data_point::Value::AsInt(i64::try_from(n).unwrap_or(i64::MAX));
+        let usage = MEMORY_TYPES
+            .iter()
+            .zip(s.memory)
+            .map(|(t, bytes)| self.point(self.with("pfprof.memory.type", t), int(bytes)))
+            .collect();
+        let swap = self.point(self.identity.labels.clone(), int(s.swap));
+        let info = self.point(self.with("version", VERSION), int(1));
+        let mut metrics = vec![
+            metric(&MEMORY_USAGE, gauge(usage)),
+            metric(&SWAP, gauge(vec![swap])),
+            metric(&BUILD_INFO, gauge(vec![info])),
+        ];
+        if let Some(stall) = s.stall_seconds() {
+            let points = STALL_TYPES
+                .iter()
+                .zip(stall)
+                .map(|(t, secs)| {
+                    let value = number_data_point::Value::AsDouble(secs);
+                    self.point(self.with("pfprof.stall.type", t), value)
+                })
+                .collect();
+            metrics.push(metric(&STALL, sum(points)));
+        }
+        metrics
+    }
+
+    /// The verdict as a state, once the rows had stall to judge by.
+    fn thrashing_metrics(&self, s: &Snapshot) -> Vec<OtlpMetric> {
+        let thrashing = s.thrashing;
+        if !thrashing.judged {
+            return Vec::new();
+        }
+        let labels = || self.identity.labels.clone();
+        let now = number_data_point::Value::AsInt(i64::from(thrashing.now));
+        let episodes =
+            number_data_point::Value::AsInt(i64::try_from(thrashing.episodes).unwrap_or(i64::MAX));
+        vec![
+            metric(&THRASHING, gauge(vec![self.point(labels(), now)])),
             metric(
-                &PERIOD,
-                metric::Data::Gauge(Gauge {
-                    data_points: vec![self.point(labels(), period)],
-                }),
+                &THRASHING_EPISODES,
+                sum(vec![self.point(labels(), episodes)]),
             ),
         ]
+    }
+
+    /// The profile's labels and one more attribute.
+    fn with(&self, key: &str, value: &str) -> Vec<KeyValue> {
+        let mut attributes = self.identity.labels.clone();
+        attributes.push(string(key, value));
+        attributes
     }
 
     /// The faults per period, a histogram for each fault type.
@@ -320,6 +375,13 @@ impl Points<'_> {
             ..NumberDataPoint::default()
         }
     }
+}
+
+/// A gauge of `points`.
+fn gauge(points: Vec<NumberDataPoint>) -> metric::Data {
+    metric::Data::Gauge(Gauge {
+        data_points: points,
+    })
 }
 
 /// A cumulative, monotonic sum of `points`.
@@ -362,7 +424,10 @@ mod tests {
                 "process.cpu.time",
                 "pfprof.period.faults",
                 "pfprof.samples.lost",
-                "pfprof.period"
+                "pfprof.period",
+                "process.memory.usage",
+                "pfprof.memory.swap",
+                "pfprof.build.info"
             ]
         );
         let Some(metric::Data::Sum(faults)) = &metrics[0].data else {

@@ -1,5 +1,5 @@
 //! `--textfile DIR`: the snapshot in the classic text format (no timestamps), written to
-//! `DIR/pfprof-TARGET.prom` for node_exporter's textfile collector on every new snapshot,
+//! `DIR/pfprof-TARGET-PID.prom` for node_exporter's textfile collector on every new snapshot,
 //! through a temporary file renamed over it (the collector never reads half a file),
 //! from a thread of its own. Removed at the end, so that a selection that ended is not
 //! exported forever.
@@ -31,9 +31,11 @@ pub struct Writer {
     thread: JoinHandle<()>,
 }
 
-/// The file's name: `pfprof-` and the `target` label, its characters other than letters,
-/// digits, `-` and `_` made `_`, and `.prom` (the collector reads only that extension).
-fn file_name(target: &str) -> String {
+/// The file's name: `pfprof-`, the `target` label (its characters other than letters,
+/// digits, `-` and `_` made `_`), `-` and the monitor's pid (two monitors of one target
+/// write two files), and `.prom` (the collector reads only that extension).
+fn file_name(labels: &Labels) -> String {
+    let target = &labels.target;
     let name: String = target
         .trim_start_matches('/')
         .chars()
@@ -46,7 +48,7 @@ fn file_name(target: &str) -> String {
         })
         .take(100)
         .collect();
-    format!("pfprof-{name}.prom")
+    format!("pfprof-{name}-{}.prom", labels.monitor_pid)
 }
 
 /// Writes `text` to `path` through a temporary file beside it. The temporary file is
@@ -88,13 +90,9 @@ impl Writer {
         if !fs::metadata(dir).map_err(error)?.is_dir() {
             return Err(error(io::Error::from(io::ErrorKind::NotADirectory)));
         }
-        let path = dir.join(file_name(&labels.target));
+        let path = dir.join(file_name(&labels));
         // A name node_exporter skips (it reads *.prom only).
-        let temp = dir.join(format!(
-            ".{}.{}.tmp",
-            file_name(&labels.target),
-            std::process::id()
-        ));
+        let temp = dir.join(format!(".{}.tmp", file_name(&labels)));
         let (snapshot, _) = board.latest();
         replace(&path, &temp, &encode(&snapshot, &labels, Format::Classic)).map_err(|e| {
             let _ = fs::remove_file(&temp);
@@ -174,15 +172,24 @@ mod tests {
     use crate::export::Snapshot;
 
     #[test]
-    fn the_file_name_keeps_only_safe_characters_of_the_target() {
-        assert_eq!(file_name("work"), "pfprof-work.prom");
+    fn the_file_name_keeps_only_safe_characters_of_the_target_and_names_the_monitor() {
+        let name = |target: &str, monitor_pid: &str| {
+            file_name(&Labels {
+                target: target.into(),
+                backend: "procfs".into(),
+                mode: "strict".into(),
+                monitor_pid: monitor_pid.into(),
+            })
+        };
+        assert_eq!(name("work", "7"), "pfprof-work-7.prom");
+        assert_ne!(name("work", "7"), name("work", "8"));
         assert_eq!(
-            file_name("/system.slice/a b.service"),
-            "pfprof-system_slice_a_b_service.prom"
+            name("/system.slice/a b.service", "7"),
+            "pfprof-system_slice_a_b_service-7.prom"
         );
         assert_eq!(
-            file_name("../../etc/passwd"),
-            "pfprof-______etc_passwd.prom"
+            name("../../etc/passwd", "7"),
+            "pfprof-______etc_passwd-7.prom"
         );
     }
 
@@ -207,6 +214,7 @@ mod tests {
             target: "t".into(),
             backend: "procfs".into(),
             mode: "strict".into(),
+            monitor_pid: "7".into(),
         });
         let board = Arc::new(Board::new(Snapshot::default()));
         for dir in ["/proc", "/nonexistent-pfprof-dir", "/dev/null"] {

@@ -121,7 +121,7 @@ fn add_opt(sum: Option<u64>, row: Option<u64>, first: bool) -> Option<u64> {
 impl Sums {
     fn add(&mut self, row: &Row) {
         let first = self.period_ns == 0;
-        let (some, full) = stall(row).unwrap_or_default();
+        let (some, full) = judged_stall(row).unwrap_or_default();
         let p = &row.pressure;
         self.period_ns = self.period_ns.saturating_add(row.period_ns);
         self.full_us = self.full_us.saturating_add(full);
@@ -154,7 +154,7 @@ impl Sums {
 }
 
 /// The stall a row is judged by, µs (`some`, `full`): its cgroup's when it has one.
-fn stall(row: &Row) -> Option<(u64, u64)> {
+pub(crate) fn judged_stall(row: &Row) -> Option<(u64, u64)> {
     let p = &row.pressure;
     match (p.cgroup_stall_some_us, p.cgroup_stall_full_us) {
         (Some(some), Some(full)) => Some((some, full)),
@@ -253,7 +253,7 @@ impl Verdict {
     /// Whether `row` is under pressure (its stretch extended) and thrashes, the rows
     /// before it having been seen.
     fn thrashes(&mut self, row: &Row) -> bool {
-        let full = stall(row).map_or(0, |(_, full)| full);
+        let full = judged_stall(row).map_or(0, |(_, full)| full);
         // A fault the profiled processes took and the system counted as a refault is
         // one fault: the more of the two.
         let faults = row.major.max(refaults(row).unwrap_or(0));
@@ -309,7 +309,7 @@ impl Verdict {
 
     /// Takes the next row; the band it ends, if it ends one.
     pub fn feed(&mut self, row: &Row) -> Option<Band> {
-        self.judged |= stall(row).is_some();
+        self.judged |= judged_stall(row).is_some();
         let thrashes = self.thrashes(row);
         let onset_ns = self.rule.onset.as_nanos() as u64;
         let quiet_ns = self.rule.quiet.as_nanos() as u64;
@@ -369,6 +369,11 @@ impl Verdict {
     /// Every band so far.
     pub fn bands(&self) -> &[Band] {
         &self.bands
+    }
+
+    /// Thrashing has begun and not ended yet.
+    pub fn thrashing_now(&self) -> bool {
+        self.run.as_ref().is_some_and(|run| run.begun)
     }
 
     /// Whether any row had memory stall to judge by.
@@ -518,6 +523,23 @@ mod tests {
         }
         // Quiet from 6.05 s: 1 s of quiet periods is 20 of them, the 20th is row 140.
         assert_eq!(verdict.feed(&phases(140)).map(|b| b.end_ms), Some(6000));
+    }
+
+    #[test]
+    fn thrashing_now_holds_from_the_onset_until_the_band_ends() {
+        let mut verdict = Verdict::new(RULE);
+        let now: Vec<bool> = (1..=180)
+            .map(|i| {
+                verdict.feed(&phases(i));
+                verdict.thrashing_now()
+            })
+            .collect();
+        // Thrashing from 2 s (row 41) is known at its 0.5 s onset, row 50; the band
+        // ends once 1 s of quiet has passed after 6 s, at row 140.
+        assert!(!now[..49].iter().any(|&n| n), "before the onset");
+        assert!(now[49..139].iter().all(|&n| n), "during the band");
+        assert!(!now[139..].iter().any(|&n| n), "after the band");
+        assert_eq!(verdict.bands().len(), 1);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use std::time::{Duration, Instant};
 
 use super::error::ProfileError;
-use crate::export::Exporters;
+use crate::export::{Exporters, ThrashingState};
 use crate::output::report::Totals;
 use crate::output::writer::Output;
 use crate::pressure::verdict::{Band, Verdict, RULE};
@@ -98,6 +98,7 @@ impl Consumers {
         self.output.flush()?;
         if let Some(e) = self.exporters.as_mut() {
             e.lost(batch.lost);
+            e.set_thrashing(thrashing_state(&self.verdict));
             e.publish();
         }
         Ok(())
@@ -127,6 +128,16 @@ impl Consumers {
             bands: self.verdict.bands().to_vec(),
             judged: self.verdict.judged(),
         }
+    }
+}
+
+/// The verdict as the exporters show it: thrashing now, and the episodes begun so far.
+fn thrashing_state(verdict: &Verdict) -> ThrashingState {
+    let now = verdict.thrashing_now();
+    ThrashingState {
+        judged: verdict.judged(),
+        now,
+        episodes: verdict.bands().len() as u64 + u64::from(now),
     }
 }
 

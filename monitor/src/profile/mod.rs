@@ -106,6 +106,7 @@ fn open<B: Backend>(request: &Request) -> Result<(Sinks, Opened<B>), ProfileErro
         ),
         backend: backend.name().to_owned(),
         mode: request.mode.to_string(),
+        monitor_pid: std::process::id().to_string(),
     };
     let exporters = Exporters::start(&request.export, labels, request.interval)?;
     let signals = Signals::install()?;

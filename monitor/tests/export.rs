@@ -1,0 +1,105 @@
+//! The exporters' identity and lingering, through the real binary: `--prometheus :PORT`
+//! takes IPv4 and IPv6 scrapers, the series name the monitor, and the final values stay
+//! until as many scrapers as `--linger-scrapers` asks have had them.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
+use std::process::{ChildStderr, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::MONITOR;
+
+/// Reads the monitor's stderr up to a line containing `words`; that line.
+fn line_with(stderr: &mut BufReader<ChildStderr>, words: &str) -> String {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = stderr.read_line(&mut line).expect("the monitor's stderr");
+        assert!(n > 0, "the monitor's stderr ended before {words:?}");
+        if line.contains(words) {
+            return line;
+        }
+    }
+}
+
+/// `GET /metrics` from `addr`; the body of a 200.
+fn scrape(addr: SocketAddr) -> String {
+    let mut stream = TcpStream::connect(addr).expect("the monitor takes the connection");
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("the request is sent");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("the answer");
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    answer
+}
+
+#[test]
+fn every_address_serves_ipv4_and_ipv6_and_the_final_values_wait_for_two_scrapers() {
+    let mut monitor = Command::new(MONITOR)
+        .args(["run", "--backend", "procfs", "--prometheus", ":0"])
+        .args([
+            "--linger",
+            "60s",
+            "--linger-scrapers",
+            "2",
+            "-o",
+            "/dev/null",
+        ])
+        .args(["--", "true"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("monitor runs");
+    let mut stderr = BufReader::new(monitor.stderr.take().expect("piped"));
+    let serving = line_with(&mut stderr, "serving metrics at");
+    assert!(serving.contains("http://[::]:"), "{serving}");
+    let port: u16 = serving
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim().strip_suffix("/metrics"))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {serving:?}"));
+    line_with(&mut stderr, "keeping the final values");
+
+    // One scraper, twice: still one scraper, the monitor waits.
+    let v4 = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let text = scrape(v4);
+    scrape(v4);
+    let identity = format!(r#"monitor_pid="{}""#, monitor.id());
+    let info = text
+        .lines()
+        .find(|l| l.starts_with("pfprof_build_info{"))
+        .unwrap_or_else(|| panic!("no build info in\n{text}"));
+    for label in [identity.as_str(), r#"backend="procfs""#, "version=\""] {
+        assert!(info.contains(label), "{label} not in {info}");
+    }
+    thread::sleep(Duration::from_millis(500));
+    assert!(
+        monitor.try_wait().expect("wait").is_none(),
+        "it left after one scraper"
+    );
+
+    // A second scraper, over IPv6: the wait ends.
+    scrape(SocketAddr::from((Ipv6Addr::LOCALHOST, port)));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = monitor.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still lingering after two scrapers"
+        );
+        thread::sleep(Duration::from_millis(50));
+    };
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).expect("the summary");
+    assert!(status.success(), "{status}:\n{rest}");
+    assert!(
+        rest.contains("the last ones with the final values, to 2 scrapers"),
+        "{rest}"
+    );
+}
