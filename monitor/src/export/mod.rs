@@ -206,14 +206,9 @@ impl Exporters {
                 .take()
                 .map(|s| s.finish(final_scraped, self.linger)),
         );
-        let (otlp_note, collector_received_nothing) = match self.otlp.take() {
-            Some(p) => {
-                let (note, nothing) = p.finish(self.linger);
-                (Some(note), nothing)
-            }
-            None => (None, false),
-        };
-        notes.extend(otlp_note);
+        let otlp = self.otlp.take().map(|p| p.finish(self.linger));
+        let collector_received_nothing = otlp.as_ref().is_some_and(|(_, nothing)| *nothing);
+        notes.extend(otlp.map(|(note, _)| note));
         notes.extend(self.textfile.take().map(|w| w.finish()));
         Finished {
             notes,
