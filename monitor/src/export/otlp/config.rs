@@ -77,6 +77,15 @@ fn setting(env: Env, what: &str) -> Option<(String, String)> {
 impl Config {
     /// The configuration `options` and `env` give, or why it cannot be used.
     pub fn resolve(options: &OtlpOptions, env: Env) -> Result<Config, ExportError> {
+        if let Some((name, value)) = setting(env, "PROTOCOL") {
+            if value != "http/protobuf" {
+                return Err(ExportError::Setting {
+                    name,
+                    value,
+                    why: "only http/protobuf is spoken: OTLP/HTTP with protobuf bodies",
+                });
+            }
+        }
         let url = endpoint(options.url.as_ref().and_then(Option::as_deref), env)?;
         let mut headers = match setting(env, "HEADERS") {
             Some((name, value)) => env_headers(&name, &value)?,
@@ -371,7 +380,7 @@ mod tests {
     }
 
     #[test]
-    fn compression_and_timeout_take_the_specifications_values_and_refuse_others() {
+    fn compression_timeout_and_protocol_take_the_specifications_values_and_refuse_others() {
         let gzip = [("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")];
         assert!(resolve(None, &[], &gzip).unwrap().gzip);
         assert!(!resolve(None, &[], &[]).unwrap().gzip);
