@@ -877,6 +877,91 @@ fn bad_options_are_usage_errors_that_name_what_was_expected() {
     }
 }
 
+/// `monitor run` of `command` with these OTLP options and environment, samples to
+/// /dev/null; the output.
+fn run_with_otlp(options: &[&str], env: &[(&str, &str)], command: &[&str]) -> Output {
+    let mut args = vec!["run", "--backend", "procfs", "-o", "/dev/null"];
+    args.extend_from_slice(options);
+    args.push("--");
+    args.extend_from_slice(command);
+    Command::new(MONITOR)
+        .args(&args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("monitor runs")
+}
+
+#[test]
+fn a_bad_otlp_url_header_or_variable_is_refused_before_the_command_runs_saying_what_to_give() {
+    let marker = Scratch::new("otlp-refused");
+    let ran = marker.join("ran");
+    let touch = format!("touch {}", ran.display());
+    for (options, env, message) in [
+        (
+            &["--otlp", "http://127.0.0.1:4318/v1/traces"][..],
+            &[][..],
+            "its path does not end in /v1/metrics",
+        ),
+        (
+            &["--otlp", "collector:4318"],
+            &[],
+            "not an http:// or https:// URL",
+        ),
+        (
+            &["--otlp", "http://h:4318", "--otlp-header", "Authorization"],
+            &[],
+            "--otlp-header \"Authorization\": not KEY=VALUE",
+        ),
+        (
+            &["--otlp"],
+            &[("OTEL_EXPORTER_OTLP_HEADERS", "a=1,b")],
+            "OTEL_EXPORTER_OTLP_HEADERS \"b\": not key=value",
+        ),
+        (
+            &["--otlp"],
+            &[("OTEL_EXPORTER_OTLP_COMPRESSION", "zstd")],
+            "OTEL_EXPORTER_OTLP_COMPRESSION=\"zstd\": gzip or none",
+        ),
+        (
+            &["--otlp"],
+            &[("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent.pem")],
+            "OTEL_EXPORTER_OTLP_CERTIFICATE=/nonexistent.pem: No such file",
+        ),
+        (
+            &["--otlp-header", "a=b"],
+            &[],
+            "the following required arguments were not provided:\n  --otlp",
+        ),
+    ] {
+        let out = run_with_otlp(options, env, &["sh", "-c", &touch]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{options:?} {env:?}: {err}");
+        assert!(err.contains(message), "{options:?} {env:?}: {err}");
+        assert!(!ran.exists(), "{options:?} {env:?}: the command ran");
+    }
+}
+
+#[test]
+fn a_collector_that_received_nothing_makes_the_exit_status_3_unless_the_command_failed() {
+    // A port nobody listens on: every push is refused.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let out = run_with_otlp(&["--otlp", &url, "--linger", "1s"], &[], &["true"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains(&format!("not delivered to {url}/v1/metrics"))
+            && err.contains("the collector has received nothing of this profile")
+            && err.contains("exit status 3: the OTLP collector received none of the pushes"),
+        "{err}"
+    );
+    let out = run_with_otlp(&["--otlp", &url, "--linger", "1s"], &[], &["false"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+}
+
 #[test]
 fn work_rejects_bad_arguments_with_exit_code_2() {
     for (args, message) in [

@@ -11,6 +11,8 @@ this needs.
 """
 
 import argparse
+import gzip
+import http.server
 import json
 import os
 import re
@@ -18,6 +20,7 @@ import shlex
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -306,6 +309,58 @@ class VictoriaMetrics:
         shutil.rmtree(self.root + self.data, ignore_errors=True)
 
 
+def tls_files(scratch):
+    """A CA and a certificate for 127.0.0.1 it signed, made by openssl: (ca, cert, key)."""
+    ca, ca_key, cert, key, csr, ext = (scratch(n) for n in ("ca.pem", "ca.key", "cert.pem", "cert.key", "cert.csr", "ext"))
+    with open(ext, "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n")
+    for argv in (
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key, "-out", ca, "-days", "1",
+         "-subj", "/CN=pfprof fleet test CA"],
+        ["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr, "-subj", "/CN=127.0.0.1"],
+        ["openssl", "x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert,
+         "-days", "1", "-extfile", ext],
+    ):
+        r = subprocess.run(argv, capture_output=True, text=True)
+        check(r.returncode == 0, f"{' '.join(argv)}:\n{r.stderr}")
+    return ca, cert, key
+
+
+class RecordingCollector:
+    """An HTTPS OTLP endpoint on loopback (Python's http.server and ssl) that answers 200
+    and records each request: its path, headers (names in lower case) and gzip-decoded
+    body."""
+
+    def __init__(self, cert, key):
+        requests = self.requests = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
 class Scratch:
     def __init__(self):
         self.dir = tempfile.mkdtemp(prefix="pfprof-fleet-")
@@ -556,6 +611,67 @@ class Fleet:
             got = vm.one(f'last_over_time(pfprof_memory_stall_seconds_total{{{selector},pfprof_stall_type="{stall_type}"}}[10m])')
             check(close_to(got, seconds), f"VictoriaMetrics: {stall_type} stall {got} s, the CSV's {seconds} s")
 
+    def test_victoriametrics_takes_gzip_pushes_with_headers_and_labels_them_with_the_resource(self):
+        vm = VictoriaMetrics(self.vm_root)
+        self.defer(vm.close)
+        scratch = Scratch()
+        self.defer(scratch.close)
+        # Everything from the standard variables but a header: the base URL completed
+        # with /v1/metrics, gzip, headers from both places, the service and an attribute.
+        env = dict(os.environ,
+                   OTEL_EXPORTER_OTLP_ENDPOINT=f"{vm.url}/opentelemetry/",
+                   OTEL_EXPORTER_OTLP_COMPRESSION="gzip",
+                   OTEL_EXPORTER_OTLP_HEADERS="X-Scope-OrgID=fleet,X-Note=a%20b",
+                   OTEL_SERVICE_NAME="pfprof-fleet",
+                   OTEL_RESOURCE_ATTRIBUTES="deployment.environment.name=fleet-test")
+        monitor = self.run_monitor(
+            ["run", "--backend", "procfs", "-o", scratch("prof.csv"), "--interval", "500ms",
+             "--otlp", "--otlp-header", "Authorization=Bearer fleet-token", "--linger", "30s", "--"]
+            + self.work_args(24, 20000, 4, 300),
+            env=env,
+        )
+        code, _, err = finished(monitor, "the monitor")
+        check(code == 0, f"monitor exited with {code}:\n{err}")
+        check(re.search(rf"otlp: \d+ pushes to {re.escape(vm.url)}/opentelemetry/v1/metrics delivered, the last with the final values", err), err)
+        minor, _, _ = csv_totals(scratch("prof.csv"))
+        resource = (f'service_name="pfprof-fleet",deployment_environment_name="fleet-test",os_type="linux",'
+                    f'process_pid="{monitor.pid}",process_executable_name="monitor",host_name="{socket.gethostname()}"')
+        expr = f'process_paging_faults_total{{target="work",{resource},system_paging_fault_type="minor"}}'
+        wait_until(f"VictoriaMetrics to answer {expr} == {minor}",
+                   lambda: (lambda got: (got == minor, got))(vm.one(f"last_over_time({expr}[10m])")), timeout=30)
+
+    def test_an_https_collector_trusted_through_the_certificate_variable_gets_gzip_headers_and_the_resource(self):
+        scratch = Scratch()
+        self.defer(scratch.close)
+        ca, cert, key = tls_files(scratch)
+        collector = RecordingCollector(cert, key)
+        self.defer(collector.close)
+        # METRICS_ENDPOINT is used as given, whatever its path.
+        env = dict(os.environ,
+                   OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=f"https://127.0.0.1:{collector.port}/ingest/otlp",
+                   OTEL_EXPORTER_OTLP_CERTIFICATE=ca,
+                   OTEL_EXPORTER_OTLP_METRICS_HEADERS="x-tenant=t1")
+        code, err = self.profile_with(["--otlp", "--otlp-compression", "gzip", "--otlp-header", "Authorization=Bearer s3cret",
+                                       "--linger", "10s"], scratch, seconds_at_most=20, env=env)
+        check(code == 0, f"exit {code}:\n{err}")
+        check("the last with the final values" in err, err)
+        check(collector.requests, "the collector recorded nothing")
+        for path, headers, body in collector.requests:
+            check(path == "/ingest/otlp", f"pushed to {path}")
+            check(headers.get("content-encoding") == "gzip" and headers.get("content-type") == "application/x-protobuf"
+                  and headers.get("authorization") == "Bearer s3cret" and headers.get("x-tenant") == "t1", f"headers: {headers}")
+            for field in (b"process.paging.faults", b"https://opentelemetry.io/schemas/1.38.0", b"service.name", b"pfprof",
+                          b"process.pid", b"process.command_args", b"Authorization=<redacted>"):
+                check(field in body, f"{field!r} not in the decoded body")
+            check(b"s3cret" not in body, "the header's token is in the resource")
+        # Without the CA the collector is not trusted: nothing arrives, and the exit status
+        # and the summary say so.
+        pushed = len(collector.requests)
+        del env["OTEL_EXPORTER_OTLP_CERTIFICATE"]
+        code, err = self.profile_with(["--otlp", "--linger", "2s"], scratch, seconds_at_most=15, env=env)
+        check(code == 3 and re.search(r"last error: .*(UnknownIssuer|certificate)", err), f"exit {code}:\n{err}")
+        check(len(collector.requests) == pushed, "an untrusted push was recorded")
+
     # --- a fleet of three -------------------------------------------------------------
 
     def netns(self, i):
@@ -621,18 +737,18 @@ class Fleet:
 
     # --- bad input ----------------------------------------------------------------------
 
-    def profile_with(self, options, scratch, seconds_at_most):
+    def profile_with(self, options, scratch, seconds_at_most, env=None):
         """A short `monitor run` of work with these options; its exit code, stderr, and
         whether its CSV is complete (the command's rusage)."""
         started = time.monotonic()
         monitor = self.run_monitor(["run", "--backend", "procfs", "-o", scratch("prof.csv")] + options + ["--"]
-                                   + self.work_args(16, 5000, 3, 200))
+                                   + self.work_args(16, 5000, 3, 200), env=env)
         code, _, err = finished(monitor, "the monitor", timeout=seconds_at_most + 30)
         took = time.monotonic() - started
         check(took < seconds_at_most, f"took {took:.1f} s, more than {seconds_at_most} s:\n{err}")
         return code, err
 
-    def test_an_unreachable_or_silent_collector_costs_no_row_and_is_said_in_the_summary(self):
+    def test_an_unreachable_or_silent_collector_costs_no_row_and_is_said_in_the_summary_and_exit_status(self):
         scratch = Scratch()
         self.defer(scratch.close)
         # A port nobody listens on, and a collector that accepts and never answers.
@@ -644,8 +760,10 @@ class Fleet:
         for url in (f"http://127.0.0.1:{closed}/v1/metrics", f"http://127.0.0.1:{silent.getsockname()[1]}/v1/metrics"):
             # work takes ~0.5 s; the linger 3 s; a push in progress at most 5 s more.
             code, err = self.profile_with(["--otlp", url, "--linger", "3s"], scratch, seconds_at_most=15)
-            check(code == 0, f"{url}: exit {code}:\n{err}")
+            # Not one push arrived: the exit status says so (3), the summary why.
+            check(code == 3, f"{url}: exit {code}:\n{err}")
             check("otlp: the final values were not delivered" in err, f"{url}:\n{err}")
+            check("exit status 3: the OTLP collector received none of the pushes" in err, f"{url}:\n{err}")
             minor, major, _ = csv_totals(scratch("prof.csv"))
             check(rusage_minor(err) == (minor, major), f"{url}: the CSV lost rows:\n{err}")
 

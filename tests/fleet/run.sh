@@ -7,7 +7,8 @@
 #   tests/fleet/run.sh [FILTER...]    # only the tests whose names contain a FILTER
 #
 # Needs root (namespaces, cgroups, chroot), prometheus and promtool (apt:
-# prometheus), ip (iproute2), unshare, systemd-analyze, debootstrap, python3.
+# prometheus), ip (iproute2), unshare, systemd-analyze, debootstrap, python3,
+# openssl (the HTTPS collector's certificates).
 # Nothing is skipped: a missing tool fails the run.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -15,8 +16,8 @@ cd "$repo"
 
 die() { echo "fleet: $*" >&2; exit 1; }
 (($(id -u) == 0)) || die "needs root: network namespaces, cgroups and the Debian root's chroot"
-for tool in prometheus promtool ip unshare systemd-analyze debootstrap python3 mount; do
-	command -v "$tool" >/dev/null || die "$tool not found (apt-get install prometheus iproute2 util-linux systemd debootstrap python3)"
+for tool in prometheus promtool ip unshare systemd-analyze debootstrap python3 mount openssl; do
+	command -v "$tool" >/dev/null || die "$tool not found (apt-get install prometheus iproute2 util-linux systemd debootstrap python3 openssl)"
 done
 
 cargo build --release --locked -p monitor --bin monitor --bin work

@@ -15,8 +15,30 @@ pub enum ExportError {
     },
     #[error("--prometheus {0:?} is not an address like 127.0.0.1:9464, [::1]:9464 or :9464")]
     Address(String),
-    #[error("--otlp {url:?}: {why}")]
-    Url { url: String, why: &'static str },
+    #[error("{from} {url:?}: {why}")]
+    Url {
+        from: String,
+        url: String,
+        why: &'static str,
+    },
+    #[error("{from} {given:?}: {why}")]
+    Header {
+        from: String,
+        given: String,
+        why: &'static str,
+    },
+    #[error("{name}={value:?}: {why}")]
+    Setting {
+        name: String,
+        value: String,
+        why: &'static str,
+    },
+    #[error("{name}={}: {why}", path.display())]
+    Pem {
+        name: String,
+        path: PathBuf,
+        why: String,
+    },
     #[error("cannot write metrics files in {}", dir.display())]
     Textfile {
         dir: PathBuf,

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 pub use error::ExportError;
 pub use metrics::{Labels, Snapshot, ThrashingState};
+pub use otlp::OtlpOptions;
 
 use crate::rows::row::Row;
 use crate::system::duration::parse_duration;
@@ -38,12 +39,8 @@ pub struct ExportOptions {
     /// error.
     #[arg(long, value_name = "ADDR")]
     pub prometheus: Option<String>,
-    /// Push the metrics to an OpenTelemetry collector, OTLP/HTTP protobuf, every
-    /// --interval and once at the end, e.g. http://127.0.0.1:4318/v1/metrics (the full
-    /// URL; plain http). A collector that is down is retried with backoff and never
-    /// delays the profile; the summary says what it did not receive.
-    #[arg(long, value_name = "URL")]
-    pub otlp: Option<String>,
+    #[command(flatten)]
+    pub otlp: OtlpOptions,
     /// Write the metrics every --interval to DIR/pfprof-TARGET-PID.prom for node_exporter's
     /// textfile collector (classic text, no timestamps, replaced atomically); removed once
     /// --linger has passed after the end.
@@ -62,7 +59,7 @@ pub struct ExportOptions {
 
 impl ExportOptions {
     pub fn any(&self) -> bool {
-        self.prometheus.is_some() || self.otlp.is_some() || self.textfile.is_some()
+        self.prometheus.is_some() || self.otlp.url.is_some() || self.textfile.is_some()
     }
 }
 
@@ -84,6 +81,14 @@ pub fn target_label(command: Option<&[OsString]>, pids: &[u32], cgroup: Option<&
     }
     let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
     format!("pid:{}", pids.join(","))
+}
+
+/// What the exporters delivered, once the profile has ended.
+pub struct Finished {
+    /// One summary note per exporter.
+    pub notes: Vec<String>,
+    /// `--otlp`: not one push reached the collector during the whole run.
+    pub collector_received_nothing: bool,
 }
 
 /// The running exporters of one profile.
@@ -117,10 +122,11 @@ impl Exporters {
             .as_deref()
             .map(|addr| http::Server::start(addr, Arc::clone(&board), Arc::clone(&labels)))
             .transpose()?;
-        let otlp = options
-            .otlp
-            .as_deref()
-            .map(|url| otlp::Pusher::start(url, Arc::clone(&board), &labels, interval))
+        let env = |name: &str| std::env::var(name).ok();
+        let otlp = (options.otlp.url.is_some())
+            .then(|| {
+                otlp::Pusher::start(&options.otlp, &env, Arc::clone(&board), &labels, interval)
+            })
             .transpose()?;
         let textfile = options
             .textfile
@@ -166,7 +172,7 @@ impl Exporters {
     /// The profile has ended: posts the final values and waits until every exporter has
     /// delivered them, `--linger` has passed, or `interrupted()` says to stop waiting.
     /// Returns what each exporter delivered, one summary note each.
-    pub fn finish(mut self, interrupted: impl Fn() -> bool) -> Vec<String> {
+    pub fn finish(mut self, interrupted: impl Fn() -> bool) -> Finished {
         self.snapshot.done = true;
         self.publish();
         let deadline = Instant::now() + self.linger;
@@ -213,9 +219,14 @@ impl Exporters {
                 .take()
                 .map(|s| s.finish(final_scrapers, self.linger)),
         );
-        notes.extend(self.otlp.take().map(|p| p.finish(self.linger)));
+        let otlp = self.otlp.take().map(|p| p.finish(self.linger));
+        let collector_received_nothing = otlp.as_ref().is_some_and(|(_, nothing)| *nothing);
+        notes.extend(otlp.map(|(note, _)| note));
         notes.extend(self.textfile.take().map(|w| w.finish()));
-        notes
+        Finished {
+            notes,
+            collector_received_nothing,
+        }
     }
 }
 

@@ -1,14 +1,28 @@
 //! `--otlp`: the snapshot as an OTLP `ExportMetricsServiceRequest` (protobuf, from the
-//! OpenTelemetry project's `opentelemetry-proto`), POSTed over HTTP (ureq, plain http,
-//! no proxy: the collector is an agent next to the monitor) every interval and once at
-//! the end, from a thread of its own. Sums are cumulative from the profile's start, so a
-//! push that fails loses nothing the next one does not carry; failures are retried with
-//! a doubling backoff.
+//! OpenTelemetry project's `opentelemetry-proto`), POSTed over HTTP or HTTPS every
+//! interval and once at the end, from a thread of its own, with the headers, compression,
+//! timeout and certificates of [`config`] and the resource of [`resource`]. Sums are
+//! cumulative from the profile's start, so a push that fails loses nothing the next one
+//! does not carry; failures are retried with a doubling backoff.
+//!
+//! The client is ureq with its `rustls` feature: the blocking HTTP/1.1 client the
+//! exporter already used, now with rustls (ring, Mozilla's roots built in through
+//! webpki-roots): no OpenSSL to link or find at run time, no async runtime, and custom
+//! roots and client certificates through ureq's own TLS configuration. Request bodies are
+//! gzipped with flate2 (miniz_oxide, pure Rust), the crate ureq itself uses for gzip.
 
+mod config;
+mod resource;
+
+pub use config::OtlpOptions;
+
+use std::io::Write;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use flate2::write::GzEncoder;
+use flate2::Compression;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1::{
@@ -25,12 +39,11 @@ use super::metrics::{
     MEMORY_USAGE, PERIOD, PERIOD_FAULTS, SAMPLES_LOST, STALL, STALL_TYPES, SWAP, THRASHING,
     THRASHING_EPISODES, VERSION,
 };
+use config::{Config, Env};
 
 /// The first wait after a failed push; doubled at each failure up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
-/// The most one push may take, connecting included.
-const PUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How the pushes went, for the summary.
 #[derive(Clone, Debug, Default)]
@@ -72,64 +85,48 @@ fn string(key: &str, value: &str) -> KeyValue {
     }
 }
 
-fn check_url(url: &str) -> Result<(), ExportError> {
-    let why = if url.starts_with("https://") {
-        "https is left out of this build (no TLS): push to a local collector over http"
-    } else if !url.starts_with("http://") {
-        "not an http:// URL (e.g. http://127.0.0.1:4318/v1/metrics)"
-    } else if url.parse::<ureq::http::Uri>().is_err() {
-        "not a valid URL"
-    } else {
-        return Ok(());
-    };
-    Err(ExportError::Url {
-        url: url.to_owned(),
-        why,
-    })
-}
-
 impl Pusher {
+    /// Checks what `options` and `env` say, and pushes from a thread of its own.
     pub fn start(
-        url: &str,
+        options: &OtlpOptions,
+        env: Env,
         board: Arc<Board>,
         labels: &Labels,
         interval: Duration,
     ) -> Result<Pusher, ExportError> {
-        check_url(url)?;
-        let host = nix::sys::utsname::uname()
-            .map(|u| u.nodename().to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let config = Config::resolve(options, env)?;
         let identity = Identity {
             labels: labels.pairs().iter().map(|(k, v)| string(k, v)).collect(),
-            resource: Resource {
-                attributes: vec![string("service.name", "pfprof"), string("host.name", &host)],
-                ..Resource::default()
-            },
+            resource: resource::resource(env)?,
             start_unix_ns: unix_ns(SystemTime::now()),
         };
         let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(PUSH_TIMEOUT))
+            .timeout_global(Some(config.timeout))
             .proxy(None)
             .http_status_as_error(true)
+            .tls_config(config.tls.clone())
             .build()
             .into();
+        let url = config.url.clone();
+        let sender = Sender { agent, config };
         let delivery = Arc::new(Mutex::new(Delivery::default()));
         let thread = {
-            let (url, delivery) = (url.to_owned(), Arc::clone(&delivery));
+            let delivery = Arc::clone(&delivery);
             thread::Builder::new()
                 .name("pfprof-otlp".into())
-                .spawn(move || push_loop(&agent, &url, &board, &identity, interval, &delivery))
+                .spawn(move || push_loop(&sender, &board, &identity, interval, &delivery))
                 .map_err(ExportError::Thread)?
         };
         Ok(Pusher {
-            url: url.to_owned(),
+            url,
             delivery,
             thread,
         })
     }
 
-    /// The summary's note. The board is closed: a push in progress ends by its timeout.
-    pub fn finish(self, linger: Duration) -> String {
+    /// The summary's note, and whether the collector received nothing at all. The board
+    /// is closed: a push in progress ends by its timeout.
+    pub fn finish(self, linger: Duration) -> (String, bool) {
         drop(self.thread);
         let d = self
             .delivery
@@ -148,26 +145,60 @@ impl Pusher {
             } else {
                 String::new()
             };
-            return format!(
+            let note = format!(
                 "otlp: {} pushes to {url} delivered{failures}, the last with the final values",
                 d.delivered
             );
+            return (note, false);
         }
         let received = match d.rows_delivered {
             Some(rows) => format!("the collector has the values up to sample {rows}"),
             None => "the collector has received nothing of this profile".to_owned(),
         };
-        format!(
+        let note = format!(
             "otlp: the final values were not delivered to {url} within --linger {linger:?}: \
              {failed} of {} pushes failed{error}; {received}",
             d.attempts
-        )
+        );
+        (note, d.delivered == 0)
     }
 }
 
+/// Sends the pushes.
+struct Sender {
+    agent: ureq::Agent,
+    config: Config,
+}
+
+impl Sender {
+    /// POSTs the snapshot; why it failed.
+    fn send(&self, snapshot: &Snapshot, identity: &Identity) -> Result<(), String> {
+        let body = request(snapshot, identity, unix_ns(SystemTime::now())).encode_to_vec();
+        let mut post = self
+            .agent
+            .post(&self.config.url)
+            .header("Content-Type", "application/x-protobuf");
+        for (name, value) in &self.config.headers {
+            post = post.header(name, value);
+        }
+        let result = if self.config.gzip {
+            let body = gzip(&body).map_err(|e| format!("compressing the push: {e}"))?;
+            post.header("Content-Encoding", "gzip").send(&body[..])
+        } else {
+            post.send(&body[..])
+        };
+        result.map(drop).map_err(|e| e.to_string())
+    }
+}
+
+fn gzip(body: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut encoder = GzEncoder::new(Vec::new(), Compression::default());
+    encoder.write_all(body)?;
+    encoder.finish()
+}
+
 fn push_loop(
-    agent: &ureq::Agent,
-    url: &str,
+    sender: &Sender,
     board: &Board,
     identity: &Identity,
     interval: Duration,
@@ -186,11 +217,7 @@ fn push_loop(
         if !(snapshot.done && urgent) && Instant::now() < next {
             continue;
         }
-        let body = request(&snapshot, identity, unix_ns(SystemTime::now())).encode_to_vec();
-        let result = agent
-            .post(url)
-            .header("Content-Type", "application/x-protobuf")
-            .send(&body[..]);
+        let result = sender.send(&snapshot, identity);
         let mut d = delivery.lock().unwrap_or_else(PoisonError::into_inner);
         d.attempts += 1;
         match result {
@@ -207,7 +234,7 @@ fn push_loop(
                 }
             }
             Err(e) => {
-                d.last_error = Some(e.to_string());
+                d.last_error = Some(e);
                 next = Instant::now() + backoff;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
                 final_failed = snapshot.done;
@@ -235,6 +262,7 @@ fn request(s: &Snapshot, identity: &Identity, now_unix_ns: u64) -> ExportMetrics
     ExportMetricsServiceRequest {
         resource_metrics: vec![ResourceMetrics {
             resource: Some(identity.resource.clone()),
+            schema_url: resource::SCHEMA_URL.to_owned(),
             scope_metrics: vec![ScopeMetrics {
                 scope: Some(InstrumentationScope {
                     name: "pfprof".to_owned(),
@@ -242,9 +270,8 @@ fn request(s: &Snapshot, identity: &Identity, now_unix_ns: u64) -> ExportMetrics
                     ..InstrumentationScope::default()
                 }),
                 metrics: points.metrics(s),
-                ..ScopeMetrics::default()
+                schema_url: resource::SCHEMA_URL.to_owned(),
             }],
-            ..ResourceMetrics::default()
         }],
     }
 }
@@ -450,17 +477,5 @@ mod tests {
             (5, Some(40.0))
         );
         assert_eq!(h.data_points[0].bucket_counts.len(), BUCKETS.len() + 1);
-    }
-
-    #[test]
-    fn only_plain_http_urls_are_taken() {
-        assert!(check_url("http://127.0.0.1:4318/v1/metrics").is_ok());
-        for bad in [
-            "https://collector/v1/metrics",
-            "127.0.0.1:4318",
-            "http://[::1",
-        ] {
-            assert!(check_url(bad).is_err(), "{bad}");
-        }
     }
 }

@@ -29,6 +29,7 @@ use crate::pressure::watch::PressureWatch;
 use crate::rows::source::Source;
 use crate::system::cgroup::{Cgroup, FaultCheck};
 use crate::system::error::SystemError;
+use crate::system::exit;
 use consume::{consume, End};
 use consumers::{Consumed, Consumers};
 use error::ProfileError;
@@ -213,12 +214,10 @@ fn finish<B: Backend>(
         let svg = plot::render(&consumed.rows, &consumed.bands, &caption);
         plot.commit(&svg.map_err(OutputError::Draw)?)?;
     }
-    if let Some(exporters) = consumed.exporters {
-        // Until the final values are delivered, or a new signal.
-        let signals = &started.signals;
-        let signaled = signals.received_count();
-        notes.extend(exporters.finish(|| signals.received_count() != signaled));
-    }
+    let code = match consumed.exporters {
+        Some(exporters) => deliver(exporters, &started.signals, code, &mut notes),
+        None => code,
+    };
     let counters = started.area.counters();
     notes.extend(withdrawn_note(counters.withdrawn));
     let summary = Summary {
@@ -239,6 +238,23 @@ fn finish<B: Backend>(
     // reach it a character per write. A closed stderr cannot be told anything.
     let _ = io::stderr().write_all(format!("{summary}\n").as_bytes());
     Ok(code)
+}
+
+/// Delivers the exporters' final values (until they are, `--linger` has passed or a new
+/// signal comes) and adds their notes; the exit code, `code` unless it is 0 and the OTLP
+/// collector received nothing at all.
+fn deliver(exporters: Exporters, signals: &Signals, code: u8, notes: &mut Vec<String>) -> u8 {
+    let signaled = signals.received_count();
+    let finished = exporters.finish(|| signals.received_count() != signaled);
+    notes.extend(finished.notes);
+    if !(finished.collector_received_nothing && code == 0) {
+        return code;
+    }
+    notes.push(format!(
+        "exit status {}: the OTLP collector received none of the pushes",
+        exit::NOTHING_PUSHED
+    ));
+    exit::NOTHING_PUSHED
 }
 
 /// What the producer stopped counting: processes that exec'd a program the user may not

@@ -27,6 +27,10 @@ impl Blame {
     }
 }
 
+/// The profile was complete, but `--otlp`'s collector received none of its pushes (a
+/// command's own failure keeps its status).
+pub const NOTHING_PUSHED: u8 = 3;
+
 /// How a command ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExitStatus {

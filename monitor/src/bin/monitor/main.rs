@@ -239,6 +239,16 @@ fn advice(e: &ProfileError) -> Option<String> {
         ProfileError::Export(ExportError::Listen { .. } | ExportError::Address(_)) => {
             "choose another --prometheus address (port 0 takes a free one)".into()
         }
+        ProfileError::Export(ExportError::Url { .. }) => {
+            "e.g. --otlp https://collector:4318/v1/metrics, or --otlp alone to push where \
+             OTEL_EXPORTER_OTLP_ENDPOINT says"
+                .into()
+        }
+        ProfileError::Export(ExportError::Header { .. }) => {
+            "give a header as --otlp-header Name=value; OTEL_EXPORTER_OTLP_HEADERS as \
+             name=value,name=value with the values percent-encoded"
+                .into()
+        }
         ProfileError::Export(ExportError::Textfile { .. }) => {
             "choose a directory this user may write, e.g. node_exporter's \
              --collector.textfile.directory"

@@ -1,0 +1,219 @@
+//! The resource every push carries: what sends the metrics, in the semantic conventions'
+//! names (the `service.*`, `host.*`, `os.*` and `process.*` attributes an OpenTelemetry
+//! SDK's resource detectors give a program), then `OTEL_RESOURCE_ATTRIBUTES` and
+//! `OTEL_SERVICE_NAME` over them. The `process.*` attributes are the monitor's own, as a
+//! detector would make them: what is profiled (a command, pids, a cgroup, possibly many
+//! processes) is each point's `target` attribute.
+
+use nix::unistd::{getuid, User};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, ArrayValue, KeyValue};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use percent_encoding::percent_decode_str;
+
+use super::config::Env;
+use super::string;
+use crate::export::error::ExportError;
+
+/// The semantic conventions the names follow: 1.38.0 named the fault type attribute
+/// `system.paging.fault.type`.
+pub const SCHEMA_URL: &str = "https://opentelemetry.io/schemas/1.38.0";
+
+/// The resource of this monitor, or why `OTEL_RESOURCE_ATTRIBUTES` cannot be used.
+pub fn resource(env: Env) -> Result<Resource, ExportError> {
+    let mut attributes = detected();
+    if let Some(list) = env("OTEL_RESOURCE_ATTRIBUTES") {
+        for (key, value) in pairs(&list)? {
+            set(&mut attributes, string(&key, &value));
+        }
+    }
+    if let Some(name) = env("OTEL_SERVICE_NAME").filter(|n| !n.is_empty()) {
+        set(&mut attributes, string("service.name", &name));
+    }
+    Ok(Resource {
+        attributes,
+        ..Resource::default()
+    })
+}
+
+/// Replaces the attribute of the same key, or adds it.
+fn set(attributes: &mut Vec<KeyValue>, attribute: KeyValue) {
+    attributes.retain(|a| a.key != attribute.key);
+    attributes.push(attribute);
+}
+
+/// `key1=value1,key2=value2`, values percent-encoded.
+fn pairs(list: &str) -> Result<Vec<(String, String)>, ExportError> {
+    list.split(',')
+        .filter(|item| !item.trim().is_empty())
+        .map(|item| match item.split_once('=') {
+            Some((key, value)) if !key.trim().is_empty() => Ok((
+                key.trim().to_owned(),
+                percent_decode_str(value.trim())
+                    .decode_utf8_lossy()
+                    .into_owned(),
+            )),
+            _ => Err(ExportError::Setting {
+                name: "OTEL_RESOURCE_ATTRIBUTES".into(),
+                value: list.to_owned(),
+                why: "not key=value pairs separated by commas",
+            }),
+        })
+        .collect()
+}
+
+/// What the monitor finds out about itself and its host.
+fn detected() -> Vec<KeyValue> {
+    let uname = nix::sys::utsname::uname().ok();
+    let uname_field = |f: fn(&nix::sys::utsname::UtsName) -> &std::ffi::OsStr| {
+        uname
+            .as_ref()
+            .map(|u| f(u).to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let exe = std::fs::read_link("/proc/self/exe").unwrap_or_default();
+    let mut attributes = vec![
+        string("service.name", "pfprof"),
+        string("service.version", env!("CARGO_PKG_VERSION")),
+        string("host.name", &uname_field(|u| u.nodename())),
+        string("host.arch", arch(&uname_field(|u| u.machine()))),
+        string("os.type", "linux"),
+        string("os.version", &uname_field(|u| u.release())),
+        KeyValue {
+            key: "process.pid".into(),
+            value: Some(AnyValue {
+                value: Some(any_value::Value::IntValue(i64::from(std::process::id()))),
+            }),
+            ..KeyValue::default()
+        },
+        string(
+            "process.executable.name",
+            &exe.file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default(),
+        ),
+        string("process.executable.path", &exe.to_string_lossy()),
+        command_args(&redacted(
+            std::env::args_os().map(|a| a.to_string_lossy().into_owned()),
+        )),
+    ];
+    if let Ok(Some(user)) = User::from_uid(getuid()) {
+        attributes.push(string("process.owner", &user.name));
+    }
+    attributes
+}
+
+/// `uname -m` as `host.arch` spells it.
+fn arch(machine: &str) -> &str {
+    match machine {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "i386" | "i686" => "x86",
+        other => other,
+    }
+}
+
+fn command_args(args: &[String]) -> KeyValue {
+    let values = args
+        .iter()
+        .map(|a| AnyValue {
+            value: Some(any_value::Value::StringValue(a.clone())),
+        })
+        .collect();
+    KeyValue {
+        key: "process.command_args".into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::ArrayValue(ArrayValue { values })),
+        }),
+        ..KeyValue::default()
+    }
+}
+
+/// The arguments with every `--otlp-header`'s value hidden: a header often carries a
+/// token, which the resource would otherwise store in the collector's backend.
+fn redacted(args: impl Iterator<Item = String>) -> Vec<String> {
+    let hide = |header: &str| match header.split_once('=') {
+        Some((key, _)) => format!("{key}=<redacted>"),
+        None => "<redacted>".to_owned(),
+    };
+    let mut follows_option = false;
+    args.map(|arg| {
+        let shown = match arg.strip_prefix("--otlp-header=") {
+            _ if follows_option => hide(&arg),
+            Some(header) => format!("--otlp-header={}", hide(header)),
+            None => arg.clone(),
+        };
+        follows_option = arg == "--otlp-header";
+        shown
+    })
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn attributes(vars: &[(&str, &str)]) -> HashMap<String, String> {
+        let vars: HashMap<&str, &str> = vars.iter().copied().collect();
+        let resource = resource(&|name| vars.get(name).map(|v| (*v).to_owned())).unwrap();
+        resource
+            .attributes
+            .into_iter()
+            .map(|a| {
+                let value = match a.value.and_then(|v| v.value) {
+                    Some(any_value::Value::StringValue(s)) => s,
+                    Some(any_value::Value::IntValue(i)) => i.to_string(),
+                    Some(any_value::Value::ArrayValue(a)) => format!("[{}]", a.values.len()),
+                    other => format!("{other:?}"),
+                };
+                (a.key, value)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_resource_names_the_service_host_and_process_and_the_variables_override_it() {
+        let detected = attributes(&[]);
+        assert_eq!(detected["service.name"], "pfprof");
+        assert_eq!(detected["os.type"], "linux");
+        assert_eq!(detected["process.pid"], std::process::id().to_string());
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        assert_eq!(
+            detected["process.executable.name"],
+            exe.file_name().unwrap().to_str().unwrap()
+        );
+        assert!(!detected["host.name"].is_empty());
+        let set = attributes(&[
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "service.name=a,deployment.environment.name=prod%2C eu",
+            ),
+            ("OTEL_SERVICE_NAME", "b"),
+        ]);
+        assert_eq!(set["service.name"], "b");
+        assert_eq!(set["deployment.environment.name"], "prod, eu");
+        let vars = [("OTEL_RESOURCE_ATTRIBUTES", "novalue")];
+        assert!(resource(&|n| vars.iter().find(|v| v.0 == n).map(|v| v.1.to_owned())).is_err());
+    }
+
+    #[test]
+    fn header_values_are_hidden_from_the_command_args() {
+        let args = [
+            "monitor",
+            "--otlp-header",
+            "Authorization=Bearer x",
+            "--otlp-header=k=v",
+            "run",
+        ];
+        assert_eq!(
+            redacted(args.iter().map(|a| (*a).to_owned())),
+            [
+                "monitor",
+                "--otlp-header",
+                "Authorization=<redacted>",
+                "--otlp-header=k=<redacted>",
+                "run"
+            ]
+        );
+    }
+}
