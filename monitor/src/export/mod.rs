@@ -26,7 +26,7 @@ pub use error::ExportError;
 pub use metrics::{Labels, Snapshot};
 
 use crate::rows::row::Row;
-use crate::system::duration::parse_duration;
+use crate::system::duration::parse_duration_or_zero;
 use board::Board;
 
 /// The exporters the user asked for (`monitor`'s options).
@@ -50,8 +50,9 @@ pub struct ExportOptions {
     pub textfile: Option<PathBuf>,
     /// After the profile ends, how long its final values stay available: until
     /// Prometheus has scraped them and the collector has received them, at most this
-    /// long (the textfile stays this long). Ctrl-C (or SIGTERM) during the wait ends it.
-    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration)]
+    /// long (the textfile stays this long); 0: not at all. Ctrl-C (or SIGTERM) during the
+    /// wait ends it.
+    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration_or_zero)]
     pub linger: Duration,
 }
 
