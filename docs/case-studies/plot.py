@@ -46,7 +46,7 @@ def samples(run):
     simply absent)."""
     with open(run / "samples.csv", newline="") as f:
         return [{k: float(v) if v != "" else None for k, v in row.items()}
-                for row in csv.DictReader(f)]
+                for row in csv.DictReader(line for line in f if not line.startswith("#"))]
 
 
 def summary(run):

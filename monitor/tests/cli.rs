@@ -146,7 +146,14 @@ fn relaxed_procfs_run_writes_json_lines_with_the_csv_keys() {
     assert!(out.status.success(), "{err}");
     let mut minor = 0;
     let mut lines = 0;
-    for line in text.lines() {
+    let mut records = text.lines();
+    let start: serde_json::Value = serde_json::from_str(records.next().unwrap()).unwrap();
+    assert_eq!(
+        (&start["event"], &start["backend"], &start["mode"]),
+        (&"start".into(), &"procfs".into(), &"relaxed".into()),
+        "the metadata record comes first"
+    );
+    for line in records {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         for key in monitor::output::writer::csv_header().split(',') {
             assert!(v.get(key).is_some(), "{key} missing in {line}");
@@ -286,15 +293,19 @@ fn a_closed_output_pipe_ends_the_profile_of_a_process_that_keeps_running() {
         .spawn()
         .unwrap();
     let mut first = String::new();
-    BufReader::new(monitor.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
+    let mut rows = BufReader::new(monitor.stdout.take().unwrap());
+    rows.read_line(&mut first).unwrap();
+    rows.read_line(&mut first).unwrap();
+    drop(rows);
     // The reader is gone now, as with `monitor --pid P | head -1`; P goes on sleeping.
     let out = ends_by_itself(monitor, "closed pipe");
     sleeper.kill().unwrap();
     sleeper.wait().unwrap();
     let err = stderr(&out);
-    assert_eq!(first.trim_end(), monitor::output::writer::csv_header());
+    assert_eq!(
+        first.lines().nth(1),
+        Some(monitor::output::writer::csv_header().as_str())
+    );
     assert!(out.status.success(), "{err}");
     assert!(!err.contains("error"), "{err}");
     assert!(err.contains("pfprof summary"), "{err}");
@@ -302,7 +313,7 @@ fn a_closed_output_pipe_ends_the_profile_of_a_process_that_keeps_running() {
 }
 
 #[test]
-fn run_leaves_the_standard_output_to_its_command_and_reports_on_stderr() {
+fn run_leaves_the_standard_output_to_its_command_and_prints_only_the_summary_on_stderr() {
     let out = monitor(&[
         "run",
         "--backend",
@@ -317,11 +328,8 @@ fn run_leaves_the_standard_output_to_its_command_and_reports_on_stderr() {
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "MARK\nMARK2\n");
-    assert!(
-        err.starts_with(&format!("{}\n", monitor::output::writer::csv_header())),
-        "{err}"
-    );
-    assert!(err.contains("pfprof summary"), "{err}");
+    // No rows unless asked, and no live line off a terminal: the summary alone.
+    assert!(err.starts_with("pfprof summary"), "{err}");
 }
 
 /// Two earlier result files in a scratch directory; checks they are untouched and alone.
@@ -682,7 +690,9 @@ fn the_plot_is_a_well_formed_svg_naming_backend_mode_and_axes() {
     assert_eq!(doc.root_element().tag_name().name(), "svg");
     let texts: Vec<&str> = doc.descendants().filter_map(|n| n.text()).collect();
     for wanted in [
-        "pfprof: procfs backend, strict mode, 50 ms period",
+        // What was profiled, where and when, and how.
+        " 16 R 3000 3 --sleep-ms 50 on ",
+        ": procfs backend, strict mode, 50 ms period",
         "time (s)",
         "minor faults/s",
         "major faults/s",
@@ -850,7 +860,21 @@ fn bad_options_are_usage_errors_that_name_what_was_expected() {
         (&["--interval", "0s"], "\"0s\" is not a positive duration"),
         (
             &["--interval", "soon"],
-            "\"soon\" is not a duration like 1s or 250ms",
+            "\"soon\" is not a duration (a number with its unit: 250ms, 10s, 1m, 1h30m)",
+        ),
+        (
+            &["--interval", "100"],
+            "\"100\" has no unit: write e.g. 100s or 100ms",
+        ),
+        (&["--linger", "5"], "\"5\" has no unit"),
+        (&["--duration", "0"], "\"0\" is not a positive duration"),
+        (
+            &["--period", "1.5ms"],
+            "\"1.5ms\" is not a whole number of milliseconds from 1ms to 10000ms",
+        ),
+        (
+            &["run", "--pid", "1", "--", "true"],
+            "--pid attaches to running processes and `run` profiles the command it starts",
         ),
         (
             &["--backend", "ebpf"],

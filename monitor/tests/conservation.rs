@@ -105,7 +105,7 @@ fn sample_command(
     .unwrap();
     let events = sampler.events();
     let reaper = thread::spawn(move || {
-        let (_, totals) = child::wait(pid).unwrap();
+        let (_, totals, _) = child::wait(pid).unwrap();
         events.send(Event::Exited { pid, totals });
         totals
     });
@@ -246,7 +246,7 @@ fn the_samples_taken_while_a_command_is_stopped_hold_exactly_what_its_stat_says_
     )
     .unwrap();
     let events = sampler.events();
-    let (_, totals) = child::wait(pid).unwrap();
+    let (_, totals, _) = child::wait(pid).unwrap();
     std::mem::forget(guard);
     events.send(Event::Exited { pid, totals });
     while !source

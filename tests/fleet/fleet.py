@@ -91,9 +91,9 @@ def finished(process, what, timeout=PATIENCE * 2):
 
 
 def csv_totals(path):
-    """(minor, major, rows) of a monitor's CSV."""
+    """(minor, major, rows) of a monitor's CSV, after its `# pfprof {...}` metadata line."""
     with open(path) as f:
-        lines = f.read().splitlines()
+        lines = [line for line in f.read().splitlines() if not line.startswith("#")]
     header = lines[0].split(",") if lines else []
     check(header[:4] == ["time_ms", "mono_ns", "minor", "major"], f"bad CSV header in {path}: {header}")
     rows = [line.split(",") for line in lines[1:]]

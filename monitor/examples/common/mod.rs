@@ -33,6 +33,6 @@ pub fn rounds_and_monitor() -> anyhow::Result<(u32, PathBuf)> {
 /// user + system, to the microsecond).
 pub fn stop(child: &Child) -> anyhow::Result<f64> {
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).context("stopping a profiler")?;
-    let (_, used) = child::wait(child.id()).context("reaping a profiler")?;
+    let (_, used, _) = child::wait(child.id()).context("reaping a profiler")?;
     Ok(used.cpu_ns as f64 / 1e6)
 }

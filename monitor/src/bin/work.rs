@@ -41,7 +41,8 @@ fn main() -> ExitCode {
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("work: error: {e:#}");
+            // A closed stderr cannot be told anything: no panic over it.
+            let _ = writeln!(std::io::stderr(), "work: error: {e:#}");
             ExitCode::FAILURE
         }
     }
@@ -76,9 +77,8 @@ fn run(args: &Args) -> anyhow::Result<()> {
     );
     // One write, so that the lines of `work`s sharing a pipe never interleave
     // (eprintln! writes piece by piece; a pipe keeps a write of at most PIPE_BUF whole).
-    std::io::stderr()
-        .write_all(line.as_bytes())
-        .context("writing the summary to stderr")?;
+    // The work is done: a stderr closed by now (`work ... 2>&1 | true`) changes nothing.
+    let _ = std::io::stderr().write_all(line.as_bytes());
     Ok(())
 }
 
@@ -92,7 +92,10 @@ fn register_if_loaded(pid: u32) -> bool {
         Ok(()) => true,
         Err(RegistrationError::AlreadyRegistered(_)) => false,
         Err(e) => {
-            eprintln!("work: warning: running unprofiled, registration failed: {e}");
+            let _ = writeln!(
+                std::io::stderr(),
+                "work: warning: running unprofiled, registration failed: {e}"
+            );
             false
         }
     }

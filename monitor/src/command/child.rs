@@ -18,7 +18,7 @@ use nix::unistd::{self, Pid};
 use crate::backend::ExitWatch;
 use crate::system::exit::Blame;
 use crate::system::exit::ExitStatus;
-use crate::system::procstat::{self, ProcessCounters};
+use crate::system::procstat::{self, ProcessCounters, Usage};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpawnError {
@@ -243,7 +243,7 @@ pub fn wait_exited(pid: u32) -> io::Result<()> {
 /// CPU time is rusage's (microseconds), or the exited process's own CPU clock when that
 /// is more (nanoseconds: rusage truncates), so that per-period nanosecond readings taken
 /// while it ran never exceed its total.
-pub fn wait(pid: u32) -> io::Result<(ExitStatus, ProcessCounters)> {
+pub fn wait(pid: u32) -> io::Result<(ExitStatus, ProcessCounters, Usage)> {
     wait_exited(pid)?;
     let clock_ns = procstat::cpu_clock(pid).and_then(|clock| procstat::cpu_ns(clock).ok());
     let mut status = 0;
@@ -267,6 +267,12 @@ pub fn wait(pid: u32) -> io::Result<(ExitStatus, ProcessCounters)> {
             minor: usage.ru_minflt as u64,
             major: usage.ru_majflt as u64,
             cpu_ns: rusage_cpu_ns.max(clock_ns.unwrap_or(0)),
+        },
+        Usage {
+            user_ns: tv_ns(usage.ru_utime),
+            system_ns: tv_ns(usage.ru_stime),
+            // In KiB on Linux.
+            max_rss_bytes: (usage.ru_maxrss as u64).saturating_mul(1024),
         },
     ))
 }
@@ -349,7 +355,7 @@ mod tests {
         .unwrap();
         let clock = procstat::cpu_clock(pid).expect("a CPU clock for our child");
         let running = procstat::cpu_ns(clock).unwrap();
-        let (_, totals) = wait(pid).unwrap();
+        let (_, totals, _) = wait(pid).unwrap();
         assert!(
             totals.cpu_ns >= running && totals.cpu_ns > 0,
             "{totals:?} < {running}"

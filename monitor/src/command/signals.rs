@@ -1,13 +1,16 @@
-//! SIGINT and SIGTERM: forwarded to the command `monitor run` started, or turned into a
-//! stop of the session at once, from the thread that receives them, so that the profile
-//! ends within a few milliseconds whatever the consumer is waiting for.
+//! SIGINT, SIGTERM and SIGHUP (a dropped ssh session): forwarded to the command `monitor
+//! run` started, or turned into a stop of the session at once, from the thread that
+//! receives them, so that the profile ends within a few milliseconds whatever the
+//! consumer is waiting for, with everything written. `--duration` sends the same stop
+//! ([`Signals::end_after`]).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread;
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::low_level::siginfo::Cause;
@@ -31,6 +34,8 @@ struct Shared {
     /// Taken by the first stop; `None` before the session started or after.
     stopper: Mutex<Option<Stopper>>,
     stop_error: Mutex<Option<BackendError>>,
+    /// The profile is over: a `--duration` that runs out now changes nothing.
+    over: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -42,8 +47,8 @@ impl Signals {
     pub fn install() -> Result<Signals, SystemError> {
         let system = SystemError::doing;
         let shared = Arc::new(Shared::default());
-        let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM])
-            .map_err(system("installing the SIGINT/SIGTERM handlers"))?;
+        let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP])
+            .map_err(system("installing the SIGINT/SIGTERM/SIGHUP handlers"))?;
         let handler = Signals {
             shared: Arc::clone(&shared),
         };
@@ -76,6 +81,28 @@ impl Signals {
         self.request_stop();
     }
 
+    /// After `duration`, what a SIGTERM from `kill` does: the command `monitor run`
+    /// started gets it (as from timeout(1)), or the session stops; not once the profile
+    /// is over.
+    pub fn end_after(&self, duration: Duration) -> Result<(), SystemError> {
+        let signals = self.clone();
+        thread::Builder::new()
+            .name("pfprof-duration".into())
+            .spawn(move || {
+                thread::sleep(duration);
+                if !signals.shared.over.load(Ordering::Acquire) {
+                    signals.received(SIGTERM, Cause::Unknown);
+                }
+            })
+            .map_err(SystemError::doing("starting the --duration timer"))?;
+        Ok(())
+    }
+
+    /// The profile is over: what comes now is the exporters' linger.
+    pub fn profile_over(&self) {
+        self.shared.over.store(true, Ordering::Release);
+    }
+
     /// Forward the first signal to `pid` from now on (0: nobody).
     pub fn forward_to(&self, pid: u32) {
         *lock(&self.shared.child) = pid;
@@ -104,7 +131,7 @@ impl Signals {
         }
     }
 
-    /// How many SIGINT and SIGTERM have arrived so far: a later count tells of a new one.
+    /// How many SIGINT, SIGTERM and SIGHUP have arrived so far: a later count tells of a new one.
     pub fn received_count(&self) -> usize {
         self.shared.received.load(Ordering::Acquire)
     }

@@ -27,7 +27,7 @@ pub use metrics::{Labels, Snapshot, ThrashingState};
 pub use otlp::OtlpOptions;
 
 use crate::rows::row::Row;
-use crate::system::duration::parse_duration;
+use crate::system::duration::parse_duration_or_zero;
 use board::Board;
 
 /// The exporters the user asked for (`monitor`'s options).
@@ -48,8 +48,9 @@ pub struct ExportOptions {
     pub textfile: Option<PathBuf>,
     /// After the profile ends, how long its final values stay available: until
     /// Prometheus has scraped them and the collector has received them, at most this
-    /// long (the textfile stays this long). Ctrl-C (or SIGTERM) during the wait ends it.
-    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration)]
+    /// long (the textfile stays this long); 0: not at all. Ctrl-C (or SIGTERM) during the
+    /// wait ends it.
+    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration_or_zero)]
     pub linger: Duration,
     /// How many scrapers (told apart by their address) must get the final values before
     /// the wait ends: 2 for an HA pair of Prometheus servers. --linger still bounds it.

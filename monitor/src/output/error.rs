@@ -20,6 +20,12 @@ pub enum OutputError {
         #[source]
         source: io::Error,
     },
+    #[error("cannot write the summary file {} (the summary went to standard error)", path.display())]
+    Summary {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("the plot is an SVG: {} must end in .svg", path.display())]
     PlotNotSvg { path: PathBuf },
     #[error("writing the samples")]
@@ -33,6 +39,7 @@ impl OutputError {
         match self {
             OutputError::File { .. }
             | OutputError::Plot { .. }
+            | OutputError::Summary { .. }
             | OutputError::PlotNotSvg { .. } => Blame::Usage,
             OutputError::Write(_) | OutputError::Draw(_) => Blame::Internal,
         }

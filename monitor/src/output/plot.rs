@@ -151,6 +151,8 @@ enum Key {
     Line(RGBColor),
     Dashed(RGBColor),
     Box(RGBColor),
+    /// The thrashing bands' shading.
+    Shade,
 }
 
 /// A lane's area: the legend strip drawn (its items side by side, never over the data),
@@ -174,6 +176,7 @@ fn legend_row<'a>(
                     ))
                 }),
             Key::Box(c) => strip.draw(&Rectangle::new([(x, y - 6), (x + 22, y + 6)], c.filled())),
+            Key::Shade => strip.draw(&Rectangle::new([(x, y - 6), (x + 22, y + 6)], shade())),
         }
         .map_err(draw_err)?;
         strip
@@ -214,6 +217,11 @@ fn lane<'a>(
         .map_err(draw_err)
 }
 
+/// The thrashing bands' shading, as drawn and as its legend shows it.
+fn shade() -> ShapeStyle {
+    BAND.mix(0.18).filled()
+}
+
 /// Draws a lane's mesh and axes and shades the bands, under the series to come.
 fn mesh(
     chart: &mut Chart<'_>,
@@ -237,6 +245,11 @@ fn mesh(
         mesh.x_labels(0);
     }
     mesh.draw().map_err(draw_err)?;
+    shade_bands(chart, bands)
+}
+
+/// Shades the thrashing bands across a lane's height.
+fn shade_bands(chart: &mut Chart<'_>, bands: &[Band]) -> Result<(), PlotError> {
     let y_max = chart.y_range().end;
     chart
         .draw_series(bands.iter().map(|b| {
@@ -245,7 +258,7 @@ fn mesh(
                     (b.start_ms as f64 / 1e3, 0.0),
                     (b.end_ms as f64 / 1e3, y_max),
                 ],
-                BAND.mix(0.18).filled(),
+                shade(),
             )
         }))
         .map_err(draw_err)?;
@@ -321,13 +334,14 @@ impl Lanes<'_> {
         let major_rate = |s: &Step| s.major as f64 / s.seconds();
         let minor_max = top(self.spans().map(minor_rate).fold(0.0, f64::max));
         let major_max = top(self.spans().map(major_rate).fold(0.0, f64::max));
-        let area = legend_row(
-            area,
-            &[
-                ("minor faults/s (left axis)", Key::Line(MINOR)),
-                ("major faults/s (right axis)", Key::Line(MAJOR)),
-            ],
-        )?;
+        let mut legend = vec![
+            ("minor faults/s (left axis)", Key::Line(MINOR)),
+            ("major faults/s (right axis)", Key::Line(MAJOR)),
+        ];
+        if !self.bands.is_empty() {
+            legend.push(("thrashing", Key::Shade));
+        }
+        let area = legend_row(area, &legend)?;
         let (x0, x1) = self.x;
         let mut faults = lane(&area, self.x, minor_max, false, true)?
             .set_secondary_coord(x0..x1, 0.0..major_max);
@@ -377,21 +391,20 @@ impl Lanes<'_> {
             ],
         )?;
         let mut memory = lane(&area, self.x, memory_max, false, false)?;
-        mesh(&mut memory, "memory (MiB)", &whole, false, self.bands)?;
-        // Each stack's top, the tallest first: what shows of each is its own layer.
+        // The bands are shaded over the opaque layers, not under them.
+        mesh(&mut memory, "memory (MiB)", &whole, false, &[])?;
+        // Each stack's top, the tallest first, opaque: what shows of each is its own
+        // layer in its legend's colour (translucent layers would blend into others).
         for (stack, color) in [
             (&shmem as &dyn Fn(&Step) -> f64, SHMEM),
             (&file, FILE),
             (&anon, ANON),
         ] {
             memory
-                .draw_series(AreaSeries::new(
-                    levels(self.steps, stack),
-                    0.0,
-                    color.mix(0.75),
-                ))
+                .draw_series(AreaSeries::new(levels(self.steps, stack), 0.0, color))
                 .map_err(draw_err)?;
         }
+        shade_bands(&mut memory, self.bands)?;
         memory
             .draw_series(DashedLineSeries::new(
                 levels(self.steps, swap),
@@ -529,9 +542,31 @@ mod tests {
         };
         let svg = render(&rows, &[band], "caption").unwrap();
         assert!(texts(&svg).contains(&"caption; shaded: thrashing"));
-        // The band's colour, filled, once per lane.
+        // The band's colour, filled, once per lane and once in the legend, which names it.
         let shaded = svg.matches("opacity=\"0.18\" fill=\"#FF5050\"").count();
-        assert_eq!(shaded, 4, "{svg}");
+        assert_eq!(shaded, 5, "{svg}");
+        assert!(texts(&svg).contains(&"thrashing"), "{svg}");
+    }
+
+    #[test]
+    fn each_memory_layer_is_drawn_in_its_legends_colour_not_blended_with_the_others() {
+        let rows = rows(4, |i| Sample {
+            time_ns: i * 50_000_000,
+            rss_anon: 8 << 20,
+            rss_file: 4 << 20,
+            rss_shmem: 2 << 20,
+            ..Sample::default()
+        });
+        let svg = render(&rows, &[], "caption").unwrap();
+        for colour in [ANON, FILE, SHMEM] {
+            let RGBColor(r, g, b) = colour;
+            let fill = format!("opacity=\"1\" fill=\"#{r:02X}{g:02X}{b:02X}\"");
+            assert_eq!(
+                svg.matches(&fill).count(),
+                2,
+                "legend and layer {fill}: {svg}"
+            );
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@ use shared_layout::Mode;
 use crate::pressure::verdict::{Band, Rule};
 use crate::rows::row::Row;
 use crate::system::exit::ExitStatus;
+use crate::system::procstat::Usage;
 
 /// Running totals over every row, for the summary and the status line.
 #[derive(Clone, Debug, Default)]
@@ -165,6 +166,7 @@ pub struct ChildReport {
     pub minor: u64,
     pub major: u64,
     pub cpu_ns: u64,
+    pub usage: Usage,
     pub status: ExitStatus,
 }
 
@@ -260,11 +262,19 @@ impl Summary<'_> {
         if let Some(c) = &self.child {
             write!(
                 f,
-                "\n  command rusage     {:>14} minor, {} major, {:.3} s CPU; {}",
+                "\n  command rusage     {:>14} minor, {} major, {:.3} s CPU ({:.3} s user, \
+                 {:.3} s system); {}",
                 c.minor,
                 c.major,
                 c.cpu_ns as f64 / 1e9,
+                c.usage.user_ns as f64 / 1e9,
+                c.usage.system_ns as f64 / 1e9,
                 c.status
+            )?;
+            write!(
+                f,
+                "\n  command peak RSS   {:>14.1} MiB (maximum resident set size, as time -v)",
+                c.usage.max_rss_bytes as f64 / MIB
             )?;
         }
         for note in self.notes {

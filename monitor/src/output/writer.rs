@@ -1,6 +1,9 @@
 //! Where the rows and the plot go. A file is written beside its target under a temporary
 //! name and renamed over it only when the profile is complete, so a run that fails, or
-//! fails to start, leaves an earlier file of that name as it was.
+//! fails to start, leaves an earlier file of that name as it was. The temporary name is
+//! not hidden: `prof.csv.pfprof-PID.partial` beside `prof.csv`, so a monitor killed with
+//! SIGKILL (the one signal it cannot finish on) leaves its partial rows in plain sight,
+//! named as partial.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, IsTerminal, Write};
@@ -10,6 +13,7 @@ use std::str::FromStr;
 use serde::Serialize;
 
 use super::error::OutputError;
+use super::metadata::Metadata;
 use crate::pressure::verdict::Band;
 use crate::rows::row::{Pressure, Row, ROW_COLUMNS};
 
@@ -46,12 +50,16 @@ pub fn csv_header() -> String {
     columns.join(",")
 }
 
-/// A thrashing band as a JSON Lines record: `"event": "thrashing"` and the band's fields.
+/// How the CSV's first line, its metadata, begins.
+pub const CSV_METADATA_PREFIX: &str = "# pfprof ";
+
+/// A record among the rows in JSON Lines: `"event"` (`start`, `thrashing`) first, then the
+/// fields of what it records.
 #[derive(Serialize)]
-struct Event<'a> {
+struct Event<'a, T: Serialize> {
     event: &'static str,
     #[serde(flatten)]
-    band: &'a Band,
+    body: &'a T,
 }
 
 /// Writes rows in the chosen format. Once the reader has gone away (a closed pipe, as in
@@ -72,11 +80,21 @@ impl<W: Write> RowWriter<W> {
         }
     }
 
-    /// The CSV header row (JSON Lines has none).
-    pub fn header(&mut self) -> io::Result<()> {
+    /// The metadata, then the CSV header row: in CSV a first line `# pfprof {...}` (the
+    /// metadata as JSON; `#` lines are comments to CSV readers that take them), in JSON
+    /// Lines a first record `{"event":"start",...}`.
+    pub fn header(&mut self, metadata: &Metadata) -> io::Result<()> {
+        let json = serde_json::to_string(&Event {
+            event: "start",
+            body: metadata,
+        })
+        .map_err(io::Error::from)?;
         match self.format {
-            Format::Csv => self.guard(|out| writeln!(out, "{}", csv_header())),
-            Format::Jsonl => Ok(()),
+            Format::Csv => self.guard(|out| {
+                writeln!(out, "{CSV_METADATA_PREFIX}{json}")?;
+                writeln!(out, "{}", csv_header())
+            }),
+            Format::Jsonl => self.guard(|out| writeln!(out, "{json}")),
         }
     }
 
@@ -122,7 +140,7 @@ impl<W: Write> RowWriter<W> {
             Format::Jsonl => self.guard(|out| {
                 let event = Event {
                     event: "thrashing",
-                    band,
+                    body: band,
                 };
                 serde_json::to_writer(&mut *out, &event).map_err(io::Error::from)?;
                 out.write_all(b"\n")
@@ -183,9 +201,8 @@ impl PendingFile {
         let name = target
             .file_name()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file name"))?;
-        let mut temp_name = std::ffi::OsString::from(".");
-        temp_name.push(name);
-        temp_name.push(format!(".pfprof-{}.tmp", std::process::id()));
+        let mut temp_name = name.to_os_string();
+        temp_name.push(format!(".pfprof-{}.partial", std::process::id()));
         let temp = target.with_file_name(temp_name);
         let file = OpenOptions::new()
             .write(true)
@@ -234,14 +251,29 @@ impl Drop for PendingFile {
 pub enum Destination {
     File(PathBuf),
     Stdout,
-    /// `monitor run`'s default: its command has the standard output (as `perf stat`).
     Stderr,
+    /// `monitor run`'s default: its command has the standard output, and standard error
+    /// shows the live line and the summary (as `perf stat`).
+    Nowhere,
+}
+
+impl Destination {
+    /// What `--output PATH` names: `-` and /dev/stdout are standard output, /dev/stderr
+    /// standard error; anything else a file.
+    pub fn named(path: PathBuf) -> Destination {
+        match path.to_str() {
+            Some("-" | "/dev/stdout") => Destination::Stdout,
+            Some("/dev/stderr") => Destination::Stderr,
+            _ => Destination::File(path),
+        }
+    }
 }
 
 enum Sink {
     File(PendingFile),
     Stdout(io::Stdout),
     Stderr(io::Stderr),
+    Nowhere,
 }
 
 impl Write for Sink {
@@ -250,6 +282,7 @@ impl Write for Sink {
             Sink::File(f) => f.write(buf),
             Sink::Stdout(s) => s.write(buf),
             Sink::Stderr(s) => s.write(buf),
+            Sink::Nowhere => Ok(buf.len()),
         }
     }
 
@@ -258,14 +291,17 @@ impl Write for Sink {
             Sink::File(f) => f.flush(),
             Sink::Stdout(s) => s.flush(),
             Sink::Stderr(s) => s.flush(),
+            Sink::Nowhere => Ok(()),
         }
     }
 }
 
-/// The rows' output.
+/// The rows' output. A write that fails (a full disk) ends the rows, not the profile:
+/// the error is kept for [`Output::commit`], so the summary is still written.
 pub struct Output {
     rows: RowWriter<BufWriter<Sink>>,
     destination: Destination,
+    failure: Option<io::Error>,
 }
 
 impl Output {
@@ -281,10 +317,12 @@ impl Output {
                 )?),
                 Destination::Stdout => Sink::Stdout(io::stdout()),
                 Destination::Stderr => Sink::Stderr(io::stderr()),
+                Destination::Nowhere => Sink::Nowhere,
             };
         Ok(Output {
             rows: RowWriter::new(BufWriter::new(sink), format),
             destination,
+            failure: None,
         })
     }
 
@@ -292,27 +330,35 @@ impl Output {
     pub fn leaves_stderr_to_the_status_line(&self) -> bool {
         let stderr = io::stderr().is_terminal();
         match self.destination {
-            Destination::File(_) => stderr,
+            Destination::File(_) | Destination::Nowhere => stderr,
             Destination::Stdout => stderr && !io::stdout().is_terminal(),
             Destination::Stderr => false,
         }
     }
 
-    pub fn header(&mut self) -> Result<(), OutputError> {
-        self.rows.header().map_err(OutputError::Write)
+    /// The metadata record, then the CSV header.
+    pub fn header(&mut self, metadata: &Metadata) {
+        self.keep(|rows| rows.header(metadata));
     }
 
-    pub fn write(&mut self, row: &Row) -> Result<(), OutputError> {
-        self.rows.write(row).map_err(OutputError::Write)
+    pub fn write(&mut self, row: &Row) {
+        self.keep(|rows| rows.write(row));
     }
 
     /// A thrashing band among the rows (JSON Lines only).
-    pub fn event(&mut self, band: &Band) -> Result<(), OutputError> {
-        self.rows.event(band).map_err(OutputError::Write)
+    pub fn event(&mut self, band: &Band) {
+        self.keep(|rows| rows.event(band));
     }
 
-    pub fn flush(&mut self) -> Result<(), OutputError> {
-        self.rows.flush().map_err(OutputError::Write)
+    pub fn flush(&mut self) {
+        self.keep(RowWriter::flush);
+    }
+
+    /// Runs `write` unless an earlier write failed; keeps its error.
+    fn keep(&mut self, write: impl FnOnce(&mut RowWriter<BufWriter<Sink>>) -> io::Result<()>) {
+        if self.failure.is_none() {
+            self.failure = write(&mut self.rows).err();
+        }
     }
 
     /// The reader went away (a closed pipe): nothing more can be written.
@@ -329,6 +375,9 @@ impl Output {
             },
             _ => OutputError::Write(source),
         };
+        if let Some(failure) = self.failure {
+            return Err(write_error(failure));
+        }
         let closed = self.rows.is_closed();
         let sink = self
             .rows
@@ -388,6 +437,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::output::metadata::test_metadata;
     use crate::pressure::verdict::test_band as band;
     use crate::rows::row::{test_sample as sample, Timeline};
 
@@ -464,12 +514,19 @@ mod tests {
     fn csv_rows_follow_the_header_columns() {
         let mut buf = Vec::new();
         let mut w = RowWriter::new(&mut buf, Format::Csv);
-        w.header().unwrap();
+        w.header(&test_metadata()).unwrap();
         let mut row = Timeline::new(Duration::from_millis(50)).row(&sample(100, 7, 1));
         row.pressure.stall_some_us = Some(120);
         row.pressure.pgmajfault = Some(3);
         w.write(&row).unwrap();
         let text = String::from_utf8(buf).unwrap();
+        let (metadata, text) = text.split_once('\n').unwrap();
+        let metadata: serde_json::Value =
+            serde_json::from_str(metadata.strip_prefix(CSV_METADATA_PREFIX).unwrap()).unwrap();
+        assert_eq!(
+            (&metadata["event"], &metadata["pids"][0]),
+            (&"start".into(), &42.into())
+        );
         assert_eq!(
             text,
             "time_ms,mono_ns,minor,major,cpu_ns,cpu_util,rss_anon,rss_file,rss_shmem,swap,\
@@ -506,10 +563,14 @@ mod tests {
     fn jsonl_rows_use_the_csv_column_names() {
         let mut buf = Vec::new();
         let mut w = RowWriter::new(&mut buf, Format::Jsonl);
-        w.header().unwrap();
+        w.header(&test_metadata()).unwrap();
         w.write(&Timeline::new(Duration::from_millis(50)).row(&sample(1, 2, 3)))
             .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&buf).unwrap();
+        let mut records = serde_json::Deserializer::from_slice(&buf).into_iter();
+        let start: serde_json::Value = records.next().unwrap().unwrap();
+        assert_eq!(start["event"], "start");
+        assert_eq!(start["period_ms"], 50);
+        let v: serde_json::Value = records.next().unwrap().unwrap();
         let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
         let header = csv_header();
         let mut expected: Vec<&str> = header.split(',').collect();
@@ -545,7 +606,7 @@ mod tests {
     #[test]
     fn a_closed_pipe_silences_the_writer_instead_of_failing() {
         let mut w = RowWriter::new(Failing::with(io::ErrorKind::BrokenPipe), Format::Csv);
-        w.header().unwrap();
+        w.header(&test_metadata()).unwrap();
         w.write(&Timeline::new(Duration::from_millis(50)).row(&sample(1, 2, 3)))
             .unwrap();
         w.flush().unwrap();

@@ -48,7 +48,7 @@ pub(super) fn consume<B: Backend>(
     } else {
         IDLE_WAIT
     };
-    consumers.start(started.area.period())?;
+    consumers.start(started.area.period(), &started.metadata);
     loop {
         stop.notice(&started.signals, backend.grace(), &consumers);
         let batch = stop
@@ -57,9 +57,9 @@ pub(super) fn consume<B: Backend>(
         rows.extend(samples.drain(..).map(|sample| timeline.row(&sample)));
         started.pressure.fill(&mut rows);
         for row in rows.drain(..) {
-            consumers.row(row)?;
+            consumers.row(row);
         }
-        consumers.batch_done(batch)?;
+        consumers.batch_done(batch);
         if consumers.output_closed() && stop.give_up.is_none() {
             // Nobody reads on: end the profile now, whatever it profiles.
             started.signals.request_stop();

@@ -5,8 +5,8 @@
 use std::io::{self, Write};
 use std::time::{Duration, Instant};
 
-use super::error::ProfileError;
 use crate::export::{Exporters, ThrashingState};
+use crate::output::metadata::Metadata;
 use crate::output::report::Totals;
 use crate::output::writer::Output;
 use crate::pressure::verdict::{Band, Verdict, RULE};
@@ -40,10 +40,14 @@ pub(super) struct Consumed {
 }
 
 impl Consumers {
-    pub fn new(output: Output, exporters: Option<Exporters>, keep_rows: bool) -> Consumers {
-        let status = output
-            .leaves_stderr_to_the_status_line()
-            .then(StatusLine::new);
+    /// `live_line`: whether standard error may show the status line (not `--quiet`).
+    pub fn new(
+        output: Output,
+        exporters: Option<Exporters>,
+        live_line: bool,
+        keep_rows: bool,
+    ) -> Consumers {
+        let status = (live_line && output.leaves_stderr_to_the_status_line()).then(StatusLine::new);
         Consumers {
             output,
             verdict: Verdict::new(RULE),
@@ -54,13 +58,14 @@ impl Consumers {
         }
     }
 
-    /// Before the first row: the output's header, the exporters' period.
-    pub fn start(&mut self, period: Duration) -> Result<(), ProfileError> {
-        self.output.header()?;
+    /// Before the first row: the output's metadata and header, flushed at once (a reader
+    /// that takes only them, `head -1`, is gone by the first rows), the exporters' period.
+    pub fn start(&mut self, period: Duration, metadata: &Metadata) {
+        self.output.header(metadata);
+        self.output.flush();
         if let Some(e) = self.exporters.as_mut() {
             e.set_period(period);
         }
-        Ok(())
     }
 
     /// Whether a status line is drawn, so the consumer wakes up for it.
@@ -68,14 +73,14 @@ impl Consumers {
         self.status.is_some()
     }
 
-    pub fn row(&mut self, row: Row) -> Result<(), ProfileError> {
+    pub fn row(&mut self, row: Row) {
         self.totals.add(&row);
         if let Some(status) = self.status.as_mut() {
             status.recent.add(&row);
         }
-        self.output.write(&row)?;
+        self.output.write(&row);
         if let Some(band) = self.verdict.feed(&row) {
-            self.output.event(&band)?;
+            self.output.event(&band);
         }
         if let Some(e) = self.exporters.as_mut() {
             e.add(&row);
@@ -83,25 +88,23 @@ impl Consumers {
         if let Some(rows) = self.rows.as_mut() {
             rows.push(row);
         }
-        Ok(())
     }
 
     /// After each batch's rows: the samples it lost, the verdict's last band once the
     /// session ended, and what is written so far flushed and published.
-    pub fn batch_done(&mut self, batch: Batch) -> Result<(), ProfileError> {
+    pub fn batch_done(&mut self, batch: Batch) {
         self.totals.lost += batch.lost;
         if batch.ended {
             if let Some(band) = self.verdict.finish() {
-                self.output.event(&band)?;
+                self.output.event(&band);
             }
         }
-        self.output.flush()?;
+        self.output.flush();
         if let Some(e) = self.exporters.as_mut() {
             e.lost(batch.lost);
             e.set_thrashing(thrashing_state(&self.verdict));
             e.publish();
         }
-        Ok(())
     }
 
     /// The output's reader went away.

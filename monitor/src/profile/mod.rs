@@ -9,7 +9,6 @@ pub mod error;
 mod reap;
 
 use std::ffi::OsString;
-use std::io::{self, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,11 +20,14 @@ use crate::command::child::{self, Held, Running};
 use crate::command::signals::Signals;
 use crate::export::{self, ExportOptions, Exporters, Labels};
 use crate::output::error::OutputError;
+use crate::output::metadata::{Metadata, Profiled};
 use crate::output::plot;
 use crate::output::report::{Summary, Thrashing};
+use crate::output::summary::{SummarySink, SummaryTarget};
 use crate::output::writer::{Destination, Format, Output, PlotFile};
-use crate::pressure::verdict::RULE;
+use crate::pressure::verdict::{Band, RULE};
 use crate::pressure::watch::PressureWatch;
+use crate::rows::row::Row;
 use crate::rows::source::Source;
 use crate::system::cgroup::{Cgroup, FaultCheck};
 use crate::system::error::SystemError;
@@ -54,22 +56,39 @@ pub struct Request {
     pub inherit: bool,
     /// `--prometheus`, `--otlp`, `--textfile`.
     pub export: ExportOptions,
+    /// `--summary`, `--summary-format`, `--quiet`.
+    pub summary: SummaryTarget,
+    /// `--duration`: the profile ends after this long, as after a SIGTERM.
+    pub duration: Option<Duration>,
 }
 
 /// Profiles what `request` names with backend `B`; the exit code `monitor` ends with.
 pub fn profile<B: Backend>(request: Request) -> Result<u8, ProfileError> {
     let (sinks, opened) = open::<B>(&request)?;
     let mut started = start(opened, &request)?;
-    let consumers = Consumers::new(sinks.output, sinks.exporters, sinks.plot.is_some());
+    let live_line = sinks.summary.leaves_stderr_to_the_live_line();
+    let keep_rows = sinks.plot.is_some();
+    let consumers = Consumers::new(sinks.output, sinks.exporters, live_line, keep_rows);
     let (consumed, end) = consume(&mut started, consumers)?;
-    finish(started, consumed, end, sinks.plot, &request)
+    let reports = Reports {
+        plot: sinks.plot,
+        summary: sinks.summary,
+    };
+    finish(started, consumed, end, reports, &request)
 }
 
 /// Where the profile goes, open before anything runs: an unwritable path fails first.
 struct Sinks {
     output: Output,
     plot: Option<PlotFile>,
+    summary: SummarySink,
     exporters: Option<Exporters>,
+}
+
+/// What is written once the profile ended.
+struct Reports {
+    plot: Option<PlotFile>,
+    summary: SummarySink,
 }
 
 /// The backend and what surrounds it, before anything is sampled: a selection that
@@ -86,6 +105,7 @@ fn open<B: Backend>(request: &Request) -> Result<(Sinks, Opened<B>), ProfileErro
     // The output first: nothing replaces an earlier file before the profile is complete.
     let output = Output::open(request.output.clone(), request.format)?;
     let plot = request.plot.as_deref().map(PlotFile::create).transpose()?;
+    let summary = SummarySink::open(request.summary.clone())?;
     let cgroup = (request.cgroup.as_deref())
         .map(Cgroup::open)
         .transpose()?
@@ -120,6 +140,7 @@ fn open<B: Backend>(request: &Request) -> Result<(Sinks, Opened<B>), ProfileErro
     let sinks = Sinks {
         output,
         plot,
+        summary,
         exporters,
     };
     let opened = Opened {
@@ -142,6 +163,7 @@ struct Started<B: Backend> {
     reaper: Option<Reaper>,
     /// The command's pid, while it may still be running.
     command: Option<u32>,
+    metadata: Metadata,
 }
 
 fn start<B: Backend>(opened: Opened<B>, request: &Request) -> Result<Started<B>, ProfileError> {
@@ -152,6 +174,7 @@ fn start<B: Backend>(opened: Opened<B>, request: &Request) -> Result<Started<B>,
         held,
     } = opened;
     let (area, waiter) = backend.start(request.mode)?;
+    let metadata = metadata(request, backend.name(), area.period());
     // Its first reading comes before the first sample: the system's pressure, and the
     // selected cgroup's when there is one.
     let pressure = PressureWatch::start(request.cgroup.as_deref(), area.period())
@@ -177,6 +200,9 @@ fn start<B: Backend>(opened: Opened<B>, request: &Request) -> Result<Started<B>,
         ending.announce();
         stopped
     }));
+    if let Some(duration) = request.duration {
+        signals.end_after(duration)?;
+    }
     Ok(Started {
         backend,
         fault_check,
@@ -186,16 +212,31 @@ fn start<B: Backend>(opened: Opened<B>, request: &Request) -> Result<Started<B>,
         source,
         reaper,
         command: pid,
+        metadata,
+    })
+}
+
+/// What is profiled, by which backend, from now.
+fn metadata(request: &Request, backend: &str, period: Duration) -> Metadata {
+    let cgroup = (request.cgroup.as_deref()).map(|path| path.to_string_lossy().into_owned());
+    Metadata::now(Profiled {
+        command: request.command.as_deref(),
+        pids: &request.pids,
+        cgroup: cgroup.as_deref(),
+        backend,
+        mode: request.mode.to_string(),
+        period,
     })
 }
 
 /// Once the consumer ended: reaps the command, puts the output and the plot in place,
-/// delivers the exporters' last values, and prints the summary; the exit code.
+/// delivers the exporters' last values, and writes the summary; the exit code. An output
+/// that cannot be written (a full disk) fails the run after the summary, not instead.
 fn finish<B: Backend>(
     started: Started<B>,
     consumed: Consumed,
     end: End,
-    plot: Option<PlotFile>,
+    reports: Reports,
     request: &Request,
 ) -> Result<u8, ProfileError> {
     let backend = started.backend.name();
@@ -204,18 +245,18 @@ fn finish<B: Backend>(
     notes.extend(started.fault_check.as_ref().map(FaultCheck::note));
     notes.extend(end_notes(end, child.is_some(), started.command));
     notes.extend(started.pressure.finish());
-    consumed.output.commit()?;
-    if let Some(plot) = plot {
-        let caption = format!(
-            "pfprof: {backend} backend, {} mode, {} ms period",
-            request.mode,
-            started.area.period().as_millis()
-        );
-        let svg = plot::render(&consumed.rows, &consumed.bands, &caption);
-        plot.commit(&svg.map_err(OutputError::Draw)?)?;
-    }
+    let written = (consumed.output.commit()).and_then(|()| {
+        draw(
+            reports.plot,
+            &consumed.rows,
+            &consumed.bands,
+            &started.metadata,
+        )
+    });
+    let signals = &started.signals;
+    signals.profile_over();
     let code = match consumed.exporters {
-        Some(exporters) => deliver(exporters, &started.signals, code, &mut notes),
+        Some(exporters) => deliver(exporters, signals, code, &mut notes),
         None => code,
     };
     let counters = started.area.counters();
@@ -234,9 +275,8 @@ fn finish<B: Backend>(
         },
         notes: &notes,
     };
-    // Formatted first: stderr is unbuffered, and the summary's padding would otherwise
-    // reach it a character per write. A closed stderr cannot be told anything.
-    let _ = io::stderr().write_all(format!("{summary}\n").as_bytes());
+    let delivered = reports.summary.deliver(&summary, &started.metadata);
+    written.and(delivered)?;
     Ok(code)
 }
 
@@ -255,6 +295,20 @@ fn deliver(exporters: Exporters, signals: &Signals, code: u8, notes: &mut Vec<St
         exit::NOTHING_PUSHED
     ));
     exit::NOTHING_PUSHED
+}
+
+/// The plot, titled with what was profiled and when.
+fn draw(
+    plot: Option<PlotFile>,
+    rows: &[Row],
+    bands: &[Band],
+    metadata: &Metadata,
+) -> Result<(), OutputError> {
+    let Some(plot) = plot else {
+        return Ok(());
+    };
+    let svg = plot::render(rows, bands, &metadata.title()).map_err(OutputError::Draw)?;
+    plot.commit(&svg)
 }
 
 /// What the producer stopped counting: processes that exec'd a program the user may not

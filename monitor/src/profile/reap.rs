@@ -42,12 +42,13 @@ pub(super) fn spawn(
             exited?;
             ending.announce();
             command.exited();
-            let (status, totals) = child::wait(pid)?;
+            let (status, totals, usage) = child::wait(pid)?;
             command.reaped(totals);
             Ok(ChildReport {
                 minor: totals.minor,
                 major: totals.major,
                 cpu_ns: totals.cpu_ns,
+                usage,
                 status,
             })
         })

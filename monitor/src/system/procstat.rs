@@ -26,6 +26,16 @@ pub struct ProcessCounters {
     pub cpu_ns: u64,
 }
 
+/// What wait4()'s rusage says beside the counters: the CPU time split as `time` shows
+/// it, and the peak resident set size (`ru_maxrss`: the largest of the process's and of
+/// the descendants it waited for, as `/usr/bin/time -v` reports it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub user_ns: u64,
+    pub system_ns: u64,
+    pub max_rss_bytes: u64,
+}
+
 impl ProcessCounters {
     fn each(self, other: ProcessCounters, f: impl Fn(u64, u64) -> u64) -> ProcessCounters {
         ProcessCounters {

@@ -63,9 +63,19 @@ pub struct Row {
     pub pressure: Vec<Option<u64>>,
 }
 
-/// Parses the monitor's CSV, checking the header.
+/// The metadata line that begins the monitor's CSV, as JSON.
+pub fn csv_metadata(text: &str) -> serde_json::Value {
+    let first = text.lines().next().unwrap_or_default();
+    let json = first
+        .strip_prefix(monitor::output::writer::CSV_METADATA_PREFIX)
+        .unwrap_or_else(|| panic!("no metadata line first: {first:?}"));
+    serde_json::from_str(json).expect("the metadata line is JSON")
+}
+
+/// Parses the monitor's CSV, checking the metadata line and the header.
 pub fn parse_csv(text: &str) -> Vec<Row> {
-    let mut lines = text.lines();
+    csv_metadata(text);
+    let mut lines = text.lines().skip(1);
     let header = monitor::output::writer::csv_header();
     assert_eq!(lines.next(), Some(header.as_str()));
     let columns = header.split(',').count();

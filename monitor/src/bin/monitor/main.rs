@@ -16,6 +16,7 @@ use monitor::backend::procfs::Procfs;
 use monitor::backend::BackendError;
 use monitor::export::{ExportError, ExportOptions};
 use monitor::output::error::OutputError;
+use monitor::output::summary::{SummaryStyle, SummaryTarget};
 use monitor::output::writer::{Destination, Format};
 use monitor::profile::error::ProfileError;
 use monitor::profile::{self, Request};
@@ -31,13 +32,16 @@ use shared_layout::Mode;
     version,
     about = "Per-process page-fault profiler: minor and major faults and CPU time every period",
     after_help = "Examples:\n  \
+        monitor run -- sort -o sorted.txt big.txt     (a live line, then the summary)\n  \
         monitor run --output prof.csv --plot prof.svg -- ./target/release/work 256 R 50000\n  \
-        monitor run -- sort -o sorted.txt big.txt     (samples and summary on stderr)\n  \
-        monitor --pid 1234 --mode relaxed --interval 500ms > prof.csv\n  \
+        monitor run -q --summary run.json -- make     (the summary as JSON, nothing shown)\n  \
+        monitor --pid 1234 --mode relaxed --interval 500ms --duration 1m > prof.csv\n  \
         monitor --cgroup /sys/fs/cgroup/system.slice/nginx.service --prometheus :9464 -o /dev/null\n\n\
-        Samples go to --output; without it, to standard output, except with `monitor run`,\n\
-        whose command has the standard output: there they go to standard error (as with\n\
-        `perf stat`). The summary goes to standard error.",
+        `monitor run` shows a live line on a terminal and prints the summary on standard\n\
+        error; its samples go only where --output says (`-o -`: standard output,\n\
+        `-o /dev/stderr`: standard error). Without `run`, samples go to --output or\n\
+        standard output. Durations take a unit (250ms, 10s, 1m, 1h30m); a number without\n\
+        one is refused, but 0 where zero is taken.",
     args_conflicts_with_subcommands = true
 )]
 struct Cli {
@@ -50,8 +54,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Start CMD, profile it from its first instruction until it exits, and exit with
-    /// its exit status (127: not found, 126: not executable). Samples go to --output or
-    /// standard error: the standard output is the command's.
+    /// its exit status (127: not found, 126: not executable). Samples go only to
+    /// --output: the standard output is the command's.
     Run {
         #[command(flatten)]
         options: Options,
@@ -82,9 +86,26 @@ struct Options {
     /// The profile ends when the cgroup is removed, or with Ctrl-C.
     #[arg(long, value_name = "PATH", conflicts_with = "pids")]
     cgroup: Option<PathBuf>,
-    /// Write samples to FILE (replaced only once the profile is complete).
+    /// Write samples to FILE (replaced only once the profile is complete); `-` is
+    /// standard output, /dev/stderr standard error. Without it, `monitor run` writes no
+    /// samples and the others write them to standard output.
     #[arg(long, short, value_name = "FILE")]
     output: Option<PathBuf>,
+    /// Write the summary to FILE instead of standard error (replaced once complete).
+    #[arg(long, value_name = "FILE")]
+    summary: Option<PathBuf>,
+    /// The summary as text (default) or as one JSON object (default for a --summary
+    /// FILE ending in .json).
+    #[arg(long, value_enum, value_name = "text|json")]
+    summary_format: Option<SummaryStyle>,
+    /// Print nothing on standard error but errors: no live line, no summary (a
+    /// --summary FILE is still written).
+    #[arg(long, short)]
+    quiet: bool,
+    /// End the profile after DUR, as SIGTERM does (`monitor run` sends it to its
+    /// command, as timeout(1) does).
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    duration: Option<Duration>,
     /// Format of the samples: csv or jsonl (JSON Lines, same keys as the CSV columns).
     #[arg(long, default_value = "csv", value_name = "csv|jsonl")]
     format: Format,
@@ -97,8 +118,11 @@ struct Options {
     /// seen at once whatever the interval.
     #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DUR")]
     interval: Duration,
-    /// Sampling period of the procfs backend, in ms (the module's is its period_ms
-    /// parameter, within the same bounds).
+    /// Sampling period of the procfs backend, whole milliseconds from 1ms to 10s (the
+    /// module's is its period_ms parameter, within the same bounds).
+    #[arg(long, value_parser = parse_period, value_name = "DUR", conflicts_with = "period_ms")]
+    period: Option<u32>,
+    /// The same as --period, as a number of milliseconds.
     #[arg(
         long,
         value_parser = clap::value_parser!(u32)
@@ -136,6 +160,21 @@ impl fmt::Display for BackendChoice {
     }
 }
 
+/// `--period`: a duration of whole milliseconds within the module's bounds.
+fn parse_period(s: &str) -> Result<u32, String> {
+    let period = parse_duration(s)?;
+    let ms = u32::try_from(period.as_millis()).unwrap_or(u32::MAX);
+    let bounds = abi::PERIOD_MS_MIN..=abi::PERIOD_MS_MAX;
+    if Duration::from_millis(ms.into()) != period || !bounds.contains(&ms) {
+        return Err(format!(
+            "{s:?} is not a whole number of milliseconds from {}ms to {}ms",
+            bounds.start(),
+            bounds.end()
+        ));
+    }
+    Ok(ms)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let (options, command) = match cli.command {
@@ -147,6 +186,15 @@ fn main() -> ExitCode {
             .error(
                 clap::error::ErrorKind::ArgumentConflict,
                 "--cgroup profiles a cgroup: use it without `run`",
+            )
+            .exit();
+    }
+    if command.is_some() && !options.pids.is_empty() {
+        Cli::command()
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--pid attaches to running processes and `run` profiles the command it \
+                 starts: use one or the other",
             )
             .exit();
     }
@@ -179,10 +227,12 @@ fn run(options: Options, command: Option<Vec<OsString>>) -> Result<u8, ProfileEr
         chosen => chosen,
     };
     let output = match (options.output, &command) {
-        (Some(path), _) => Destination::File(path),
-        (None, Some(_)) => Destination::Stderr,
+        (Some(path), _) => Destination::named(path),
+        (None, Some(_)) => Destination::Nowhere,
         (None, None) => Destination::Stdout,
     };
+    let summary_style = (options.summary_format)
+        .unwrap_or_else(|| SummaryStyle::for_file(options.summary.as_deref()));
     let request = Request {
         mode: options.mode,
         interval: options.interval,
@@ -192,7 +242,13 @@ fn run(options: Options, command: Option<Vec<OsString>>) -> Result<u8, ProfileEr
         command,
         pids: options.pids,
         cgroup: options.cgroup,
-        period_ms: options.period_ms,
+        period_ms: options.period.or(options.period_ms),
+        summary: SummaryTarget {
+            file: options.summary,
+            style: summary_style,
+            quiet: options.quiet,
+        },
+        duration: options.duration,
         inherit: !options.no_inherit,
         export: options.export,
     };
@@ -212,6 +268,7 @@ fn advice(e: &ProfileError) -> Option<String> {
     Some(match e {
         ProfileError::Output(OutputError::File { .. }) => "choose another --output".into(),
         ProfileError::Output(OutputError::Plot { .. }) => "choose another --plot".into(),
+        ProfileError::Output(OutputError::Summary { .. }) => "choose another --summary".into(),
         ProfileError::Backend(
             BackendError::Attach { pid, .. }
             | BackendError::Device(

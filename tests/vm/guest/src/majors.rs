@@ -30,7 +30,8 @@ pub fn major_faults_of_pages_swapped_in_sum_to_wait4_in_both_backends(env: &Env)
             .spawn()
             .context("running /bin/monitor")?;
         let mut rows = BufReader::new(monitor.stdout.take().context("no stdout")?);
-        // The header comes once the monitor holds the process: it counts from here.
+        // The first lines (the metadata and the header) come once the monitor holds the
+        // process: it counts from here.
         let mut csv = String::new();
         rows.read_line(&mut csv)?;
         child.go()?;

@@ -16,9 +16,9 @@ pub fn csv_minor(path: &str) -> Result<(u64, Vec<u64>)> {
     Ok((rows.iter().sum(), rows))
 }
 
-/// The column `name` of a monitor CSV, row by row.
+/// The column `name` of a monitor CSV, row by row (after its `#` metadata line).
 pub fn csv_column(text: &str, name: &str) -> Result<Vec<u64>> {
-    let mut lines = text.lines();
+    let mut lines = text.lines().filter(|line| !line.starts_with('#'));
     let header: Vec<&str> = lines.next().context("empty CSV")?.split(',').collect();
     let col = header
         .iter()

@@ -141,6 +141,10 @@ mod serde_like {
         let (mut rows, mut events) = (Vec::new(), Vec::new());
         let mut previous: Option<u64> = None;
         for line in text.lines() {
+            // The first record says what was profiled: neither a row nor a band.
+            if line.starts_with("{\"event\":\"start\"") {
+                continue;
+            }
             if line.contains("\"event\":") {
                 events.push(Event {
                     start_mono_ns: number(line, "start_mono_ns")?,

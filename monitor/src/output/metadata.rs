@@ -1,0 +1,156 @@
+//! What was profiled, where and when: the first record of the rows (JSON Lines), their
+//! first line as a `#` comment (CSV), and the plot's title. Each row's wall-clock time is
+//! its `mono_ns` plus [`Metadata::clock_offset_ns`].
+
+use std::ffi::OsString;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nix::time::{clock_gettime, ClockId};
+use serde::Serialize;
+
+/// The profile's metadata, as written before the first row.
+#[derive(Clone, Debug, Serialize)]
+pub struct Metadata {
+    /// `monitor run`'s command and arguments.
+    pub command: Option<Vec<String>>,
+    /// The `--pid` processes.
+    pub pids: Vec<u32>,
+    /// `--cgroup`, below the cgroup2 mount.
+    pub cgroup: Option<String>,
+    /// The machine's host name and kernel release (`uname -n`, `uname -r`).
+    pub host: String,
+    pub kernel: String,
+    pub backend: String,
+    pub mode: String,
+    pub period_ms: u64,
+    /// When the profile started: RFC 3339 in UTC, and ns since the Unix epoch.
+    pub start: String,
+    pub start_unix_ns: u64,
+    /// `CLOCK_REALTIME` minus `CLOCK_MONOTONIC` at the start, ns: a row's `mono_ns` plus
+    /// this is its wall-clock time in ns since the Unix epoch (for as long as nobody sets
+    /// the clock).
+    pub clock_offset_ns: i64,
+}
+
+/// What [`Metadata::now`] records about the target and the backend.
+pub struct Profiled<'a> {
+    pub command: Option<&'a [OsString]>,
+    pub pids: &'a [u32],
+    pub cgroup: Option<&'a str>,
+    pub backend: &'a str,
+    pub mode: String,
+    pub period: Duration,
+}
+
+impl Metadata {
+    /// The metadata of a profile starting now.
+    pub fn now(profiled: Profiled<'_>) -> Metadata {
+        let (start_unix_ns, clock_offset_ns) = clocks();
+        let uname = nix::sys::utsname::uname().ok();
+        let field = |f: fn(&nix::sys::utsname::UtsName) -> &std::ffi::OsStr| {
+            uname
+                .as_ref()
+                .map_or_else(String::new, |u| f(u).to_string_lossy().into_owned())
+        };
+        Metadata {
+            command: (profiled.command).map(|argv| {
+                argv.iter()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect()
+            }),
+            pids: profiled.pids.to_vec(),
+            cgroup: profiled.cgroup.map(str::to_owned),
+            host: field(nix::sys::utsname::UtsName::nodename),
+            kernel: field(nix::sys::utsname::UtsName::release),
+            backend: profiled.backend.to_owned(),
+            mode: profiled.mode,
+            period_ms: u64::try_from(profiled.period.as_millis()).unwrap_or(u64::MAX),
+            start: humantime::format_rfc3339_millis(
+                UNIX_EPOCH + Duration::from_nanos(start_unix_ns),
+            )
+            .to_string(),
+            start_unix_ns,
+            clock_offset_ns,
+        }
+    }
+
+    /// What was profiled, in a few words: the command line, the pids or the cgroup.
+    pub fn target(&self) -> String {
+        match (&self.command, &self.cgroup) {
+            (Some(argv), _) => argv.join(" "),
+            (None, Some(cgroup)) => format!("cgroup {cgroup}"),
+            (None, None) if self.pids.is_empty() => "registered processes".to_owned(),
+            (None, None) => {
+                let pids: Vec<String> = self.pids.iter().map(u32::to_string).collect();
+                format!("pid {}", pids.join(", "))
+            }
+        }
+    }
+
+    /// The plot's title: what, on which host, when, and how it was sampled.
+    pub fn title(&self) -> String {
+        format!(
+            "{} on {}, {}: {} backend, {} mode, {} ms period",
+            self.target(),
+            self.host,
+            self.start,
+            self.backend,
+            self.mode,
+            self.period_ms
+        )
+    }
+}
+
+/// The wall clock now (ns since the epoch), and its offset from `CLOCK_MONOTONIC`. The
+/// monotonic clock is read on both sides of the wall clock, and their midpoint taken.
+fn clocks() -> (u64, i64) {
+    let monotonic = || {
+        clock_gettime(ClockId::CLOCK_MONOTONIC)
+            .map(|t| Duration::from(t).as_nanos() as i128)
+            .unwrap_or(0)
+    };
+    let before = monotonic();
+    let wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128);
+    let after = monotonic();
+    let offset = wall - (before + after) / 2;
+    (
+        u64::try_from(wall).unwrap_or(0),
+        i64::try_from(offset).unwrap_or(0),
+    )
+}
+
+#[cfg(test)]
+pub(crate) fn test_metadata() -> Metadata {
+    Metadata::now(Profiled {
+        command: None,
+        pids: &[42],
+        cgroup: None,
+        backend: "procfs",
+        mode: "strict".into(),
+        period: Duration::from_millis(50),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_monotonic_time_plus_the_offset_is_the_wall_clock_time() {
+        let metadata = test_metadata();
+        let mono = Duration::from(clock_gettime(ClockId::CLOCK_MONOTONIC).unwrap()).as_nanos();
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let derived = mono as i128 + i128::from(metadata.clock_offset_ns);
+        assert!(
+            (derived - wall as i128).abs() < 5_000_000,
+            "{derived} vs {wall}"
+        );
+        assert!(metadata.start.ends_with('Z'), "{}", metadata.start);
+        assert_eq!(metadata.target(), "pid 42");
+    }
+}

@@ -1,0 +1,149 @@
+//! Where the summary goes and in which form: standard error (not with `--quiet`) or a
+//! `--summary` file, as text or as one JSON object. A summary file that cannot be written
+//! (a full disk) sends the summary to standard error instead: it is never lost.
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use super::error::OutputError;
+use super::metadata::Metadata;
+use super::report::{Summary, Thrashing};
+use super::writer::PendingFile;
+
+/// `--summary-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SummaryStyle {
+    Text,
+    Json,
+}
+
+impl SummaryStyle {
+    /// Without `--summary-format`: JSON for a file named `*.json`, text otherwise.
+    pub fn for_file(file: Option<&Path>) -> SummaryStyle {
+        match file.and_then(Path::extension) {
+            Some(e) if e.eq_ignore_ascii_case("json") => SummaryStyle::Json,
+            _ => SummaryStyle::Text,
+        }
+    }
+}
+
+/// What the user asked for the summary.
+#[derive(Clone, Debug)]
+pub struct SummaryTarget {
+    /// `--summary FILE`; standard error without it.
+    pub file: Option<PathBuf>,
+    pub style: SummaryStyle,
+    /// `--quiet`: nothing on standard error but errors.
+    pub quiet: bool,
+}
+
+/// The summary's destination, a file created at the start so an unwritable path fails
+/// before anything runs.
+pub struct SummarySink {
+    target: SummaryTarget,
+    file: Option<PendingFile>,
+}
+
+impl SummarySink {
+    pub fn open(target: SummaryTarget) -> Result<SummarySink, OutputError> {
+        let file = (target.file.as_deref())
+            .map(|path| {
+                PendingFile::create(path).map_err(|source| OutputError::Summary {
+                    path: path.to_path_buf(),
+                    source,
+                })
+            })
+            .transpose()?;
+        Ok(SummarySink { target, file })
+    }
+
+    /// Whether standard error may show the live line.
+    pub fn leaves_stderr_to_the_live_line(&self) -> bool {
+        !self.target.quiet
+    }
+
+    /// Writes the summary where it goes; to standard error when its file fails.
+    pub fn deliver(self, summary: &Summary, metadata: &Metadata) -> Result<(), OutputError> {
+        let text = match self.target.style {
+            SummaryStyle::Text => format!("{summary}\n"),
+            SummaryStyle::Json => format!("{}\n", as_json(summary, metadata)),
+        };
+        // One write: stderr is unbuffered. A closed stderr cannot be told anything.
+        let to_stderr = || {
+            let _ = io::stderr().write_all(text.as_bytes());
+        };
+        let (Some(mut file), Some(path)) = (self.file, self.target.file) else {
+            if !self.target.quiet {
+                to_stderr();
+            }
+            return Ok(());
+        };
+        file.write_all(text.as_bytes())
+            .and_then(|()| file.commit())
+            .map_err(|source| {
+                to_stderr();
+                OutputError::Summary { path, source }
+            })
+    }
+}
+
+/// The summary as one JSON object, with what was profiled.
+fn as_json(summary: &Summary, metadata: &Metadata) -> Value {
+    let t = summary.totals;
+    let seconds = |ns: u64| ns as f64 / 1e9;
+    let (judged, bands) = match summary.thrashing {
+        Thrashing::NotJudged => (false, &[][..]),
+        Thrashing::Judged(bands, _) => (true, bands),
+    };
+    json!({
+        "profile": metadata,
+        "samples": t.samples,
+        "duration_s": seconds(t.covered_ns),
+        "minor_faults": t.minor,
+        "major_faults": t.major,
+        "minor_fault_rate": { "mean": t.mean_minor_rate(), "peak": t.peak_minor_rate },
+        "major_fault_rate": { "mean": t.mean_major_rate(), "peak": t.peak_major_rate },
+        "cpu_s": seconds(t.cpu_ns),
+        "cpu_util": t.cpu_util(),
+        "samples_lost": t.lost,
+        "producer_blocked_s": summary.blocked.as_secs_f64(),
+        "samples_deferred": summary.deferred,
+        "memory_peak": { "resident_bytes": t.peak_resident, "swap_bytes": t.peak_swap },
+        "memory_stall_s": {
+            "some": t.stall_some_us.map(|us| us as f64 / 1e6),
+            "full": t.stall_full_us.map(|us| us as f64 / 1e6),
+        },
+        "thrashing": { "judged": judged, "bands": bands },
+        "command": summary.child.map(|c| json!({
+            "minor_faults": c.minor,
+            "major_faults": c.major,
+            "cpu_s": seconds(c.cpu_ns),
+            "user_s": seconds(c.usage.user_ns),
+            "system_s": seconds(c.usage.system_ns),
+            "max_rss_bytes": c.usage.max_rss_bytes,
+            "exit": c.status.to_string(),
+            "exit_code": c.status.code(),
+        })),
+        "notes": summary.notes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_named_json_gets_json_unless_told_otherwise() {
+        assert_eq!(
+            SummaryStyle::for_file(Some(Path::new("run.JSON"))),
+            SummaryStyle::Json
+        );
+        assert_eq!(
+            SummaryStyle::for_file(Some(Path::new("run.txt"))),
+            SummaryStyle::Text
+        );
+        assert_eq!(SummaryStyle::for_file(None), SummaryStyle::Text);
+    }
+}
