@@ -90,10 +90,15 @@ def finished(process, what, timeout=PATIENCE * 2):
     return process.returncode, out, err
 
 
-def csv_totals(path):
-    """(minor, major, rows) of a monitor's CSV, after its `# pfprof {...}` metadata line."""
+def csv_lines(path):
+    """A monitor's CSV lines after its `# pfprof {...}` metadata line: the header first."""
     with open(path) as f:
-        lines = [line for line in f.read().splitlines() if not line.startswith("#")]
+        return [line for line in f.read().splitlines() if not line.startswith("#")]
+
+
+def csv_totals(path):
+    """(minor, major, rows) of a monitor's CSV."""
+    lines = csv_lines(path)
     header = lines[0].split(",") if lines else []
     check(header[:4] == ["time_ms", "mono_ns", "minor", "major"], f"bad CSV header in {path}: {header}")
     rows = [line.split(",") for line in lines[1:]]
@@ -102,8 +107,7 @@ def csv_totals(path):
 
 def csv_rows(path):
     """A monitor's CSV as one dict a row, its empty cells None."""
-    with open(path) as f:
-        lines = f.read().splitlines()
+    lines = csv_lines(path)
     header = lines[0].split(",")
     return [{k: (int(v) if v and k != "cpu_util" else float(v) if v else None)
              for k, v in zip(header, line.split(","))} for line in lines[1:]]
