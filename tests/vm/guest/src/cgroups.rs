@@ -28,12 +28,14 @@ fn mount_cgroup2() -> Result<()> {
     Ok(())
 }
 
-/// Moves `pid` (asleep) to `cgroup`, and lets the samplers see it there
-/// (a hundred periods: the procfs sampler's looks at every process take
-/// longer than its period on the debug kernel, which missed a round's 128
-/// faults after 300 ms once): the bound of what is missed at a move is then
-/// zero.
+/// Moves `pid` (asleep) to `cgroup`, after the samplers have seen its last
+/// faults where it was, and lets them see it there (a hundred periods each:
+/// the procfs sampler's looks at every process take longer than its period on
+/// the debug kernel, which missed a round's 128 faults after 300 ms once, and
+/// 206 of a round's last faults moved out 20 ms after it): what is missed at a
+/// move, what came between the last look and the move, is then zero.
 fn move_to(cgroup: &str, pid: u32) -> Result<()> {
+    thread::sleep(Duration::from_secs(1));
     fs::write(format!("{cgroup}/cgroup.procs"), pid.to_string())
         .with_context(|| format!("moving {pid} to {cgroup}"))?;
     thread::sleep(Duration::from_secs(1));
