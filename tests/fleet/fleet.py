@@ -421,7 +421,10 @@ class Fleet:
 
     # --- Prometheus ---------------------------------------------------------------------
 
-    def test_prometheus_scrapes_the_csv_totals_exactly_and_the_histogram_counts_the_rows(self):
+    def scraped_run(self, *work):
+        """A Prometheus on loopback scraping a `monitor run` of `work` (these arguments),
+        its CSV in a scratch directory, once the monitor is scraped up: while it runs, it
+        is up and its series carry the documented labels."""
         port = free_port()
         prometheus = Prometheus([("local", f"127.0.0.1:{port}")])
         self.defer(prometheus.close)
@@ -429,10 +432,13 @@ class Fleet:
         self.defer(scratch.close)
         monitor = self.run_monitor(
             ["run", "--backend", "procfs", "-o", scratch("prof.csv"), "--prometheus", f"127.0.0.1:{port}",
-             "--linger", "30s", "--"] + self.work_args(48, 30000, 5, 400)
+             "--linger", "30s", "--"] + self.work_args(*work)
         )
-        # While it runs, it is up and its series carry the documented labels.
         wait_until("the monitor to be scraped up", lambda: prometheus.one('up{host="local"}') == 1)
+        return prometheus, scratch, monitor
+
+    def test_prometheus_scrapes_the_csv_totals_exactly_and_the_histogram_counts_the_rows(self):
+        prometheus, scratch, monitor = self.scraped_run(48, 30000, 5, 400)
         code, _, err = finished(monitor, "the monitor")
         check(code == 0, f"monitor exited with {code}:\n{err}")
         check("the last ones with the final values" in err, f"the final values were not scraped:\n{err}")
@@ -463,16 +469,7 @@ class Fleet:
         wait_until("the pfprof rules to be evaluated", rules_healthy)
 
     def test_every_dashboard_panel_has_data_and_memory_stall_verdict_and_build_are_the_csvs(self):
-        port = free_port()
-        prometheus = Prometheus([("local", f"127.0.0.1:{port}")])
-        self.defer(prometheus.close)
-        scratch = Scratch()
-        self.defer(scratch.close)
-        monitor = self.run_monitor(
-            ["run", "--backend", "procfs", "-o", scratch("prof.csv"), "--prometheus", f"127.0.0.1:{port}",
-             "--linger", "30s", "--"] + self.work_args(48, 30000, 30, 500)
-        )
-        wait_until("the monitor to be scraped up", lambda: prometheus.one('up{host="local"}') == 1)
+        prometheus, scratch, monitor = self.scraped_run(48, 30000, 30, 500)
         # While it runs (about 15 s), every panel of the dashboard shows something.
         for title, expr in dashboard_exprs():
             wait_until(f"panel {title!r} to have data: {expr}",
