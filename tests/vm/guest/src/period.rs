@@ -141,7 +141,8 @@ pub fn the_sampler_keeps_the_period_asked_on_absolute_deadlines(env: &Env) -> Re
         let (r, rayleigh) = phase_concentration(&times, period_ms);
         let (control_r, control_rayleigh) = phase_concentration(&control, period_ms);
         let (.., control_left_out) = interval_stats(&control, period_ms);
-        let control_left_out = control_left_out * (times.len() - 1) / control.len().max(2);
+        // Scaled to as many intervals as the sampler's.
+        let control_left_out = control_left_out * (times.len() - 1) / (control.len().max(2) - 1);
         // On the jiffies clocksource hrtimers have tick resolution: say so, it is the VM's.
         let clocksource = std::fs::read_to_string(
             "/sys/devices/system/clocksource/clocksource0/current_clocksource",
