@@ -77,20 +77,26 @@ fn strict_procfs_run_writes_one_csv_row_per_period_and_a_summary() {
     // The sampler's deadlines are start + k * 50 ms: a row is read after its deadline, late
     // by a wake-up's latency, and a deadline missed on a loaded machine is folded into the
     // next row. So the full rows fall one to a period, in the periods after their deadlines:
-    // none doubled or early. Three pauses of 100 ms and the work: at least seven periods
-    // besides the first row's (the command's start), before the last, partial one.
-    let full = &rows[..rows.len() - 1];
-    let periods: Vec<u64> = full
-        .iter()
-        .map(|row| (row.mono_ns - rows[0].mono_ns) / 50_000_000)
-        .collect();
+    // none doubled or early. The command sleeps three pauses of 100 ms, so its last, partial
+    // row ends at least six periods in; the full rows keep coming until then (a fast machine
+    // does the work itself in a few milliseconds: the pauses are the only floor).
+    let period_of = |row: &Row| (row.mono_ns - rows[0].mono_ns) / 50_000_000;
+    let (end, full) = rows.split_last().expect("at least the first row");
+    let periods: Vec<u64> = full.iter().map(period_of).collect();
     assert!(
         periods.windows(2).all(|w| w[0] < w[1]),
         "two rows in one period: periods {periods:?}: {csv}"
     );
     assert!(
-        periods.last().is_some_and(|&last| last >= 7),
-        "the run's full rows end {periods:?} periods in: {csv}"
+        end.mono_ns - rows[0].mono_ns >= 300_000_000,
+        "the command's three pauses of 100 ms ended early: {csv}"
+    );
+    assert!(
+        periods
+            .last()
+            .is_some_and(|&last| last + 2 >= period_of(end)),
+        "the full rows end {periods:?} periods in, before the last one's {}: {csv}",
+        period_of(end)
     );
     // time_ms is mono_ns truncated to milliseconds: the last, partial period (read as the
     // command exits) may end within the millisecond the one before it ended in.
