@@ -5,6 +5,7 @@
 // the memory pressure, written and exported; the profile drives them all, around the
 // command it may start. `system` is what every stage reads of the host; `work` is the
 // workload generator.
+pub mod attribution;
 pub mod backend;
 pub mod command;
 pub mod export;
