@@ -16,8 +16,6 @@ use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::sync::Arc;
 
-use nix::time::{clock_gettime, ClockId};
-
 use super::memory::{Memory, MemoryProbe};
 use super::tree::{Ledger, Seen};
 use crate::system::cgroup::Cgroup;
@@ -46,13 +44,6 @@ fn list(cgroup: &Cgroup) -> Option<Vec<u32>> {
         }
     }
     Some(pids)
-}
-
-/// Now, in the clock ticks after boot that start times are given in.
-fn boot_ticks() -> u64 {
-    clock_gettime(ClockId::CLOCK_BOOTTIME).map_or(0, |t| {
-        (t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64) / procstat::ticks_to_ns()
-    })
 }
 
 /// A member, read again and again.
@@ -96,6 +87,11 @@ impl Members {
         self.threads
     }
 
+    /// The members of the last pass, each with its stat as last read.
+    pub fn stats(&self) -> impl Iterator<Item = (u32, &Stat)> {
+        self.members.iter().map(|(&pid, m)| (pid, &m.stat))
+    }
+
     /// What the members of the last pass hold now: a member that left or died, nothing.
     pub fn memory(&mut self) -> Memory {
         self.members.values_mut().map(|m| m.memory.read(true)).sum()
@@ -103,7 +99,7 @@ impl Members {
 
     /// What the members did inside since the first pass; `None` once the cgroup is gone.
     pub fn pass(&mut self) -> Option<ProcessCounters> {
-        let began = boot_ticks();
+        let began = procstat::boot_ticks();
         // Parents before children, by what the last pass knew of them; newcomers last.
         // The members are read before the cgroup is listed: one still listed was inside
         // when it was read, while one read after the listing may have left and faulted

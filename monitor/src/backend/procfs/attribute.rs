@@ -1,0 +1,100 @@
+//! Where the procfs backend's faults were: the fault events' records, drained each period
+//! (and whenever a ring is half full) by the sampler thread, their addresses resolved to
+//! mappings ([`super::maps`]), gathered into the period's table.
+
+use std::os::fd::BorrowedFd;
+
+use super::maps::MapsCache;
+use super::perf::{FaultEvents, Kind, Record};
+use crate::attribution::table::Builder;
+use crate::attribution::{Faults, PeriodTable, ProcessFaults};
+
+/// The fault events and the table of the period under way.
+pub struct Attributor {
+    events: FaultEvents,
+    maps: MapsCache,
+    /// The period under way, and the next: records drained at a period's end that came
+    /// after its timestamp belong to the next.
+    current: Builder,
+    next: Builder,
+    lost: Faults,
+}
+
+impl Attributor {
+    pub fn new(events: FaultEvents) -> Attributor {
+        Attributor {
+            events,
+            maps: MapsCache::default(),
+            current: Builder::default(),
+            next: Builder::default(),
+            lost: Faults::default(),
+        }
+    }
+
+    /// The descriptors that wake the sampler when a ring is half full.
+    pub fn poll_fds(&self) -> Vec<BorrowedFd<'_>> {
+        self.events.poll_fds().collect()
+    }
+
+    /// Takes what the rings hold now, all of it the period under way's.
+    pub fn drain(&mut self) {
+        self.drain_until(u64::MAX);
+    }
+
+    /// The table of the period ending at `end_ns` (its sample's timestamp), with each
+    /// process's own faults.
+    pub fn finish(&mut self, end_ns: u64, processes: Vec<ProcessFaults>) -> PeriodTable {
+        self.drain_until(end_ns);
+        let next = std::mem::take(&mut self.next);
+        let table = std::mem::replace(&mut self.current, next).finish(
+            end_ns,
+            std::mem::take(&mut self.lost),
+            processes,
+        );
+        self.maps.next_period();
+        table
+    }
+
+    /// How many times a maps file was read.
+    pub fn maps_reads(&self) -> u64 {
+        self.maps.reads
+    }
+
+    fn drain_until(&mut self, end_ns: u64) {
+        let Attributor {
+            events,
+            maps,
+            current,
+            next,
+            lost,
+        } = self;
+        events.drain(|kind, record| match record {
+            Record::Sample {
+                pid, time_ns, addr, ..
+            } => {
+                let mapping = maps.resolve(pid, addr);
+                let builder = if time_ns <= end_ns {
+                    &mut *current
+                } else {
+                    &mut *next
+                };
+                builder.add(pid, mapping, one(kind, 1));
+            }
+            Record::Lost(n) => *lost += one(kind, n),
+        });
+    }
+}
+
+/// `n` faults of `kind`, as recorded.
+fn one(kind: Kind, n: u64) -> Faults {
+    match kind {
+        Kind::Major => Faults {
+            major: n,
+            minor_samples: 0,
+        },
+        Kind::Minor => Faults {
+            major: 0,
+            minor_samples: n,
+        },
+    }
+}
