@@ -1,13 +1,16 @@
 //! Every consumer of the rows, fed in one place: the output, the thrashing verdict, the
-//! running totals and the status line, the exporters, and the rows kept for the plot. A
-//! new output or exporter is added here and nowhere else.
+//! running totals and the status line, where the faults were, the exporters, and the rows
+//! kept for the plot. A new output or exporter is added here and nowhere else.
 
 use std::io::{self, Write};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::attribution::Feed;
 use crate::export::{Exporters, ThrashingState};
 use crate::output::metadata::Metadata;
 use crate::output::report::Totals;
+use crate::output::whereabouts::{WhereSummary, Whereabouts};
 use crate::output::writer::Output;
 use crate::pressure::verdict::{Band, Verdict, RULE};
 use crate::rows::row::Row;
@@ -25,6 +28,10 @@ pub(super) struct Consumers {
     exporters: Option<Exporters>,
     /// Every row, when a plot is drawn from them.
     rows: Option<Vec<Row>>,
+    /// Where the faults were, when the backend says.
+    whereabouts: Option<Whereabouts>,
+    /// The verdict's bands, named by where their major faults were.
+    bands: Vec<Band>,
 }
 
 /// What the consumers gathered, once the loop ended.
@@ -37,15 +44,19 @@ pub(super) struct Consumed {
     /// The thrashing the verdict found, and whether it could judge at all.
     pub bands: Vec<Band>,
     pub judged: bool,
+    /// Where the faults were, when the backend says.
+    pub whereabouts: Option<WhereSummary>,
 }
 
 impl Consumers {
-    /// `live_line`: whether standard error may show the status line (not `--quiet`).
+    /// `live_line`: whether standard error may show the status line (not `--quiet`);
+    /// `attribution`: the backend's period tables, if it makes them.
     pub fn new(
         output: Output,
         exporters: Option<Exporters>,
         live_line: bool,
         keep_rows: bool,
+        attribution: Option<Arc<Feed>>,
     ) -> Consumers {
         let status = (live_line && output.leaves_stderr_to_the_status_line()).then(StatusLine::new);
         Consumers {
@@ -55,6 +66,8 @@ impl Consumers {
             status,
             exporters,
             rows: keep_rows.then(Vec::new),
+            whereabouts: attribution.map(Whereabouts::new),
+            bands: Vec::new(),
         }
     }
 
@@ -79,8 +92,15 @@ impl Consumers {
             status.recent.add(&row);
         }
         self.output.write(&row);
+        // The row's tables before the verdict: a band it ends may end with this row.
+        if let Some(w) = self.whereabouts.as_mut() {
+            w.row(&row);
+        }
         if let Some(band) = self.verdict.feed(&row) {
-            self.output.event(&band);
+            self.band(band);
+        }
+        if let Some(w) = self.whereabouts.as_mut() {
+            w.keep(self.verdict.open_band());
         }
         if let Some(e) = self.exporters.as_mut() {
             e.add(&row);
@@ -94,9 +114,16 @@ impl Consumers {
     /// session ended, and what is written so far flushed and published.
     pub fn batch_done(&mut self, batch: Batch) {
         self.totals.lost += batch.lost;
+        if let Some(record) = self
+            .whereabouts
+            .as_mut()
+            .and_then(Whereabouts::interval_record)
+        {
+            self.output.interval(&record);
+        }
         if batch.ended {
             if let Some(band) = self.verdict.finish() {
-                self.output.event(&band);
+                self.band(band);
             }
         }
         self.output.flush();
@@ -105,6 +132,15 @@ impl Consumers {
             e.set_thrashing(thrashing_state(&self.verdict));
             e.publish();
         }
+    }
+
+    /// A band the verdict ended: named, written, kept for the summary and the plot.
+    fn band(&mut self, mut band: Band) {
+        if let Some(w) = self.whereabouts.as_mut() {
+            w.name(&mut band);
+        }
+        self.output.event(&band);
+        self.bands.push(band);
     }
 
     /// The output's reader went away.
@@ -128,8 +164,9 @@ impl Consumers {
             exporters: self.exporters,
             totals: self.totals,
             rows: self.rows.unwrap_or_default(),
-            bands: self.verdict.bands().to_vec(),
+            bands: self.bands,
             judged: self.verdict.judged(),
+            whereabouts: self.whereabouts.map(Whereabouts::finish),
         }
     }
 }

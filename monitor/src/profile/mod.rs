@@ -54,6 +54,9 @@ pub struct Request {
     pub period_ms: Option<u32>,
     /// Processes count with their descendants (not with `--no-inherit`).
     pub inherit: bool,
+    /// Faults attributed to mappings, one minor fault recorded in this many
+    /// (`--minor-sampling`); `None` with `--no-attribution`.
+    pub attribution: Option<u64>,
     /// `--prometheus`, `--otlp`, `--textfile`.
     pub export: ExportOptions,
     /// `--summary`, `--summary-format`, `--quiet`.
@@ -68,7 +71,14 @@ pub fn profile<B: Backend>(request: Request) -> Result<u8, ProfileError> {
     let mut started = start(opened, &request)?;
     let live_line = sinks.summary.leaves_stderr_to_the_live_line();
     let keep_rows = sinks.plot.is_some();
-    let consumers = Consumers::new(sinks.output, sinks.exporters, live_line, keep_rows);
+    let attribution = started.backend.attribution();
+    let consumers = Consumers::new(
+        sinks.output,
+        sinks.exporters,
+        live_line,
+        keep_rows,
+        attribution,
+    );
     let (consumed, end) = consume(&mut started, consumers)?;
     let reports = Reports {
         plot: sinks.plot,
@@ -117,6 +127,7 @@ fn open<B: Backend>(request: &Request) -> Result<(Sinks, Opened<B>), ProfileErro
         command: request.command.is_some(),
         cgroup: cgroup.clone(),
         inherit: request.inherit,
+        attribution: request.attribution,
     };
     let mut backend = B::open(&selection, request.period_ms)?;
     let labels = Labels {
@@ -273,6 +284,7 @@ fn finish<B: Backend>(
         } else {
             Thrashing::NotJudged
         },
+        whereabouts: consumed.whereabouts.as_ref(),
         notes: &notes,
     };
     let delivered = reports.summary.deliver(&summary, &started.metadata);

@@ -138,6 +138,19 @@ struct Options {
     /// before stays counted.
     #[arg(long)]
     no_inherit: bool,
+    /// Do not attribute faults to the mappings and processes that took them (the procfs
+    /// backend does, through perf events, where the kernel allows them).
+    #[arg(long, conflicts_with = "minor_sampling")]
+    no_attribution: bool,
+    /// Record one minor fault in N to attribute them (every major fault is recorded):
+    /// the minor counts by mapping are estimates, N times what was recorded.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = monitor::attribution::DEFAULT_MINOR_PERIOD,
+        value_parser = clap::value_parser!(u64).range(1..=1_000_000)
+    )]
+    minor_sampling: u64,
     #[command(flatten)]
     export: ExportOptions,
 }
@@ -250,6 +263,7 @@ fn run(options: Options, command: Option<Vec<OsString>>) -> Result<u8, ProfileEr
         },
         duration: options.duration,
         inherit: !options.no_inherit,
+        attribution: (!options.no_attribution).then_some(options.minor_sampling),
         export: options.export,
     };
     match backend {
