@@ -161,6 +161,10 @@ fn relaxed_procfs_run_writes_json_lines_with_the_csv_keys() {
     );
     for line in records {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        // A record among the rows (where each interval's faults were) is told by its event.
+        if v["event"] == "where" {
+            continue;
+        }
         for key in monitor::output::writer::csv_header().split(',') {
             assert!(v.get(key).is_some(), "{key} missing in {line}");
         }

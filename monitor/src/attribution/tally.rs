@@ -149,7 +149,7 @@ impl Tally {
         }
         if self.processes.len() > MAX_KEPT {
             let mut all: Vec<(u32, ProcessTotal)> = self.processes.drain().collect();
-            all.sort_by(|(_, a), (_, b)| (b.major, b.minor).cmp(&(a.major, a.minor)));
+            all.sort_by_key(|(_, p)| std::cmp::Reverse((p.major, p.minor)));
             all.truncate(MAX_KEPT / 2);
             self.processes.extend(all);
         }

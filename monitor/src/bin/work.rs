@@ -132,7 +132,11 @@ fn announce_mappings(pid: u32, workload: &Workload, file: &FileMap) -> anyhow::R
          {} major faults\n",
         file.path().display(),
         file.pages(),
-        if expected.minor_at_most { "at most " } else { "" },
+        if expected.minor_at_most {
+            "at most "
+        } else {
+            ""
+        },
         expected.minor,
         expected.major
     );

@@ -11,8 +11,8 @@ use super::error::OutputError;
 use super::metadata::Metadata;
 use super::report::{Summary, Thrashing, Totals};
 use super::whereabouts::{WhereSummary, TOP};
-use crate::attribution::{Attribution, Faults, Mapping};
 use super::writer::PendingFile;
+use crate::attribution::{Attribution, Faults, Mapping};
 
 /// `--summary-format`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -113,6 +113,18 @@ pub struct Attribution {
     pub began: u64,
 }
 
+impl Attribution {
+    /// Faults attributed to no mapping (`why`), the processes' own counted from their
+    /// first read, or from their fork if they start now or later.
+    pub fn off(why: &str) -> Attribution {
+        Attribution {
+            feed: Arc::new(Feed::new(crate::attribution::Attribution::Off(why.into()))),
+            attributor: None,
+            began: crate::system::procstat::boot_ticks(),
+        }
+    }
+}
+
 impl Sampler {
     /// Starts sampling `processes` and the `cgroup`'s members every `period` into `area`,
     /// each period's table into `attribution`'s feed; `on_end` runs once the session is

@@ -147,7 +147,8 @@ mod serde_like {
         let mut previous: Option<u64> = None;
         for line in text.lines() {
             // The first record says what was profiled: neither a row nor a band.
-            if line.starts_with("{\"event\":\"start\"") {
+            if line.starts_with("{\"event\":\"start\"") || line.starts_with("{\"event\":\"where\"")
+            {
                 continue;
             }
             if line.contains("\"event\":") {
