@@ -388,3 +388,43 @@ fn a_user_profiling_another_users_process_learns_none_of_its_mappings() {
         "a mapping of process {pid} named: {err}"
     );
 }
+
+#[test]
+fn a_profiled_process_that_exits_before_the_others_leaves_the_monitor_asleep() {
+    // Its events hang up once it is gone (poll says so at once, forever): a monitor that
+    // kept polling them would spin for the rest of the profile.
+    for order in [["short", "long"], ["long", "short"]] {
+        let mut short = Command::new("sleep").arg("0.2").spawn().unwrap();
+        let mut long = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = |which: &str| match which {
+            "short" => short.id().to_string(),
+            _ => long.id().to_string(),
+        };
+        // Reaped by child::wait, which takes its rusage.
+        #[allow(clippy::zombie_processes)]
+        let child = Command::new(MONITOR)
+            .args([
+                "--backend",
+                "procfs",
+                "--duration",
+                "1500ms",
+                "-o",
+                "/dev/null",
+            ])
+            .args(["--pid", &pid(order[0]), "--pid", &pid(order[1])])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let monitor_pid = child.id();
+        short.wait().unwrap();
+        let (status, used, _) = monitor::command::child::wait(monitor_pid).unwrap();
+        long.kill().unwrap();
+        long.wait().unwrap();
+        assert_eq!(status.code(), 0, "{order:?}: {status}");
+        assert!(
+            used.cpu_ns < 400_000_000,
+            "{order:?}: the monitor used {} ms of CPU in 1.5 s",
+            used.cpu_ns / 1_000_000
+        );
+    }
+}

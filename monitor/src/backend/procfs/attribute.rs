@@ -18,6 +18,10 @@ pub struct Attributor {
     current: Builder,
     next: Builder,
     lost: Faults,
+    /// The rings whose descriptor hung up (its event's task and inherited children are
+    /// gone: poll says so at once, forever), by their position in
+    /// [`FaultEvents::poll_fds`]: drained each period, no longer polled.
+    hung_up: Vec<usize>,
 }
 
 impl Attributor {
@@ -28,12 +32,26 @@ impl Attributor {
             current: Builder::default(),
             next: Builder::default(),
             lost: Faults::default(),
+            hung_up: Vec::new(),
         }
     }
 
     /// The descriptors that wake the sampler when a ring is half full.
     pub fn poll_fds(&self) -> Vec<BorrowedFd<'_>> {
-        self.events.poll_fds().collect()
+        (self.events.poll_fds().enumerate())
+            .filter(|(i, _)| !self.hung_up.contains(i))
+            .map(|(_, fd)| fd)
+            .collect()
+    }
+
+    /// The descriptors at these positions of [`Attributor::poll_fds`]'s answer hung up:
+    /// they are not polled again.
+    pub fn hang_up(&mut self, positions: &[usize]) {
+        let polled: Vec<usize> = (0..self.events.poll_fds().count())
+            .filter(|i| !self.hung_up.contains(i))
+            .collect();
+        self.hung_up
+            .extend(positions.iter().filter_map(|&p| polled.get(p).copied()));
     }
 
     /// Takes what the rings hold now, all of it the period under way's.
@@ -67,6 +85,7 @@ impl Attributor {
             current,
             next,
             lost,
+            ..
         } = self;
         events.drain(|kind, record| match record {
             Record::Sample {

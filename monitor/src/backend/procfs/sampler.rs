@@ -219,11 +219,13 @@ enum Woken {
     /// The period is over.
     Period,
     /// The bell sounded (`bell`: events are waiting), these processes exited, or a fault
-    /// event's ring is half full (`rings`).
+    /// event's ring is half full (`rings`; `hung_up`: the positions of ring descriptors
+    /// that hung up, their events' tasks gone).
     Early {
         bell: bool,
         exited: Vec<u32>,
         rings: bool,
+        hung_up: Vec<usize>,
     },
 }
 
@@ -266,10 +268,19 @@ fn sleep(
         .filter(|(_, fd)| ready(fd))
         .map(|((pid, _), _)| *pid)
         .collect();
+    let rings = &fds[1 + watched.len()..];
+    let hung_up = |fd: &PollFd| {
+        fd.revents()
+            .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR))
+    };
     Ok(Woken::Early {
         bell: sounded,
         exited,
-        rings: fds[1 + watched.len()..].iter().any(ready),
+        rings: rings.iter().any(ready),
+        hung_up: (rings.iter().enumerate())
+            .filter(|(_, fd)| hung_up(fd))
+            .map(|(i, _)| i)
+            .collect(),
     })
 }
 
@@ -461,8 +472,10 @@ fn sample_until_the_end(
                 bell,
                 exited,
                 rings,
+                hung_up,
             } => {
                 if let Some(attributor) = counts.attributor.as_mut().filter(|_| rings) {
+                    attributor.hang_up(&hung_up);
                     attributor.drain();
                 }
                 (bell, exited)
@@ -828,7 +841,7 @@ mod tests {
         )
         .unwrap();
         assert!(
-            matches!(woken, Woken::Early { bell: false, ref exited, rings: false } if exited == &[pid])
+            matches!(woken, Woken::Early { bell: false, ref exited, rings: false, .. } if exited == &[pid])
         );
     }
 }

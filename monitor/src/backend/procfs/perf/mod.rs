@@ -23,8 +23,8 @@ use abi::{flags, PerfEventAttr};
 pub use ring::Record;
 use ring::Ring;
 
-/// Data pages of each ring (a power of two): 64 KiB holds 2,048 records, a 50 ms period
-/// of 40,000 major faults a second on one CPU. Smaller where the locked-memory limit
+/// Data pages of each ring (a power of two): 64 KiB holds 1,638 records of 40 bytes, a
+/// 50 ms period of 32,000 major faults a second on one CPU. Smaller where the locked-memory limit
 /// (`kernel.perf_event_mlock_kb`, 516 KiB a CPU for each user) refuses it.
 const RING_PAGES: [usize; 3] = [16, 4, 1];
 
