@@ -428,6 +428,26 @@ mod tests {
     }
 
     #[test]
+    fn a_band_with_attribution_names_the_mapping_with_most_of_its_major_faults() {
+        let named = Band {
+            major_mapping: Some(crate::pressure::verdict::BandMapping {
+                name: "/var/lib/db/index.dat (shared)".into(),
+                kind: crate::attribution::MappingKind::Shared,
+                major_faults: 9963,
+                share: 0.82,
+            }),
+            ..band()
+        };
+        assert!(
+            named.to_string().contains(
+                "3000 major faults/s (100% of the system's), 82% of them in \
+                 /var/lib/db/index.dat (shared), 2990 refaults/s"
+            ),
+            "{named}"
+        );
+    }
+
+    #[test]
     fn a_summary_without_thrashing_says_so_with_the_rule_and_one_without_psi_says_nothing() {
         let judged = Summary {
             thrashing: Thrashing::Judged(&[], crate::pressure::verdict::RULE),
