@@ -129,6 +129,8 @@ pub struct FaultEvents {
     kernel_faults: bool,
     /// The descriptors the events may take.
     fd_budget: usize,
+    /// An event was opened: `kernel_faults` is settled.
+    opened_any: bool,
 }
 
 impl FaultEvents {
@@ -146,6 +148,7 @@ impl FaultEvents {
             minor_period: minor_period.max(1),
             kernel_faults: true,
             fd_budget: descriptor_budget(),
+            opened_any: false,
         })
     }
 
@@ -170,15 +173,15 @@ impl FaultEvents {
         let cpus = self.cpus.clone();
         let mut opened = Vec::with_capacity(cpus.len());
         for &cpu in &cpus {
-            let major = match self.open(Kind::Major, target, cpu) {
-                Ok(fd) => fd,
+            let pair = (self.open(Kind::Major, target, cpu))
+                .and_then(|major| Ok((major, self.open(Kind::Minor, target, cpu)?)));
+            match pair {
+                Ok((major, minor)) => opened.push((cpu, major, minor)),
                 Err(PerfError::Open(Errno::ESRCH)) => return Ok(false),
                 // A CPU gone offline since the list was read.
                 Err(PerfError::Open(Errno::ENODEV)) => continue,
                 Err(e) => return Err(e),
-            };
-            let minor = self.open(Kind::Minor, target, cpu)?;
-            opened.push((cpu, major, minor));
+            }
         }
         for (cpu, major, minor) in opened {
             self.place(cpu, major, minor)?;
@@ -201,12 +204,14 @@ impl FaultEvents {
         Ok(())
     }
 
-    /// One event on one CPU; where the kernel refuses faults taken in system calls
-    /// (`exclude_kernel` unset), once without them, for this and every later event.
+    /// One event on one CPU; where the kernel refuses the very first with faults taken in
+    /// system calls (`exclude_kernel` unset), once without them, for it and every later
+    /// event (a later refusal is the target's: not ours to trace).
     fn open(&mut self, kind: Kind, target: Target, cpu: u32) -> Result<OwnedFd, PerfError> {
+        let first = !self.opened_any;
         loop {
             match perf_event_open(&self.attr(kind, target), target, cpu) {
-                Err(Errno::EACCES | Errno::EPERM) if self.kernel_faults => {
+                Err(Errno::EACCES | Errno::EPERM) if self.kernel_faults && first => {
                     self.kernel_faults = false;
                 }
                 Err(errno @ (Errno::EACCES | Errno::EPERM)) => {
@@ -226,7 +231,10 @@ impl FaultEvents {
                     })
                 }
                 Err(errno) => return Err(PerfError::Open(errno)),
-                Ok(fd) => return Ok(fd),
+                Ok(fd) => {
+                    self.opened_any = true;
+                    return Ok(fd);
+                }
             }
         }
     }
