@@ -319,7 +319,12 @@ fn an_unprivileged_command_is_attributed_as_far_as_the_paranoia_setting_allows_a
         cmd.args(["run", "--backend", "procfs", "--", WORK]);
         cmd
     };
-    let out = cmd.args(["16", "R", "20000", "1"]).output().unwrap();
+    // Over several periods: a process gone before any period read its maps has its
+    // faults unmapped.
+    let out = cmd
+        .args(["16", "R", "20000", "3", "--sleep-ms", "60"])
+        .output()
+        .unwrap();
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     let system_calls = "not recorded: faults taken in system calls on a process's behalf \

@@ -9,6 +9,11 @@ use super::perf::{FaultEvents, Kind, Record};
 use crate::attribution::table::Builder;
 use crate::attribution::{Faults, PeriodTable, ProcessFaults};
 
+/// The most processes whose maps are read ahead of their faults in a period: each read
+/// costs tens of µs, and a storm of short-lived processes must not make a period's work
+/// grow without bound (the others are read when their faults are resolved).
+const MAPS_READ_AHEAD: usize = 32;
+
 /// The fault events and the table of the period under way.
 pub struct Attributor {
     events: FaultEvents,
@@ -73,9 +78,13 @@ impl Attributor {
         table
     }
 
-    /// How many times a maps file was read.
-    pub fn maps_reads(&self) -> u64 {
-        self.maps.reads
+    /// Reads the maps of processes new to the profile, or that exec'd, now, while they
+    /// live: the faults the rings hold of a process gone by the time they are resolved
+    /// can still be placed (at most [`MAPS_READ_AHEAD`] a period).
+    pub fn read_maps(&mut self, pids: &[u32]) {
+        for &pid in pids.iter().take(MAPS_READ_AHEAD) {
+            self.maps.read_now(pid);
+        }
     }
 
     fn drain_until(&mut self, end_ns: u64) {

@@ -1,10 +1,12 @@
 //! Faulting addresses resolved to mappings, in the monitor, from `/proc/<pid>/maps`: read
 //! as the user running the monitor (the kernel lets only those who may trace a process
-//! read its maps, so the monitor learns no mapping its user could not list), kept, and
-//! read again when an address falls outside every mapping kept (at most once a period
-//! for each process). An address still outside them, or of a process gone by then,
-//! counts as unmapped; a process whose maps may not be read, as unreadable.
+//! read its maps, so the monitor learns no mapping its user could not list), kept, read
+//! ahead when a process first appears or execs, and read again when an address falls
+//! outside every mapping kept (at most once a period for each process). An address
+//! still outside them, or of a process gone by then, counts as unmapped; a process whose
+//! maps may not be read, as unreadable.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::io::ErrorKind;
 use std::sync::Arc;
@@ -22,20 +24,27 @@ pub struct Region {
     pub mapping: Arc<Mapping>,
 }
 
-/// What a process's maps were when last read.
-enum Maps {
-    Read(Vec<Region>),
-    /// Not ours to read (another user's process).
-    Unreadable(Arc<Mapping>),
-    /// Gone: every address unmapped.
-    Gone(Arc<Mapping>),
-}
-
+/// A process's maps as last read.
 struct Cached {
-    maps: Maps,
+    /// Its regions; none when it was gone or its maps not ours to read.
+    regions: Vec<Region>,
+    /// What an address outside every region counts as: unmapped, or, when its maps may
+    /// not be read, unreadable.
+    outside: Arc<Mapping>,
     /// The period it was read in, and the last it resolved a fault in.
     read: u64,
     used: u64,
+}
+
+impl Cached {
+    /// The mapping holding `addr`, if a region does.
+    fn find(&self, addr: u64) -> Option<Arc<Mapping>> {
+        let i = (self.regions)
+            .partition_point(|r| r.start <= addr)
+            .checked_sub(1)?;
+        let region = &self.regions[i];
+        (addr < region.end).then(|| Arc::clone(&region.mapping))
+    }
 }
 
 /// Every profiled process's maps, as far as faults needed them.
@@ -43,8 +52,6 @@ struct Cached {
 pub struct MapsCache {
     procs: HashMap<u32, Cached>,
     period: u64,
-    /// Reads of a maps file, over the profile (what resolving cost).
-    pub reads: u64,
 }
 
 impl MapsCache {
@@ -57,62 +64,51 @@ impl MapsCache {
             .retain(|_, cached| period - cached.used <= KEPT_PERIODS);
     }
 
+    /// Reads process `pid`'s maps now, replacing those kept (an exec replaced them all).
+    pub fn read_now(&mut self, pid: u32) {
+        self.read(pid);
+    }
+
+    fn read(&mut self, pid: u32) -> &Cached {
+        let (regions, outside) = match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+            Ok(text) => (parse(pid, &text), Mapping::unmapped(pid)),
+            // ESRCH: reaped after the open; an empty file (a zombie) parses to no region.
+            Err(e) if e.kind() == ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) => {
+                (Vec::new(), Mapping::unmapped(pid))
+            }
+            Err(_) => (Vec::new(), Mapping::unreadable(pid)),
+        };
+        let cached = Cached {
+            regions,
+            outside: Arc::new(outside),
+            read: self.period,
+            used: self.period,
+        };
+        match self.procs.entry(pid) {
+            Entry::Occupied(mut e) => {
+                e.insert(cached);
+                e.into_mut()
+            }
+            Entry::Vacant(e) => e.insert(cached),
+        }
+    }
+
     /// The mapping holding `addr` in process `pid`.
     pub fn resolve(&mut self, pid: u32, addr: u64) -> Arc<Mapping> {
         let period = self.period;
         if let Some(cached) = self.procs.get_mut(&pid) {
             cached.used = period;
-            match (&cached.maps, find(&cached.maps, addr)) {
-                (_, Some(mapping)) => return mapping,
-                // Read this period already: it is not there.
-                (Maps::Read(_), None) if cached.read == period => {
-                    return Arc::new(Mapping::unmapped(pid))
-                }
-                (Maps::Unreadable(m) | Maps::Gone(m), None) if cached.read == period => {
-                    return Arc::clone(m)
-                }
-                _ => {}
+            // Read this period already: it is not there.
+            match cached.find(addr) {
+                Some(mapping) => return mapping,
+                None if cached.read == period => return Arc::clone(&cached.outside),
+                None => {}
             }
         }
-        let maps = read(pid);
-        self.reads += 1;
-        let mapping = find(&maps, addr).unwrap_or_else(|| Arc::new(Mapping::unmapped(pid)));
-        self.procs.insert(
-            pid,
-            Cached {
-                maps,
-                read: period,
-                used: period,
-            },
-        );
-        mapping
-    }
-}
-
-/// The mapping holding `addr`: its region's, or what stands for every address of a
-/// process whose maps could not be read.
-fn find(maps: &Maps, addr: u64) -> Option<Arc<Mapping>> {
-    match maps {
-        Maps::Read(regions) => {
-            let i = regions
-                .partition_point(|r| r.start <= addr)
-                .checked_sub(1)?;
-            let region = &regions[i];
-            (addr < region.end).then(|| Arc::clone(&region.mapping))
-        }
-        Maps::Unreadable(m) => Some(Arc::clone(m)),
-        Maps::Gone(_) => None,
-    }
-}
-
-fn read(pid: u32) -> Maps {
-    match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
-        Ok(text) => Maps::Read(parse(pid, &text)),
-        // ESRCH: reaped after the open; an empty file (a zombie) parses to no region.
-        Err(e) if e.kind() == ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) => {
-            Maps::Gone(Arc::new(Mapping::unmapped(pid)))
-        }
-        Err(_) => Maps::Unreadable(Arc::new(Mapping::unreadable(pid))),
+        let cached = self.read(pid);
+        cached
+            .find(addr)
+            .unwrap_or_else(|| Arc::clone(&cached.outside))
     }
 }
 
@@ -240,8 +236,13 @@ mod tests {
 
     #[test]
     fn an_address_resolves_to_its_region_and_outside_every_region_to_unmapped() {
-        let maps = Maps::Read(parse(9, MAPS));
-        let at = |addr| find(&maps, addr).map(|m| m.name.clone());
+        let cached = Cached {
+            regions: parse(9, MAPS),
+            outside: Arc::new(Mapping::unmapped(9)),
+            read: 0,
+            used: 0,
+        };
+        let at = |addr| cached.find(addr).map(|m| m.name.clone());
         assert_eq!(
             at(0x7f1c_2400_0000).as_deref(),
             Some("/tmp/a file (deleted)")
@@ -265,9 +266,11 @@ mod tests {
             matches!(mapping.kind, MappingKind::Heap | MappingKind::Anonymous),
             "{mapping:?}"
         );
-        // Read once, kept: the same address resolves without reading again.
-        cache.resolve(std::process::id(), at);
-        assert_eq!(cache.reads, 1);
+        // Read once, kept: the same address resolves to the same mapping without reading
+        // again.
+        cache.next_period();
+        let again = cache.resolve(std::process::id(), at);
+        assert!(Arc::ptr_eq(&again, &mapping));
         // A pid beyond pid_max's largest: no such process.
         let gone = cache.resolve(u32::MAX >> 1, 0x1000);
         assert_eq!(gone.kind, MappingKind::Unmapped);

@@ -402,8 +402,12 @@ impl Counts {
     /// Gives the consumer the table of the period ending at `end_ns`, before its sample.
     fn publish(&mut self, end_ns: u64) {
         let processes = self.who.take();
+        let changed = self.who.changed();
         let table = match self.attributor.as_mut() {
-            Some(attributor) => attributor.finish(end_ns, processes),
+            Some(attributor) => {
+                attributor.read_maps(&changed);
+                attributor.finish(end_ns, processes)
+            }
             None => PeriodTable {
                 end_ns,
                 processes,

@@ -3,6 +3,7 @@
 //! members). A process that started after the profile counts from its fork; one that was
 //! there before, from the first pass that reads it.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -30,6 +31,9 @@ pub struct Who {
     /// When the profile began, in clock ticks after boot (as start times are).
     began: u64,
     period: u64,
+    /// Processes first read, or renamed (an exec), since [`Who::changed`] was last asked:
+    /// their mappings are new.
+    changed: Vec<u32>,
 }
 
 impl Who {
@@ -40,29 +44,35 @@ impl Who {
             procs: HashMap::new(),
             began,
             period: 0,
+            changed: Vec::new(),
         }
     }
 
     /// A process as a pass read it (or, when it did not run, as it was last read).
     pub fn observe(&mut self, pid: u32, stat: &Stat) {
         let own = stat.counters;
-        let faulter = match self.procs.get_mut(&pid) {
-            Some(f) if f.start == stat.start => f,
-            _ => {
-                // Started during the profile: everything it did counts.
-                let fresh = stat.start >= self.began;
-                let faulter = Faulter {
-                    start: stat.start,
-                    comm: stat.comm,
-                    name: stat.comm.to_string_lossy().into(),
-                    minor: if fresh { 0 } else { own.minor },
-                    major: if fresh { 0 } else { own.major },
-                    new_minor: 0,
-                    new_major: 0,
-                    seen: self.period,
-                };
-                self.procs.insert(pid, faulter);
-                self.procs.get_mut(&pid).expect("just inserted")
+        // Started during the profile: everything it did counts.
+        let fresh = stat.start >= self.began;
+        let first = Faulter {
+            start: stat.start,
+            comm: stat.comm,
+            name: stat.comm.to_string_lossy().into(),
+            minor: if fresh { 0 } else { own.minor },
+            major: if fresh { 0 } else { own.major },
+            new_minor: 0,
+            new_major: 0,
+            seen: self.period,
+        };
+        let faulter = match self.procs.entry(pid) {
+            Entry::Occupied(e) if e.get().start == stat.start => e.into_mut(),
+            Entry::Occupied(mut e) => {
+                e.insert(first);
+                self.changed.push(pid);
+                e.into_mut()
+            }
+            Entry::Vacant(e) => {
+                self.changed.push(pid);
+                e.insert(first)
             }
         };
         faulter.new_minor += own.minor.saturating_sub(faulter.minor);
@@ -74,7 +84,13 @@ impl Who {
             // It exec'd: its name from now on.
             faulter.comm = stat.comm;
             faulter.name = stat.comm.to_string_lossy().into();
+            self.changed.push(pid);
         }
+    }
+
+    /// The processes first read, or renamed, since the last call.
+    pub fn changed(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.changed)
     }
 
     /// The faults each process took since the last call (those with any); forgets the
@@ -142,6 +158,8 @@ mod tests {
             (second[0].pid, second[0].minor, &*second[0].comm),
             (1, 50, "old")
         );
+        // Both new the first time they were read, neither since.
+        assert_eq!(who.changed(), [1, 2]);
         // Not read this period: gone, forgotten; a new process with its pid counts anew.
         assert!(who.take().is_empty());
         assert!(who.procs.is_empty());
@@ -155,5 +173,9 @@ mod tests {
         who.observe(1, &stat(who.began + 2, 4, 0, "b"));
         let taken = who.take();
         assert_eq!((taken[0].minor, &*taken[0].comm), (4, "b"));
+        assert_eq!(who.changed(), [1, 1]);
+        // Renamed by an exec: its mappings are new.
+        who.observe(1, &stat(who.began + 2, 5, 0, "c"));
+        assert_eq!(who.changed(), [1]);
     }
 }
