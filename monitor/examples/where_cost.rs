@@ -223,17 +223,10 @@ fn cpu_s() -> anyhow::Result<f64> {
     Ok(s(usage.user_time()) + s(usage.system_time()))
 }
 
-fn page_size() -> usize {
-    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-        .ok()
-        .flatten()
-        .map_or(4096, |p| p as usize)
-}
-
 /// Minor faults as fast as one thread takes them (reads: the zero page mapped), or
 /// the common ones (`write`: a page allocated and zeroed).
 fn minor(write: bool) -> anyhow::Result<Measured> {
-    let page = page_size();
+    let page = monitor::system::page_size();
     let (start, cpu) = (Instant::now(), cpu_s()?);
     let mut faults = 0u64;
     let mut sum = 0u8;
@@ -260,7 +253,7 @@ fn minor(write: bool) -> anyhow::Result<Measured> {
 
 /// Major faults: the file dropped from the page cache, then read a byte a page.
 fn major(path: &Path) -> anyhow::Result<Measured> {
-    let page = page_size();
+    let page = monitor::system::page_size();
     let file = File::open(path)?;
     let (start, cpu) = (Instant::now(), cpu_s()?);
     let mut faults = 0u64;

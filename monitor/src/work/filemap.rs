@@ -63,7 +63,7 @@ impl FileMap {
             path: path.to_path_buf(),
             file,
             map,
-            page_size: page_size(),
+            page_size: crate::system::page_size(),
             evict,
             sweeps: 0,
             expected: Expected::default(),
@@ -152,22 +152,10 @@ impl FileMap {
         Ok(())
     }
 
-    /// How many of the file's pages are in the page cache now.
+    /// How many of the file's pages are in the page cache now (`mincore()` says so of a
+    /// file mapping's pages, mapped or not).
     fn cached_pages(&self) -> io::Result<u64> {
-        let mut resident = vec![0u8; self.pages()];
-        // SAFETY: the range is this mapping, page aligned, and `resident` has one byte
-        // for each of its pages, as mincore writes.
-        let ret = unsafe {
-            libc::mincore(
-                self.map.as_ptr() as *mut libc::c_void,
-                self.map.len(),
-                resident.as_mut_ptr(),
-            )
-        };
-        if ret != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(resident.iter().filter(|&&r| r & 1 == 1).count() as u64)
+        resident_pages(self.map.as_ptr(), self.map.len())
     }
 }
 
@@ -181,23 +169,16 @@ impl Drop for FileMap {
 /// How many pages of `len` bytes at `start` are resident: of `work`'s anonymous buffer,
 /// the pages its accesses touched (none is swapped out on a machine without swap).
 pub fn resident_pages(start: *const u8, len: usize) -> io::Result<u64> {
-    let page = page_size();
+    let page = crate::system::page_size();
     let mut resident = vec![0u8; len.div_ceil(page)];
-    // SAFETY: the caller's range is a live mapping, page aligned (an mmap's), and
-    // `resident` has one byte for each of its pages, as mincore writes.
+    // SAFETY: mincore writes one byte for each page of the range into `resident`, which
+    // holds that many, and touches no other memory of ours; a range not mapped, or not
+    // page aligned, it refuses (ENOMEM, EINVAL).
     let ret = unsafe { libc::mincore(start as *mut libc::c_void, len, resident.as_mut_ptr()) };
     if ret != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(resident.iter().filter(|&&r| r & 1 == 1).count() as u64)
-}
-
-fn page_size() -> usize {
-    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-        .ok()
-        .flatten()
-        .and_then(|size| usize::try_from(size).ok())
-        .unwrap_or(4096)
 }
 
 #[cfg(test)]

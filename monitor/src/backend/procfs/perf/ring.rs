@@ -42,7 +42,7 @@ impl Ring {
     /// Maps the ring of event `fd`: a control page and `data_pages` (a power of two) of
     /// records.
     pub fn map(fd: OwnedFd, data_pages: usize) -> io::Result<Ring> {
-        let page_size = page_size();
+        let page_size = crate::system::page_size();
         let map = MmapOptions::new()
             .len((1 + data_pages) * page_size)
             .map_raw(&fd)?;
@@ -128,14 +128,6 @@ fn parse(kind: u32, body: &[u8]) -> Option<Record> {
         PERF_RECORD_LOST => Some(Record::Lost(u64_at(8)?)),
         _ => None,
     }
-}
-
-fn page_size() -> usize {
-    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-        .ok()
-        .flatten()
-        .and_then(|size| usize::try_from(size).ok())
-        .unwrap_or(4096)
 }
 
 #[cfg(test)]
