@@ -16,6 +16,9 @@ use crate::rows::row::Row;
 /// and the summary list; the rest is summed as "other".
 pub const TOP: usize = 5;
 
+/// How many of the processes that took a mapping's faults an interval's record names.
+const TOP_TAKERS: usize = 3;
+
 /// The most periods with major faults kept for a band not begun yet (30 minutes of
 /// 50 ms periods): pressure that lasts longer before thrashing begins is named from its
 /// last 30 minutes. Once it has begun, what is certain to be in the band is summed.
@@ -34,6 +37,8 @@ pub struct Whereabouts {
 #[derive(Default)]
 struct Interval {
     tally: Tally,
+    /// The faults recorded by process and mapping: who took each mapping's.
+    taken: HashMap<(Arc<Mapping>, u32), Faults>,
     /// The first row's start and the last row's end (ms on the rows' axis), the last's
     /// timestamp.
     span: Option<(u64, u64, u64)>,
@@ -57,6 +62,10 @@ impl Whereabouts {
         self.feed.take_until(row.mono_ns, &mut self.taken);
         for table in self.taken.drain(..) {
             self.interval.tally.add(&table);
+            for entry in &table.entries {
+                let key = (Arc::clone(&entry.mapping), entry.pid);
+                *self.interval.taken.entry(key).or_default() += entry.faults;
+            }
             self.run.add(&table);
             self.bands.add(&table);
         }
@@ -85,7 +94,16 @@ impl Whereabouts {
         let period = minor_period(self.feed.attribution());
         let tally = &interval.tally;
         let mappings: Vec<MappingRecord> = (tally.top_either(TOP).into_iter())
-            .map(|(mapping, faults)| MappingRecord::new(mapping, faults, period))
+            .map(|(mapping, faults)| {
+                let mut takers: Vec<(u32, Faults)> = (interval.taken.iter())
+                    .filter(|((m, _), _)| m == mapping)
+                    .map(|((_, pid), f)| (*pid, *f))
+                    .collect();
+                takers
+                    .sort_by_key(|(pid, f)| (std::cmp::Reverse((f.major, f.minor_samples)), *pid));
+                takers.truncate(TOP_TAKERS);
+                MappingRecord::new(mapping, faults, period, &takers)
+            })
             .collect();
         let mut listed = Faults::default();
         for m in &mappings {
@@ -174,10 +192,26 @@ pub struct MappingRecord {
     pub major: u64,
     pub minor_est: u64,
     pub minor_samples: u64,
+    /// The processes that took the most of its faults (a file's may be several), each
+    /// with its own.
+    pub by_process: Vec<TakerRecord>,
+}
+
+/// A process that took a mapping's faults, and how many.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TakerRecord {
+    pub pid: u32,
+    pub major: u64,
+    pub minor_est: u64,
 }
 
 impl MappingRecord {
-    fn new(mapping: &Mapping, faults: Faults, period: Option<u64>) -> MappingRecord {
+    fn new(
+        mapping: &Mapping,
+        faults: Faults,
+        period: Option<u64>,
+        takers: &[(u32, Faults)],
+    ) -> MappingRecord {
         let f = FaultsRecord::new(faults, period);
         MappingRecord {
             name: mapping.name.clone(),
@@ -186,6 +220,16 @@ impl MappingRecord {
             major: f.major,
             minor_est: f.minor_est,
             minor_samples: f.minor_samples,
+            by_process: (takers.iter())
+                .map(|&(pid, f)| {
+                    let f = FaultsRecord::new(f, period);
+                    TakerRecord {
+                        pid,
+                        major: f.major,
+                        minor_est: f.minor_est,
+                    }
+                })
+                .collect(),
         }
     }
 }
@@ -409,6 +453,14 @@ mod tests {
         let listed: Vec<&str> = record.mappings.iter().map(|m| m.name.as_str()).collect();
         assert_eq!(listed, ["/f7", "/f6", "/f5", "/f4", "/f3", "/minor"]);
         assert_eq!(record.mappings[5].minor_est, 70);
+        assert_eq!(
+            record.mappings[0].by_process,
+            [TakerRecord {
+                pid: 1,
+                major: 7,
+                minor_est: 0
+            }]
+        );
         // /f0 .. /f2 took 0 + 1 + 2 major faults.
         assert_eq!(record.other_mappings.major, 3);
         assert_eq!(record.processes.len(), 1);
