@@ -141,6 +141,8 @@ def main():
     for ident, names in sorted(sites.items()):
         for name in sorted(names):
             mutant_name = f'{name}+{re.sub(r"[^A-Za-z0-9-]", "_", ident)}'
+            if any(c[1] == mutant_name for c in cases):
+                sys.exit(f'check.py: two mutants named {mutant_name}')
             expected = 'Sometimes' if name in needs[ident] else 'Never'
             cases.append((f'{mutant_name}.litmus', mutant_name, ident, expected))
 
