@@ -60,6 +60,9 @@ pub struct Request {
     pub summary: SummaryTarget,
     /// `--duration`: the profile ends after this long, as after a SIGTERM.
     pub duration: Option<Duration>,
+    /// `--count`: the profile ends after this many rows, as after a SIGTERM, and holds
+    /// exactly them.
+    pub count: Option<u64>,
 }
 
 /// Profiles what `request` names with backend `B`; the exit code `monitor` ends with.
@@ -68,7 +71,13 @@ pub fn profile<B: Backend>(request: Request) -> Result<u8, ProfileError> {
     let mut started = start(opened, &request)?;
     let live_line = sinks.summary.leaves_stderr_to_the_live_line();
     let keep_rows = sinks.plot.is_some();
-    let consumers = Consumers::new(sinks.output, sinks.exporters, live_line, keep_rows);
+    let consumers = Consumers::new(
+        sinks.output,
+        sinks.exporters,
+        live_line,
+        keep_rows,
+        request.count,
+    );
     let (consumed, end) = consume(&mut started, consumers)?;
     let reports = Reports {
         plot: sinks.plot,
