@@ -15,6 +15,7 @@ use crate::backend::Backend;
 use crate::command::signals::Signals;
 use crate::rows::row::Timeline;
 use crate::rows::source::{Batch, Source};
+use crate::system::peak::PeakRss;
 
 /// How long the consumer waits for samples at most while nothing else needs it: the
 /// producer's cancellation and every signal wake it earlier.
@@ -60,6 +61,7 @@ pub(super) fn consume<B: Backend>(
         let batch = stop
             .next(&mut started.source, &mut samples, idle)
             .map_err(ring_error)?;
+        started.peaks.iter_mut().for_each(PeakRss::read);
         rows.extend(samples.drain(..).map(|sample| timeline.row(&sample)));
         started.pressure.fill(&mut rows);
         for row in rows.drain(..) {
