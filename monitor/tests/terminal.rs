@@ -251,28 +251,25 @@ fn the_metadata_comes_first_and_dates_every_row_on_the_wall_clock() {
     }
 }
 
+/// `monitor --backend procfs --pid P OPTIONS` on a `sleep 30` that outlives it, run to
+/// its end in `dir`.
+fn attached_to_a_sleeper(dir: &Scratch, options: &[&str]) -> Output {
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = sleeper.id().to_string();
+    let mut args = vec!["--backend", "procfs", "--pid", &pid];
+    args.extend_from_slice(options);
+    let out = monitor_in(dir, &args);
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
+    out
+}
+
 #[test]
 fn duration_ends_an_attached_profile_and_sends_sigterm_to_a_command_as_timeout_does() {
     let dir = Scratch::new("terminal-duration");
-    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
-    let pid = sleeper.id().to_string();
     let started = Instant::now();
-    let attached = monitor_in(
-        &dir,
-        &[
-            "--backend",
-            "procfs",
-            "--pid",
-            &pid,
-            "--duration",
-            "500ms",
-            "-o",
-            "/dev/null",
-        ],
-    );
+    let attached = attached_to_a_sleeper(&dir, &["--duration", "500ms", "-o", "/dev/null"]);
     let took = started.elapsed();
-    sleeper.kill().unwrap();
-    sleeper.wait().unwrap();
     assert!(attached.status.success(), "{}", stderr(&attached));
     assert!(took < Duration::from_secs(5), "{took:?}");
     let run = monitor_in(
@@ -480,23 +477,7 @@ fn an_attached_processs_peak_rss_is_its_high_water_mark_as_time_v_reports_it() {
 #[test]
 fn count_ends_the_profile_after_exactly_that_many_samples() {
     let dir = Scratch::new("terminal-count");
-    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
-    let pid = sleeper.id().to_string();
-    let attached = monitor_in(
-        &dir,
-        &[
-            "--backend",
-            "procfs",
-            "--pid",
-            &pid,
-            "--period",
-            "20ms",
-            "--count",
-            "7",
-        ],
-    );
-    sleeper.kill().unwrap();
-    sleeper.wait().unwrap();
+    let attached = attached_to_a_sleeper(&dir, &["--period", "20ms", "--count", "7"]);
     let err = stderr(&attached);
     assert!(attached.status.success(), "{err}");
     assert_eq!(
@@ -507,29 +488,12 @@ fn count_ends_the_profile_after_exactly_that_many_samples() {
     assert_eq!(summary_value(&err, "samples"), 7, "{err}");
     // `monitor run`: the command gets SIGTERM, as with --duration; relaxed mode alike.
     let summary = dir.join("run.json");
-    let run = monitor_in(
-        &dir,
-        &[
-            "run",
-            "--backend",
-            "procfs",
-            "--mode",
-            "relaxed",
-            "--period",
-            "20ms",
-            "--count",
-            "5",
-            "--format",
-            "jsonl",
-            "-o",
-            "-",
-            "--summary",
-            summary.to_str().unwrap(),
-            "--",
-            "sleep",
-            "30",
-        ],
-    );
+    let mut args: Vec<&str> = "run --backend procfs --mode relaxed --period 20ms --count 5"
+        .split(' ')
+        .collect();
+    args.extend(["--format", "jsonl", "-o", "-", "--summary"]);
+    args.extend([summary.to_str().unwrap(), "--", "sleep", "30"]);
+    let run = monitor_in(&dir, &args);
     assert_eq!(run.status.code(), Some(128 + 15), "{}", stderr(&run));
     let records = String::from_utf8_lossy(&run.stdout).into_owned();
     let rows = records
@@ -683,16 +647,9 @@ fn the_live_line_redraws_in_place_on_a_terminal_and_leaves_it_clean() {
     // Nothing with --quiet; no line when the rows go to the same terminal.
     let quiet = ["run", "-q", "--backend", "procfs", "--", "sleep", "0.5"];
     assert_eq!(on_a_terminal(&quiet, false).0, "");
-    let rows = [
-        "run",
-        "--backend",
-        "procfs",
-        "-o",
-        "-",
-        "--",
-        "sleep",
-        "0.5",
-    ];
+    let rows: Vec<&str> = "run --backend procfs -o - -- sleep 0.5"
+        .split(' ')
+        .collect();
     let (seen, _) = on_a_terminal(&rows, true);
     assert!(!seen.contains(['\r', '\x1b']), "{seen:?}");
     assert!(seen.starts_with(CSV_METADATA), "{seen:?}");
