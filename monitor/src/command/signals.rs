@@ -1,8 +1,8 @@
 //! SIGINT, SIGTERM and SIGHUP (a dropped ssh session): forwarded to the command `monitor
 //! run` started, or turned into a stop of the session at once, from the thread that
 //! receives them, so that the profile ends within a few milliseconds whatever the
-//! consumer is waiting for, with everything written. `--duration` sends the same stop
-//! ([`Signals::end_after`]).
+//! consumer is waiting for, with everything written. `--duration` and `--count` end it
+//! as a SIGTERM does ([`Signals::end_after`], [`Signals::end_as_sigterm`]).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -90,12 +90,17 @@ impl Signals {
             .name("pfprof-duration".into())
             .spawn(move || {
                 thread::sleep(duration);
-                if !signals.shared.over.load(Ordering::Acquire) {
-                    signals.received(SIGTERM, Cause::Unknown);
-                }
+                signals.end_as_sigterm();
             })
             .map_err(SystemError::doing("starting the --duration timer"))?;
         Ok(())
+    }
+
+    /// Now, what a SIGTERM from `kill` does (see [`Signals::end_after`]).
+    pub fn end_as_sigterm(&self) {
+        if !self.shared.over.load(Ordering::Acquire) {
+            self.received(SIGTERM, Cause::Unknown);
+        }
     }
 
     /// The profile is over: what comes now is the exporters' linger.

@@ -32,6 +32,7 @@ use crate::rows::source::Source;
 use crate::system::cgroup::{Cgroup, FaultCheck};
 use crate::system::error::SystemError;
 use crate::system::exit;
+use crate::system::peak::PeakRss;
 use consume::{consume, End};
 use consumers::{Consumed, Consumers};
 use error::ProfileError;
@@ -60,6 +61,9 @@ pub struct Request {
     pub summary: SummaryTarget,
     /// `--duration`: the profile ends after this long, as after a SIGTERM.
     pub duration: Option<Duration>,
+    /// `--count`: the profile ends after this many rows, as after a SIGTERM, and holds
+    /// exactly them.
+    pub count: Option<u64>,
 }
 
 /// Profiles what `request` names with backend `B`; the exit code `monitor` ends with.
@@ -68,7 +72,13 @@ pub fn profile<B: Backend>(request: Request) -> Result<u8, ProfileError> {
     let mut started = start(opened, &request)?;
     let live_line = sinks.summary.leaves_stderr_to_the_live_line();
     let keep_rows = sinks.plot.is_some();
-    let consumers = Consumers::new(sinks.output, sinks.exporters, live_line, keep_rows);
+    let consumers = Consumers::new(
+        sinks.output,
+        sinks.exporters,
+        live_line,
+        keep_rows,
+        request.count,
+    );
     let (consumed, end) = consume(&mut started, consumers)?;
     let reports = Reports {
         plot: sinks.plot,
@@ -164,6 +174,8 @@ struct Started<B: Backend> {
     /// The command's pid, while it may still be running.
     command: Option<u32>,
     metadata: Metadata,
+    /// The `--pid` processes' own peak resident sets, read at every wake-up.
+    peaks: Vec<PeakRss>,
 }
 
 fn start<B: Backend>(opened: Opened<B>, request: &Request) -> Result<Started<B>, ProfileError> {
@@ -203,6 +215,7 @@ fn start<B: Backend>(opened: Opened<B>, request: &Request) -> Result<Started<B>,
     if let Some(duration) = request.duration {
         signals.end_after(duration)?;
     }
+    let peaks = request.pids.iter().filter_map(|&pid| PeakRss::open(pid));
     Ok(Started {
         backend,
         fault_check,
@@ -213,6 +226,7 @@ fn start<B: Backend>(opened: Opened<B>, request: &Request) -> Result<Started<B>,
         reaper,
         command: pid,
         metadata,
+        peaks: peaks.collect(),
     })
 }
 
@@ -261,6 +275,7 @@ fn finish<B: Backend>(
     };
     let counters = started.area.counters();
     notes.extend(withdrawn_note(counters.withdrawn));
+    let peaks: Vec<_> = started.peaks.iter().filter_map(PeakRss::report).collect();
     let summary = Summary {
         backend,
         mode: request.mode,
@@ -268,6 +283,7 @@ fn finish<B: Backend>(
         blocked: Duration::from_nanos(counters.blocked_ns),
         deferred: counters.deferred,
         child,
+        peaks: &peaks,
         thrashing: if consumed.judged {
             Thrashing::Judged(&consumed.bands, RULE)
         } else {

@@ -36,6 +36,7 @@ use shared_layout::Mode;
         monitor run --output prof.csv --plot prof.svg -- ./target/release/work 256 R 50000\n  \
         monitor run -q --summary run.json -- make     (the summary as JSON, nothing shown)\n  \
         monitor --pid 1234 --mode relaxed --interval 500ms --duration 1m > prof.csv\n  \
+        monitor --pid 1234 --period 1s --count 10     (10 rows of a second, as pidstat 1 10)\n  \
         monitor --cgroup /sys/fs/cgroup/system.slice/nginx.service --prometheus :9464 -o /dev/null\n\n\
         `monitor run` shows a live line on a terminal and prints the summary on standard\n\
         error; its samples go only where --output says (`-o -`: standard output,\n\
@@ -106,6 +107,10 @@ struct Options {
     /// command, as timeout(1) does).
     #[arg(long, value_parser = parse_duration, value_name = "DUR")]
     duration: Option<Duration>,
+    /// End the profile after N samples, as SIGTERM does: the rows, summary, plot and
+    /// exports hold exactly the first N (`--period 1s --count 5`: pidstat's `1 5`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    count: Option<u64>,
     /// Format of the samples: csv or jsonl (JSON Lines, same keys as the CSV columns).
     #[arg(long, default_value = "csv", value_name = "csv|jsonl")]
     format: Format,
@@ -249,6 +254,7 @@ fn run(options: Options, command: Option<Vec<OsString>>) -> Result<u8, ProfileEr
             quiet: options.quiet,
         },
         duration: options.duration,
+        count: options.count,
         inherit: !options.no_inherit,
         export: options.export,
     };
