@@ -8,6 +8,7 @@
 pub mod backend;
 pub mod command;
 pub mod export;
+pub mod fleet;
 pub mod output;
 pub mod pressure;
 pub mod profile;

@@ -141,16 +141,25 @@ pub struct Labels {
     /// The monitor's own process id: two monitors of one target never export the same
     /// series (one value per running monitor; a restart starts new series).
     pub monitor_pid: String,
+    /// What the target's cgroup path says of it (a Kubernetes container's `pod_uid`,
+    /// `container_id`, `qos_class`): empty but for the targets of a fleet monitor.
+    pub derived: Vec<(&'static str, String)>,
 }
 
 impl Labels {
-    pub fn pairs(&self) -> [(&'static str, &str); 4] {
-        [
-            ("target", &self.target),
+    pub fn pairs(&self) -> Vec<(&'static str, &str)> {
+        let mut pairs = vec![
+            ("target", self.target.as_str()),
             ("backend", &self.backend),
             ("mode", &self.mode),
             ("monitor_pid", &self.monitor_pid),
-        ]
+        ];
+        pairs.extend(
+            self.derived
+                .iter()
+                .map(|(key, value)| (*key, value.as_str())),
+        );
+        pairs
     }
 }
 

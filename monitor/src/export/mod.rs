@@ -12,6 +12,7 @@ mod board;
 mod error;
 mod exposition;
 mod http;
+mod hub;
 pub mod metrics;
 mod otlp;
 mod textfile;
@@ -23,6 +24,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 pub use error::ExportError;
+pub use hub::{FleetServer, Hub};
 pub use metrics::{Labels, Snapshot, ThrashingState};
 pub use otlp::OtlpOptions;
 
@@ -84,6 +86,14 @@ pub fn target_label(command: Option<&[OsString]>, pids: &[u32], cgroup: Option<&
     format!("pid:{}", pids.join(","))
 }
 
+/// A fleet monitor's target: its exporter is the fleet's hub, its labels carry what its
+/// cgroup path says of it.
+#[derive(Clone, Debug)]
+pub struct FleetTarget {
+    pub hub: Arc<Hub>,
+    pub derived: Vec<(&'static str, String)>,
+}
+
 /// What the exporters delivered, once the profile has ended.
 pub struct Finished {
     /// One summary note per exporter.
@@ -102,6 +112,8 @@ pub struct Exporters {
     prometheus: Option<http::Server>,
     otlp: Option<otlp::Pusher>,
     textfile: Option<textfile::Writer>,
+    /// Thrashing episodes of the target's earlier profiles (a fleet target that came back).
+    episodes_before: u64,
 }
 
 impl Exporters {
@@ -121,7 +133,13 @@ impl Exporters {
         let prometheus = options
             .prometheus
             .as_deref()
-            .map(|addr| http::Server::start(addr, Arc::clone(&board), Arc::clone(&labels)))
+            .map(|addr| {
+                let shown = http::OneTarget {
+                    board: Arc::clone(&board),
+                    labels: Arc::clone(&labels),
+                };
+                http::Server::start(addr, Arc::new(shown))
+            })
             .transpose()?;
         let env = |name: &str| std::env::var(name).ok();
         let otlp = (options.otlp.url.is_some())
@@ -142,7 +160,30 @@ impl Exporters {
             prometheus,
             otlp,
             textfile,
+            episodes_before: 0,
         }))
+    }
+
+    /// Exports through a fleet monitor's `hub` instead of exporters of its own, going on
+    /// from the target's earlier values when it comes back within `--linger`.
+    pub fn attach(hub: &Hub, labels: Labels) -> Exporters {
+        let board = Arc::new(Board::new(Snapshot::default()));
+        let resumed = hub.attach(Arc::new(labels), Arc::clone(&board));
+        let snapshot = Snapshot {
+            done: false,
+            ..resumed.unwrap_or_default()
+        };
+        board.post(&snapshot);
+        Exporters {
+            board,
+            snapshot,
+            linger: Duration::ZERO,
+            linger_scrapers: 1,
+            prometheus: None,
+            otlp: None,
+            textfile: None,
+            episodes_before: snapshot.thrashing.episodes,
+        }
     }
 
     /// The sampling period, exported as a gauge.
@@ -157,7 +198,10 @@ impl Exporters {
 
     /// What the thrashing verdict says after the rows added so far.
     pub fn set_thrashing(&mut self, thrashing: ThrashingState) {
-        self.snapshot.thrashing = thrashing;
+        self.snapshot.thrashing = ThrashingState {
+            episodes: self.episodes_before + thrashing.episodes,
+            ..thrashing
+        };
     }
 
     /// Samples the producer overwrote.

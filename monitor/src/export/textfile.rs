@@ -179,6 +179,7 @@ mod tests {
                 backend: "procfs".into(),
                 mode: "strict".into(),
                 monitor_pid: monitor_pid.into(),
+                derived: Vec::new(),
             })
         };
         assert_eq!(name("work", "7"), "pfprof-work-7.prom");
@@ -215,6 +216,7 @@ mod tests {
             backend: "procfs".into(),
             mode: "strict".into(),
             monitor_pid: "7".into(),
+            derived: Vec::new(),
         });
         let board = Arc::new(Board::new(Snapshot::default()));
         for dir in ["/proc", "/nonexistent-pfprof-dir", "/dev/null"] {

@@ -18,7 +18,7 @@ use shared_layout::{Area, Mode};
 use crate::backend::{Backend, Selection};
 use crate::command::child::{self, Held, Running};
 use crate::command::signals::Signals;
-use crate::export::{self, ExportOptions, Exporters, Labels};
+use crate::export::{self, ExportOptions, Exporters, FleetTarget, Labels};
 use crate::output::error::OutputError;
 use crate::output::metadata::{Metadata, Profiled};
 use crate::output::plot;
@@ -64,6 +64,8 @@ pub struct Request {
     /// `--count`: the profile ends after this many rows, as after a SIGTERM, and holds
     /// exactly them.
     pub count: Option<u64>,
+    /// One target of a fleet monitor: exported through the fleet's hub.
+    pub fleet: Option<FleetTarget>,
 }
 
 /// Profiles what `request` names with backend `B`; the exit code `monitor` ends with.
@@ -138,8 +140,12 @@ fn open<B: Backend>(request: &Request) -> Result<(Sinks, Opened<B>), ProfileErro
         backend: backend.name().to_owned(),
         mode: request.mode.to_string(),
         monitor_pid: std::process::id().to_string(),
+        derived: (request.fleet.as_ref()).map_or_else(Vec::new, |f| f.derived.clone()),
     };
-    let exporters = Exporters::start(&request.export, labels, request.interval)?;
+    let exporters = match &request.fleet {
+        Some(fleet) => Some(Exporters::attach(&fleet.hub, labels)),
+        None => Exporters::start(&request.export, labels, request.interval)?,
+    };
     let signals = Signals::install()?;
     let held = (request.command.as_deref())
         .map(child::spawn_held)

@@ -45,7 +45,7 @@ pub struct Cgroup {
 }
 
 /// The mount points of cgroup2 file systems, from /proc/self/mountinfo.
-fn cgroup2_mounts() -> Vec<PathBuf> {
+pub fn cgroup2_mounts() -> Vec<PathBuf> {
     let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
         return Vec::new();
     };

@@ -15,6 +15,7 @@ use monitor::backend::kernel::Kernel;
 use monitor::backend::procfs::Procfs;
 use monitor::backend::BackendError;
 use monitor::export::{ExportError, ExportOptions};
+use monitor::fleet::{FleetRequest, Selector};
 use monitor::output::error::OutputError;
 use monitor::output::summary::{SummaryStyle, SummaryTarget};
 use monitor::output::writer::{Destination, Format};
@@ -87,6 +88,23 @@ struct Options {
     /// The profile ends when the cgroup is removed, or with Ctrl-C.
     #[arg(long, value_name = "PATH", conflicts_with = "pids")]
     cgroup: Option<PathBuf>,
+    /// Profile every cgroup directly under the cgroup v2 directory DIR (repeatable), each
+    /// as --cgroup would and exported on its own with target=its path (below a kubelet's
+    /// kubepods cgroup: each container, labelled pod_uid, qos_class, container_id). Looked
+    /// at again every --interval: a cgroup that appears or comes back is profiled. Needs
+    /// --prometheus; procfs backend only.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["pids", "cgroup"])]
+    cgroups_under: Vec<PathBuf>,
+    /// Profile the cgroup of every systemd unit named like PATTERN (`*` and `?`, e.g.
+    /// 'nginx*.service'; repeatable), found by name under the cgroup2 mount, as
+    /// --cgroups-under profiles each of its cgroups.
+    #[arg(long = "unit", value_name = "PATTERN", conflicts_with_all = ["pids", "cgroup"])]
+    units: Vec<String>,
+    /// With --cgroups-under or --unit: the most targets exported at once (each is about 12
+    /// series); those found beyond are left out, said on standard error.
+    #[arg(long, value_name = "N", default_value_t = monitor::fleet::MAX_TARGETS,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    max_targets: u16,
     /// Write samples to FILE (replaced only once the profile is complete); `-` is
     /// standard output, /dev/stderr standard error. Without it, `monitor run` writes no
     /// samples and the others write them to standard output.
@@ -203,7 +221,83 @@ fn main() -> ExitCode {
             )
             .exit();
     }
+    if !options.cgroups_under.is_empty() || !options.units.is_empty() {
+        return fleet(options, command.is_some());
+    }
     match run(options, command) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            let (message, code) = failure(e);
+            eprint!("{message}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// Refuses what a fleet monitor cannot do, with the reason, as clap refuses a usage error.
+fn refuse_for_fleet(options: &Options, run: bool) {
+    let refusal = if run {
+        Some("--cgroups-under and --unit profile cgroups: use them without `run`")
+    } else if options.backend == BackendChoice::Kernel {
+        Some(
+            "--cgroups-under and --unit need --backend procfs: with the module each target \
+              would be a session of its own, which this monitor does not open",
+        )
+    } else if options.export.prometheus.is_none() {
+        Some("--cgroups-under and --unit export each target: give --prometheus ADDR")
+    } else if options.export.otlp.url.is_some() || options.export.textfile.is_some() {
+        Some(
+            "--cgroups-under and --unit export through --prometheus only, not yet --otlp \
+              or --textfile",
+        )
+    } else if options.output.is_some() || options.plot.is_some() || options.summary.is_some() {
+        Some(
+            "--cgroups-under and --unit export each target: --output, --plot and \
+              --summary are for one target (--cgroup)",
+        )
+    } else {
+        None
+    };
+    if let Some(refusal) = refusal {
+        Cli::command()
+            .error(clap::error::ErrorKind::ArgumentConflict, refusal)
+            .exit();
+    }
+}
+
+/// `--cgroups-under`, `--unit`: one monitor for many cgroups.
+fn fleet(options: Options, run: bool) -> ExitCode {
+    refuse_for_fleet(&options, run);
+    let selectors = (options.cgroups_under.iter().cloned().map(Selector::Under))
+        .chain(options.units.iter().cloned().map(Selector::Unit))
+        .collect();
+    let request = FleetRequest {
+        selectors,
+        max_targets: usize::from(options.max_targets),
+        prometheus: options.export.prometheus.clone().unwrap_or_default(),
+        template: Request {
+            mode: options.mode,
+            interval: options.interval,
+            format: options.format,
+            output: Destination::Nowhere,
+            plot: None,
+            command: None,
+            pids: Vec::new(),
+            cgroup: None,
+            period_ms: options.period.or(options.period_ms),
+            inherit: !options.no_inherit,
+            export: options.export,
+            summary: SummaryTarget {
+                file: None,
+                style: SummaryStyle::Text,
+                quiet: true,
+            },
+            duration: None,
+            count: None,
+            fleet: None,
+        },
+    };
+    match monitor::fleet::run(request) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             let (message, code) = failure(e);
@@ -257,6 +351,7 @@ fn run(options: Options, command: Option<Vec<OsString>>) -> Result<u8, ProfileEr
         count: options.count,
         inherit: !options.no_inherit,
         export: options.export,
+        fleet: None,
     };
     match backend {
         BackendChoice::Kernel => profile::profile::<Kernel>(request),
