@@ -135,3 +135,11 @@ fn a_fleet_monitor_refuses_the_module_run_and_a_missing_prometheus_with_the_reas
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn a_path_shaped_otherwise_than_the_kubelets_is_not_descended() {
+    // A QoS class below a QoS class, as a user who may make cgroups there could nest
+    // them without end: not a QoS cgroup to descend into.
+    assert_eq!(classify("/kubepods/burstable/besteffort"), None);
+    assert_eq!(classify("/kubepods/burstable/burstable"), None);
+}

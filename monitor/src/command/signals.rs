@@ -63,6 +63,15 @@ impl Signals {
         Ok(Signals { shared })
     }
 
+    /// Signals that no handler delivers: a fleet monitor's target, which its fleet stops
+    /// with [`Signals::request_stop`]. A handler of its own per target would be a thread
+    /// and a descriptor that outlive the target, one more at every restart of a service.
+    pub fn unhooked() -> Signals {
+        Signals {
+            shared: Arc::default(),
+        }
+    }
+
     fn received(&self, signal: i32, cause: Cause) {
         let first = self.shared.received.fetch_add(1, Ordering::AcqRel) == 0;
         let pid = lock(&self.shared.child);
@@ -185,9 +194,7 @@ mod tests {
 
     #[test]
     fn a_signal_without_a_command_stops_the_session_once_even_before_it_started() {
-        let signals = Signals {
-            shared: Arc::default(),
-        };
+        let signals = Signals::unhooked();
         let stops = Arc::new(AtomicU32::new(0));
         signals.received(SIGINT, Cause::Kernel);
         signals.stop_with(counting_stopper(&stops));
@@ -197,9 +204,7 @@ mod tests {
 
     #[test]
     fn with_a_command_the_first_signal_is_its_own_and_the_second_stops_the_session() {
-        let signals = Signals {
-            shared: Arc::default(),
-        };
+        let signals = Signals::unhooked();
         let stops = Arc::new(AtomicU32::new(0));
         signals.stop_with(counting_stopper(&stops));
         // A pid from the terminal: nothing is sent, so no real process is needed.

@@ -9,8 +9,8 @@ use prometheus_client::registry::{Registry, Unit};
 
 use super::metrics::{
     Labels, Metric, NamedUnit, Snapshot, BUILD_INFO, CPU_TIME, FAULTS, FAULT_TYPES, MEMORY_TYPES,
-    MEMORY_USAGE, PERIOD, PERIOD_FAULTS, SAMPLES_LOST, STALL, STALL_TYPES, SWAP, THRASHING,
-    THRASHING_EPISODES, VERSION,
+    MEMORY_USAGE, PERIOD, PERIOD_FAULTS, SAMPLES_LOST, STALL, STALL_TYPES, SWAP, TARGETS_LEFT_OUT,
+    THRASHING, THRASHING_EPISODES, VERSION,
 };
 
 /// The two text formats.
@@ -64,15 +64,29 @@ impl Format {
 
 /// `snapshot` as text in `format`, every series with `labels`.
 pub fn encode(snapshot: &Snapshot, labels: &Labels, format: Format) -> String {
-    encode_targets(&[(*snapshot, labels.clone())], format)
+    encode_targets(&[(*snapshot, labels.clone())], None, format)
+}
+
+/// What a fleet monitor says of itself beside its targets' series.
+#[derive(Clone, Copy, Debug)]
+pub struct FleetGauges<'a> {
+    /// Cgroups found but not profiled (`--max-targets`).
+    pub left_out: usize,
+    pub monitor_pid: &'a str,
 }
 
 /// Every target's snapshot as text in `format`, each series with its target's labels:
-/// one family after the other, each target's series of a family together.
-pub fn encode_targets(targets: &[(Snapshot, Labels)], format: Format) -> String {
+/// one family after the other, each target's series of a family together; then what a
+/// fleet monitor says of itself.
+pub fn encode_targets(
+    targets: &[(Snapshot, Labels)],
+    fleet: Option<FleetGauges>,
+    format: Format,
+) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(SnapshotCollector {
         targets: targets.to_vec(),
+        fleet: fleet.map(|f| (f.left_out, f.monitor_pid.to_owned())),
     }));
     let mut text = String::new();
     // Writing to a String cannot fail, and the collector's own values are plain numbers.
@@ -89,6 +103,8 @@ pub fn encode_targets(targets: &[(Snapshot, Labels)], format: Format) -> String 
 #[derive(Debug)]
 struct SnapshotCollector {
     targets: Vec<(Snapshot, Labels)>,
+    /// A fleet monitor's cgroups left out, and its pid.
+    fleet: Option<(usize, String)>,
 }
 
 fn descriptor<'a>(
@@ -123,6 +139,11 @@ impl Collector for SnapshotCollector {
         for (_, labels) in &self.targets {
             info.encode_family(&with(labels, "version", VERSION))?
                 .encode_gauge(&1i64)?;
+        }
+        if let Some((left_out, monitor_pid)) = &self.fleet {
+            descriptor(&mut encoder, &TARGETS_LEFT_OUT, MetricType::Gauge)?
+                .encode_family(&[("monitor_pid", monitor_pid.as_str())])?
+                .encode_gauge(&gauge_int(*left_out as u64))?;
         }
         Ok(())
     }
@@ -347,6 +368,42 @@ mod tests {
         l.target = "a\"b\nc\\".into();
         let text = encode(&snapshot(), &l, Format::OpenMetrics);
         assert!(text.contains(r#"target="a\"b\nc\\""#), "{text}");
+    }
+
+    #[test]
+    fn a_cgroup_named_to_inject_a_series_stays_inside_its_own_label() {
+        let mut evil = labels();
+        evil.target = "/evil\"} 1e9\nprocess_paging_faults_total{target=\"/victim".into();
+        let mut victim = labels();
+        victim.target = "/victim".into();
+        let gauges = FleetGauges {
+            left_out: 3,
+            monitor_pid: "7",
+        };
+        for format in [Format::OpenMetrics, Format::Classic] {
+            let targets = [(snapshot(), evil.clone()), (snapshot(), victim.clone())];
+            let text = encode_targets(&targets, Some(gauges), format);
+            let faults: Vec<&str> = (text.lines())
+                .filter(|l| l.starts_with("process_paging_faults_total{"))
+                .collect();
+            // Two fault types of two targets, the victim's only twice.
+            assert_eq!(faults.len(), 4, "{text}");
+            let victims = faults
+                .iter()
+                .filter(|l| l.contains("{target=\"/victim\""))
+                .count();
+            assert_eq!(victims, 2, "{text}");
+            assert!(
+                text.contains(
+                    r#"target="/evil\"} 1e9\nprocess_paging_faults_total{target=\"/victim""#
+                ),
+                "{text}"
+            );
+            assert!(
+                text.contains("pfprof_targets_left_out{monitor_pid=\"7\"} 3\n"),
+                "{text}"
+            );
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::board::Board;
-use super::exposition::{encode_targets, Format};
+use super::exposition::{encode_targets, FleetGauges, Format};
 use super::http::Shown;
 use super::metrics::{Labels, Snapshot};
 
@@ -22,6 +22,9 @@ pub struct Hub {
     ending: AtomicBool,
     final_scrapers: AtomicUsize,
     closed: AtomicBool,
+    /// Cgroups found but not profiled, at the last look.
+    left_out: AtomicUsize,
+    monitor_pid: String,
 }
 
 struct Entry {
@@ -39,7 +42,14 @@ impl Hub {
             ending: AtomicBool::new(false),
             final_scrapers: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
+            left_out: AtomicUsize::new(0),
+            monitor_pid: std::process::id().to_string(),
         }
+    }
+
+    /// How many cgroups the last look found and left out (`--max-targets`).
+    pub fn set_left_out(&self, left_out: usize) {
+        self.left_out.store(left_out, Ordering::SeqCst);
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Entry>> {
@@ -105,7 +115,11 @@ impl Shown for Hub {
             .map(|entry| (entry.board.latest().0, Labels::clone(&entry.labels)))
             .collect();
         let done = self.ending.load(Ordering::SeqCst);
-        (encode_targets(&targets, format), done)
+        let gauges = FleetGauges {
+            left_out: self.left_out.load(Ordering::SeqCst),
+            monitor_pid: &self.monitor_pid,
+        };
+        (encode_targets(&targets, Some(gauges), format), done)
     }
 
     fn is_closed(&self) -> bool {

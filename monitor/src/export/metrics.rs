@@ -123,6 +123,14 @@ pub const BUILD_INFO: Metric = Metric {
     help: "Always 1: the monitor's version, backend and mode",
 };
 
+pub const TARGETS_LEFT_OUT: Metric = Metric {
+    otel: "pfprof.targets.left_out",
+    otel_unit: "{target}",
+    prometheus: "pfprof_targets_left_out",
+    unit: None,
+    help: "Cgroups a fleet monitor found but does not profile: --max-targets were exported",
+};
+
 /// The monitor's version, the `version` label of [`BUILD_INFO`].
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 

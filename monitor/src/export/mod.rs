@@ -86,14 +86,6 @@ pub fn target_label(command: Option<&[OsString]>, pids: &[u32], cgroup: Option<&
     format!("pid:{}", pids.join(","))
 }
 
-/// A fleet monitor's target: its exporter is the fleet's hub, its labels carry what its
-/// cgroup path says of it.
-#[derive(Clone, Debug)]
-pub struct FleetTarget {
-    pub hub: Arc<Hub>,
-    pub derived: Vec<(&'static str, String)>,
-}
-
 /// What the exporters delivered, once the profile has ended.
 pub struct Finished {
     /// One summary note per exporter.

@@ -21,26 +21,26 @@ pub enum KubeCgroup {
 pub fn classify(name: &str) -> Option<KubeCgroup> {
     let mut parts = name.split('/').filter(|p| !p.is_empty());
     parts.find(|p| matches!(*p, "kubepods" | "kubepods.slice"))?;
-    let mut qos = "guaranteed";
-    let mut pod_uid = None;
-    for part in parts {
-        if pod_uid.is_none() {
-            if let Some(class) = qos_class(part) {
-                qos = class;
-                continue;
-            }
-            pod_uid = Some(pod_uid_of(part)?);
-            continue;
+    // At most one QoS level, then the pod, then the container: a path of other shapes
+    // (a QoS class below a QoS class) is not the kubelet's, nor descended any deeper.
+    let mut next = parts.next();
+    let qos = match next.and_then(qos_class) {
+        Some(class) => {
+            next = parts.next();
+            class
         }
-        let mut labels = vec![("pod_uid", pod_uid?), ("qos_class", qos.to_owned())];
-        labels.extend(container_id(part).map(|id| ("container_id", id)));
-        return Some(KubeCgroup::Container(labels));
-    }
-    Some(if pod_uid.is_some() {
-        KubeCgroup::Pod
-    } else {
-        KubeCgroup::Qos
-    })
+        None => "guaranteed",
+    };
+    let Some(pod) = next else {
+        return Some(KubeCgroup::Qos);
+    };
+    let pod_uid = pod_uid_of(pod)?;
+    let Some(container) = parts.next() else {
+        return Some(KubeCgroup::Pod);
+    };
+    let mut labels = vec![("pod_uid", pod_uid), ("qos_class", qos.to_owned())];
+    labels.extend(container_id(container).map(|id| ("container_id", id)));
+    Some(KubeCgroup::Container(labels))
 }
 
 /// `burstable`, `besteffort` (cgroupfs) or `kubepods-burstable.slice` (systemd).

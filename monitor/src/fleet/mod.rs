@@ -3,7 +3,8 @@
 //! thread of its own, and every profile exports through one [`Hub`] on one address. The
 //! selectors are looked at again every `--interval`: a target that appears (a service
 //! started, or restarted: its cgroup re-created) is profiled from then; one whose cgroup
-//! is removed ends, as `--cgroup` ends. At most `--max-targets` are exported at once.
+//! is removed ends, as `--cgroup` ends. At most `--max-targets` are exported at once;
+//! those found beyond are said on standard error and counted on `/metrics`.
 
 mod discover;
 pub mod kubepods;
@@ -11,24 +12,26 @@ pub mod pattern;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{raise, Signal};
-
 use crate::backend::procfs::Procfs;
 use crate::command::signals::Signals;
-use crate::export::{FleetServer, FleetTarget, Hub};
+use crate::export::{FleetServer, Hub};
 use crate::profile::error::ProfileError;
-use crate::profile::{self, Request};
-use crate::system::cgroup::{cgroup2_mounts, Cgroup};
+use crate::profile::{self, FleetTarget, Request};
+use crate::system::cgroup::cgroup2_mounts;
+use crate::system::error::SystemError;
 pub use discover::Selector;
+use discover::{Discovered, Found};
 use kubepods::{classify, KubeCgroup};
 
 /// The default of `--max-targets`.
 pub const MAX_TARGETS: u16 = 256;
+/// The most names one line about left-out cgroups lists.
+const NAMES_SAID: usize = 5;
 
 /// What a fleet monitor is asked for.
 pub struct FleetRequest {
@@ -40,35 +43,41 @@ pub struct FleetRequest {
     pub template: Request,
 }
 
-/// The running targets' profiles, by cgroup directory.
-type Running = BTreeMap<PathBuf, JoinHandle<Result<u8, ProfileError>>>;
+/// A target's running profile.
+struct Profiling {
+    dir: PathBuf,
+    /// Stops it.
+    signals: Signals,
+    profile: JoinHandle<Result<u8, ProfileError>>,
+}
+
+/// The fleet's targets and what it has said of the cgroups it does not profile. Every
+/// set is of what the last look found: none outgrows the cgroups there are.
+#[derive(Default)]
+struct Fleet {
+    /// By target name: one profile per name, a returning target's only once the
+    /// previous one's has ended and left its final values to go on from.
+    running: BTreeMap<String, Profiling>,
+    left_out: BTreeSet<String>,
+    unnamed: BTreeSet<PathBuf>,
+}
 
 /// Profiles every target the selectors name until SIGINT, SIGTERM or SIGHUP.
 pub fn run(request: FleetRequest) -> Result<u8, ProfileError> {
-    for selector in &request.selectors {
-        if let Selector::Under(dir) = selector {
-            Cgroup::open(dir)?;
-        }
-    }
     let mount = (cgroup2_mounts().into_iter().next()).unwrap_or_else(|| "/sys/fs/cgroup".into());
+    let roots = discover::roots(&request.selectors, &mount)?;
     let signals = Signals::install()?;
     let linger = request.template.export.linger;
     let hub = Arc::new(Hub::new(linger));
     let server = FleetServer::start(&request.prometheus, Arc::clone(&hub))?;
-    let mut running = Running::new();
-    let mut refused = BTreeSet::new();
+    let mut fleet = Fleet::default();
     while signals.received_count() == 0 {
-        reap(&mut running);
-        let found = discover::discover(&request.selectors, &mount);
-        let new: Vec<PathBuf> = (found.into_iter())
-            .filter(|dir| !running.contains_key(dir))
-            .collect();
-        for (dir, profile) in start_new(new, &hub, &request, &mount, &mut refused) {
-            running.insert(dir, profile);
-        }
+        fleet.reap();
+        let discovered = discover::discover(&roots);
+        fleet.start_new(discovered, &hub, &request);
         wait_or_signal(&signals, request.template.interval);
     }
-    stop_all(running);
+    fleet.stop_all();
     let scrapers = usize::from(request.template.export.linger_scrapers.max(1));
     let signaled = signals.received_count();
     let note = server.finish(linger, scrapers, || signals.received_count() != signaled);
@@ -76,88 +85,148 @@ pub fn run(request: FleetRequest) -> Result<u8, ProfileError> {
     Ok(0)
 }
 
-/// Starts a profile for each of the cgroups `new` while fewer than `--max-targets` are
-/// exported (running, or lingering unless the cgroup is theirs); says once of each it
-/// leaves out.
-fn start_new(
-    new: Vec<PathBuf>,
-    hub: &Arc<Hub>,
-    request: &FleetRequest,
-    mount: &Path,
-    refused: &mut BTreeSet<PathBuf>,
-) -> Vec<(PathBuf, JoinHandle<Result<u8, ProfileError>>)> {
-    let mut exported = hub.prune();
-    let mut started = Vec::new();
-    for dir in new {
-        let target = target_name(&dir);
-        let returning = hub.holds(&target);
-        if !returning && exported >= request.max_targets {
-            if refused.insert(dir) {
-                say(&format!(
-                    "{target} not profiled: --max-targets {} are exported",
-                    request.max_targets
-                ));
+impl Fleet {
+    /// Starts a profile for each cgroup found that has none while fewer than
+    /// `--max-targets` are exported (running, or lingering unless the cgroup is theirs);
+    /// says which it leaves out, each once while it stays left out.
+    fn start_new(&mut self, discovered: Discovered, hub: &Arc<Hub>, request: &FleetRequest) {
+        let mut exported = hub.prune();
+        let mut left_out = BTreeSet::new();
+        for found in discovered.found {
+            if self.running.contains_key(&found.name) {
+                continue;
             }
-            continue;
+            let returning = hub.holds(&found.name);
+            if !returning && exported >= request.max_targets {
+                left_out.insert(found.name);
+                continue;
+            }
+            match start_target(&found, hub, &request.template) {
+                Ok(profiling) => {
+                    say(&format!("profiling {}", found.name));
+                    exported += usize::from(!returning);
+                    self.running.insert(found.name, profiling);
+                }
+                // Out of threads (a ulimit): the others go on, this one is tried again.
+                Err(e) => say(&format!("{}: {:#}", found.name, anyhow::Error::new(e))),
+            }
         }
-        exported += usize::from(!returning);
-        refused.remove(&dir);
-        let profile = start_target(&dir, hub, &request.template, mount);
-        started.push((dir, profile));
+        let newly: Vec<&String> = left_out.difference(&self.left_out).collect();
+        if !newly.is_empty() {
+            say(&format!(
+                "{} not profiled: --max-targets {} are exported (give a larger --max-targets, \
+                 or narrower --cgroups-under or --unit): {}",
+                cgroups(newly.len()),
+                request.max_targets,
+                listed(&newly)
+            ));
+        }
+        hub.set_left_out(left_out.len());
+        self.left_out = left_out;
+        let unnamed: BTreeSet<PathBuf> = discovered.unnamed.into_iter().collect();
+        let newly: Vec<String> = (unnamed.difference(&self.unnamed))
+            .map(|dir| dir.display().to_string())
+            .collect();
+        if !newly.is_empty() {
+            say(&format!(
+                "{} not profiled: a name that is not UTF-8 cannot be a label's value: {}",
+                cgroups(newly.len()),
+                listed(&newly)
+            ));
+        }
+        self.unnamed = unnamed;
     }
-    started
+
+    /// Forgets the profiles that ended (their cgroup removed), saying so, and why one
+    /// failed.
+    fn reap(&mut self) {
+        let ended: Vec<String> = (self.running.iter())
+            .filter(|(_, p)| p.profile.is_finished())
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in ended {
+            let Some(profiling) = self.running.remove(&name) else {
+                continue;
+            };
+            match profiling.profile.join() {
+                Ok(Ok(_)) => say(&format!("{name} ended: its cgroup was removed")),
+                // Removed between the look and the profile's start: seen again if it returns.
+                Ok(Err(ProfileError::Cgroup(_))) => {}
+                Ok(Err(e)) => say(&format!(
+                    "{}: {:#}",
+                    profiling.dir.display(),
+                    anyhow::Error::new(e)
+                )),
+                Err(_) => say(&format!(
+                    "{}: its profile panicked",
+                    profiling.dir.display()
+                )),
+            }
+        }
+    }
+
+    /// Stops every profile and waits for their ends.
+    fn stop_all(mut self) {
+        for profiling in self.running.values() {
+            profiling.signals.request_stop();
+        }
+        while !self.running.is_empty() {
+            self.reap();
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
-/// The target's name, its path below the mount, as `--cgroup` names it.
-fn target_name(dir: &Path) -> String {
-    Cgroup::open(dir).map_or_else(|_| dir.display().to_string(), |c| c.name().to_owned())
+/// "1 cgroup", "3 cgroups".
+fn cgroups(n: usize) -> String {
+    format!("{n} cgroup{}", if n == 1 { "" } else { "s" })
+}
+
+/// The first few of `names`, and how many more.
+fn listed(names: &[impl AsRef<str>]) -> String {
+    let shown: Vec<&str> = names.iter().take(NAMES_SAID).map(AsRef::as_ref).collect();
+    let more = names.len().saturating_sub(NAMES_SAID);
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    format!("{}{more}", shown.join(", "))
 }
 
 fn say(line: &str) {
     let _ = std::io::stderr().write_all(format!("monitor: {line}\n").as_bytes());
 }
 
-/// A profile of the cgroup at `dir`, as `--cgroup` makes one, exported through `hub`.
+/// A profile of the cgroup `found`, as `--cgroup` makes one, exported through `hub`.
 fn start_target(
-    dir: &Path,
+    found: &Found,
     hub: &Arc<Hub>,
     template: &Request,
-    mount: &Path,
-) -> JoinHandle<Result<u8, ProfileError>> {
-    let name = dir.strip_prefix(mount).unwrap_or(dir);
-    let derived = match classify(&format!("/{}", name.display())) {
+) -> Result<Profiling, ProfileError> {
+    let derived = match classify(&found.name) {
         Some(KubeCgroup::Container(labels)) => labels,
         _ => Vec::new(),
     };
+    let signals = Signals::unhooked();
     let request = Request {
-        cgroup: Some(dir.to_path_buf()),
+        cgroup: Some(found.dir.clone()),
         fleet: Some(FleetTarget {
             hub: Arc::clone(hub),
             derived,
+            signals: signals.clone(),
         }),
         ..template.clone()
     };
-    thread::spawn(move || profile::profile::<Procfs>(request))
-}
-
-/// Forgets the profiles that ended (their cgroup removed), saying why one failed.
-fn reap(running: &mut Running) {
-    let ended: Vec<PathBuf> = (running.iter())
-        .filter(|(_, profile)| profile.is_finished())
-        .map(|(dir, _)| dir.clone())
-        .collect();
-    for dir in ended {
-        let Some(profile) = running.remove(&dir) else {
-            continue;
-        };
-        match profile.join() {
-            Ok(Ok(_)) => {}
-            // Removed between the look and the profile's start: seen again if it returns.
-            Ok(Err(ProfileError::Cgroup(_))) => {}
-            Ok(Err(e)) => say(&format!("{}: {:#}", dir.display(), anyhow::Error::new(e))),
-            Err(_) => say(&format!("{}: its profile panicked", dir.display())),
-        }
-    }
+    let profile = thread::Builder::new()
+        .name("pfprof-target".into())
+        .spawn(move || profile::profile::<Procfs>(request))
+        .map_err(SystemError::doing("starting a target's profile"))?;
+    Ok(Profiling {
+        dir: found.dir.clone(),
+        signals,
+        profile,
+    })
 }
 
 /// Waits `interval`, or less when a signal comes.
@@ -168,16 +237,16 @@ fn wait_or_signal(signals: &Signals, interval: Duration) {
     }
 }
 
-/// Every profile got the signal that ends the fleet monitor; one that started while it
-/// came (its handlers not yet installed) is sent another.
-fn stop_all(mut running: Running) {
-    let mut next_nudge = Instant::now() + Duration::from_secs(1);
-    while !running.is_empty() {
-        reap(&mut running);
-        if Instant::now() >= next_nudge {
-            let _ = raise(Signal::SIGTERM);
-            next_nudge += Duration::from_secs(1);
-        }
-        thread::sleep(Duration::from_millis(20));
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_list_of_names_is_cut_and_counted() {
+        let names: Vec<String> = (0..8).map(|i| format!("/c{i}")).collect();
+        assert_eq!(listed(&names[..2]), "/c0, /c1");
+        assert_eq!(listed(&names), "/c0, /c1, /c2, /c3, /c4 and 3 more");
+        assert_eq!(cgroups(1), "1 cgroup");
+        assert_eq!(cgroups(3), "3 cgroups");
     }
 }

@@ -18,7 +18,7 @@ use shared_layout::{Area, Mode};
 use crate::backend::{Backend, Selection};
 use crate::command::child::{self, Held, Running};
 use crate::command::signals::Signals;
-use crate::export::{self, ExportOptions, Exporters, FleetTarget, Labels};
+use crate::export::{self, ExportOptions, Exporters, Hub, Labels};
 use crate::output::error::OutputError;
 use crate::output::metadata::{Metadata, Profiled};
 use crate::output::plot;
@@ -66,6 +66,23 @@ pub struct Request {
     pub count: Option<u64>,
     /// One target of a fleet monitor: exported through the fleet's hub.
     pub fleet: Option<FleetTarget>,
+}
+
+/// A fleet monitor's target: its exporter is the fleet's hub, its labels carry what its
+/// cgroup path says of it, and the fleet stops it through `signals`.
+#[derive(Clone)]
+pub struct FleetTarget {
+    pub hub: Arc<Hub>,
+    pub derived: Vec<(&'static str, String)>,
+    pub signals: Signals,
+}
+
+impl std::fmt::Debug for FleetTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FleetTarget")
+            .field("derived", &self.derived)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Profiles what `request` names with backend `B`; the exit code `monitor` ends with.
@@ -146,7 +163,10 @@ fn open<B: Backend>(request: &Request) -> Result<(Sinks, Opened<B>), ProfileErro
         Some(fleet) => Some(Exporters::attach(&fleet.hub, labels)),
         None => Exporters::start(&request.export, labels, request.interval)?,
     };
-    let signals = Signals::install()?;
+    let signals = match &request.fleet {
+        Some(fleet) => fleet.signals.clone(),
+        None => Signals::install()?,
+    };
     let held = (request.command.as_deref())
         .map(child::spawn_held)
         .transpose()?;
