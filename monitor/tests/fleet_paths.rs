@@ -93,7 +93,7 @@ fn monitor(args: &[&str]) -> (i32, String) {
 
 #[test]
 fn a_fleet_monitor_refuses_the_module_run_and_a_missing_prometheus_with_the_reason() {
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
         (
             &[
                 "--unit",
@@ -112,10 +112,21 @@ fn a_fleet_monitor_refuses_the_module_run_and_a_missing_prometheus_with_the_reas
                 "x*.service",
                 "--prometheus",
                 ":0",
+                "--otlp",
+                "http://127.0.0.1:4318/v1/metrics",
+            ],
+            "one `monitor --cgroup DIR` per target with --otlp or --textfile",
+        ),
+        (
+            &[
+                "--unit",
+                "x*.service",
+                "--prometheus",
+                ":0",
                 "--textfile",
                 "/tmp",
             ],
-            "not yet --otlp or --textfile",
+            "for OTLP, have an OpenTelemetry Collector scrape it",
         ),
         (
             &[

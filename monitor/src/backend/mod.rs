@@ -48,6 +48,8 @@ pub struct Selection {
     /// Each process counts with its descendants (unless `--no-inherit`): the live ones as
     /// they run, the reaped ones through its children's counts.
     pub inherit: bool,
+    /// The procfs backend's ring, in pages (the module's is its `buffer_pages`).
+    pub ring_pages: u64,
 }
 
 impl Default for Selection {
@@ -57,6 +59,7 @@ impl Default for Selection {
             command: false,
             cgroup: None,
             inherit: true,
+            ring_pages: shared_layout::abi::BUFFER_PAGES_DEFAULT.into(),
         }
     }
 }

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use shared_layout::{Area, Mode};
+use shared_layout::{abi, Area, Mode};
 
 use crate::backend::{Backend, Selection};
 use crate::command::child::{self, Held, Running};
@@ -67,6 +67,9 @@ pub struct Request {
     /// One target of a fleet monitor: exported through the fleet's hub.
     pub fleet: Option<FleetTarget>,
 }
+
+/// A fleet target's procfs ring: 32 KiB, its control page and 448 samples.
+const FLEET_RING_PAGES: u64 = 8;
 
 /// A fleet monitor's target: its exporter is the fleet's hub, its labels carry what its
 /// cgroup path says of it, and the fleet stops it through `signals`.
@@ -146,6 +149,12 @@ fn open<B: Backend>(request: &Request) -> Result<(Sinks, Opened<B>), ProfileErro
         command: request.command.is_some(),
         cgroup: cgroup.clone(),
         inherit: request.inherit,
+        // A fleet's targets are many and drained every interval: a ring of 22 s at 50 ms
+        // each, not the 512 KiB that stays resident once it has wrapped.
+        ring_pages: match request.fleet {
+            Some(_) => FLEET_RING_PAGES,
+            None => abi::BUFFER_PAGES_DEFAULT.into(),
+        },
     };
     let mut backend = B::open(&selection, request.period_ms)?;
     let labels = Labels {
@@ -379,4 +388,15 @@ fn end_notes(end: End, reaped: bool, command: Option<u32>) -> Vec<String> {
         ));
     }
     notes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fleet_targets_ring_holds_many_intervals_of_samples() {
+        // 20 samples a second at the default period, drained every second by default.
+        assert_eq!(abi::slots_in(FLEET_RING_PAGES), 448);
+    }
 }

@@ -41,6 +41,7 @@ pub struct Procfs {
     ticks: bool,
     /// `--cgroup`, whose members the sampler counts.
     cgroup: Option<Arc<Cgroup>>,
+    ring_pages: u64,
 }
 
 impl Backend for Procfs {
@@ -68,6 +69,7 @@ impl Backend for Procfs {
             inherit: selection.inherit,
             unlisted: selection.inherit && !procstat::children_listed(),
             cgroup: selection.cgroup.clone(),
+            ring_pages: selection.ring_pages,
         })
     }
 
@@ -81,8 +83,8 @@ impl Backend for Procfs {
     }
 
     fn start(&mut self, mode: Mode) -> Result<(Arc<Area>, FutexWaiter), BackendError> {
-        let area = Area::create_memfd(abi::BUFFER_PAGES_DEFAULT.into(), mode, self.period)
-            .map_err(BackendError::Memfd)?;
+        let area =
+            Area::create_memfd(self.ring_pages, mode, self.period).map_err(BackendError::Memfd)?;
         Ok((Arc::new(area), FutexWaiter))
     }
 

@@ -247,8 +247,10 @@ fn refuse_for_fleet(options: &Options, run: bool) {
         Some("--cgroups-under and --unit export each target: give --prometheus ADDR")
     } else if options.export.otlp.url.is_some() || options.export.textfile.is_some() {
         Some(
-            "--cgroups-under and --unit export through --prometheus only, not yet --otlp \
-              or --textfile",
+            "--cgroups-under and --unit export through --prometheus only: for OTLP, have an \
+             OpenTelemetry Collector scrape it (its prometheus receiver); instead of \
+             --textfile, have Prometheus scrape it; or run one `monitor --cgroup DIR` per \
+             target with --otlp or --textfile",
         )
     } else if options.output.is_some() || options.plot.is_some() || options.summary.is_some() {
         Some(
