@@ -93,7 +93,7 @@ fn monitor(args: &[&str]) -> (i32, String) {
 
 #[test]
 fn a_fleet_monitor_refuses_the_module_run_and_a_missing_prometheus_with_the_reason() {
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (
             &[
                 "--unit",
@@ -106,6 +106,10 @@ fn a_fleet_monitor_refuses_the_module_run_and_a_missing_prometheus_with_the_reas
             "need --backend procfs",
         ),
         (&["--unit", "x*.service"], "give --prometheus ADDR"),
+        (
+            &["--unit", "x*.service", "--prometheus", ":0", "--count", "5"],
+            "--duration and --count end one profile",
+        ),
         (
             &[
                 "--unit",

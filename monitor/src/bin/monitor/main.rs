@@ -252,6 +252,11 @@ fn refuse_for_fleet(options: &Options, run: bool) {
              --textfile, have Prometheus scrape it; or run one `monitor --cgroup DIR` per \
              target with --otlp or --textfile",
         )
+    } else if options.duration.is_some() || options.count.is_some() {
+        Some(
+            "--cgroups-under and --unit run until SIGTERM, each target until its cgroup is \
+             removed: --duration and --count end one profile (--cgroup)",
+        )
     } else if options.output.is_some() || options.plot.is_some() || options.summary.is_some() {
         Some(
             "--cgroups-under and --unit export each target: --output, --plot and \
