@@ -105,7 +105,10 @@ fn a_fleet_monitor_refuses_the_module_run_and_a_missing_prometheus_with_the_reas
             ],
             "need --backend procfs",
         ),
-        (&["--unit", "x*.service"], "give --prometheus ADDR"),
+        (
+            &["--unit", "x*.service"],
+            "give --prometheus ADDR or --textfile DIR",
+        ),
         (
             &["--unit", "x*.service", "--prometheus", ":0", "--count", "5"],
             "--duration and --count end one profile",
@@ -119,18 +122,16 @@ fn a_fleet_monitor_refuses_the_module_run_and_a_missing_prometheus_with_the_reas
                 "--otlp",
                 "http://127.0.0.1:4318/v1/metrics",
             ],
-            "one `monitor --cgroup DIR` per target with --otlp or --textfile",
+            "have an OpenTelemetry Collector scrape --prometheus",
         ),
         (
             &[
                 "--unit",
                 "x*.service",
-                "--prometheus",
-                ":0",
                 "--textfile",
-                "/tmp",
+                "/nonexistent-pfprof-dir",
             ],
-            "for OTLP, have an OpenTelemetry Collector scrape it",
+            "cannot write metrics files in /nonexistent-pfprof-dir",
         ),
         (
             &[

@@ -976,9 +976,15 @@ class Fleet:
         prometheus = Prometheus([("local", f"127.0.0.1:{port}")])
         self.defer(prometheus.close)
         # c is beyond --max-targets 2: the names are taken in order, a and b first.
+        scratch = Scratch()
+        self.defer(scratch.close)
+        textfiles = scratch("textfiles")
+        os.mkdir(textfiles)
+        # The linger keeps a's values while its cgroup is gone, and c out meanwhile.
         monitor = subprocess.Popen([self.monitor, "--cgroups-under", top, "--max-targets", "2", "--interval", "250ms",
-                                    "--prometheus", f"127.0.0.1:{port}", "--linger", "30s"],
+                                    "--prometheus", f"127.0.0.1:{port}", "--textfile", textfiles, "--linger", "10s"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        textfile = os.path.join(textfiles, f"pfprof-fleet-{monitor.pid}.prom")
         self.defer(lambda: monitor.poll() is None and (monitor.kill(), monitor.wait()))
         said = []
         reader = threading.Thread(target=lambda: said.extend(iter(monitor.stderr.readline, "")), daemon=True)
@@ -1019,6 +1025,23 @@ class Fleet:
         targets = prometheus.query('count by (target) (pfprof_build_info{host="local"})')
         check(sorted(dict(k)["target"] for k in targets) == [names["a"], names["b"]], f"exported targets: {targets}")
         check(prometheus.one('pfprof_targets_left_out{host="local"}') == 1, "pfprof_targets_left_out is not 1")
+        # The textfile: the same targets, each with its own totals, in one file promtool parses.
+        def in_textfile():
+            with open(textfile) as f:
+                text = f.read()
+            values = {}
+            for n in "ab":
+                for fault_type in ("minor", "major"):
+                    m = re.search(rf'(?m)^process_paging_faults_total\{{(?=[^}}]*target="{re.escape(names[n])}")'
+                                  rf'[^}}]*system_paging_fault_type="{fault_type}"[^}}]*\}} (\d+)$', text)
+                    values[n] = values.get(n, ()) + ((int(m.group(1)) if m else None),)
+            return values == want, (values, text)
+        text = wait_until("the textfile to hold each target's own totals", in_textfile, timeout=10)[1]
+        check(names["c"] not in text, f"c is in the textfile:\n{text}")
+        check(re.search(r'(?m)^pfprof_targets_left_out\{monitor_pid="\d+"\} 1$', text), f"no left-out count in the textfile:\n{text}")
+        r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+        check("error while linting" not in r.stderr and "text format parsing error" not in (r.stdout + r.stderr),
+              f"promtool cannot parse the textfile:\n{r.stdout}{r.stderr}\n{text}")
 
         monitor.send_signal(signal.SIGTERM)
         try:
@@ -1031,6 +1054,8 @@ class Fleet:
         check("the last ones with the final values" in err, f"the final values were not scraped:\n{err}")
         check(len(lines(left_out)) == 1, f"c's leaving out was said more than once:\n{err}")
         check(not lines(f"profiling {names['c']}"), f"c was profiled beyond --max-targets:\n{err}")
+        check(os.listdir(textfiles) == [], f"left behind: {os.listdir(textfiles)}")
+        check("textfile:" in err and "removed at the end" in err, err)
 
 
 def cgroup2_mount():

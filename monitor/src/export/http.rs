@@ -34,6 +34,9 @@ pub(crate) trait Shown: Send + Sync + 'static {
     fn is_closed(&self) -> bool;
     /// The final values have been served to `scrapers` scrapers (by address).
     fn scraped_final(&self, scrapers: usize);
+    /// Waits until what is shown may have changed since generation `seen`, or `until`;
+    /// the generation now, `None` once closed.
+    fn wait_newer(&self, seen: u64, until: Instant) -> Option<u64>;
 }
 
 /// One profile's board and labels.
@@ -54,6 +57,12 @@ impl Shown for OneTarget {
 
     fn scraped_final(&self, scrapers: usize) {
         self.board.set(|s| s.final_scrapers = scrapers);
+    }
+
+    fn wait_newer(&self, seen: u64, until: Instant) -> Option<u64> {
+        self.board
+            .wait_newer(seen, until)
+            .map(|(_, generation)| generation)
     }
 }
 

@@ -10,9 +10,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::board::Board;
+use super::error::ExportError;
 use super::exposition::{encode_targets, FleetGauges, Format};
-use super::http::Shown;
+use super::http::{Server, Shown};
 use super::metrics::{Labels, Snapshot};
+use super::textfile::Writer;
+use super::ExportOptions;
 
 pub struct Hub {
     targets: Mutex<BTreeMap<String, Entry>>,
@@ -129,36 +132,73 @@ impl Shown for Hub {
     fn scraped_final(&self, scrapers: usize) {
         self.final_scrapers.store(scrapers, Ordering::SeqCst);
     }
+
+    /// Every target posts on a board of its own: a reader looks again at `until`.
+    fn wait_newer(&self, seen: u64, until: Instant) -> Option<u64> {
+        while !self.is_closed() && Instant::now() < until {
+            std::thread::sleep(CLOSE_LOOK.min(until.saturating_duration_since(Instant::now())));
+        }
+        (!self.is_closed()).then_some(seen + 1)
+    }
 }
 
-/// `--prometheus` of a fleet monitor: every target of `hub` on one address.
-pub struct FleetServer {
+/// How soon a reader waiting on the hub sees it closed.
+const CLOSE_LOOK: Duration = Duration::from_millis(50);
+
+/// A fleet monitor's exporters: every target of `hub` on one `--prometheus` address and
+/// in one `--textfile` file.
+pub struct FleetExport {
     hub: Arc<Hub>,
-    server: super::http::Server,
+    server: Option<Server>,
+    textfile: Option<Writer>,
 }
 
-impl FleetServer {
-    /// Binds `addr` now: an address in use fails before anything is profiled.
-    pub fn start(addr: &str, hub: Arc<Hub>) -> Result<FleetServer, super::ExportError> {
+impl FleetExport {
+    /// Binds the address and checks the directory now: a mistake fails before anything
+    /// is profiled. The file is written every `interval`.
+    pub fn start(
+        options: &ExportOptions,
+        hub: Arc<Hub>,
+        interval: Duration,
+    ) -> Result<FleetExport, ExportError> {
         let shown: Arc<dyn Shown> = Arc::clone(&hub) as Arc<dyn Shown>;
-        let server = super::http::Server::start(addr, shown)?;
-        Ok(FleetServer { hub, server })
+        let server = (options.prometheus.as_deref())
+            .map(|addr| Server::start(addr, Arc::clone(&shown)))
+            .transpose()?;
+        let name = format!("pfprof-fleet-{}.prom", hub.monitor_pid);
+        let textfile = (options.textfile.as_deref())
+            .map(|dir| Writer::start(dir, &name, shown, interval))
+            .transpose()?;
+        Ok(FleetExport {
+            hub,
+            server,
+            textfile,
+        })
     }
 
     /// Every target ended: their final values are served until `scrapers` scrapers got
-    /// them, `linger` passed or `interrupted()`; the summary's note.
+    /// them, and the file kept (its readers cannot be seen: the whole linger), `linger`
+    /// passing first, or `interrupted()`; one summary note per exporter.
     pub fn finish(
         self,
         linger: Duration,
         scrapers: usize,
         interrupted: impl Fn() -> bool,
-    ) -> String {
+    ) -> Vec<String> {
         self.hub.end();
         let deadline = Instant::now() + linger;
-        while self.hub.final_scrapers() < scrapers && Instant::now() < deadline && !interrupted() {
+        let waiting = || {
+            let scraped = self.server.is_none() || self.hub.final_scrapers() >= scrapers;
+            !(scraped && self.textfile.is_none())
+        };
+        while waiting() && Instant::now() < deadline && !interrupted() {
             std::thread::sleep(Duration::from_millis(50));
         }
         self.hub.close();
-        self.server.finish(self.hub.final_scrapers(), linger)
+        let final_scrapers = self.hub.final_scrapers();
+        let mut notes = Vec::new();
+        notes.extend(self.server.map(|s| s.finish(final_scrapers, linger)));
+        notes.extend(self.textfile.map(Writer::finish));
+        notes
     }
 }

@@ -24,7 +24,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 pub use error::ExportError;
-pub use hub::{FleetServer, Hub};
+pub use hub::{FleetExport, Hub};
 pub use metrics::{Labels, Snapshot, ThrashingState};
 pub use otlp::OtlpOptions;
 
@@ -122,16 +122,14 @@ impl Exporters {
         let snapshot = Snapshot::default();
         let board = Arc::new(Board::new(snapshot));
         let labels = Arc::new(labels);
+        let shown: Arc<dyn http::Shown> = Arc::new(http::OneTarget {
+            board: Arc::clone(&board),
+            labels: Arc::clone(&labels),
+        });
         let prometheus = options
             .prometheus
             .as_deref()
-            .map(|addr| {
-                let shown = http::OneTarget {
-                    board: Arc::clone(&board),
-                    labels: Arc::clone(&labels),
-                };
-                http::Server::start(addr, Arc::new(shown))
-            })
+            .map(|addr| http::Server::start(addr, Arc::clone(&shown)))
             .transpose()?;
         let env = |name: &str| std::env::var(name).ok();
         let otlp = (options.otlp.url.is_some())
@@ -142,7 +140,11 @@ impl Exporters {
         let textfile = options
             .textfile
             .as_deref()
-            .map(|dir| textfile::Writer::start(dir, Arc::clone(&board), Arc::clone(&labels)))
+            .map(|dir| {
+                // Written at every post: the hour only bounds the wait.
+                let every = Duration::from_secs(3600);
+                textfile::Writer::start(dir, &textfile::file_name(&labels), shown, every)
+            })
             .transpose()?;
         Ok(Some(Exporters {
             board,

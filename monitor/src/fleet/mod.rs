@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use crate::backend::procfs::Procfs;
 use crate::command::signals::Signals;
-use crate::export::{FleetServer, Hub};
+use crate::export::{FleetExport, Hub};
 use crate::profile::error::ProfileError;
 use crate::profile::{self, FleetTarget, Request};
 use crate::system::cgroup::cgroup2_mounts;
@@ -37,8 +37,6 @@ const NAMES_SAID: usize = 5;
 pub struct FleetRequest {
     pub selectors: Vec<Selector>,
     pub max_targets: usize,
-    /// `--prometheus`: the one address every target is served on.
-    pub prometheus: String,
     /// What each target's profile is asked for, but its cgroup.
     pub template: Request,
 }
@@ -69,7 +67,8 @@ pub fn run(request: FleetRequest) -> Result<u8, ProfileError> {
     let signals = Signals::install()?;
     let linger = request.template.export.linger;
     let hub = Arc::new(Hub::new(linger));
-    let server = FleetServer::start(&request.prometheus, Arc::clone(&hub))?;
+    let template = &request.template;
+    let export = FleetExport::start(&template.export, Arc::clone(&hub), template.interval)?;
     let mut fleet = Fleet::default();
     while signals.received_count() == 0 {
         fleet.reap();
@@ -80,8 +79,10 @@ pub fn run(request: FleetRequest) -> Result<u8, ProfileError> {
     fleet.stop_all();
     let scrapers = usize::from(request.template.export.linger_scrapers.max(1));
     let signaled = signals.received_count();
-    let note = server.finish(linger, scrapers, || signals.received_count() != signaled);
-    say(&note);
+    let notes = export.finish(linger, scrapers, || signals.received_count() != signaled);
+    for note in notes {
+        say(&note);
+    }
     Ok(0)
 }
 

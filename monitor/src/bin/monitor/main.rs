@@ -243,14 +243,16 @@ fn refuse_for_fleet(options: &Options, run: bool) {
             "--cgroups-under and --unit need --backend procfs: with the module each target \
               would be a session of its own, which this monitor does not open",
         )
-    } else if options.export.prometheus.is_none() {
-        Some("--cgroups-under and --unit export each target: give --prometheus ADDR")
-    } else if options.export.otlp.url.is_some() || options.export.textfile.is_some() {
+    } else if options.export.otlp.url.is_some() {
         Some(
-            "--cgroups-under and --unit export through --prometheus only: for OTLP, have an \
-             OpenTelemetry Collector scrape it (its prometheus receiver); instead of \
-             --textfile, have Prometheus scrape it; or run one `monitor --cgroup DIR` per \
-             target with --otlp or --textfile",
+            "--cgroups-under and --unit export through --prometheus and --textfile, not \
+             --otlp: have an OpenTelemetry Collector scrape --prometheus (its prometheus \
+             receiver), or run one `monitor --cgroup DIR --otlp` per target",
+        )
+    } else if options.export.prometheus.is_none() && options.export.textfile.is_none() {
+        Some(
+            "--cgroups-under and --unit export each target: give --prometheus ADDR or \
+             --textfile DIR",
         )
     } else if options.duration.is_some() || options.count.is_some() {
         Some(
@@ -281,7 +283,6 @@ fn fleet(options: Options, run: bool) -> ExitCode {
     let request = FleetRequest {
         selectors,
         max_targets: usize::from(options.max_targets),
-        prometheus: options.export.prometheus.clone().unwrap_or_default(),
         template: Request {
             mode: options.mode,
             interval: options.interval,
