@@ -107,7 +107,7 @@ fn a_fleet_monitor_refuses_the_module_run_and_a_missing_prometheus_with_the_reas
         ),
         (
             &["--unit", "x*.service"],
-            "give --prometheus ADDR or --textfile DIR",
+            "give --prometheus ADDR, --otlp [URL] or --textfile DIR",
         ),
         (
             &["--unit", "x*.service", "--prometheus", ":0", "--count", "5"],
@@ -117,12 +117,10 @@ fn a_fleet_monitor_refuses_the_module_run_and_a_missing_prometheus_with_the_reas
             &[
                 "--unit",
                 "x*.service",
-                "--prometheus",
-                ":0",
                 "--otlp",
-                "http://127.0.0.1:4318/v1/metrics",
+                "http://127.0.0.1:4318/other",
             ],
-            "have an OpenTelemetry Collector scrape --prometheus",
+            "its path does not end in /v1/metrics",
         ),
         (
             &[

@@ -563,6 +563,7 @@ class Fleet:
         check(re.search(rf'(?m)^pfprof_period_faults_count\{{[^}}]*"minor"[^}}]*\}} {rows}$', seen[-1]), f"not {rows} periods:\n{seen[-1]}")
         check(os.listdir(textfiles) == [], f"left behind: {os.listdir(textfiles)}")
         check("textfile:" in err and "removed at the end" in err, err)
+        check(re.search(r"otlp: \d+ pushes to \S+ delivered, the last with the final values", err), err)
 
     # --- VictoriaMetrics over OTLP ------------------------------------------------------
 
@@ -960,6 +961,9 @@ class Fleet:
         return after["minor"] - before["minor"], after["major"] - before["major"]
 
     def test_one_monitor_exports_each_cgroup_under_a_path_exactly_and_a_restarted_one_again(self):
+        """--cgroups-under with --prometheus, --textfile and --otlp at once: each target's
+        series against its processes' own counters in Prometheus, the textfile and
+        VictoriaMetrics."""
         mount = cgroup2_mount()
         top = os.path.join(mount, f"pfprof-fleet-host-{os.getpid()}")
         cgroups = {n: os.path.join(top, n) for n in ("a", "b", "c")}
@@ -981,8 +985,11 @@ class Fleet:
         textfiles = scratch("textfiles")
         os.mkdir(textfiles)
         # The linger keeps a's values while its cgroup is gone, and c out meanwhile.
+        vm = VictoriaMetrics(self.vm_root)
+        self.defer(vm.close)
         monitor = subprocess.Popen([self.monitor, "--cgroups-under", top, "--max-targets", "2", "--interval", "250ms",
-                                    "--prometheus", f"127.0.0.1:{port}", "--textfile", textfiles, "--linger", "10s"],
+                                    "--prometheus", f"127.0.0.1:{port}", "--textfile", textfiles,
+                                    "--otlp", f"{vm.url}/opentelemetry/v1/metrics", "--linger", "10s"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         textfile = os.path.join(textfiles, f"pfprof-fleet-{monitor.pid}.prom")
         self.defer(lambda: monitor.poll() is None and (monitor.kill(), monitor.wait()))
@@ -1025,6 +1032,15 @@ class Fleet:
         targets = prometheus.query('count by (target) (pfprof_build_info{host="local"})')
         check(sorted(dict(k)["target"] for k in targets) == [names["a"], names["b"]], f"exported targets: {targets}")
         check(prometheus.one('pfprof_targets_left_out{host="local"}') == 1, "pfprof_targets_left_out is not 1")
+        # VictoriaMetrics over OTLP: each target a resource of its own, with its own totals.
+        def pushed():
+            values = {n: tuple(vm.one(f'last_over_time(process_paging_faults_total{{target="{names[n]}",'
+                                      f'service_name="pfprof",system_paging_fault_type="{t}"}}[10m])')
+                               for t in ("minor", "major")) for n in "ab"}
+            return values == want, values
+        wait_until("VictoriaMetrics to hold each target's own totals", pushed, timeout=30)
+        check(vm.one(f'count(last_over_time(pfprof_build_info{{target="{names["c"]}"}}[10m]))') is None,
+              "c was pushed beyond --max-targets")
         # The textfile: the same targets, each with its own totals, in one file promtool parses.
         def in_textfile():
             with open(textfile) as f:
@@ -1056,6 +1072,7 @@ class Fleet:
         check(not lines(f"profiling {names['c']}"), f"c was profiled beyond --max-targets:\n{err}")
         check(os.listdir(textfiles) == [], f"left behind: {os.listdir(textfiles)}")
         check("textfile:" in err and "removed at the end" in err, err)
+        check(re.search(r"otlp: \d+ pushes to \S+ delivered, the last with the final values", err), err)
 
 
 def cgroup2_mount():

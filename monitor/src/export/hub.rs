@@ -14,6 +14,7 @@ use super::error::ExportError;
 use super::exposition::{encode_targets, FleetGauges, Format};
 use super::http::{Server, Shown};
 use super::metrics::{Labels, Snapshot};
+use super::otlp::{Pushed, Pusher, Values};
 use super::textfile::Writer;
 use super::ExportOptions;
 
@@ -27,6 +28,8 @@ pub struct Hub {
     closed: AtomicBool,
     /// Cgroups found but not profiled, at the last look.
     left_out: AtomicUsize,
+    /// The OTLP pusher delivered the final values.
+    pushed: AtomicBool,
     monitor_pid: String,
 }
 
@@ -46,6 +49,7 @@ impl Hub {
             final_scrapers: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             left_out: AtomicUsize::new(0),
+            pushed: AtomicBool::new(false),
             monitor_pid: std::process::id().to_string(),
         }
     }
@@ -112,12 +116,45 @@ impl fmt::Debug for Hub {
     }
 }
 
+impl Hub {
+    /// Every target's latest snapshot, with its labels.
+    fn targets(&self) -> Vec<(Snapshot, Arc<Labels>)> {
+        (self.lock().values())
+            .map(|entry| (entry.board.latest().0, Arc::clone(&entry.labels)))
+            .collect()
+    }
+
+    /// Waits until `until`, or `ready()`, or the close; whether still open.
+    fn wait_open(&self, until: Instant, ready: impl Fn() -> bool) -> bool {
+        while !self.is_closed() && !ready() && Instant::now() < until {
+            std::thread::sleep(CLOSE_LOOK.min(until.saturating_duration_since(Instant::now())));
+        }
+        !self.is_closed()
+    }
+}
+
+impl Pushed for Hub {
+    fn wait_values(&self, until: Instant, urgent: bool) -> Option<Values> {
+        let ending = || self.ending.load(Ordering::SeqCst);
+        self.wait_open(until, || urgent && ending())
+            .then(|| Values {
+                // Read ending first: the targets read after it are final if it was.
+                done: ending(),
+                targets: self.targets(),
+            })
+    }
+
+    fn final_pushed(&self) {
+        self.pushed.store(true, Ordering::SeqCst);
+    }
+}
+
 impl Shown for Hub {
     fn text(&self, format: Format) -> (String, bool) {
-        let targets: Vec<(Snapshot, Labels)> = (self.lock().values())
-            .map(|entry| (entry.board.latest().0, Labels::clone(&entry.labels)))
-            .collect();
         let done = self.ending.load(Ordering::SeqCst);
+        let targets: Vec<(Snapshot, Labels)> = (self.targets().into_iter())
+            .map(|(snapshot, labels)| (snapshot, Labels::clone(&labels)))
+            .collect();
         let gauges = FleetGauges {
             left_out: self.left_out.load(Ordering::SeqCst),
             monitor_pid: &self.monitor_pid,
@@ -135,22 +172,20 @@ impl Shown for Hub {
 
     /// Every target posts on a board of its own: a reader looks again at `until`.
     fn wait_newer(&self, seen: u64, until: Instant) -> Option<u64> {
-        while !self.is_closed() && Instant::now() < until {
-            std::thread::sleep(CLOSE_LOOK.min(until.saturating_duration_since(Instant::now())));
-        }
-        (!self.is_closed()).then_some(seen + 1)
+        self.wait_open(until, || false).then_some(seen + 1)
     }
 }
 
 /// How soon a reader waiting on the hub sees it closed.
 const CLOSE_LOOK: Duration = Duration::from_millis(50);
 
-/// A fleet monitor's exporters: every target of `hub` on one `--prometheus` address and
-/// in one `--textfile` file.
+/// A fleet monitor's exporters: every target of `hub` on one `--prometheus` address, in
+/// one `--textfile` file and in one `--otlp` push each interval (a resource per target).
 pub struct FleetExport {
     hub: Arc<Hub>,
     server: Option<Server>,
     textfile: Option<Writer>,
+    otlp: Option<Pusher>,
 }
 
 impl FleetExport {
@@ -169,27 +204,35 @@ impl FleetExport {
         let textfile = (options.textfile.as_deref())
             .map(|dir| Writer::start(dir, &name, shown, interval))
             .transpose()?;
+        let env = |name: &str| std::env::var(name).ok();
+        let pushed: Arc<dyn Pushed> = Arc::clone(&hub) as Arc<dyn Pushed>;
+        let otlp = (options.otlp.url.is_some())
+            .then(|| Pusher::start(&options.otlp, &env, pushed, interval))
+            .transpose()?;
         Ok(FleetExport {
             hub,
             server,
             textfile,
+            otlp,
         })
     }
 
     /// Every target ended: their final values are served until `scrapers` scrapers got
-    /// them, and the file kept (its readers cannot be seen: the whole linger), `linger`
-    /// passing first, or `interrupted()`; one summary note per exporter.
+    /// them, pushed until the collector has them, and the file kept (its readers cannot
+    /// be seen: the whole linger), `linger` passing first, or `interrupted()`. One summary
+    /// note per exporter, and whether the OTLP collector received nothing at all.
     pub fn finish(
         self,
         linger: Duration,
         scrapers: usize,
         interrupted: impl Fn() -> bool,
-    ) -> Vec<String> {
+    ) -> (Vec<String>, bool) {
         self.hub.end();
         let deadline = Instant::now() + linger;
         let waiting = || {
             let scraped = self.server.is_none() || self.hub.final_scrapers() >= scrapers;
-            !(scraped && self.textfile.is_none())
+            let pushed = self.otlp.is_none() || self.hub.pushed.load(Ordering::SeqCst);
+            !(scraped && pushed && self.textfile.is_none())
         };
         while waiting() && Instant::now() < deadline && !interrupted() {
             std::thread::sleep(Duration::from_millis(50));
@@ -198,7 +241,10 @@ impl FleetExport {
         let final_scrapers = self.hub.final_scrapers();
         let mut notes = Vec::new();
         notes.extend(self.server.map(|s| s.finish(final_scrapers, linger)));
+        let otlp = self.otlp.map(|p| p.finish(linger));
+        let received_nothing = otlp.as_ref().is_some_and(|(_, nothing)| *nothing);
+        notes.extend(otlp.map(|(note, _)| note));
         notes.extend(self.textfile.map(Writer::finish));
-        notes
+        (notes, received_nothing)
     }
 }

@@ -122,10 +122,11 @@ impl Exporters {
         let snapshot = Snapshot::default();
         let board = Arc::new(Board::new(snapshot));
         let labels = Arc::new(labels);
-        let shown: Arc<dyn http::Shown> = Arc::new(http::OneTarget {
+        let one = Arc::new(http::OneTarget {
             board: Arc::clone(&board),
             labels: Arc::clone(&labels),
         });
+        let shown: Arc<dyn http::Shown> = Arc::clone(&one) as Arc<dyn http::Shown>;
         let prometheus = options
             .prometheus
             .as_deref()
@@ -133,9 +134,7 @@ impl Exporters {
             .transpose()?;
         let env = |name: &str| std::env::var(name).ok();
         let otlp = (options.otlp.url.is_some())
-            .then(|| {
-                otlp::Pusher::start(&options.otlp, &env, Arc::clone(&board), &labels, interval)
-            })
+            .then(|| otlp::Pusher::start(&options.otlp, &env, one, interval))
             .transpose()?;
         let textfile = options
             .textfile

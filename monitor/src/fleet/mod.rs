@@ -24,6 +24,7 @@ use crate::profile::error::ProfileError;
 use crate::profile::{self, FleetTarget, Request};
 use crate::system::cgroup::cgroup2_mounts;
 use crate::system::error::SystemError;
+use crate::system::exit;
 pub use discover::Selector;
 use discover::{Discovered, Found};
 use kubepods::{classify, KubeCgroup};
@@ -79,9 +80,17 @@ pub fn run(request: FleetRequest) -> Result<u8, ProfileError> {
     fleet.stop_all();
     let scrapers = usize::from(request.template.export.linger_scrapers.max(1));
     let signaled = signals.received_count();
-    let notes = export.finish(linger, scrapers, || signals.received_count() != signaled);
+    let (notes, received_nothing) =
+        export.finish(linger, scrapers, || signals.received_count() != signaled);
     for note in notes {
         say(&note);
+    }
+    if received_nothing {
+        say(&format!(
+            "exit status {}: the OTLP collector received none of the pushes",
+            exit::NOTHING_PUSHED
+        ));
+        return Ok(exit::NOTHING_PUSHED);
     }
     Ok(0)
 }

@@ -92,7 +92,8 @@ struct Options {
     /// as --cgroup would and exported on its own with target=its path (below a kubelet's
     /// kubepods cgroup: each container, labelled pod_uid, qos_class, container_id). Looked
     /// at again every --interval: a cgroup that appears or comes back is profiled. Needs
-    /// --prometheus; procfs backend only.
+    /// --prometheus, --otlp or --textfile (one address, one push, one file for all);
+    /// procfs backend only.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["pids", "cgroup"])]
     cgroups_under: Vec<PathBuf>,
     /// Profile the cgroup of every systemd unit named like PATTERN (`*` and `?`, e.g.
@@ -243,16 +244,10 @@ fn refuse_for_fleet(options: &Options, run: bool) {
             "--cgroups-under and --unit need --backend procfs: with the module each target \
               would be a session of its own, which this monitor does not open",
         )
-    } else if options.export.otlp.url.is_some() {
+    } else if !options.export.any() {
         Some(
-            "--cgroups-under and --unit export through --prometheus and --textfile, not \
-             --otlp: have an OpenTelemetry Collector scrape --prometheus (its prometheus \
-             receiver), or run one `monitor --cgroup DIR --otlp` per target",
-        )
-    } else if options.export.prometheus.is_none() && options.export.textfile.is_none() {
-        Some(
-            "--cgroups-under and --unit export each target: give --prometheus ADDR or \
-             --textfile DIR",
+            "--cgroups-under and --unit export each target: give --prometheus ADDR, --otlp \
+             [URL] or --textfile DIR",
         )
     } else if options.duration.is_some() || options.count.is_some() {
         Some(
