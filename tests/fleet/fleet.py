@@ -563,7 +563,6 @@ class Fleet:
         check(re.search(rf'(?m)^pfprof_period_faults_count\{{[^}}]*"minor"[^}}]*\}} {rows}$', seen[-1]), f"not {rows} periods:\n{seen[-1]}")
         check(os.listdir(textfiles) == [], f"left behind: {os.listdir(textfiles)}")
         check("textfile:" in err and "removed at the end" in err, err)
-        check(re.search(r"otlp: \d+ pushes to \S+ delivered, the last with the final values", err), err)
 
     # --- VictoriaMetrics over OTLP ------------------------------------------------------
 
