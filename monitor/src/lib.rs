@@ -9,6 +9,7 @@ pub mod attribution;
 pub mod backend;
 pub mod command;
 pub mod export;
+pub mod fleet;
 pub mod output;
 pub mod pressure;
 pub mod profile;

@@ -52,6 +52,8 @@ pub struct Selection {
     /// Faults are attributed to mappings, one minor fault in this many recorded (every
     /// major one); `None`: not (`--no-attribution`).
     pub attribution: Option<u64>,
+    /// The procfs backend's ring, in pages (the module's is its `buffer_pages`).
+    pub ring_pages: u64,
 }
 
 impl Default for Selection {
@@ -62,6 +64,7 @@ impl Default for Selection {
             cgroup: None,
             inherit: true,
             attribution: Some(crate::attribution::DEFAULT_MINOR_PERIOD),
+            ring_pages: shared_layout::abi::BUFFER_PAGES_DEFAULT.into(),
         }
     }
 }

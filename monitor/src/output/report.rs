@@ -10,6 +10,7 @@ use crate::attribution::{Attribution, Mapping};
 use crate::pressure::verdict::{Band, Rule};
 use crate::rows::row::Row;
 use crate::system::exit::ExitStatus;
+use crate::system::peak::PeakReport;
 use crate::system::procstat::Usage;
 
 /// Running totals over every row, for the summary and the status line.
@@ -103,6 +104,8 @@ pub struct Summary<'a> {
     pub deferred: u64,
     /// The profiled command's own accounting (`monitor run`): wait4() rusage and status.
     pub child: Option<ChildReport>,
+    /// The `--pid` processes' own peak resident sets (VmHWM).
+    pub peaks: &'a [PeakReport],
     /// The thrashing verdict.
     pub thrashing: Thrashing<'a>,
     /// Where the faults were, when the backend says.
@@ -339,7 +342,7 @@ impl Summary<'_> {
         )
     }
 
-    /// The command's own accounting, then the notes.
+    /// The command's own accounting, the attached processes' peaks, then the notes.
     fn command_and_notes(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(c) = &self.child {
             write!(
@@ -357,6 +360,21 @@ impl Summary<'_> {
                 f,
                 "\n  command peak RSS   {:>14.1} MiB (maximum resident set size, as time -v)",
                 c.usage.max_rss_bytes as f64 / MIB
+            )?;
+        }
+        for peak in self.peaks {
+            write!(
+                f,
+                "\n  {:<19}{:>14.1} MiB (VmHWM: its largest resident set since it started{})",
+                format!("pid {} peak RSS", peak.pid),
+                peak.bytes as f64 / MIB,
+                match peak.exited_within {
+                    None => String::new(),
+                    Some(within) => format!(
+                        ", as last read, {:.2} s or less before it exited",
+                        within.as_secs_f64()
+                    ),
+                }
             )?;
         }
         for note in self.notes {
@@ -469,6 +487,7 @@ mod tests {
             blocked: Duration::ZERO,
             deferred: 0,
             child: None,
+            peaks: &[],
             thrashing: Thrashing::NotJudged,
             whereabouts: None,
             notes: &[],
@@ -483,6 +502,7 @@ mod tests {
             blocked: Duration::ZERO,
             deferred: 0,
             child: None,
+            peaks: &[],
             thrashing: Thrashing::NotJudged,
             whereabouts: None,
             notes: &["one thing".into()],

@@ -128,6 +128,11 @@ fn as_json(summary: &Summary, metadata: &Metadata) -> Value {
             "exit": c.status.to_string(),
             "exit_code": c.status.code(),
         })),
+        "attached": summary.peaks.iter().map(|p| json!({
+            "pid": p.pid,
+            "max_rss_bytes": p.bytes,
+            "exited_within_s": p.exited_within.map(|d| d.as_secs_f64()),
+        })).collect::<Vec<_>>(),
         "where": summary.whereabouts.map(|w| where_json(w, t)),
         "notes": summary.notes,
     })

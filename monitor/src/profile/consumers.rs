@@ -32,6 +32,11 @@ pub(super) struct Consumers {
     whereabouts: Option<Whereabouts>,
     /// The verdict's bands, named by where their major faults were.
     bands: Vec<Band>,
+    /// `--count`: the profile is this many rows; those after them are not taken.
+    limit: Option<u64>,
+    /// Whether the limit was reached before the batch now being fed: its samples lost
+    /// came before its rows, so they count only if some of its rows do.
+    full_before_batch: bool,
 }
 
 /// What the consumers gathered, once the loop ended.
@@ -50,13 +55,15 @@ pub(super) struct Consumed {
 
 impl Consumers {
     /// `live_line`: whether standard error may show the status line (not `--quiet`);
-    /// `attribution`: the backend's period tables, if it makes them.
+    /// `attribution`: the backend's period tables, if it makes them; `limit`: how many
+    /// rows to take at most (`--count`).
     pub fn new(
         output: Output,
         exporters: Option<Exporters>,
         live_line: bool,
         keep_rows: bool,
         attribution: Option<Arc<Feed>>,
+        limit: Option<u64>,
     ) -> Consumers {
         let status = (live_line && output.leaves_stderr_to_the_status_line()).then(StatusLine::new);
         Consumers {
@@ -68,6 +75,8 @@ impl Consumers {
             rows: keep_rows.then(Vec::new),
             whereabouts: attribution.map(Whereabouts::new),
             bands: Vec::new(),
+            limit,
+            full_before_batch: false,
         }
     }
 
@@ -86,7 +95,21 @@ impl Consumers {
         self.status.is_some()
     }
 
+    /// How many rows `--count` still takes; `None` without a count.
+    pub fn rows_left(&self) -> Option<u64> {
+        Some(self.limit?.saturating_sub(self.totals.samples))
+    }
+
+    /// Whether `--count` rows have been taken: the profile is complete.
+    pub fn full(&self) -> bool {
+        self.rows_left() == Some(0)
+    }
+
+    /// Takes `row` into every consumer, unless the profile is full.
     pub fn row(&mut self, row: Row) {
+        if self.full() {
+            return;
+        }
         self.totals.add(&row);
         if let Some(status) = self.status.as_mut() {
             status.recent.add(&row);
@@ -113,7 +136,13 @@ impl Consumers {
     /// After each batch's rows: the samples it lost, the verdict's last band once the
     /// session ended, and what is written so far flushed and published.
     pub fn batch_done(&mut self, batch: Batch) {
-        self.totals.lost += batch.lost;
+        let lost = if self.full_before_batch {
+            0
+        } else {
+            batch.lost
+        };
+        self.totals.lost += lost;
+        self.full_before_batch = self.full();
         if let Some(record) = self
             .whereabouts
             .as_mut()
@@ -128,7 +157,7 @@ impl Consumers {
         }
         self.output.flush();
         if let Some(e) = self.exporters.as_mut() {
-            e.lost(batch.lost);
+            e.lost(lost);
             e.set_thrashing(thrashing_state(&self.verdict));
             e.publish();
         }

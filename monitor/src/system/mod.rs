@@ -1,11 +1,13 @@
-//! What every stage reads of the host or shares: a process's counters ([`procstat`]), a
-//! cgroup ([`cgroup`]), exit codes ([`exit`]), a failed system call ([`error`]), durations
-//! on the command line ([`duration`]), the page size ([`page_size`]).
+//! What every stage reads of the host or shares: a process's counters ([`procstat`]) and
+//! peak resident set ([`peak`]), a cgroup ([`cgroup`]), exit codes ([`exit`]), a failed
+//! system call ([`error`]), durations on the command line ([`duration`]), the page size
+//! ([`page_size`]).
 
 pub mod cgroup;
 pub mod duration;
 pub mod error;
 pub mod exit;
+pub mod peak;
 pub mod procstat;
 
 /// The size of a page, bytes (4 KiB where the system will not say).

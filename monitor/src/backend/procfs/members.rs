@@ -13,38 +13,12 @@
 //! counts.
 
 use std::collections::{HashMap, HashSet};
-use std::fs;
 use std::sync::Arc;
 
 use super::memory::{Memory, MemoryProbe};
 use super::tree::{Ledger, Seen};
 use crate::system::cgroup::Cgroup;
 use crate::system::procstat::{self, Probe, ProcessCounters, Stat};
-
-/// The processes of the cgroup and of its descendants; `None` once it is removed.
-fn list(cgroup: &Cgroup) -> Option<Vec<u32>> {
-    let mut pids = Vec::new();
-    let mut dirs = vec![cgroup.path().to_path_buf()];
-    let mut first = true;
-    while let Some(dir) = dirs.pop() {
-        // A child cgroup removed meanwhile has no processes left to count.
-        match fs::read_to_string(dir.join("cgroup.procs")) {
-            Ok(text) => pids.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok())),
-            Err(_) if first => return None,
-            Err(_) => continue,
-        }
-        first = false;
-        if let Ok(entries) = fs::read_dir(&dir) {
-            dirs.extend(
-                entries
-                    .flatten()
-                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                    .map(|e| e.path()),
-            );
-        }
-    }
-    Some(pids)
-}
 
 /// A member, read again and again.
 struct Member {
@@ -109,7 +83,7 @@ impl Members {
             .into_iter()
             .map(|pid| (pid, self.read_member(pid)))
             .collect();
-        let listed: HashSet<u32> = list(&self.cgroup)?.into_iter().collect();
+        let listed: HashSet<u32> = self.cgroup.processes()?.into_iter().collect();
         let mut pass = Vec::with_capacity(listed.len());
         let mut found = HashSet::new();
         for (pid, stat) in read {

@@ -57,6 +57,8 @@ pub struct Procfs {
     feed: Option<Arc<Feed>>,
     /// When the profile began, in clock ticks after boot (before the command's fork).
     began: u64,
+    /// The ring, in pages.
+    ring_pages: u64,
 }
 
 impl Backend for Procfs {
@@ -91,6 +93,7 @@ impl Backend for Procfs {
             fault_events,
             feed: None,
             began: procstat::boot_ticks(),
+            ring_pages: selection.ring_pages,
         })
     }
 
@@ -114,8 +117,8 @@ impl Backend for Procfs {
     }
 
     fn start(&mut self, mode: Mode) -> Result<(Arc<Area>, FutexWaiter), BackendError> {
-        let area = Area::create_memfd(abi::BUFFER_PAGES_DEFAULT.into(), mode, self.period)
-            .map_err(BackendError::Memfd)?;
+        let area =
+            Area::create_memfd(self.ring_pages, mode, self.period).map_err(BackendError::Memfd)?;
         Ok((Arc::new(area), FutexWaiter))
     }
 

@@ -15,6 +15,7 @@ use monitor::backend::kernel::Kernel;
 use monitor::backend::procfs::Procfs;
 use monitor::backend::BackendError;
 use monitor::export::{ExportError, ExportOptions};
+use monitor::fleet::{FleetRequest, Selector};
 use monitor::output::error::OutputError;
 use monitor::output::summary::{SummaryStyle, SummaryTarget};
 use monitor::output::writer::{Destination, Format};
@@ -36,6 +37,7 @@ use shared_layout::Mode;
         monitor run --output prof.csv --plot prof.svg -- ./target/release/work 256 R 50000\n  \
         monitor run -q --summary run.json -- make     (the summary as JSON, nothing shown)\n  \
         monitor --pid 1234 --mode relaxed --interval 500ms --duration 1m > prof.csv\n  \
+        monitor --pid 1234 --period 1s --count 10     (10 rows of a second, as pidstat 1 10)\n  \
         monitor --cgroup /sys/fs/cgroup/system.slice/nginx.service --prometheus :9464 -o /dev/null\n\n\
         `monitor run` shows a live line on a terminal and prints the summary on standard\n\
         error; its samples go only where --output says (`-o -`: standard output,\n\
@@ -86,6 +88,24 @@ struct Options {
     /// The profile ends when the cgroup is removed, or with Ctrl-C.
     #[arg(long, value_name = "PATH", conflicts_with = "pids")]
     cgroup: Option<PathBuf>,
+    /// Profile every cgroup directly under the cgroup v2 directory DIR (repeatable), each
+    /// as --cgroup would and exported on its own with target=its path (below a kubelet's
+    /// kubepods cgroup: each container, labelled pod_uid, qos_class, container_id). Looked
+    /// at again every --interval: a cgroup that appears or comes back is profiled. Needs
+    /// --prometheus, --otlp or --textfile (one address, one push, one file for all);
+    /// procfs backend only.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["pids", "cgroup"])]
+    cgroups_under: Vec<PathBuf>,
+    /// Profile the cgroup of every systemd unit named like PATTERN (`*` and `?`, e.g.
+    /// 'nginx*.service'; repeatable), found by name under the cgroup2 mount, as
+    /// --cgroups-under profiles each of its cgroups.
+    #[arg(long = "unit", value_name = "PATTERN", conflicts_with_all = ["pids", "cgroup"])]
+    units: Vec<String>,
+    /// With --cgroups-under or --unit: the most targets exported at once (each is about 12
+    /// series); those found beyond are left out, said on standard error.
+    #[arg(long, value_name = "N", default_value_t = monitor::fleet::MAX_TARGETS,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    max_targets: u16,
     /// Write samples to FILE (replaced only once the profile is complete); `-` is
     /// standard output, /dev/stderr standard error. Without it, `monitor run` writes no
     /// samples and the others write them to standard output.
@@ -106,6 +126,10 @@ struct Options {
     /// command, as timeout(1) does).
     #[arg(long, value_parser = parse_duration, value_name = "DUR")]
     duration: Option<Duration>,
+    /// End the profile after N samples, as SIGTERM does: the rows, summary, plot and
+    /// exports hold exactly the first N (`--period 1s --count 5`: pidstat's `1 5`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    count: Option<u64>,
     /// Format of the samples: csv or jsonl (JSON Lines, same keys as the CSV columns).
     #[arg(long, default_value = "csv", value_name = "csv|jsonl")]
     format: Format,
@@ -139,7 +163,8 @@ struct Options {
     #[arg(long)]
     no_inherit: bool,
     /// Do not attribute faults to the mappings and processes that took them (the procfs
-    /// backend does, through perf events, where the kernel allows them).
+    /// backend does, through perf events, where the kernel allows them; never with
+    /// --cgroups-under or --unit, whose exports do not show where).
     #[arg(long, conflicts_with = "minor_sampling")]
     no_attribution: bool,
     /// Record one minor fault in N to attribute them (every major fault is recorded):
@@ -211,7 +236,89 @@ fn main() -> ExitCode {
             )
             .exit();
     }
+    if !options.cgroups_under.is_empty() || !options.units.is_empty() {
+        return fleet(options, command.is_some());
+    }
     match run(options, command) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            let (message, code) = failure(e);
+            eprint!("{message}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// Refuses what a fleet monitor cannot do, with the reason, as clap refuses a usage error.
+fn refuse_for_fleet(options: &Options, run: bool) {
+    let refusal = if run {
+        Some("--cgroups-under and --unit profile cgroups: use them without `run`")
+    } else if options.backend == BackendChoice::Kernel {
+        Some(
+            "--cgroups-under and --unit need --backend procfs: with the module each target \
+              would be a session of its own, which this monitor does not open",
+        )
+    } else if !options.export.any() {
+        Some(
+            "--cgroups-under and --unit export each target: give --prometheus ADDR, --otlp \
+             [URL] or --textfile DIR",
+        )
+    } else if options.duration.is_some() || options.count.is_some() {
+        Some(
+            "--cgroups-under and --unit run until SIGTERM, each target until its cgroup is \
+             removed: --duration and --count end one profile (--cgroup)",
+        )
+    } else if options.output.is_some() || options.plot.is_some() || options.summary.is_some() {
+        Some(
+            "--cgroups-under and --unit export each target: --output, --plot and \
+              --summary are for one target (--cgroup)",
+        )
+    } else {
+        None
+    };
+    if let Some(refusal) = refusal {
+        Cli::command()
+            .error(clap::error::ErrorKind::ArgumentConflict, refusal)
+            .exit();
+    }
+}
+
+/// `--cgroups-under`, `--unit`: one monitor for many cgroups.
+fn fleet(options: Options, run: bool) -> ExitCode {
+    refuse_for_fleet(&options, run);
+    let selectors = (options.cgroups_under.iter().cloned().map(Selector::Under))
+        .chain(options.units.iter().cloned().map(Selector::Unit))
+        .collect();
+    let request = FleetRequest {
+        selectors,
+        max_targets: usize::from(options.max_targets),
+        template: Request {
+            mode: options.mode,
+            interval: options.interval,
+            format: options.format,
+            output: Destination::Nowhere,
+            plot: None,
+            command: None,
+            pids: Vec::new(),
+            cgroup: None,
+            period_ms: options.period.or(options.period_ms),
+            inherit: !options.no_inherit,
+            // A target's where-the-faults-were would go nowhere (no output, no summary),
+            // and each target's events are 2 per CPU: 256 targets on 64 CPUs are 32,768
+            // file descriptors, and each counts every fault of its cgroup.
+            attribution: None,
+            export: options.export,
+            summary: SummaryTarget {
+                file: None,
+                style: SummaryStyle::Text,
+                quiet: true,
+            },
+            duration: None,
+            count: None,
+            fleet: None,
+        },
+    };
+    match monitor::fleet::run(request) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             let (message, code) = failure(e);
@@ -262,9 +369,11 @@ fn run(options: Options, command: Option<Vec<OsString>>) -> Result<u8, ProfileEr
             quiet: options.quiet,
         },
         duration: options.duration,
+        count: options.count,
         inherit: !options.no_inherit,
         attribution: (!options.no_attribution).then_some(options.minor_sampling),
         export: options.export,
+        fleet: None,
     };
     match backend {
         BackendChoice::Kernel => profile::profile::<Kernel>(request),
