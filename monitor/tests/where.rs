@@ -472,3 +472,67 @@ fn every_fault_recorded_or_counted_lost_when_each_minor_fault_is_recorded() {
     );
     assert_eq!(minor["estimated"], recorded);
 }
+
+#[test]
+fn with_count_the_where_records_and_the_summary_cover_exactly_the_counted_rows() {
+    // `work` faults on well past the 5th row: no fault of a later period may reach the
+    // where records or the summary's section.
+    let dir = OnDisk::new("count");
+    let summary = dir.0.join("run.json");
+    let out = monitor(&[
+        "run",
+        "--backend",
+        "procfs",
+        "--period",
+        "20ms",
+        "--interval",
+        "40ms",
+        "--count",
+        "5",
+        "--minor-sampling",
+        "1",
+        "--format",
+        "jsonl",
+        "-o",
+        "-",
+        "--summary",
+        summary.to_str().unwrap(),
+        "--",
+        WORK,
+        "64",
+        "L",
+        "2000000",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(128 + 15), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<Value> = (text.lines())
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .collect();
+    let rows: Vec<&Value> = lines.iter().filter(|v| v["time_ms"].is_u64()).collect();
+    assert_eq!(rows.len(), 5, "{text}");
+    let records: Vec<&Value> = lines.iter().filter(|v| v["event"] == "where").collect();
+    assert!(!records.is_empty(), "no where record in {text}");
+    let rows_minor: u64 = rows.iter().map(|r| r["minor"].as_u64().unwrap()).sum();
+    let records_minor: u64 = (records.iter())
+        .map(|r| {
+            let listed: u64 = (r["processes"].as_array().unwrap().iter())
+                .map(|p| p["minor"].as_u64().unwrap())
+                .sum();
+            listed + r["other_processes"]["minor"].as_u64().unwrap()
+        })
+        .sum();
+    assert_eq!(records_minor, rows_minor, "{text}");
+    let last_row_end = rows[4]["time_ms"].as_u64().unwrap();
+    let last_record_end = records.last().unwrap()["end_ms"].as_u64().unwrap();
+    assert_eq!(last_record_end, last_row_end, "{text}");
+    let summary: Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    assert_eq!(summary["samples"], 5);
+    assert_eq!(summary["minor_faults"], rows_minor);
+    let minor = &summary["where"]["minor"];
+    let recorded = minor["recorded"].as_u64().unwrap();
+    assert!(
+        recorded <= rows_minor,
+        "{recorded} minor faults recorded for rows that took {rows_minor}"
+    );
+}
