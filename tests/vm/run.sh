@@ -27,7 +27,8 @@
 # loops on the host beside qemu and a process rewriting 2 GiB of memory over and
 # over, and in the guest two busy loops and a process keeping a quarter of its
 # memory dirty (pfprof-guest hog), all at the tests' own priority.
-# FILTER: run only tests whose name contains one of these substrings.
+# FILTER: run only tests whose name contains one of these substrings; -WORD:
+# leave out the tests whose name contains WORD.
 # --keep: keep the work directory (initramfs, console log) and print its path.
 # Environment: CARGO_TARGET_DIR (default: target/), PFPROF_VM_TIMEOUT (s; 600,
 # 2400 for the debug kernel), PFPROF_SEED (replay the randomized tests with the
@@ -60,7 +61,7 @@ while (($#)); do
 	--module) module=${2-}; (($# > 1)) && shift ;;
 	--boots) boots=${2-}; (($# > 1)) && shift ;;
 	--load) load=1 ;;
-	-h | --help) sed -n '2,39p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,40p' "$0"; exit 0 ;;
 	*) filters+=("$1") ;;
 	esac
 	shift
