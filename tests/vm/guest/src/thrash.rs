@@ -315,7 +315,7 @@ impl TextfileWatcher {
     }
 }
 
-/// The value of a metric without labels besides the target's, in a textfile.
+/// The value of the first series named `name` in a textfile (its labels: the target's, the monitor's).
 fn exported(text: &str, name: &str) -> Result<f64> {
     text.lines()
         .find_map(|line| {
