@@ -277,21 +277,38 @@ impl Chain {
         }
     }
 
-    /// Kills every process of the chain, and reaps them all: they are this
-    /// subreaper's children by then, or the reaped children of a namespace's init.
+    /// Kills every process of the chain, the deepest first and each one's exit done
+    /// before the next is killed, then reaps them all: they are this subreaper's
+    /// children by then, or the reaped children of a namespace's init. One at a
+    /// time because each fork links the child's memory to every ancestor's anon_vma:
+    /// hundreds of levels exiting together queue on the root's lock, under KASAN for
+    /// longer than the hung-task detector allows; one by one, none waits on another.
     pub(super) fn tear_down(&mut self) -> Result<()> {
         if self.forked == 0 {
             return Ok(());
         }
-        let all: Vec<i32> = [self.forked].iter().chain(&self.pids).copied().collect();
+        let all: Vec<i32> = self
+            .pids
+            .iter()
+            .rev()
+            .chain([&self.forked])
+            .copied()
+            .collect();
         self.forked = 0;
         self.pids.clear();
         for &pid in &all {
             // SAFETY: kill(2) of a process of ours (ESRCH once gone: fine).
             unsafe { libc::kill(pid, libc::SIGKILL) };
+            let deadline = Instant::now() + EXIT_LIMIT;
+            while !has_exited(pid) {
+                ensure!(
+                    Instant::now() < deadline,
+                    "chain process {pid} still running {EXIT_LIMIT:?} after SIGKILL"
+                );
+                thread::sleep(Duration::from_millis(1));
+            }
         }
-        // Hundreds of processes, killed and reaped under KASAN: tens of seconds.
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + EXIT_LIMIT;
         loop {
             loop {
                 // SAFETY: waitpid(2) for any child, without blocking, status unwanted.
@@ -315,6 +332,18 @@ impl Chain {
             thread::sleep(Duration::from_millis(10));
         }
     }
+}
+
+/// How long one killed process of the chain may take to exit, or all of them to be
+/// reaped: one exit of a deep level under KASAN takes a fraction of a second.
+const EXIT_LIMIT: Duration = Duration::from_secs(20);
+
+/// `pid` has exited: it is a zombie or gone (its memory is released either way).
+fn has_exited(pid: i32) -> bool {
+    u32::try_from(pid)
+        .ok()
+        .and_then(|pid| crate::kmod::stat(pid).ok())
+        .is_none_or(|(state, _)| matches!(state, 'Z' | 'X'))
 }
 
 impl Drop for Chain {
