@@ -175,7 +175,7 @@ pub fn the_sampler_keeps_the_period_asked_on_absolute_deadlines(env: &Env) -> Re
              period ({deferred} deferred: the consumer held the lock), against \
              {control_left_out} of a thread sleeping to the same period"
         );
-        drop((consumer, dev));
+        drop((consumer, area, dev));
         child.go()?;
         child.reap()?;
         module.unload()?;
