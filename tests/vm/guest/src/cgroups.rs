@@ -5,10 +5,11 @@
 use std::fs;
 use std::process::{Command, Stdio};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 
+use crate::device::{samplers, wakeups};
 use crate::kmod::{self, Profiled};
 use crate::monitor::{csv_minor, finished, within};
 use crate::{harness::Env, klog};
@@ -28,18 +29,66 @@ fn mount_cgroup2() -> Result<()> {
     Ok(())
 }
 
-/// Moves `pid` (asleep) to `cgroup`, after the samplers have seen its last
-/// faults where it was, and lets them see it there (a hundred periods each:
-/// the procfs sampler's looks at every process take longer than its period on
-/// the debug kernel, which missed a round's 128 faults after 300 ms once, and
-/// 206 of a round's last faults moved out 20 ms after it): what is missed at a
-/// move, what came between the last look and the move, is then zero.
-fn move_to(cgroup: &str, pid: u32) -> Result<()> {
+/// The thread that looks at the target's processes for the monitor `monitor`: the
+/// kernel session's sampler (a kthread named after its opener), or the procfs
+/// backend's sampling thread; waited for while the monitor starts.
+fn sampler_of(backend: &str, monitor: u32) -> Result<u32> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let found = if backend == "kernel" {
+            samplers()?.into_iter().find(|&pid| {
+                fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim() == format!("pfprof/{monitor}"))
+            })
+        } else {
+            fs::read_dir(format!("/proc/{monitor}/task"))?
+                .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                .find(|tid| {
+                    fs::read_to_string(format!("/proc/{monitor}/task/{tid}/comm"))
+                        .is_ok_and(|c| c.trim() == "pfprof-sampler")
+                })
+        };
+        if let Some(sampler) = found {
+            return Ok(sampler);
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the {backend} backend's monitor {monitor} has no sampler after 60 s"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until `sampler` has gone to sleep `LOOKS` times more: the last of its looks
+/// began after the call. A second at least, as many periods on a quiet machine; on a
+/// loaded one the sampler may look far less often than its period, and a move it did
+/// not see between two looks would count what came between them in the wrong place.
+fn after_looks(sampler: u32) -> Result<()> {
+    /// Sleeps of the sampler (its period's, and any on a lock) that make sure one
+    /// whole look came after the call.
+    const LOOKS: u64 = 5;
+    let start = Instant::now();
+    let slept = wakeups(sampler)?;
     thread::sleep(Duration::from_secs(1));
+    while wakeups(sampler)? < slept + LOOKS {
+        ensure!(
+            start.elapsed() < Duration::from_secs(60),
+            "the sampler {sampler} looked fewer than {LOOKS} times in 60 s"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
+}
+
+/// Moves `pid` (asleep) to `cgroup`, after the sampler has seen its last faults where
+/// it was, and lets it see it there: what is missed at a move, what came between the
+/// last look and the move, is then zero. (Fixed waits of 100 periods once counted a
+/// whole round outside, on a loaded machine: the sampler had not looked between.)
+fn move_to(cgroup: &str, pid: u32, sampler: u32) -> Result<()> {
+    after_looks(sampler)?;
     fs::write(format!("{cgroup}/cgroup.procs"), pid.to_string())
         .with_context(|| format!("moving {pid} to {cgroup}"))?;
-    thread::sleep(Duration::from_secs(1));
-    Ok(())
+    after_looks(sampler)
 }
 
 /// Minor faults of `pid` and of the children it reaped (stat fields 10 and 11).
@@ -86,17 +135,18 @@ pub fn a_cgroup_target_counts_exactly_what_its_processes_did_inside_in_both_back
             .stderr(Stdio::piped())
             .spawn()
             .context("starting the monitor")?;
-        thread::sleep(Duration::from_millis(500));
+        let sampler = sampler_of(backend, monitor.id())?;
+        after_looks(sampler)?;
         // Outside, inside (in a cgroup below), outside again, inside through a child.
         let mut inside = 0;
         round(&mut p, b'l')?;
-        move_to(&inner, p.pid)?;
+        move_to(&inner, p.pid, sampler)?;
         inside += round(&mut p, b'l')?;
-        move_to(ROOT, p.pid)?;
+        move_to(ROOT, p.pid, sampler)?;
         round(&mut p, b'l')?;
-        move_to(&cgroup, p.pid)?;
+        move_to(&cgroup, p.pid, sampler)?;
         inside += round(&mut p, b'f')?;
-        move_to(ROOT, p.pid)?;
+        move_to(ROOT, p.pid, sampler)?;
         fs::remove_dir(&inner)?;
         fs::remove_dir(&cgroup)?;
         let stderr = finished(
