@@ -1,6 +1,7 @@
 //! The profile as an SVG timeline: lanes on one time axis, in seconds, for the fault
-//! rates, the resident and swapped memory, the memory stall and the CPU utilization,
-//! with the thrashing verdict's bands shaded across all of them.
+//! rates, the major faults by mapping (where faults were attributed to mappings), the
+//! resident and swapped memory, the memory stall and the CPU utilization, with the
+//! thrashing verdict's bands shaded across all of them.
 //!
 //! Rates and shares are drawn as steps over each row's own period. A row much shorter
 //! than the others (the last, partial period; an early sample at a process's exit) is
@@ -12,8 +13,17 @@
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
+use super::whereabouts::{LaneRow, MappingLane, TOP};
 use crate::pressure::verdict::Band;
 use crate::rows::row::Row;
+
+/// The lane of major faults by mapping, or why the plot has none.
+#[derive(Clone, Copy, Debug)]
+pub enum ByMapping<'a> {
+    Lane(&'a MappingLane),
+    /// Faults were not attributed to mappings: why, in a few words.
+    NotAttributed(&'a str),
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlotError {
@@ -26,7 +36,10 @@ fn draw_err<E: std::fmt::Display>(e: E) -> PlotError {
 }
 
 const WIDTH: u32 = 1100;
+/// Without the lane of major faults by mapping.
 const HEIGHT: u32 = 1000;
+/// The lane of major faults by mapping: its legend and its chart.
+const MAPPING_LANE: u32 = 280;
 const FONT: &str = "sans-serif";
 const MIB: f64 = (1u64 << 20) as f64;
 
@@ -40,6 +53,17 @@ const SOME: RGBColor = RGBColor(197, 176, 213);
 const FULL: RGBColor = RGBColor(118, 42, 131);
 const CPU: RGBColor = RGBColor(23, 190, 207);
 const BAND: RGBColor = RGBColor(255, 80, 80);
+/// The top mappings' layers, most major faults first, then the other mappings' and what
+/// was not recorded.
+const MAPPINGS: [RGBColor; TOP] = [
+    RGBColor(57, 59, 121),
+    RGBColor(227, 119, 194),
+    RGBColor(188, 189, 34),
+    RGBColor(140, 86, 75),
+    RGBColor(23, 190, 207),
+];
+const OTHER_MAPPINGS: RGBColor = RGBColor(190, 190, 190);
+const NOT_RECORDED: RGBColor = RGBColor(60, 60, 60);
 
 /// One drawn step: a row, or a short row merged with the one before it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -58,6 +82,8 @@ struct Step {
     /// Stall over the step, µs, where the rows have it.
     some_us: Option<u64>,
     full_us: Option<u64>,
+    /// Major faults by mapping, where the lane is drawn.
+    by_mapping: LaneRow,
 }
 
 impl Step {
@@ -67,13 +93,18 @@ impl Step {
 }
 
 /// The rows as steps, short ones merged into the step before; the first, of no known
-/// length, as an instant.
-fn steps(rows: &[Row]) -> Vec<Step> {
+/// length, as an instant. `lane`: the rows' major faults by mapping, one per row (none:
+/// no lane).
+fn steps(rows: &[Row], lane: &[LaneRow]) -> Vec<Step> {
     let mut periods: Vec<u64> = rows.iter().map(|r| r.period_ns).collect();
     periods.sort_unstable();
     let typical = periods.get(periods.len() / 2).copied().unwrap_or(0);
     let mut steps: Vec<Step> = Vec::with_capacity(rows.len());
-    for row in rows {
+    let lane = lane
+        .iter()
+        .copied()
+        .chain(std::iter::repeat(LaneRow::default()));
+    for (row, by_mapping) in rows.iter().zip(lane) {
         let end = row.time_ms as f64 / 1e3;
         let step = Step {
             start: if steps.is_empty() {
@@ -91,6 +122,7 @@ fn steps(rows: &[Row]) -> Vec<Step> {
             swap: row.swap,
             some_us: row.pressure.stall_some_us,
             full_us: row.pressure.stall_full_us,
+            by_mapping,
         };
         match steps.last_mut() {
             Some(before) if row.period_ns < typical / 2 && before.end > before.start => {
@@ -102,6 +134,7 @@ fn steps(rows: &[Row]) -> Vec<Step> {
                     cpu_ns: before.cpu_ns.saturating_add(step.cpu_ns),
                     some_us: add(before.some_us, step.some_us),
                     full_us: add(before.full_us, step.full_us),
+                    by_mapping: merged(before.by_mapping, step.by_mapping),
                     ..step
                 };
             }
@@ -109,6 +142,19 @@ fn steps(rows: &[Row]) -> Vec<Step> {
         }
     }
     steps
+}
+
+/// Two rows' major faults by mapping as one.
+fn merged(a: LaneRow, b: LaneRow) -> LaneRow {
+    let mut top = a.top;
+    for (n, m) in top.iter_mut().zip(b.top) {
+        *n = n.saturating_add(m);
+    }
+    LaneRow {
+        top,
+        other: a.other.saturating_add(b.other),
+        lost: a.lost.saturating_add(b.lost),
+    }
 }
 
 /// A value held over each step, as the corners of a step line; an instant has none.
@@ -144,6 +190,10 @@ type Chart<'a> = ChartContext<
 const Y_LABELS: u32 = 90;
 /// The strip above a lane that holds its legend.
 const LEGEND: u32 = 24;
+/// A legend's width per character: without a font to measure with, a generous one.
+const LEGEND_CHAR: i32 = 8;
+/// A line of a legend of several lines.
+const LEGEND_LINE: u32 = 20;
 
 /// How an item of a legend is drawn.
 #[derive(Clone, Copy)]
@@ -153,6 +203,8 @@ enum Key {
     Box(RGBColor),
     /// The thrashing bands' shading.
     Shade,
+    /// Words alone.
+    Note,
 }
 
 /// A lane's area: the legend strip drawn (its items side by side, never over the data),
@@ -163,33 +215,45 @@ fn legend_row<'a>(
 ) -> Result<DrawingArea<SVGBackend<'a>, Shift>, PlotError> {
     let (strip, chart) = area.split_vertically(LEGEND);
     let mut x = Y_LABELS as i32 + 14;
-    let y = LEGEND as i32 / 2 + 2;
     for (label, key) in items {
-        match *key {
-            Key::Line(c) => strip.draw(&PathElement::new([(x, y), (x + 22, y)], c.stroke_width(2))),
-            Key::Dashed(c) => strip
-                .draw(&PathElement::new([(x, y), (x + 8, y)], c.stroke_width(2)))
-                .and_then(|()| {
-                    strip.draw(&PathElement::new(
-                        [(x + 14, y), (x + 22, y)],
-                        c.stroke_width(2),
-                    ))
-                }),
-            Key::Box(c) => strip.draw(&Rectangle::new([(x, y - 6), (x + 22, y + 6)], c.filled())),
-            Key::Shade => strip.draw(&Rectangle::new([(x, y - 6), (x + 22, y + 6)], shade())),
-        }
-        .map_err(draw_err)?;
-        strip
-            .draw(&Text::new(
-                label.to_string(),
-                (x + 28, y - 7),
-                (FONT, 14).into_font().color(&BLACK),
-            ))
-            .map_err(draw_err)?;
-        // Without a font to measure with, a generous width per character.
-        x += 28 + 8 * label.len() as i32 + 24;
+        x = legend_item(&strip, (x, LEGEND as i32 / 2 + 2), label, *key)? + 24;
     }
     Ok(chart)
+}
+
+/// Draws a legend's item with its left end at `(x, y)` (the middle of its line); where
+/// it ends.
+fn legend_item(
+    strip: &DrawingArea<SVGBackend<'_>, Shift>,
+    (x, y): (i32, i32),
+    label: &str,
+    key: Key,
+) -> Result<i32, PlotError> {
+    match key {
+        Key::Line(c) => strip.draw(&PathElement::new([(x, y), (x + 22, y)], c.stroke_width(2))),
+        Key::Dashed(c) => strip
+            .draw(&PathElement::new([(x, y), (x + 8, y)], c.stroke_width(2)))
+            .and_then(|()| {
+                strip.draw(&PathElement::new(
+                    [(x + 14, y), (x + 22, y)],
+                    c.stroke_width(2),
+                ))
+            }),
+        Key::Box(c) => strip.draw(&Rectangle::new([(x, y - 6), (x + 22, y + 6)], c.filled())),
+        Key::Shade => strip.draw(&Rectangle::new([(x, y - 6), (x + 22, y + 6)], shade())),
+        Key::Note => Ok(()),
+    }
+    .map_err(draw_err)?;
+    let text_x = if matches!(key, Key::Note) { x } else { x + 28 };
+    strip
+        .draw(&Text::new(
+            label.to_string(),
+            (text_x, y - 7),
+            (FONT, 14).into_font().color(&BLACK),
+        ))
+        .map_err(draw_err)?;
+    // Without a font to measure with, a generous width per character.
+    Ok(text_x + LEGEND_CHAR * label.chars().count() as i32)
 }
 
 /// A lane's chart, its mesh not drawn yet (a second axis comes first).
@@ -277,17 +341,35 @@ fn whole(v: &f64) -> String {
     }
 }
 
-/// Renders `rows` and the verdict's `bands` as an SVG document. `caption` names the
-/// backend, the mode and the period.
-pub fn render(rows: &[Row], bands: &[Band], caption: &str) -> Result<String, PlotError> {
-    let steps = steps(rows);
+/// Renders `rows` and the verdict's `bands` as an SVG document, with the lane of major
+/// faults by mapping when there are some. `caption` names the backend, the mode and the
+/// period.
+pub fn render(
+    rows: &[Row],
+    bands: &[Band],
+    caption: &str,
+    by_mapping: ByMapping<'_>,
+) -> Result<String, PlotError> {
+    let lane_rows = match by_mapping {
+        ByMapping::Lane(lane) => &lane.rows[..],
+        ByMapping::NotAttributed(_) => &[],
+    };
+    let steps = steps(rows, lane_rows);
     let x = (
         steps.first().map_or(0.0, |s| s.start.min(0.0)),
         steps.last().map_or(0.0, |s| s.end).max(0.1),
     );
+    // The lane, or without major faults by mapping to draw, a line that says why.
+    let lane: Result<&MappingLane, String> = match by_mapping {
+        ByMapping::Lane(lane) if lane.recorded > 0 || lane.lost > 0 => Ok(lane),
+        ByMapping::Lane(_) => Err("none recorded".to_owned()),
+        ByMapping::NotAttributed(why) => Err(format!("not attributed ({why})")),
+    };
+    let by_mapping_height = if lane.is_ok() { MAPPING_LANE } else { LEGEND };
+    let height = HEIGHT + by_mapping_height;
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
         root.fill(&WHITE).map_err(draw_err)?;
         let title = match bands {
             [] => caption.to_owned(),
@@ -296,6 +378,7 @@ pub fn render(rows: &[Row], bands: &[Band], caption: &str) -> Result<String, Plo
         };
         let root = root.titled(&title, (FONT, 20)).map_err(draw_err)?;
         let (faults_area, rest) = root.split_vertically(HEIGHT * 26 / 100);
+        let (by_mapping_area, rest) = rest.split_vertically(by_mapping_height);
         let (memory_area, rest) = rest.split_vertically(HEIGHT * 26 / 100);
         let (stall_area, cpu_area) = rest.split_vertically(HEIGHT * 20 / 100);
         let lanes = Lanes {
@@ -304,6 +387,13 @@ pub fn render(rows: &[Row], bands: &[Band], caption: &str) -> Result<String, Plo
             bands,
         };
         lanes.faults(&faults_area)?;
+        match lane {
+            Ok(lane) => lanes.by_mapping(&by_mapping_area, lane)?,
+            Err(note) => {
+                let note = format!("major faults by mapping: {note}");
+                legend_row(&by_mapping_area, &[(&note, Key::Note)])?;
+            }
+        }
         lanes.memory(&memory_area)?;
         lanes.stall(&stall_area)?;
         lanes.cpu(&cpu_area)?;
@@ -368,6 +458,44 @@ impl Lanes<'_> {
             ))
             .map_err(draw_err)?;
         Ok(())
+    }
+
+    /// Major faults by mapping: the run's top mappings stacked, the one with the most at
+    /// the bottom, then the other mappings' and those not recorded.
+    fn by_mapping(&self, area: &LaneArea<'_>, majors: &MappingLane) -> Result<(), PlotError> {
+        let layers = layers(majors);
+        let lines = 1 + layers.len().div_ceil(2) as u32;
+        let (strip, area) = area.split_vertically(LEGEND_LINE * lines + 8);
+        let x = Y_LABELS as i32 + 14;
+        let line_y = |line: u32| (line * LEGEND_LINE + LEGEND_LINE / 2 + 2) as i32;
+        legend_item(
+            &strip,
+            (x, line_y(0)),
+            "major faults/s by mapping, every one recorded (minor faults are sampled: not drawn here)",
+            Key::Note,
+        )?;
+        let column = (WIDTH - 2 * Y_LABELS - 28) as i32 / 2;
+        let chars = ((column - 28 - 16) / LEGEND_CHAR) as usize;
+        for (i, layer) in layers.iter().enumerate() {
+            let at = (x + column * (i % 2) as i32, line_y(1 + i as u32 / 2));
+            legend_item(&strip, at, &layer.legend(chars), Key::Box(layer.color))?;
+        }
+        let stacked = |s: &Step, k: usize| stacked(&layers, s, k);
+        let last = layers.len().saturating_sub(1);
+        let y_max = top(self.spans().map(|s| stacked(s, last)).fold(0.0, f64::max));
+        let mut chart = lane(&area, self.x, y_max, false, false)?;
+        mesh(&mut chart, "major faults/s", &whole, false, &[])?;
+        // Each stack's top, the tallest first, opaque: what shows of each is its own layer.
+        for (k, layer) in layers.iter().enumerate().rev() {
+            chart
+                .draw_series(AreaSeries::new(
+                    stepped(self.steps, |s| stacked(s, k)),
+                    0.0,
+                    layer.color,
+                ))
+                .map_err(draw_err)?;
+        }
+        shade_bands(&mut chart, self.bands)
     }
 
     /// Memory: resident anonymous, file and shared stacked, swapped out as a line.
@@ -467,6 +595,113 @@ impl Lanes<'_> {
     }
 }
 
+/// What a layer of the lane of major faults by mapping counts of a row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LayerOf {
+    /// The run's top mapping at this rank.
+    Top(usize),
+    Other,
+    NotRecorded,
+}
+
+impl LayerOf {
+    fn count(self, row: &LaneRow) -> u64 {
+        match self {
+            LayerOf::Top(i) => row.top[i],
+            LayerOf::Other => row.other,
+            LayerOf::NotRecorded => row.lost,
+        }
+    }
+}
+
+/// A layer of the lane: what it counts, its name and count over the run, its colour.
+#[derive(Clone, Debug, PartialEq)]
+struct Layer {
+    of: LayerOf,
+    name: String,
+    /// Major faults over the run, and their share of those recorded (none: not
+    /// recorded).
+    faults: u64,
+    share: Option<f64>,
+    color: RGBColor,
+}
+
+impl Layer {
+    /// Its legend, at most `chars` characters: the name shortened in its middle, the
+    /// count whole.
+    fn legend(&self, chars: usize) -> String {
+        let count = match self.share {
+            Some(share) => format!(": {} ({:.0}%)", self.faults, share * 100.0),
+            None => format!(": {}", self.faults),
+        };
+        let room = chars.saturating_sub(count.chars().count());
+        format!("{}{count}", shortened(&self.name, room))
+    }
+}
+
+/// The lane's layers, bottom up: the top mappings, the other mappings (if they took
+/// any), what was not recorded (if anything was not).
+fn layers(lane: &MappingLane) -> Vec<Layer> {
+    let share = |n: u64| Some(n as f64 / lane.recorded.max(1) as f64);
+    let mut layers: Vec<Layer> = (lane.mappings.iter().zip(MAPPINGS).enumerate())
+        .map(|(i, ((name, faults), color))| Layer {
+            of: LayerOf::Top(i),
+            name: name.clone(),
+            faults: *faults,
+            share: share(*faults),
+            color,
+        })
+        .collect();
+    let top: u64 = lane.mappings.iter().map(|(_, n)| n).sum();
+    let other = lane.recorded.saturating_sub(top);
+    if other > 0 {
+        layers.push(Layer {
+            of: LayerOf::Other,
+            name: "other mappings".to_owned(),
+            faults: other,
+            share: share(other),
+            color: OTHER_MAPPINGS,
+        });
+    }
+    if lane.lost > 0 {
+        layers.push(Layer {
+            of: LayerOf::NotRecorded,
+            name: "not recorded (the kernel's buffer was full)".to_owned(),
+            faults: lane.lost,
+            share: None,
+            color: NOT_RECORDED,
+        });
+    }
+    layers
+}
+
+/// The top of layer `k` over step `s`, in major faults a second: its count and those of
+/// the layers under it.
+fn stacked(layers: &[Layer], s: &Step, k: usize) -> f64 {
+    let count: u64 = (layers.iter().take(k + 1))
+        .map(|l| l.of.count(&s.by_mapping))
+        .sum();
+    count as f64 / s.seconds()
+}
+
+/// `name` in at most `chars` characters, its middle left out (a path's start and its
+/// file's name both tell), and characters no SVG may hold (controls: a file may be
+/// named with them) replaced.
+fn shortened(name: &str, chars: usize) -> String {
+    let clean: Vec<char> = (name.chars())
+        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+        .collect();
+    if clean.len() <= chars {
+        return clean.into_iter().collect();
+    }
+    let head = chars / 3;
+    let tail = chars.saturating_sub(head + 1);
+    let mut short: String = clean[..head].iter().collect();
+    short.push('…');
+    short.extend(&clean[clean.len() - tail..]);
+    short
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -476,6 +711,10 @@ mod tests {
     fn rows(count: u64, sample: impl Fn(u64) -> Sample) -> Vec<Row> {
         let mut t = Timeline::new(std::time::Duration::from_millis(50));
         (1..=count).map(|i| t.row(&sample(i))).collect()
+    }
+
+    fn unattributed() -> ByMapping<'static> {
+        ByMapping::NotAttributed("test")
     }
 
     fn texts(svg: &str) -> Vec<&str> {
@@ -494,7 +733,7 @@ mod tests {
             rss_anon: i << 20,
             ..Sample::default()
         });
-        let svg = render(&rows, &[], "procfs backend, strict mode").unwrap();
+        let svg = render(&rows, &[], "procfs backend, strict mode", unattributed()).unwrap();
         assert!(svg.starts_with("<svg"));
         assert!(svg.trim_end().ends_with("</svg>"));
         let texts = texts(&svg);
@@ -541,7 +780,7 @@ mod tests {
             onset_swap: 0,
             major_mapping: None,
         };
-        let svg = render(&rows, &[band], "caption").unwrap();
+        let svg = render(&rows, &[band], "caption", unattributed()).unwrap();
         assert!(texts(&svg).contains(&"caption; shaded: thrashing"));
         // The band's colour, filled, once per lane and once in the legend, which names it.
         let shaded = svg.matches("opacity=\"0.18\" fill=\"#FF5050\"").count();
@@ -558,7 +797,7 @@ mod tests {
             rss_shmem: 2 << 20,
             ..Sample::default()
         });
-        let svg = render(&rows, &[], "caption").unwrap();
+        let svg = render(&rows, &[], "caption", unattributed()).unwrap();
         for colour in [ANON, FILE, SHMEM] {
             let RGBColor(r, g, b) = colour;
             let fill = format!("opacity=\"1\" fill=\"#{r:02X}{g:02X}{b:02X}\"");
@@ -591,7 +830,7 @@ mod tests {
             cpu_ns: 4_000_000,
             ..Sample::default()
         }));
-        let steps = steps(&rows);
+        let steps = steps(&rows, &[]);
         assert_eq!(steps.len(), 10);
         let last = steps.last().unwrap();
         assert_eq!(last.cpu_ns, 29_000_000);
@@ -609,15 +848,153 @@ mod tests {
             rss_anon: i << 20,
             ..Sample::default()
         });
-        let steps = steps(&rows);
+        let steps = steps(&rows, &[]);
         assert_eq!((steps[0].start, steps[0].end), (0.0, 0.0));
         let cpu = stepped(&steps, |s| s.cpu_ns as f64);
         assert_eq!(cpu, [(0.0, 1e7), (0.05, 1e7), (0.05, 1e7), (0.1, 1e7)]);
         assert_eq!(levels(&steps, |s| s.rss_anon as f64)[0], (0.0, 1048576.0));
     }
 
+    /// 20 rows of 50 ms, each with 15 major faults on the database's file, 5 on a heap
+    /// and 1 on other mappings; the third also 10 the kernel could not record.
+    fn attributed() -> (Vec<Row>, MappingLane) {
+        let rows = rows(20, |i| Sample {
+            time_ns: i * 50_000_000,
+            major: 21,
+            ..Sample::default()
+        });
+        let lane_rows = (0..20)
+            .map(|i| LaneRow {
+                top: [15, 5, 0, 0, 0],
+                other: 1,
+                lost: if i == 2 { 10 } else { 0 },
+            })
+            .collect();
+        let lane = MappingLane {
+            mappings: vec![
+                ("/srv/db/index.dat (shared)".into(), 300),
+                ("[heap] of pid 7".into(), 100),
+            ],
+            recorded: 420,
+            lost: 10,
+            rows: lane_rows,
+        };
+        (rows, lane)
+    }
+
+    #[test]
+    fn the_lane_names_each_top_mapping_with_its_major_faults_and_stacks_them_row_by_row() {
+        let (rows, lane) = attributed();
+        let svg = render(&rows, &[], "caption", ByMapping::Lane(&lane)).unwrap();
+        let texts = texts(&svg);
+        for text in [
+            "major faults/s by mapping, every one recorded (minor faults are sampled: not drawn here)",
+            "/srv/db/index.dat (shared): 300 (71%)",
+            "[heap] of pid 7: 100 (24%)",
+            "other mappings: 20 (5%)",
+            "not recorded (the kernel&apos;s buffer was full): 10",
+        ] {
+            assert!(texts.contains(&text), "missing {text:?}: {texts:?}");
+        }
+        assert!(svg.contains(&format!("height=\"{}\"", HEIGHT + MAPPING_LANE)));
+        // Each layer in its legend's colour: its legend's box and its area.
+        for colour in [MAPPINGS[0], MAPPINGS[1], OTHER_MAPPINGS, NOT_RECORDED] {
+            let RGBColor(r, g, b) = colour;
+            let fill = format!("opacity=\"1\" fill=\"#{r:02X}{g:02X}{b:02X}\"");
+            assert_eq!(svg.matches(&fill).count(), 2, "{fill}: {svg}");
+        }
+        // The stack over a row: 15 on the file, 5 on the heap, 1 elsewhere, in 50 ms.
+        let layers = layers(&lane);
+        let kinds: Vec<LayerOf> = layers.iter().map(|l| l.of).collect();
+        assert_eq!(
+            kinds,
+            [
+                LayerOf::Top(0),
+                LayerOf::Top(1),
+                LayerOf::Other,
+                LayerOf::NotRecorded
+            ]
+        );
+        let steps = steps(&rows, &lane.rows);
+        let tops = |s: &Step| -> Vec<f64> {
+            (0..layers.len())
+                .map(|k| stacked(&layers, s, k).round())
+                .collect()
+        };
+        assert_eq!(tops(&steps[1]), [300.0, 400.0, 420.0, 420.0]);
+        assert_eq!(tops(&steps[2]), [300.0, 400.0, 420.0, 620.0]);
+    }
+
+    #[test]
+    fn without_attribution_there_is_no_lane_and_a_line_says_why() {
+        let (rows, _) = attributed();
+        let unattributed = ByMapping::NotAttributed("the kernel backend does not attribute them");
+        let svg = render(&rows, &[], "caption", unattributed).unwrap();
+        assert!(texts(&svg).contains(
+            &"major faults by mapping: not attributed (the kernel backend does not attribute them)"
+        ));
+        assert!(!svg.contains("/srv/db/index.dat"), "{svg}");
+        assert!(!svg.contains("faults/s by mapping"), "{svg}");
+        assert!(svg.contains(&format!("height=\"{}\"", HEIGHT + LEGEND)));
+        // Attributed, but not one major fault: no lane either.
+        let none = MappingLane {
+            mappings: Vec::new(),
+            recorded: 0,
+            lost: 0,
+            rows: vec![LaneRow::default(); rows.len()],
+        };
+        let svg = render(&rows, &[], "caption", ByMapping::Lane(&none)).unwrap();
+        assert!(texts(&svg).contains(&"major faults by mapping: none recorded"));
+        assert!(!svg.contains("faults/s by mapping"), "{svg}");
+    }
+
+    #[test]
+    fn a_hostile_mapping_name_is_text_in_the_svg_and_a_long_one_keeps_its_ends() {
+        let (rows, mut lane) = attributed();
+        lane.mappings[0].0 = "/t/</text><script>\u{1}x (shared)".into();
+        let long = format!("/srv/{}/index.dat (shared)", "d".repeat(200));
+        lane.mappings[1].0 = long.clone();
+        let svg = render(&rows, &[], "caption", ByMapping::Lane(&lane)).unwrap();
+        assert!(!svg.contains("<script>"), "{svg}");
+        assert!(!svg.contains('\u{1}'), "{svg}");
+        assert!(
+            texts(&svg).contains(&"/t/&lt;/text&gt;&lt;script&gt;\u{fffd}x (shared): 300 (71%)"),
+            "{svg}"
+        );
+        let shown = texts(&svg)
+            .into_iter()
+            .find(|t| t.starts_with("/srv/d"))
+            .expect("the long name");
+        assert!(shown.contains('…') && shown.ends_with("/index.dat (shared): 100 (24%)"));
+        assert!(shown.chars().count() < 60, "{shown}");
+    }
+
+    #[test]
+    fn a_short_rows_major_faults_by_mapping_are_drawn_with_the_row_before() {
+        let mut t = Timeline::new(std::time::Duration::from_millis(50));
+        let rows: Vec<Row> = [50, 100, 105]
+            .into_iter()
+            .map(|ms| {
+                t.row(&Sample {
+                    time_ns: ms * 1_000_000,
+                    ..Sample::default()
+                })
+            })
+            .collect();
+        let row = |top0, other| LaneRow {
+            top: [top0, 0, 0, 0, 0],
+            other,
+            lost: 0,
+        };
+        let steps = steps(&rows, &[row(0, 0), row(8, 1), row(2, 1)]);
+        assert_eq!(steps.len(), 2);
+        assert_eq!(steps[1].by_mapping, row(10, 2));
+    }
+
     #[test]
     fn an_empty_profile_still_renders() {
-        assert!(render(&[], &[], "empty").unwrap().contains("</svg>"));
+        assert!(render(&[], &[], "empty", unattributed())
+            .unwrap()
+            .contains("</svg>"));
     }
 }

@@ -1,7 +1,8 @@
 //! Where the faults were, as the consumer shows it: each row's period tables taken from
 //! the backend's [`Feed`], added up over each interval (the JSON Lines record), over the
-//! run (the summary), and over each thrashing band (the verdict names the mapping that
-//! took most of its major faults).
+//! run (the summary), over each thrashing band (the verdict names the mapping that took
+//! most of its major faults), and row by row for the plot's lane of major faults by
+//! mapping.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -19,6 +20,11 @@ pub const TOP: usize = 5;
 /// How many of the processes that took a mapping's faults an interval's record names.
 const TOP_TAKERS: usize = 3;
 
+/// The most mappings a row keeps its major faults apart for the plot's lane: its others'
+/// are drawn among "other mappings". The lane draws the run's top [`TOP`]; one of them
+/// left out of a row took fewer of the row's major faults than 16 other mappings did.
+const LANE_PER_ROW: usize = 16;
+
 /// The most periods with major faults kept for a band not begun yet (30 minutes of
 /// 50 ms periods): pressure that lasts longer before thrashing begins is named from its
 /// last 30 minutes. Once it has begun, what is certain to be in the band is summed.
@@ -31,6 +37,8 @@ pub struct Whereabouts {
     interval: Interval,
     run: Tally,
     bands: BandHistory,
+    /// Each row's major faults by mapping, when there is a plot to draw them in.
+    lane: Option<LaneHistory>,
 }
 
 /// The rows of the interval under way and their tables.
@@ -47,13 +55,15 @@ struct Interval {
 }
 
 impl Whereabouts {
-    pub fn new(feed: Arc<Feed>) -> Whereabouts {
+    /// `plot`: keep each row's major faults by mapping for the plot's lane.
+    pub fn new(feed: Arc<Feed>, plot: bool) -> Whereabouts {
         Whereabouts {
             feed,
             taken: Vec::new(),
             interval: Interval::default(),
             run: Tally::default(),
             bands: BandHistory::default(),
+            lane: plot.then(LaneHistory::default),
         }
     }
 
@@ -68,6 +78,12 @@ impl Whereabouts {
             }
             self.run.add(&table);
             self.bands.add(&table);
+            if let Some(lane) = self.lane.as_mut() {
+                lane.add(&table);
+            }
+        }
+        if let Some(lane) = self.lane.as_mut() {
+            lane.end_row();
         }
         let start_ms = row.time_ms.saturating_sub(row.period_ns / 1_000_000);
         let span = self.interval.span.get_or_insert((start_ms, 0, 0));
@@ -146,11 +162,17 @@ impl Whereabouts {
         })
     }
 
-    /// What the summary shows, once the rows have ended.
+    /// What the summary and the plot show, once the rows have ended.
     pub fn finish(self) -> WhereSummary {
+        let attribution = self.feed.attribution().clone();
+        let lane = match attribution {
+            Attribution::On { .. } => self.lane.map(|lane| lane.finish(&self.run)),
+            Attribution::Off(_) => None,
+        };
         WhereSummary {
-            attribution: self.feed.attribution().clone(),
+            attribution,
             run: self.run,
+            lane,
         }
     }
 }
@@ -272,11 +294,113 @@ pub struct IntervalRecord {
     pub other_processes: Counts,
 }
 
-/// What the summary shows of where the faults were.
+/// What the summary and the plot show of where the faults were.
 #[derive(Clone, Debug)]
 pub struct WhereSummary {
     pub attribution: Attribution,
     pub run: Tally,
+    /// Each row's major faults by mapping: when faults were attributed and there is a
+    /// plot.
+    pub lane: Option<MappingLane>,
+}
+
+/// The plot's lane: each row's major faults on the run's top mappings by major faults.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MappingLane {
+    /// The run's [`TOP`] mappings with the most major faults, most first: each as the
+    /// summary names it (`/srv/db/index.dat (shared)`, `[heap] of pid 1234`), and its
+    /// major faults over the run.
+    pub mappings: Vec<(String, u64)>,
+    /// Major faults recorded over the run, on any mapping, and those the kernel could
+    /// not record.
+    pub recorded: u64,
+    pub lost: u64,
+    /// One per row, in the rows' order.
+    pub rows: Vec<LaneRow>,
+}
+
+/// One row's major faults, as the lane stacks them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaneRow {
+    /// On each of [`MappingLane::mappings`], in their order (0 past their number).
+    pub top: [u64; TOP],
+    /// Recorded on the other mappings.
+    pub other: u64,
+    /// Not recorded: the kernel's buffer was full.
+    pub lost: u64,
+}
+
+/// One row's major faults as kept: by mapping (at most [`LANE_PER_ROW`], most first), and
+/// in all.
+#[derive(Default)]
+struct RowMajors {
+    by_mapping: Vec<(u32, u64)>,
+    recorded: u64,
+    lost: u64,
+}
+
+/// Each row's major faults by mapping, its mappings numbered.
+#[derive(Default)]
+struct LaneHistory {
+    ids: HashMap<Arc<Mapping>, u32>,
+    /// The row under way.
+    pending: HashMap<Arc<Mapping>, u64>,
+    row: RowMajors,
+    rows: Vec<RowMajors>,
+}
+
+impl LaneHistory {
+    fn add(&mut self, table: &PeriodTable) {
+        for entry in table.entries.iter().filter(|e| e.faults.major > 0) {
+            *self.pending.entry(Arc::clone(&entry.mapping)).or_default() += entry.faults.major;
+        }
+        self.row.recorded = self.row.recorded.saturating_add(table.recorded().major);
+        self.row.lost = self.row.lost.saturating_add(table.lost.major);
+    }
+
+    fn end_row(&mut self) {
+        let mut majors: Vec<(Arc<Mapping>, u64)> = self.pending.drain().collect();
+        majors.sort_by(|(a, x), (b, y)| (y, a).cmp(&(x, b)));
+        majors.truncate(LANE_PER_ROW);
+        let mut row = std::mem::take(&mut self.row);
+        for (mapping, n) in majors {
+            let next = self.ids.len() as u32;
+            let id = *self.ids.entry(mapping).or_insert(next);
+            row.by_mapping.push((id, n));
+        }
+        self.rows.push(row);
+    }
+
+    /// The lane of the run's top mappings by major faults.
+    fn finish(self, run: &Tally) -> MappingLane {
+        let top = run.top_major(TOP);
+        let ids: Vec<Option<u32>> = (top.iter())
+            .map(|(mapping, _)| self.ids.get(*mapping).copied())
+            .collect();
+        let rows = (self.rows.iter())
+            .map(|kept| {
+                let mut row = LaneRow {
+                    lost: kept.lost,
+                    ..LaneRow::default()
+                };
+                for (slot, id) in row.top.iter_mut().zip(&ids) {
+                    *slot = (kept.by_mapping.iter())
+                        .find(|(kept_id, _)| Some(*kept_id) == *id)
+                        .map_or(0, |(_, n)| *n);
+                }
+                row.other = kept.recorded.saturating_sub(row.top.iter().sum());
+                row
+            })
+            .collect();
+        MappingLane {
+            mappings: (top.iter())
+                .map(|(mapping, faults)| (mapping.to_string(), faults.major))
+                .collect(),
+            recorded: run.recorded().major,
+            lost: run.lost().major,
+            rows,
+        }
+    }
 }
 
 /// One period's major faults by mapping, and its end.
@@ -438,7 +562,7 @@ mod tests {
     #[test]
     fn an_interval_record_lists_the_top_mappings_and_processes_and_the_rest_as_other() {
         let feed = on();
-        let mut w = Whereabouts::new(Arc::clone(&feed));
+        let mut w = Whereabouts::new(Arc::clone(&feed), false);
         let names: Vec<String> = (0..8).map(|i| format!("/f{i}")).collect();
         let faults: Vec<(&str, u64, u64)> = (names.iter().enumerate())
             .map(|(i, n)| (n.as_str(), i as u64, 0))
@@ -482,7 +606,7 @@ mod tests {
     #[test]
     fn a_band_is_named_by_the_mapping_with_most_of_its_major_faults_however_long() {
         let feed = on();
-        let mut w = Whereabouts::new(Arc::clone(&feed));
+        let mut w = Whereabouts::new(Arc::clone(&feed), false);
         // Before the band: /quiet's faults do not count.
         feed.push(table(50_000_000, &[("/quiet", 100, 0)]));
         w.row(&row(1, 0, 100));
@@ -512,9 +636,72 @@ mod tests {
     }
 
     #[test]
+    fn the_plots_lane_holds_each_rows_major_faults_on_the_runs_top_mappings() {
+        let feed = on();
+        let mut w = Whereabouts::new(Arc::clone(&feed), true);
+        // Row 1: /f0 .. /f6 take 7 .. 1 major faults, and 2 are lost.
+        let names: Vec<String> = (0..7).map(|i| format!("/f{i}")).collect();
+        let faults: Vec<(&str, u64, u64)> = (names.iter().enumerate())
+            .map(|(i, n)| (n.as_str(), 7 - i as u64, 1))
+            .collect();
+        let mut first = table(50_000_000, &faults);
+        first.lost.major = 2;
+        feed.push(first);
+        w.row(&row(1, 0, 30));
+        // Row 2: /f6 takes 20, and becomes the run's first.
+        feed.push(table(100_000_000, &[("/f6", 20, 0)]));
+        w.row(&row(2, 0, 20));
+        // Row 3: nothing.
+        w.row(&row(3, 0, 0));
+        // Row 4: /f6 takes 1, fewer than 16 other mappings: drawn among the others.
+        let many: Vec<String> = (0..LANE_PER_ROW).map(|i| format!("/g{i}")).collect();
+        let mut faults: Vec<(&str, u64, u64)> = many.iter().map(|n| (n.as_str(), 3, 0)).collect();
+        faults.push(("/f6", 1, 0));
+        feed.push(table(200_000_000, &faults));
+        w.row(&row(4, 0, 49));
+        let lane = w.finish().lane.expect("attributed, and a plot");
+        let names: Vec<&str> = lane.mappings.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "/f6 (data)",
+                "/f0 (data)",
+                "/f1 (data)",
+                "/f2 (data)",
+                "/f3 (data)"
+            ]
+        );
+        assert_eq!(lane.mappings[0].1, 22);
+        assert_eq!((lane.recorded, lane.lost), (28 + 20 + 49, 2));
+        let lane_row = |top, other, lost| LaneRow { top, other, lost };
+        assert_eq!(
+            lane.rows,
+            [
+                lane_row([1, 7, 6, 5, 4], 5, 2),
+                lane_row([20, 0, 0, 0, 0], 0, 0),
+                lane_row([0; TOP], 0, 0),
+                lane_row([0; TOP], 49, 0),
+            ]
+        );
+    }
+
+    #[test]
+    fn without_attribution_or_without_a_plot_there_is_no_lane() {
+        let off = Arc::new(Feed::new(Attribution::Off("refused".into())));
+        let mut w = Whereabouts::new(Arc::clone(&off), true);
+        w.row(&row(1, 0, 0));
+        assert_eq!(w.finish().lane, None);
+        let feed = on();
+        let mut w = Whereabouts::new(Arc::clone(&feed), false);
+        feed.push(table(50_000_000, &[("/a", 1, 0)]));
+        w.row(&row(1, 0, 1));
+        assert_eq!(w.finish().lane, None);
+    }
+
+    #[test]
     fn without_attribution_the_processes_are_still_listed() {
         let feed = Arc::new(Feed::new(Attribution::Off("refused".into())));
-        let mut w = Whereabouts::new(Arc::clone(&feed));
+        let mut w = Whereabouts::new(Arc::clone(&feed), false);
         feed.push(table(50_000_000, &[]));
         w.row(&row(1, 100, 0));
         let record = w.interval_record().unwrap();

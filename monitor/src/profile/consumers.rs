@@ -73,7 +73,7 @@ impl Consumers {
             status,
             exporters,
             rows: keep_rows.then(Vec::new),
-            whereabouts: attribution.map(Whereabouts::new),
+            whereabouts: attribution.map(|feed| Whereabouts::new(feed, keep_rows)),
             bands: Vec::new(),
             limit,
             full_before_batch: false,

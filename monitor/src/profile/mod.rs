@@ -21,9 +21,10 @@ use crate::command::signals::Signals;
 use crate::export::{self, ExportOptions, Exporters, Hub, Labels};
 use crate::output::error::OutputError;
 use crate::output::metadata::{Metadata, Profiled};
-use crate::output::plot;
+use crate::output::plot::{self, ByMapping};
 use crate::output::report::{Summary, Thrashing};
 use crate::output::summary::{SummarySink, SummaryTarget};
+use crate::output::whereabouts::WhereSummary;
 use crate::output::writer::{Destination, Format, Output, PlotFile};
 use crate::pressure::verdict::{Band, RULE};
 use crate::pressure::watch::PressureWatch;
@@ -305,6 +306,8 @@ fn finish<B: Backend>(
             reports.plot,
             &consumed.rows,
             &consumed.bands,
+            consumed.whereabouts.as_ref(),
+            backend,
             &started.metadata,
         )
     });
@@ -355,17 +358,30 @@ fn deliver(exporters: Exporters, signals: &Signals, code: u8, notes: &mut Vec<St
     exit::NOTHING_PUSHED
 }
 
-/// The plot, titled with what was profiled and when.
+/// The plot, titled with what was profiled and when, with the major faults by mapping
+/// where `backend` attributed them.
 fn draw(
     plot: Option<PlotFile>,
     rows: &[Row],
     bands: &[Band],
+    whereabouts: Option<&WhereSummary>,
+    backend: &str,
     metadata: &Metadata,
 ) -> Result<(), OutputError> {
     let Some(plot) = plot else {
         return Ok(());
     };
-    let svg = plot::render(rows, bands, &metadata.title()).map_err(OutputError::Draw)?;
+    let unattributed = format!("the {backend} backend does not attribute them");
+    let by_mapping = match whereabouts {
+        None => ByMapping::NotAttributed(&unattributed),
+        // Without attribution, the summary says why.
+        Some(w) => match &w.lane {
+            Some(lane) => ByMapping::Lane(lane),
+            None => ByMapping::NotAttributed("the summary says why"),
+        },
+    };
+    let svg =
+        plot::render(rows, bands, &metadata.title(), by_mapping).map_err(OutputError::Draw)?;
     plot.commit(&svg)
 }
 
