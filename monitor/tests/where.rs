@@ -76,6 +76,7 @@ fn each_mappings_faults_are_where_work_put_them_a_childs_too_majors_all_on_their
     let (a, b) = (dir.0.join("a"), dir.0.join("b"));
     let rows = dir.0.join("rows.jsonl");
     let summary = dir.0.join("run.json");
+    let plot = dir.0.join("run.svg");
     // Two works, children of the shell: one whose file is evicted before its second and
     // third sweeps (its majors), one whose file stays cached.
     let script = format!(
@@ -94,6 +95,8 @@ fn each_mappings_faults_are_where_work_put_them_a_childs_too_majors_all_on_their
         rows.to_str().unwrap(),
         "--summary",
         summary.to_str().unwrap(),
+        "--plot",
+        plot.to_str().unwrap(),
         "--",
         "sh",
         "-c",
@@ -176,6 +179,15 @@ fn each_mappings_faults_are_where_work_put_them_a_childs_too_majors_all_on_their
         .map(|m| m["major"].as_u64().unwrap())
         .sum();
     assert_eq!(Some(majors_on_a), on_a["major"].as_u64());
+    // The plot's lane names file a with its major faults (its path shortened in its
+    // middle to fit the legend).
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(
+        svg.contains("major faults/s by mapping, every one recorded"),
+        "{svg}"
+    );
+    let legend = format!("/a (shared): {majors_on_a} (");
+    assert!(svg.contains(&legend), "no {legend:?} in {svg}");
 }
 
 #[test]
