@@ -82,6 +82,13 @@ impl Tally {
         self.folded
     }
 
+    /// Every mapping kept, with its faults, in no order.
+    pub fn mappings(&self) -> impl Iterator<Item = (&Arc<Mapping>, Faults)> {
+        self.mappings
+            .iter()
+            .map(|(mapping, faults)| (mapping, *faults))
+    }
+
     /// The `k` mappings with the most major faults, most first (only those with some).
     pub fn top_major(&self, k: usize) -> Vec<(&Arc<Mapping>, Faults)> {
         self.top(k, |f| (f.major, f.minor_samples), |f| f.major > 0)

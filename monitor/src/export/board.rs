@@ -44,7 +44,7 @@ impl Board {
 
     pub(super) fn post(&self, snapshot: &Snapshot) {
         let mut state = self.lock();
-        state.snapshot = *snapshot;
+        state.snapshot = snapshot.clone();
         state.generation += 1;
         drop(state);
         self.changed.notify_all();
@@ -53,7 +53,7 @@ impl Board {
     /// The latest snapshot and its generation.
     pub(super) fn latest(&self) -> (Snapshot, u64) {
         let state = self.lock();
-        (state.snapshot, state.generation)
+        (state.snapshot.clone(), state.generation)
     }
 
     /// Waits until a snapshot newer than `seen` is posted, or `until`, or the board is
@@ -86,7 +86,7 @@ impl Board {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
-        (!state.closed).then_some((state.snapshot, state.generation))
+        (!state.closed).then(|| (state.snapshot.clone(), state.generation))
     }
 
     pub(super) fn is_closed(&self) -> bool {

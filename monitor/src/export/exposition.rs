@@ -7,6 +7,7 @@ use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
+use super::mappings::METRICS as MAPPING_METRICS;
 use super::metrics::{
     Labels, Metric, NamedUnit, Snapshot, BUILD_INFO, CPU_TIME, FAULTS, FAULT_TYPES, MEMORY_TYPES,
     MEMORY_USAGE, PERIOD, PERIOD_FAULTS, SAMPLES_LOST, STALL, STALL_TYPES, SWAP, TARGETS_LEFT_OUT,
@@ -64,7 +65,7 @@ impl Format {
 
 /// `snapshot` as text in `format`, every series with `labels`.
 pub fn encode(snapshot: &Snapshot, labels: &Labels, format: Format) -> String {
-    encode_targets(&[(*snapshot, labels.clone())], None, format)
+    encode_targets(&[(snapshot.clone(), labels.clone())], None, format)
 }
 
 /// What a fleet monitor says of itself beside its targets' series.
@@ -135,6 +136,7 @@ impl Collector for SnapshotCollector {
         self.encode_memory(&mut encoder)?;
         self.encode_stall(&mut encoder)?;
         self.encode_thrashing(&mut encoder)?;
+        self.encode_mappings(&mut encoder)?;
         let mut info = descriptor(&mut encoder, &BUILD_INFO, MetricType::Gauge)?;
         for (_, labels) in &self.targets {
             info.encode_family(&with(labels, "version", VERSION))?
@@ -230,6 +232,35 @@ impl SnapshotCollector {
                 family
                     .encode_family(&with(labels, "pfprof_stall_type", stall_type))?
                     .encode_counter::<NoLabelSet, _, f64>(&seconds, None)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Faults by mapping, of the targets whose faults were attributed to mappings: the
+    /// major ones, and the minor ones estimated under a name of their own.
+    fn encode_mappings(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let attributed: Vec<_> = (self.targets.iter())
+            .filter_map(|(s, labels)| Some((s.mappings.as_ref()?.points(), labels)))
+            .collect();
+        if attributed.is_empty() {
+            return Ok(());
+        }
+        for (metric, fault_type, count) in MAPPING_METRICS {
+            let mut family = descriptor(encoder, metric, MetricType::Counter)?;
+            for (points, labels) in &attributed {
+                for point in points {
+                    let mut pairs = with(labels, "system_paging_fault_type", fault_type);
+                    pairs.extend(
+                        point
+                            .labels
+                            .iter()
+                            .map(|(key, value)| (*key, value.as_str())),
+                    );
+                    family
+                        .encode_family(&pairs)?
+                        .encode_counter::<NoLabelSet, _, u64>(&count(point), None)?;
+                }
             }
         }
         Ok(())
@@ -404,6 +435,96 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    /// A snapshot whose faults were attributed: a file named to break out of its label,
+    /// a heap, the others and the lost.
+    fn attributed() -> Snapshot {
+        use crate::attribution::{Faults, Mapping, MappingKind, Tally};
+        use crate::export::mappings::MappingSeries;
+        let hostile = "/tmp/x\"} 1e9\nprocess_paging_faults_total{target=\"victim\\";
+        let file = Mapping {
+            kind: MappingKind::Shared,
+            name: hostile.into(),
+            file: None,
+            owner: None,
+        };
+        let heap = Mapping {
+            kind: MappingKind::Heap,
+            name: "[heap]".into(),
+            file: None,
+            owner: Some(42),
+        };
+        let faults = |major, minor_samples| Faults {
+            major,
+            minor_samples,
+        };
+        let mut m = MappingSeries::new(61);
+        let interval = |file_faults, heap_faults| {
+            let mut tally = Tally::default();
+            tally.add_mapping(&std::sync::Arc::new(file.clone()), file_faults);
+            tally.add_mapping(&std::sync::Arc::new(heap.clone()), heap_faults);
+            tally
+        };
+        // Named after the first interval (whose faults are the others'), counted after.
+        m.add_interval(&interval(faults(5, 0), faults(0, 1)), 1, 9);
+        m.add_interval(&interval(faults(30, 2), faults(1, 10)), 2, 9);
+        Snapshot {
+            mappings: Some(m),
+            ..snapshot()
+        }
+    }
+
+    #[test]
+    fn the_faults_by_mapping_carry_its_labels_escaped_major_exact_and_minor_estimated() {
+        let text = encode(&attributed(), &labels(), Format::OpenMetrics);
+        let base = r#"target="work",backend="procfs",mode="strict",monitor_pid="7""#;
+        let file = r#"mapping="/tmp/x\"} 1e9\nprocess_paging_faults_total{target=\"victim\\",mapping_kind="shared""#;
+        for line in [
+            "# TYPE pfprof_mapping_faults counter".to_owned(),
+            format!(
+                r#"pfprof_mapping_faults_total{{{base},system_paging_fault_type="major",{file}}} 30"#
+            ),
+            format!(
+                r#"pfprof_mapping_faults_total{{{base},system_paging_fault_type="major",mapping="[heap]",mapping_kind="heap",mapping_pid="42"}} 1"#
+            ),
+            format!(
+                r#"pfprof_mapping_faults_total{{{base},system_paging_fault_type="major",mapping="[other]"}} 5"#
+            ),
+            format!(
+                r#"pfprof_mapping_faults_total{{{base},system_paging_fault_type="major",mapping="[lost]"}} 0"#
+            ),
+            "# TYPE pfprof_mapping_estimated_faults counter".to_owned(),
+            format!(
+                r#"pfprof_mapping_estimated_faults_total{{{base},system_paging_fault_type="minor",{file}}} 122"#
+            ),
+            format!(
+                r#"pfprof_mapping_estimated_faults_total{{{base},system_paging_fault_type="minor",mapping="[heap]",mapping_kind="heap",mapping_pid="42"}} 610"#
+            ),
+            format!(
+                r#"pfprof_mapping_estimated_faults_total{{{base},system_paging_fault_type="minor",mapping="[other]"}} 61"#
+            ),
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+        }
+        // The file's name stays inside its label: no line of a series of its making.
+        for format in [Format::OpenMetrics, Format::Classic] {
+            let text = encode(&attributed(), &labels(), format);
+            let faults = (text.lines())
+                .filter(|l| l.starts_with("process_paging_faults_total"))
+                .count();
+            assert_eq!(faults, 2, "{text}");
+            let by_mapping = (text.lines())
+                .filter(|l| l.starts_with("pfprof_mapping_"))
+                .count();
+            assert_eq!(by_mapping, 8, "{text}");
+        }
+    }
+
+    #[test]
+    fn without_attribution_no_series_by_mapping_is_exported() {
+        let text = encode(&snapshot(), &labels(), Format::OpenMetrics);
+        assert!(!text.contains("pfprof_mapping"), "{text}");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! `process.cpu.time`) and their Prometheus translation (`process_paging_faults_total`,
 //! `process_cpu_time_seconds_total`); pfprof's own are under `pfprof.`/`pfprof_`.
 
+use super::mappings::MappingSeries;
 use crate::pressure::verdict::judged_stall;
 use crate::rows::row::Row;
 
@@ -115,6 +116,23 @@ pub const THRASHING_EPISODES: Metric = Metric {
     unit: None,
     help: "Thrashing episodes (the verdict's bands) begun so far",
 };
+pub const MAPPING_FAULTS: Metric = Metric {
+    otel: "pfprof.mapping.faults",
+    otel_unit: "{fault}",
+    prometheus: "pfprof_mapping_faults",
+    unit: None,
+    help: "Major faults by mapping, every one recorded: each of the target's named mappings \
+           from when it was named, the others' as mapping=\"[other]\", those the kernel could \
+           not record as mapping=\"[lost]\"",
+};
+pub const MAPPING_ESTIMATED_FAULTS: Metric = Metric {
+    otel: "pfprof.mapping.estimated_faults",
+    otel_unit: "{fault}",
+    prometheus: "pfprof_mapping_estimated_faults",
+    unit: None,
+    help: "Minor faults by mapping, estimated: one in --minor-sampling recorded, times it; \
+           named as pfprof_mapping_faults names them",
+};
 pub const BUILD_INFO: Metric = Metric {
     otel: "pfprof.build.info",
     otel_unit: "",
@@ -217,7 +235,7 @@ impl Histogram {
 
 /// The profile so far: cumulative, so a reader that misses some snapshots loses nothing
 /// but their timing.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
     /// Minor and major faults, in [`FAULT_TYPES`] order.
     pub faults: [u64; 2],
@@ -232,6 +250,8 @@ pub struct Snapshot {
     /// Memory stall so far, in [`STALL_TYPES`] order, µs; `None` without PSI.
     pub stall_us: Option<[u64; 2]>,
     pub thrashing: ThrashingState,
+    /// Faults by mapping; `None`: not attributed to mappings (nothing is exported).
+    pub mappings: Option<MappingSeries>,
     /// The profile has ended: these are the final values.
     pub done: bool,
 }

@@ -13,6 +13,7 @@ mod error;
 mod exposition;
 mod http;
 mod hub;
+pub mod mappings;
 pub mod metrics;
 mod otlp;
 mod textfile;
@@ -28,9 +29,11 @@ pub use hub::{FleetExport, Hub};
 pub use metrics::{Labels, Snapshot, ThrashingState};
 pub use otlp::OtlpOptions;
 
+use crate::attribution::Tally;
 use crate::rows::row::Row;
 use crate::system::duration::parse_duration_or_zero;
 use board::Board;
+use mappings::MappingSeries;
 
 /// The exporters the user asked for (`monitor`'s options).
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -106,6 +109,8 @@ pub struct Exporters {
     textfile: Option<textfile::Writer>,
     /// Thrashing episodes of the target's earlier profiles (a fleet target that came back).
     episodes_before: u64,
+    /// The last row's timestamp: when the faults by mapping last added were counted.
+    last_mono_ns: u64,
 }
 
 impl Exporters {
@@ -120,7 +125,7 @@ impl Exporters {
             return Ok(None);
         }
         let snapshot = Snapshot::default();
-        let board = Arc::new(Board::new(snapshot));
+        let board = Arc::new(Board::new(snapshot.clone()));
         let labels = Arc::new(labels);
         let one = Arc::new(http::OneTarget {
             board: Arc::clone(&board),
@@ -154,6 +159,7 @@ impl Exporters {
             otlp,
             textfile,
             episodes_before: 0,
+            last_mono_ns: 0,
         }))
     }
 
@@ -169,13 +175,14 @@ impl Exporters {
         board.post(&snapshot);
         Exporters {
             board,
+            episodes_before: snapshot.thrashing.episodes,
             snapshot,
             linger: Duration::ZERO,
             linger_scrapers: 1,
             prometheus: None,
             otlp: None,
             textfile: None,
-            episodes_before: snapshot.thrashing.episodes,
+            last_mono_ns: 0,
         }
     }
 
@@ -187,6 +194,18 @@ impl Exporters {
     /// Adds one row; nothing leaves the consumer until [`Exporters::publish`].
     pub fn add(&mut self, row: &Row) {
         self.snapshot.add(row);
+        self.last_mono_ns = row.mono_ns;
+    }
+
+    /// Adds the faults by mapping of the rows added since the last call (`interval`),
+    /// one minor fault recorded in `minor_period`.
+    pub fn add_mappings(&mut self, interval: &Tally, minor_period: u64) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        (self.snapshot.mappings)
+            .get_or_insert_with(|| MappingSeries::new(minor_period))
+            .add_interval(interval, self.last_mono_ns, now);
     }
 
     /// What the thrashing verdict says after the rows added so far.

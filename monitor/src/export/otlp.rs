@@ -34,6 +34,7 @@ use prost::Message;
 
 use super::error::ExportError;
 use super::http::OneTarget;
+use super::mappings::METRICS as MAPPING_METRICS;
 use super::metrics::{
     Labels, Metric, Snapshot, BUCKETS, BUILD_INFO, CPU_TIME, FAULTS, FAULT_TYPES, MEMORY_TYPES,
     MEMORY_USAGE, PERIOD, PERIOD_FAULTS, SAMPLES_LOST, STALL, STALL_TYPES, SWAP, THRASHING,
@@ -89,8 +90,8 @@ impl Pushed for OneTarget {
     fn wait_values(&self, until: Instant, urgent: bool) -> Option<Values> {
         let snapshot = self.board.wait_until(until, |s| urgent && s.done)?;
         Some(Values {
-            targets: vec![(snapshot, Arc::clone(&self.labels))],
             done: snapshot.done,
+            targets: vec![(snapshot, Arc::clone(&self.labels))],
         })
     }
 
@@ -348,7 +349,35 @@ impl Points {
         ];
         metrics.extend(self.memory_metrics(s));
         metrics.extend(self.thrashing_metrics(s));
+        metrics.extend(self.mapping_metrics(s));
         metrics
+    }
+
+    /// Faults by mapping, where they were attributed: each series from when its
+    /// mapping was named (a new start time for one named again).
+    fn mapping_metrics(&self, s: &Snapshot) -> Vec<OtlpMetric> {
+        let Some(points) = s.mappings.as_ref().map(|m| m.points()) else {
+            return Vec::new();
+        };
+        MAPPING_METRICS
+            .iter()
+            .map(|(m, fault_type, count)| {
+                let data = (points.iter())
+                    .map(|p| {
+                        let mut attributes = self.with("system.paging.fault.type", fault_type);
+                        attributes.extend(p.labels.iter().map(|(k, v)| string(k, v)));
+                        let value = number_data_point::Value::AsInt(
+                            i64::try_from(count(p)).unwrap_or(i64::MAX),
+                        );
+                        NumberDataPoint {
+                            start_time_unix_nano: p.since_unix_ns.unwrap_or(self.start_unix_ns),
+                            ..self.point(attributes, value)
+                        }
+                    })
+                    .collect();
+                metric(m, sum(data))
+            })
+            .collect()
     }
 
     /// Memory by type and swap (gauges: an UpDownCounter's level), the stall when the
@@ -576,5 +605,66 @@ mod tests {
             (5, Some(40.0))
         );
         assert_eq!(h.data_points[0].bucket_counts.len(), BUCKETS.len() + 1);
+    }
+
+    #[test]
+    fn the_faults_by_mapping_are_sums_whose_named_series_start_when_named() {
+        use crate::attribution::{Faults, Mapping, MappingKind, Tally};
+        use crate::export::mappings::MappingSeries;
+        let file = Arc::new(Mapping {
+            kind: MappingKind::Data,
+            name: "/srv/a \"b\"\\n".into(),
+            file: None,
+            owner: None,
+        });
+        let mut m = MappingSeries::new(61);
+        for (unix_ns, major) in [(5, 3), (6, 4)] {
+            let mut tally = Tally::default();
+            let faults = Faults {
+                major,
+                minor_samples: 1,
+            };
+            tally.add_mapping(&file, faults);
+            m.add_interval(&tally, 0, unix_ns);
+        }
+        let s = Snapshot {
+            mappings: Some(m),
+            ..Snapshot::default()
+        };
+        let request = request(&[(s, labels("work", Vec::new()))], &identity(), 9);
+        let metrics = &request.resource_metrics[0].scope_metrics[0].metrics;
+        let sum_of = |name: &str| {
+            let metric = metrics.iter().find(|m| m.name == name).expect(name);
+            let Some(metric::Data::Sum(sum)) = &metric.data else {
+                panic!("{name} is not a sum");
+            };
+            assert!(sum.is_monotonic);
+            sum.data_points.clone()
+        };
+        let major = sum_of("pfprof.mapping.faults");
+        let minor = sum_of("pfprof.mapping.estimated_faults");
+        let mapping = |p: &NumberDataPoint| attribute(&p.attributes, "mapping").map(str::to_owned);
+        assert_eq!(
+            major.iter().map(mapping).collect::<Vec<_>>(),
+            [
+                Some("/srv/a \"b\"\\n".into()),
+                Some("[other]".into()),
+                Some("[lost]".into())
+            ]
+        );
+        // Named at 5 with its first 3 faults counted as the others'.
+        let value = |p: &NumberDataPoint| (p.start_time_unix_nano, p.value);
+        let int = |n| Some(number_data_point::Value::AsInt(n));
+        assert_eq!(value(&major[0]), (5, int(4)));
+        assert_eq!(value(&major[1]), (1, int(3)));
+        assert_eq!(value(&minor[0]), (5, int(61)));
+        assert_eq!(
+            attribute(&major[0].attributes, "mapping_kind"),
+            Some("data")
+        );
+        assert_eq!(
+            attribute(&minor[0].attributes, "system.paging.fault.type"),
+            Some("minor")
+        );
     }
 }

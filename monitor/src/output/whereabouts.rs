@@ -103,6 +103,12 @@ impl Whereabouts {
         self.bands.keep(open);
     }
 
+    /// What the rows since the last interval record took, by mapping, and the minor
+    /// faults each recorded one stands for; `None`: not attributed.
+    pub fn interval_tally(&self) -> Option<(&Tally, u64)> {
+        Some((&self.interval.tally, minor_period(self.feed.attribution())?))
+    }
+
     /// The record of the interval since the last one, if it had rows.
     pub fn interval_record(&mut self) -> Option<IntervalRecord> {
         let interval = std::mem::take(&mut self.interval);

@@ -143,6 +143,14 @@ impl Consumers {
         };
         self.totals.lost += lost;
         self.full_before_batch = self.full();
+        // The interval's faults by mapping, before its record is made of them.
+        let by_mapping = self
+            .whereabouts
+            .as_ref()
+            .and_then(Whereabouts::interval_tally);
+        if let (Some((tally, minor_period)), Some(e)) = (by_mapping, self.exporters.as_mut()) {
+            e.add_mappings(tally, minor_period);
+        }
         if let Some(record) = self
             .whereabouts
             .as_mut()
