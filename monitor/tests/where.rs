@@ -548,3 +548,92 @@ fn with_count_the_where_records_and_the_summary_cover_exactly_the_counted_rows()
         "{recorded} minor faults recorded for rows that took {rows_minor}"
     );
 }
+
+/// The exposition's label value for `value`: `\`, `"` and newlines escaped.
+fn escaped(value: &str) -> String {
+    value
+        .replace('\\', r"\\")
+        .replace('"', r#"\""#)
+        .replace('\n', r"\n")
+}
+
+#[test]
+fn the_exporters_count_each_major_fault_under_its_mapping_label_a_hostile_files_escaped() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let dir = OnDisk::new("exported");
+    // A file named to break out of its label: a quote, a backslash, a newline.
+    let file = dir.0.join("db \"x\\y\nz");
+    let summary = dir.0.join("run.json");
+    let mut monitor = Command::new(MONITOR)
+        .args(["run", "--backend", "procfs", "-o", "/dev/null", "-q"])
+        .args([
+            "--interval",
+            "200ms",
+            "--summary",
+            summary.to_str().unwrap(),
+        ])
+        .args(["--prometheus", "127.0.0.1:0", "--linger", "60s", "--"])
+        .args([WORK, "48", "R", "30000", "3", "--sleep-ms", "50", "--evict"])
+        .arg("--file")
+        .arg(&file)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(monitor.stderr.take().unwrap());
+    let mut line_with = |words: &str| loop {
+        let mut line = String::new();
+        assert!(err.read_line(&mut line).unwrap() > 0, "no {words:?}");
+        if line.contains(words) {
+            return line;
+        }
+    };
+    let serving = line_with("serving metrics at http://");
+    let addr = serving
+        .trim()
+        .rsplit("http://")
+        .next()
+        .and_then(|a| a.strip_suffix("/metrics"))
+        .unwrap()
+        .to_owned();
+    line_with("keeping the final values");
+    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    let status = monitor.wait().unwrap();
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    assert!(status.success(), "{rest}");
+    let summary: Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let major = &summary["where"]["major"];
+    let top = &major["top"][0];
+    // As maps shows the file: its newline as \012.
+    let name = top["name"].as_str().unwrap();
+    assert!(name.ends_with("db \"x\\y\\012z"), "{top}");
+    let took = top["major"].as_u64().unwrap();
+    assert!(took >= 10_000, "{top}");
+    let series = |labels: &str| -> u64 {
+        let found: Vec<&str> = (text.lines())
+            .filter(|l| l.starts_with("pfprof_mapping_faults_total{") && l.contains(labels))
+            .collect();
+        assert_eq!(found.len(), 1, "{labels} in\n{text}");
+        found[0].rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let on_file = series(&format!(
+        r#"mapping="{}",mapping_kind="shared"}}"#,
+        escaped(name)
+    ));
+    // Counted from the first interval that found it at the top (200 ms of its faults
+    // before are the others').
+    assert!(on_file * 2 >= took, "{on_file} of its {took} exported");
+    // Every major fault recorded or lost is under one mapping label or another.
+    let all: u64 = (text.lines())
+        .filter(|l| l.starts_with("pfprof_mapping_faults_total{"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    let recorded = major["recorded"].as_u64().unwrap() + major["lost"].as_u64().unwrap();
+    assert_eq!(all, recorded, "{text}");
+    assert!(series(r#"mapping="[other]"}"#) + on_file >= took);
+}
