@@ -502,6 +502,58 @@ class Fleet:
             check(close_to(value, seconds), f"{stall_type} stall: {value} s exported, the CSV's rows sum to {seconds} s")
         check(max(r["rss_anon"] for r in rows) > 40 << 20, "work's 48 MiB never showed in the rows")
 
+    def test_prometheus_stores_every_major_fault_under_its_mapping_label_a_hostile_files_name_intact(self):
+        port = free_port()
+        prometheus = Prometheus([("local", f"127.0.0.1:{port}")])
+        self.defer(prometheus.close)
+        scratch = Scratch()
+        self.defer(scratch.close)
+        # On the repository's disk (a tmpfs keeps its pages: --evict would not make the
+        # later sweeps major), named to break out of a label: a quote, a backslash, a newline.
+        files = tempfile.mkdtemp(prefix="fleet-mapping-", dir=os.path.join(REPO, "target"))
+        self.defer(lambda: shutil.rmtree(files, ignore_errors=True))
+        textfiles = scratch("textfiles")
+        os.mkdir(textfiles)
+        monitor = self.run_monitor(
+            ["run", "--backend", "procfs", "-o", "/dev/null", "--interval", "200ms", "--summary", scratch("run.json"),
+             "--prometheus", f"127.0.0.1:{port}", "--textfile", textfiles, "--linger", "10s", "--",
+             self.work, "48", "R", "30000", "4", "--sleep-ms", "300", "--evict", "--file",
+             os.path.join(files, 'db "x\\y\nz')]
+        )
+        wait_until("the monitor to be scraped up", lambda: prometheus.one('up{host="local"}') == 1)
+        # The classic text with the file's series parses (node_exporter's parser is promtool's).
+        path = os.path.join(textfiles, f"pfprof-work-{monitor.pid}.prom")
+        def with_the_file():
+            try:
+                with open(path) as f:
+                    text = f.read()
+            except FileNotFoundError:
+                return False, None
+            return 'mapping_kind="shared"' in text, text
+        text = wait_until("the file's series in the textfile", with_the_file, every=0.05)
+        r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+        check("error while linting" not in r.stderr and "text format parsing error" not in (r.stdout + r.stderr),
+              f"promtool cannot parse the textfile:\n{r.stdout}{r.stderr}\n{text}")
+        code, _, err = finished(monitor, "the monitor")
+        check(code == 0, f"monitor exited with {code}:\n{err}")
+        with open(scratch("run.json")) as f:
+            summary = json.load(f)
+        notes = "\n".join(summary["notes"])
+        check("the last ones with the final values" in notes, f"the final values were not scraped:\n{notes}")
+        major = summary["where"]["major"]
+        name = major["top"][0]["name"]
+        # As /proc/PID/maps shows it: the newline as \012.
+        check(name.endswith('db "x\\y\\012z'), f"the file's mapping is not the top one: {major}")
+        selector = 'host="local",target="work",job="pfprof"'
+        def got():
+            by_mapping = prometheus.query(f"last_over_time(pfprof_mapping_faults_total{{{selector}}}[5m])")
+            on_file = [v for labels, v in by_mapping.items()
+                       if ("mapping", name) in labels and ("mapping_kind", "shared") in labels]
+            return {"all": sum(by_mapping.values()), "file named": len(on_file) == 1 and on_file[0] > 0}
+        want = {"all": major["recorded"] + major["lost"], "file named": True}
+        final_values_stored(got, want, "every major fault recorded or lost, under a mapping label")
+        check(major["top"][0]["major"] >= 10000, f"too few major faults to tell anything: {major}")
+
     def test_two_monitors_of_one_command_write_two_textfiles_of_distinct_series(self):
         scratch = Scratch()
         self.defer(scratch.close)
