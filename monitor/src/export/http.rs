@@ -110,8 +110,13 @@ impl Server {
             .name("pfprof-prometheus".into())
             .spawn(move || serve(&accepting, &board, &labels, &counted))
             .map_err(ExportError::Thread)?;
-        let _ = io::stderr()
-            .write_all(format!("monitor: serving metrics at http://{bound}/metrics\n").as_bytes());
+        let _ = io::stderr().write_all(
+            format!(
+                "{}: serving metrics at http://{bound}/metrics\n",
+                crate::cli::program_name()
+            )
+            .as_bytes(),
+        );
         Ok(Server {
             addr: bound,
             listener,
