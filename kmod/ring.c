@@ -158,6 +158,11 @@ static bool pfprof_sem_try_down(u32 *count)
 	int tries;
 
 	for (tries = 0; old && tries < PFPROF_SEM_TRIES; tries++) {
+		/*
+		 * Fully ordered, though the slot needs no more than the lock:
+		 * it is written only once this and the lock succeeded (litmus
+		 * strict-reuse says Never without it).
+		 */
 		u32 seen = cmpxchg(count, old, old - 1);
 
 		if (seen == old)
@@ -172,7 +177,13 @@ static void pfprof_sem_up_full(struct pfprof_ring *r)
 {
 	struct pfprof_area *a = r->area;
 
-	/* Fully ordered: the count is visible before waiters is read. */
+	/*
+	 * Fully ordered: the sample (and, strict, canceled after it) is
+	 * published before the count by this or by the lock's release
+	 * (litmus strict-publish, strict-cancel need one of the two).  The
+	 * xchg only clears waiters: the consumer sleeps in WAIT_FULL and is
+	 * woken below whatever waiters says.
+	 */
 	atomic_inc_return((atomic_t *)&a->full.count);
 	xchg(&a->full.waiters, 0);
 	wake_up_interruptible(&r->consumer_wq);
@@ -184,6 +195,7 @@ static bool pfprof_lock_try(u32 *lock)
 	u64 deadline = local_clock() + PFPROF_LOCK_SPIN_NS;
 
 	do {
+		/* Acquire: litmus relaxed-overwritten. */
 		if (READ_ONCE(*lock) == PFPROF_LOCK_FREE &&
 		    cmpxchg_acquire(lock, PFPROF_LOCK_FREE,
 				    PFPROF_LOCK_PRODUCER) == PFPROF_LOCK_FREE)
@@ -195,6 +207,7 @@ static bool pfprof_lock_try(u32 *lock)
 
 static void pfprof_lock_release(u32 *lock)
 {
+	/* Litmus relaxed-torn, relaxed-overwritten. */
 	smp_store_release(lock, PFPROF_LOCK_FREE);
 }
 
@@ -221,7 +234,11 @@ static void pfprof_write_slot(struct pfprof_ring *r,
 	WRITE_ONCE(slot->rss_shmem, s->rss_shmem);
 	WRITE_ONCE(slot->swap, s->swap);
 	WRITE_ONCE(r->write_seq, r->write_seq + 1);
-	/* Pairs with the consumer's acquire of write_seq: slot first. */
+	/*
+	 * Pairs with the consumer's acquire of write_seq: slot first.  The
+	 * lock's release orders it as well (litmus relaxed-publish,
+	 * relaxed-torn need one of the two).
+	 */
 	smp_store_release(&r->area->write_seq, r->write_seq);
 }
 
@@ -296,7 +313,12 @@ static void pfprof_cancel_locked(struct pfprof_ring *r)
 {
 	lockdep_assert_held(&r->lock);
 	WRITE_ONCE(r->canceled, true);
-	/* Pairs with the consumer's acquire: last sample first. */
+	/*
+	 * Pairs with the consumer's acquire: last sample first.  The lock's
+	 * release (relaxed) and up(full) (strict) order it as well (litmus
+	 * relaxed-cancel, strict-cancel need one of the two).  The xchg only
+	 * clears waiters: the callers wake the consumer's wait queue.
+	 */
 	smp_store_release(&r->area->canceled, 1);
 	xchg(&r->area->full.waiters, 0);
 }
@@ -363,9 +385,15 @@ bool pfprof_ring_await_slot(struct pfprof_ring *r)
 	mutex_lock(&r->lock);
 	if (r->mode == PFPROF_MODE_STRICT && !r->canceled) {
 		atomic_set(&r->retry, PFPROF_RETRY_ARMED);
-		/* The consumer that sees waiters sees the retry armed. */
+		/*
+		 * The consumer that sees waiters sees the retry armed (litmus
+		 * strict-retry-armed: the smp_mb() orders it as well).
+		 */
 		smp_store_release(&a->empty.waiters, 1);
-		/* Pairs with the consumer's barrier between up(empty) and xchg. */
+		/*
+		 * Pairs with the consumer's SeqCst up(empty) and load of
+		 * waiters (litmus strict-empty-waiters).
+		 */
 		smp_mb();
 		free_now = READ_ONCE(a->empty.count);
 		if (free_now) {
@@ -422,6 +450,7 @@ int pfprof_ring_wake_producer(struct pfprof_ring *r)
 {
 	if (READ_ONCE(r->mode) != PFPROF_MODE_STRICT)
 		return -EINVAL;
+	/* Litmus strict-retry-armed: one word, only its atomicity counts. */
 	return atomic_cmpxchg(&r->retry, PFPROF_RETRY_ARMED,
 			      PFPROF_RETRY_FIRED) == PFPROF_RETRY_ARMED;
 }

@@ -59,6 +59,7 @@ pub fn monitor_command(name: &'static str) -> clap::Command {
             {name} run --output prof.csv --plot prof.svg -- make -j4\n  \
             {name} run -q --summary run.json -- make     (the summary as JSON, nothing shown)\n  \
             {name} --pid 1234 --mode relaxed --interval 500ms --duration 1m > prof.csv\n  \
+            {name} --pid 1234 --period 1s --count 10     (10 rows of a second, as pidstat 1 10)\n  \
             {name} --cgroup /sys/fs/cgroup/system.slice/nginx.service --prometheus :9464 -o /dev/null\n\n\
             `{name} run` shows a live line on a terminal and prints the summary on standard\n\
             error; its samples go only where --output says (`-o -`: standard output,\n\
@@ -124,6 +125,24 @@ pub struct Options {
     /// The profile ends when the cgroup is removed, or with Ctrl-C.
     #[arg(long, value_name = "PATH", conflicts_with = "pids")]
     pub cgroup: Option<PathBuf>,
+    /// Profile every cgroup directly under the cgroup v2 directory DIR (repeatable), each
+    /// as --cgroup would and exported on its own with target=its path (below a kubelet's
+    /// kubepods cgroup: each container, labelled pod_uid, qos_class, container_id). Looked
+    /// at again every --interval: a cgroup that appears or comes back is profiled. Needs
+    /// --prometheus, --otlp or --textfile (one address, one push, one file for all);
+    /// procfs backend only.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["pids", "cgroup"])]
+    pub cgroups_under: Vec<PathBuf>,
+    /// Profile the cgroup of every systemd unit named like PATTERN (`*` and `?`, e.g.
+    /// 'nginx*.service'; repeatable), found by name under the cgroup2 mount, as
+    /// --cgroups-under profiles each of its cgroups.
+    #[arg(long = "unit", value_name = "PATTERN", conflicts_with_all = ["pids", "cgroup"])]
+    pub units: Vec<String>,
+    /// With --cgroups-under or --unit: the most targets exported at once (each is about 12
+    /// series); those found beyond are left out, said on standard error.
+    #[arg(long, value_name = "N", default_value_t = crate::fleet::MAX_TARGETS,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub max_targets: u16,
     /// Write samples to FILE (replaced only once the profile is complete); `-` is
     /// standard output, /dev/stderr standard error. Without it, `run` writes no
     /// samples and the others write them to standard output.
@@ -144,6 +163,10 @@ pub struct Options {
     /// command, as timeout(1) does).
     #[arg(long, value_parser = parse_duration, value_name = "DUR")]
     pub duration: Option<Duration>,
+    /// End the profile after N samples, as SIGTERM does: the rows, summary, plot and
+    /// exports hold exactly the first N (`--period 1s --count 5`: pidstat's `1 5`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub count: Option<u64>,
     /// Format of the samples: csv or jsonl (JSON Lines, same keys as the CSV columns).
     #[arg(long, default_value = "csv", value_name = "csv|jsonl")]
     pub format: Format,
@@ -176,6 +199,20 @@ pub struct Options {
     /// before stays counted.
     #[arg(long)]
     pub no_inherit: bool,
+    /// Do not attribute faults to the mappings and processes that took them (the procfs
+    /// backend does, through perf events, where the kernel allows them; never with
+    /// --cgroups-under or --unit, whose exports do not show where).
+    #[arg(long, conflicts_with = "minor_sampling")]
+    pub no_attribution: bool,
+    /// Record one minor fault in N to attribute them (every major fault is recorded):
+    /// the minor counts by mapping are estimates, N times what was recorded.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = crate::attribution::DEFAULT_MINOR_PERIOD,
+        value_parser = clap::value_parser!(u64).range(1..=1_000_000)
+    )]
+    pub minor_sampling: u64,
     #[command(flatten)]
     pub export: ExportOptions,
 }
@@ -236,4 +273,16 @@ pub struct WorkArgs {
     /// Pause between iterations, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     pub sleep_ms: u64,
+    /// Also create FILE (replacing it; removed at the end), map it shared, and write a
+    /// byte to each of its pages every iteration, after the accesses: one fault a page
+    /// and sweep. Then say how many faults each mapping should have taken.
+    #[arg(long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// The file's size in MiB (default: the buffer's).
+    #[arg(long, requires = "file", value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub file_mib: Option<u16>,
+    /// Before every sweep but the first, write the file's pages back and drop them from
+    /// the page cache, so that the sweep's faults are major.
+    #[arg(long, requires = "file")]
+    pub evict: bool,
 }

@@ -5,10 +5,12 @@
 // the memory pressure, written and exported; the profile drives them all, around the
 // command it may start. `system` is what every stage reads of the host; `work` is the
 // workload generator.
+pub mod attribution;
 pub mod backend;
 pub mod cli;
 pub mod command;
 pub mod export;
+pub mod fleet;
 pub mod output;
 pub mod pressure;
 pub mod profile;

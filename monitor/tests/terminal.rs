@@ -10,6 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::*;
+use monitor::output::writer::CSV_METADATA_PREFIX as CSV_METADATA;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -57,8 +58,9 @@ fn run_prints_the_summary_without_rows_and_dash_means_standard_output_not_a_file
     let dir = Scratch::new("terminal-default");
     let quiet = monitor_in(&dir, &["run", "--backend", "procfs", "--", "true"]);
     assert!(quiet.status.success(), "{}", stderr(&quiet));
+    // No live line: standard error is not a terminal.
     assert!(
-        stderr(&quiet).starts_with("pfprof summary"),
+        stderr(&quiet).starts_with("pfprof summary") && !stderr(&quiet).contains(['\r', '\x1b']),
         "{}",
         stderr(&quiet)
     );
@@ -249,28 +251,25 @@ fn the_metadata_comes_first_and_dates_every_row_on_the_wall_clock() {
     }
 }
 
+/// `monitor --backend procfs --pid P OPTIONS` on a `sleep 30` that outlives it, run to
+/// its end in `dir`.
+fn attached_to_a_sleeper(dir: &Scratch, options: &[&str]) -> Output {
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = sleeper.id().to_string();
+    let mut args = vec!["--backend", "procfs", "--pid", &pid];
+    args.extend_from_slice(options);
+    let out = monitor_in(dir, &args);
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
+    out
+}
+
 #[test]
 fn duration_ends_an_attached_profile_and_sends_sigterm_to_a_command_as_timeout_does() {
     let dir = Scratch::new("terminal-duration");
-    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
-    let pid = sleeper.id().to_string();
     let started = Instant::now();
-    let attached = monitor_in(
-        &dir,
-        &[
-            "--backend",
-            "procfs",
-            "--pid",
-            &pid,
-            "--duration",
-            "500ms",
-            "-o",
-            "/dev/null",
-        ],
-    );
+    let attached = attached_to_a_sleeper(&dir, &["--duration", "500ms", "-o", "/dev/null"]);
     let took = started.elapsed();
-    sleeper.kill().unwrap();
-    sleeper.wait().unwrap();
     assert!(attached.status.success(), "{}", stderr(&attached));
     assert!(took < Duration::from_secs(5), "{took:?}");
     let run = monitor_in(
@@ -315,16 +314,42 @@ fn linger_zero_delivers_nothing_more_after_the_end_and_takes_no_time() {
     );
 }
 
+/// GNU time, whose `-v` report's "Maximum resident set size" is the figure users hold the
+/// monitor's peak RSS against.
+const TIME: &str = "/usr/bin/time";
+
+/// `/usr/bin/time -v`'s maximum resident set size, bytes.
+fn time_v_max_rss(stderr: &str) -> u64 {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("Maximum resident set size (kbytes):"))
+        .unwrap_or_else(|| panic!("no time -v report in {stderr}"));
+    let kib: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    kib * 1024
+}
+
+/// The summary a `--summary` file holds, as JSON.
+fn json_summary(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
 #[test]
-fn the_commands_peak_rss_is_its_maximum_resident_set_and_its_cpu_is_split_user_and_system() {
+fn the_commands_peak_rss_is_the_one_time_v_reports_and_its_cpu_is_split_user_and_system() {
     let dir = Scratch::new("terminal-rusage");
+    let summary = dir.join("run.json");
+    // time -v is the command; work its child. The command's ru_maxrss is the largest of
+    // its own and of the children it waited for: work's, the figure time -v prints.
     let out = monitor_in(
         &dir,
         &[
             "run",
             "--backend",
             "procfs",
+            "--summary",
+            summary.to_str().unwrap(),
             "--",
+            TIME,
+            "-v",
             WORK,
             "48",
             "R",
@@ -334,18 +359,151 @@ fn the_commands_peak_rss_is_its_maximum_resident_set_and_its_cpu_is_split_user_a
     );
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
-    let line = err
-        .lines()
-        .find(|l| l.contains("command peak RSS"))
-        .unwrap();
-    let mib: f64 = line.split_whitespace().nth(3).unwrap().parse().unwrap();
+    let command = &json_summary(&summary)["command"];
+    let max_rss = command["max_rss_bytes"].as_u64().unwrap();
+    assert_eq!(max_rss, time_v_max_rss(&err), "{command}");
     // Every page of the 48 MiB is touched, and the whole buffer is resident at once.
-    assert!((48.0..64.0).contains(&mib), "{line}");
-    let rusage = err.lines().find(|l| l.contains("command rusage")).unwrap();
-    assert!(
-        rusage.contains(" s user, ") && rusage.contains(" s system); "),
-        "{rusage}"
+    assert!(max_rss >= 48 << 20, "{command}");
+    let (user, system) = (command["user_s"].as_f64(), command["system_s"].as_f64());
+    let split = user.unwrap() + system.unwrap();
+    let cpu = command["cpu_s"].as_f64().unwrap();
+    assert!((split - cpu).abs() < 1e-6, "{command}");
+    assert!(user.unwrap() > 0.0, "{command}");
+}
+
+/// How far two readings of one process's resident set may differ when nothing changed
+/// it: the kernel counts resident pages per CPU (6.2 on; per thread before) and folds
+/// them into the total by batches, so `ru_maxrss` at exit (the folded total) and VmHWM
+/// (the exact sum, on kernels that take it) may differ by what is not folded yet, up to a
+/// batch of each of the three counters (anonymous, file, shared) on every CPU.
+fn rss_counter_slack() -> u64 {
+    let cpus = nix::unistd::sysconf(nix::unistd::SysconfVar::_NPROCESSORS_ONLN)
+        .unwrap()
+        .unwrap() as u64;
+    // percpu_counter_batch, and TASK_RSS_EVENTS_THRESH of the per-thread counters.
+    let batch = (cpus * 32).max(cpus * cpus * 2).max(64);
+    3 * batch * 4096
+}
+
+/// A line of `/proc/PID/status`, in kB.
+fn status_kib(pid: u32, key: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix(key))?;
+    line.trim().strip_suffix("kB")?.trim().parse().ok()
+}
+
+#[test]
+fn an_attached_processs_peak_rss_is_its_high_water_mark_as_time_v_reports_it() {
+    let dir = Scratch::new("terminal-hwm");
+    let summary = dir.join("pid.json");
+    let time = Command::new(TIME)
+        .args(["-v", WORK, "48", "R", "100000", "1000", "--sleep-ms", "10"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let children = format!("/proc/{}/task/{}/children", time.id(), time.id());
+    let started = Instant::now();
+    let work = loop {
+        let listed = std::fs::read_to_string(&children).unwrap_or_default();
+        if let Ok(pid) = listed.trim().parse::<u32>() {
+            // Its buffer touched: its peak is reached.
+            if status_kib(pid, "VmRSS:").is_some_and(|kib| kib >= 48 << 10) {
+                break pid;
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "work never grew"
+        );
+        thread::sleep(Duration::from_millis(10));
+    };
+    // Stopped, its resident set changes no more: the monitor's reading and the figure
+    // time -v gets at its exit are of the same memory.
+    let work_pid = Pid::from_raw(work as i32);
+    kill(work_pid, Signal::SIGSTOP).unwrap();
+    let out = monitor_in(
+        &dir,
+        &[
+            "--backend",
+            "procfs",
+            "--pid",
+            &work.to_string(),
+            "--duration",
+            "300ms",
+            "-o",
+            "/dev/null",
+            "--summary",
+            summary.to_str().unwrap(),
+        ],
     );
+    kill(work_pid, Signal::SIGKILL).unwrap();
+    let timed = time.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let attached = &json_summary(&summary)["attached"][0];
+    assert_eq!(attached["pid"], work);
+    // Still running at the end: read then, not before an exit.
+    assert_eq!(attached["exited_within_s"], serde_json::Value::Null);
+    let hwm = attached["max_rss_bytes"].as_u64().unwrap();
+    assert!(hwm >= 48 << 20, "{attached}");
+    let timed = time_v_max_rss(&stderr(&timed));
+    assert!(
+        hwm.abs_diff(timed) <= rss_counter_slack(),
+        "VmHWM {hwm} against time -v's {timed}"
+    );
+    // A process that exits during the profile: its mark as last read, and when.
+    let mut sleeper = Command::new("sleep").arg("0.5").spawn().unwrap();
+    let out = monitor_in(
+        &dir,
+        &[
+            "--backend",
+            "procfs",
+            "--pid",
+            &sleeper.id().to_string(),
+            "-o",
+            "/dev/null",
+        ],
+    );
+    sleeper.wait().unwrap();
+    let err = stderr(&out);
+    let line = err.lines().find(|l| l.contains(" peak RSS ")).unwrap();
+    assert!(
+        line.starts_with(&format!("  pid {} peak RSS ", sleeper.id()))
+            && line.contains("(VmHWM: its largest resident set since it started, as last read, ")
+            && line.ends_with(" s or less before it exited)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn count_ends_the_profile_after_exactly_that_many_samples() {
+    let dir = Scratch::new("terminal-count");
+    let attached = attached_to_a_sleeper(&dir, &["--period", "20ms", "--count", "7"]);
+    let err = stderr(&attached);
+    assert!(attached.status.success(), "{err}");
+    assert_eq!(
+        parse_csv(&String::from_utf8_lossy(&attached.stdout)).len(),
+        7,
+        "{err}"
+    );
+    assert_eq!(summary_value(&err, "samples"), 7, "{err}");
+    // `monitor run`: the command gets SIGTERM, as with --duration; relaxed mode alike.
+    let summary = dir.join("run.json");
+    let mut args: Vec<&str> = "run --backend procfs --mode relaxed --period 20ms --count 5"
+        .split(' ')
+        .collect();
+    args.extend(["--format", "jsonl", "-o", "-", "--summary"]);
+    args.extend([summary.to_str().unwrap(), "--", "sleep", "30"]);
+    let run = monitor_in(&dir, &args);
+    assert_eq!(run.status.code(), Some(128 + 15), "{}", stderr(&run));
+    let records = String::from_utf8_lossy(&run.stdout).into_owned();
+    let rows = records
+        .lines()
+        .filter(|l| l.contains("\"time_ms\""))
+        .count();
+    assert_eq!(rows, 5, "{records}");
+    let summary = json_summary(&summary);
+    assert_eq!(summary["samples"], 5);
+    assert_eq!(summary["command"]["exit_code"], 128 + 15);
 }
 
 #[test]
@@ -399,4 +557,101 @@ fn a_full_disk_still_gets_the_summary_written_on_standard_error() {
         assert!(err.contains("pfprof summary"), "{args:?}: {err}");
         assert!(err.contains("No space left on device"), "{args:?}: {err}");
     }
+}
+
+#[test]
+fn a_full_file_system_keeps_the_earlier_file_and_still_gets_the_summary() {
+    let dir = Scratch::new("terminal-tmpfs");
+    std::fs::create_dir(dir.join("tiny")).unwrap();
+    // An 8 KiB file system of the monitor's own (in a user and mount namespace, so no
+    // privilege is needed): 2 s of rows at 10 ms do not fit. What is left in it is
+    // listed from inside, before it goes with the namespace.
+    let out = Command::new("unshare")
+        .args(["--mount", "--map-root-user", "--", "sh", "-c"])
+        .arg(
+            "mount -t tmpfs -o size=8k none tiny && echo earlier > tiny/prof.csv || exit 99
+             \"$0\" \"$@\"; echo \"exit $?\"; ls -A tiny; cat tiny/prof.csv",
+        )
+        .arg(MONITOR)
+        .args(["run", "--backend", "procfs", "--period", "10ms"])
+        .args(["-o", "tiny/prof.csv", "--", "sleep", "2"])
+        .current_dir(dir.path())
+        .output()
+        .expect("unshare (util-linux) runs");
+    let err = stderr(&out);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "exit 2\nprof.csv\nearlier\n",
+        "{err}"
+    );
+    assert!(err.starts_with("pfprof summary"), "{err}");
+    assert!(
+        err.contains("cannot write the output file tiny/prof.csv: No space left on device"),
+        "{err}"
+    );
+}
+
+/// `monitor ARGS` with its standard error on a pseudo-terminal, and its standard output
+/// too when `stdout_too` (else /dev/null): all the terminal got (its `\r\n`, the
+/// terminal's rendering of a newline, back to `\n`), and the exit status.
+fn on_a_terminal(args: &[&str], stdout_too: bool) -> (String, std::process::ExitStatus) {
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let stdout = match stdout_too {
+        true => Stdio::from(pty.slave.try_clone().unwrap()),
+        false => Stdio::null(),
+    };
+    // The command, and with it this side's copy of the terminal, is dropped at once: the
+    // terminal ends (EIO) once the monitor and its command closed theirs.
+    let mut monitor = Command::new(MONITOR)
+        .args(args)
+        .stdout(stdout)
+        .stderr(Stdio::from(pty.slave))
+        .spawn()
+        .unwrap();
+    let mut master = std::fs::File::from(pty.master);
+    let reader = thread::spawn(move || {
+        let mut seen = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut master, &mut seen);
+        seen
+    });
+    let status = monitor.wait().unwrap();
+    let seen = reader.join().unwrap();
+    let seen = String::from_utf8_lossy(&seen).replace("\r\n", "\n");
+    (seen, status)
+}
+
+#[test]
+fn the_live_line_redraws_in_place_on_a_terminal_and_leaves_it_clean() {
+    let run = ["run", "--backend", "procfs", "--", "sleep", "2"];
+    let (seen, status) = on_a_terminal(&run, false);
+    assert!(status.success(), "{seen:?}");
+    // Erased before the summary, which is plain text where the line was.
+    let (live, summary) = seen
+        .split_once("\r\x1b[Kpfprof summary")
+        .unwrap_or_else(|| panic!("the line is not erased before the summary: {seen:?}"));
+    assert!(!summary.contains(['\r', '\x1b']), "{seen:?}");
+    // Each draw goes back to the start of the line and clears the rest of the last one:
+    // no newline, no other sequence.
+    let draws: Vec<&str> = live.split('\r').filter(|d| !d.is_empty()).collect();
+    let mut samples = Vec::new();
+    for draw in &draws {
+        let text = (draw.strip_suffix("\x1b[K")).unwrap_or_else(|| panic!("{seen:?}"));
+        assert!(!text.contains(['\n', '\x1b']), "{seen:?}");
+        let words: Vec<&str> = text.split_whitespace().collect();
+        assert_eq!(words[1..5], ["s", words[2], "samples", "minor"], "{seen:?}");
+        samples.push(words[2].parse::<u64>().unwrap());
+    }
+    // Redrawn as samples come, each time with new ones.
+    assert!(samples.len() >= 2, "{seen:?}");
+    assert!(samples.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    // Nothing with --quiet; no line when the rows go to the same terminal.
+    let quiet = ["run", "-q", "--backend", "procfs", "--", "sleep", "0.5"];
+    assert_eq!(on_a_terminal(&quiet, false).0, "");
+    let rows: Vec<&str> = "run --backend procfs -o - -- sleep 0.5"
+        .split(' ')
+        .collect();
+    let (seen, _) = on_a_terminal(&rows, true);
+    assert!(!seen.contains(['\r', '\x1b']), "{seen:?}");
+    assert!(seen.starts_with(CSV_METADATA), "{seen:?}");
+    assert!(seen.contains("\npfprof summary"), "{seen:?}");
 }

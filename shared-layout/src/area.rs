@@ -233,6 +233,7 @@ impl Area {
         // Pairs with the store-release of magic in `init_header` (a user-space producer's
         // area); the module's header is written before PFPROF_IOC_SET_MODE returns
         // (kmod/ring.c, pfprof_ring_start), and the area is mapped after that.
+        // Litmus attach-header.
         let magic = area
             .h32(offset_of!(AreaHeader, magic))
             .load(Ordering::Acquire);
@@ -330,6 +331,7 @@ impl Area {
         // slot_count <= MAX_SLOTS was checked by every constructor.
         self.sem_count(SemKind::Empty)
             .store(self.slot_count as u32, Relaxed);
+        // Litmus attach-header.
         self.h32(offset_of!(AreaHeader, magic))
             .store(abi::MAGIC, Ordering::Release);
     }

@@ -26,7 +26,7 @@ fn try_lock(area: &Area, owner: u32) -> bool {
     let word = area.lock_word();
     // Test before test-and-set: spinning on a load keeps the line shared. The acquire
     // pairs with the owner's store-release that freed it (kmod/ring.c
-    // pfprof_lock_release; Guard::drop).
+    // pfprof_lock_release; Guard::drop): litmus relaxed-torn, relaxed-overwritten.
     word.load(Ordering::Relaxed) == LOCK_FREE
         && word
             .compare_exchange(LOCK_FREE, owner, Ordering::Acquire, Ordering::Relaxed)
@@ -74,6 +74,7 @@ pub(crate) struct Guard<'a> {
 
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
+        // Litmus relaxed-torn, relaxed-overwritten.
         self.area.lock_word().store(LOCK_FREE, Ordering::Release);
     }
 }

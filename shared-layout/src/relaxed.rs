@@ -53,7 +53,8 @@ impl RelaxedConsumer {
             // reads 1 the write_seq read next is final. The loads pair with the
             // producer's store-releases of canceled (kmod/ring.c pfprof_cancel_locked;
             // RelaxedProducer::cancel) and of write_seq after the slot (kmod/ring.c
-            // pfprof_write_slot; RelaxedProducer::push).
+            // pfprof_write_slot; RelaxedProducer::push). The lock orders both as well
+            // (litmus relaxed-cancel, relaxed-publish need one of the two).
             let canceled = area.canceled().load(Ordering::Acquire) != 0;
             (area.write_seq().load(Ordering::Acquire), canceled)
         };
@@ -76,7 +77,10 @@ impl RelaxedConsumer {
         out.extend(area.read_slots(start, w - start));
         let w2 = {
             let _lock = lock_consumer(area);
-            // Pairs with the producer's store-release of write_seq, as above.
+            // Pairs with the producer's store-release of write_seq, as above; the
+            // lock's acquire is what relaxed-torn needs. read_seq: for a consumer
+            // that takes over, and the producer's advisory count, which the lock
+            // orders (litmus relaxed-overwritten).
             let w2 = area.write_seq().load(Ordering::Acquire);
             area.read_seq().store(w, Ordering::Release);
             w2
@@ -131,12 +135,16 @@ impl RelaxedProducer {
             area.overwritten().fetch_add(1, Ordering::Relaxed);
         }
         self.write_seq = next_seq;
+        // As kmod/ring.c pfprof_write_slot's: the unlock's release orders the slot
+        // as well (litmus relaxed-publish, relaxed-torn need one of the two).
         area.write_seq().store(self.write_seq, Ordering::Release);
         Ok(Push::Written)
     }
 
     /// Set `canceled` after the last sample. Nobody sleeps in relaxed mode.
     pub fn cancel(&mut self) -> Result<(), ProtocolError> {
+        // This release or the last push's unlock orders the sample first (litmus
+        // relaxed-cancel needs one of the two).
         self.area.canceled().store(1, Ordering::SeqCst);
         Ok(())
     }

@@ -11,6 +11,8 @@ use crate::wait::{WaitError, Waiter};
 /// down(sem) by one if a unit is available; never takes the count below zero.
 pub(crate) fn try_down(area: &Area, sem: SemKind) -> bool {
     let count = area.sem_count(sem);
+    // SeqCst as the module's cmpxchg; the consumer's copy needs it only with
+    // the lock's acquire gone (litmus strict-publish).
     let mut seen = count.load(SeqCst);
     while seen > 0 {
         match count.compare_exchange_weak(seen, seen - 1, SeqCst, SeqCst) {
@@ -55,6 +57,8 @@ pub(crate) fn post<W: Waiter>(
     sem: SemKind,
     k: u32,
 ) -> Result<(), WaitError> {
+    // SeqCst, and so is the load of waiters after it: the Dekker handshake
+    // (litmus user-waiters; strict-empty-waiters against the module).
     area.sem_count(sem).fetch_add(k, SeqCst);
     dekker_fence();
     // Test first: with the other side polling instead of sleeping, waiters is
@@ -194,7 +198,8 @@ fn sleep_on<W: Waiter>(
     };
     // Read-modify-writes rather than stores: the same on x86 (a SeqCst store
     // is an xchg there), and they keep the word's modification order a chain
-    // that loom can model exactly.
+    // that loom can model exactly. SeqCst swap and loads: litmus user-waiters,
+    // user-cancel-waiters.
     let waiters = area.sem_waiters(sem);
     waiters.swap(1, SeqCst);
     dekker_fence();

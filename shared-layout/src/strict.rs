@@ -138,7 +138,7 @@ impl<W: Waiter> StrictConsumer<W> {
                 break Down::Got(k);
             }
             // Pairs with the producer's store-release of canceled after its last up(full)
-            // (kmod/ring.c pfprof_cancel_locked; strict::cancel).
+            // (kmod/ring.c pfprof_cancel_locked; strict::cancel): litmus strict-cancel.
             if area.canceled().load(Ordering::Acquire) != 0 {
                 break match try_take(area, SemKind::Full) {
                     0 => Down::Ended,
@@ -178,7 +178,8 @@ impl<W: Waiter> StrictConsumer<W> {
             let _lock = lock_consumer(area);
             if end.map_or(true, |end| end > self.published) {
                 // Pairs with the producer's store-release of write_seq after the slot
-                // (kmod/ring.c pfprof_write_slot; StrictProducer::push).
+                // (kmod/ring.c pfprof_write_slot; StrictProducer::push). The lock orders
+                // the slot as well: no litmus test needs this one alone.
                 self.published = area.write_seq().load(Ordering::Acquire);
             }
             let Some(end) = end.filter(|&end| end <= self.published) else {
@@ -188,6 +189,8 @@ impl<W: Waiter> StrictConsumer<W> {
                 });
             };
             read(area, start, end - start);
+            // For a consumer that takes over (new); the copy is ordered before the
+            // slots' reuse by the unlock and up(empty) (litmus strict-reuse).
             area.read_seq().store(end, Ordering::Release);
             self.read_seq = end;
         }
@@ -205,6 +208,7 @@ impl<W: Waiter> StrictConsumer<W> {
 fn try_down_all_grown(area: &Area, sem: SemKind, target: u32, last_take: Option<Instant>) -> u32 {
     let count = area.sem_count(sem);
     // Test first: swapping 0 for 0 would still take the line from the poster.
+    // SeqCst as try_down's (litmus strict-publish).
     let seen = count.load(Ordering::SeqCst);
     if seen == 0 {
         return 0;
@@ -296,6 +300,8 @@ impl<W: Waiter> StrictProducer<W> {
         };
         area.write_slot(self.write_seq, &sample);
         self.write_seq = next_seq;
+        // As kmod/ring.c pfprof_write_slot's: the lock and up(full) order the slot
+        // as well (litmus strict-publish).
         area.write_seq().store(self.write_seq, Ordering::Release);
         drop(lock);
         post(area, &self.waiter, SemKind::Full, 1)?;
@@ -312,6 +318,8 @@ impl<W: Waiter> StrictProducer<W> {
 /// act; from another thread it also releases a producer blocked on a full ring (a push
 /// racing with it may go unread).
 pub fn cancel<W: Waiter>(area: &Area, waiter: &W) -> Result<(), WaitError> {
+    // Litmus user-cancel-waiters: a sleeper's swap that follows the swap below
+    // sees canceled through the swap's release or the fence, either one.
     area.canceled().store(1, Ordering::SeqCst);
     fence(Ordering::SeqCst);
     for sem in [SemKind::Full, SemKind::Empty] {

@@ -14,6 +14,7 @@ pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64};
 /// write (C++20 [atomics.order]), and on x86 the locked instruction is the
 /// barrier; an extra fence cost every post a locked instruction of its own.
 /// Loom models SeqCst accesses as acquire/release only and needs the fence.
+/// The litmus test user-waiters checks the pattern without it, under RC11.
 #[inline]
 pub(crate) fn dekker_fence() {
     #[cfg(loom)]

@@ -930,6 +930,153 @@ class Fleet:
               f"the cgroup's monitor counted {got}, its processes did {(expected_minor, expected_major)} inside:\n{err}")
 
 
+    # --- one monitor per host: every cgroup under a path -----------------------------
+
+    def start_service(self, cgroup, work):
+        """A service's main process, started in `cgroup` as a service manager starts one:
+        a shell blocked on a pipe, moved in, left there until the monitor's passes have
+        seen it (what it did before is not the target's), then let go to exec `work`.
+        Returns (process, its /proc counts when moved in)."""
+        r, w = os.pipe()
+        process = subprocess.Popen(["sh", "-c", f"read x; exec {shlex.join(work)}"], stdin=r,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(r)
+        self.defer(lambda: process.poll() is None and (process.kill(), process.wait()))
+        time.sleep(0.3)
+        with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+            f.write(str(process.pid))
+        before = proc_faults(process.pid)
+        time.sleep(10 * 0.05)
+        os.write(w, b"go\n")
+        os.close(w)
+        return process, before
+
+    def finish_service(self, service):
+        """Waits for a service's process to exit, left a zombie a few periods (the monitor
+        reads its last counts there), then reaps it: what it did inside, (minor, major)."""
+        process, before = service
+        wait_until("a service's process to exit", lambda: proc_faults(process.pid)["state"] == "Z")
+        after = proc_faults(process.pid)
+        time.sleep(10 * 0.05)
+        process.wait()
+        check(process.returncode == 0, f"the service's work exited with {process.returncode}")
+        return after["minor"] - before["minor"], after["major"] - before["major"]
+
+    def test_one_monitor_exports_each_cgroup_under_a_path_exactly_and_a_restarted_one_again(self):
+        """--cgroups-under with --prometheus, --textfile and --otlp at once: each target's
+        series against its processes' own counters in Prometheus, the textfile and
+        VictoriaMetrics."""
+        mount = cgroup2_mount()
+        top = os.path.join(mount, f"pfprof-fleet-host-{os.getpid()}")
+        cgroups = {n: os.path.join(top, n) for n in ("a", "b", "c")}
+        names = {n: "/" + os.path.relpath(d, mount) for n, d in cgroups.items()}
+        for d in cgroups.values():
+            os.makedirs(d)
+
+        def cleanup():
+            for d in list(cgroups.values()) + [top]:
+                if os.path.isdir(d):
+                    os.rmdir(d)
+        self.defer(cleanup)
+        port = free_port()
+        prometheus = Prometheus([("local", f"127.0.0.1:{port}")])
+        self.defer(prometheus.close)
+        # c is beyond --max-targets 2: the names are taken in order, a and b first.
+        scratch = Scratch()
+        self.defer(scratch.close)
+        textfiles = scratch("textfiles")
+        os.mkdir(textfiles)
+        # The linger keeps a's values while its cgroup is gone, and c out meanwhile.
+        vm = VictoriaMetrics(self.vm_root)
+        self.defer(vm.close)
+        monitor = subprocess.Popen([self.monitor, "--cgroups-under", top, "--max-targets", "2", "--interval", "250ms",
+                                    "--prometheus", f"127.0.0.1:{port}", "--textfile", textfiles,
+                                    "--otlp", f"{vm.url}/opentelemetry/v1/metrics", "--linger", "10s"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        textfile = os.path.join(textfiles, f"pfprof-fleet-{monitor.pid}.prom")
+        self.defer(lambda: monitor.poll() is None and (monitor.kill(), monitor.wait()))
+        said = []
+        reader = threading.Thread(target=lambda: said.extend(iter(monitor.stderr.readline, "")), daemon=True)
+        reader.start()
+
+        def lines(text):
+            return [line for line in list(said) if text in line]
+        left_out = f"1 cgroup not profiled: --max-targets 2 are exported"
+        wait_until("the monitor to profile a and b and leave c out",
+                   lambda: (all(lines(f"monitor: profiling {names[n]}\n") for n in "ab") and lines(left_out), said))
+        check(lines(left_out)[0].rstrip().endswith(f": {names['c']}"), f"the left-out cgroup is not named:\n{''.join(said)}")
+        wait_until("the monitor to be scraped up", lambda: prometheus.one('up{host="local"}') == 1)
+
+        # b runs throughout; a runs, its cgroup is removed and made again at once (a
+        # restarted service), and a runs again in the new one.
+        b = self.start_service(cgroups["b"], self.work_args(32, 20000, 6, 300))
+        a_first = self.finish_service(self.start_service(cgroups["a"], self.work_args(24, 15000, 2, 100)))
+        os.rmdir(cgroups["a"])
+        os.mkdir(cgroups["a"])
+        wait_until("the removed a to end and the re-created a to be profiled",
+                   lambda: (len(lines(f"monitor: profiling {names['a']}\n")) == 2 and lines(f"monitor: {names['a']} ended"), said))
+        a_second = self.finish_service(self.start_service(cgroups["a"], self.work_args(24, 15000, 2, 100)))
+        b_total = self.finish_service(b)
+        a_total = (a_first[0] + a_second[0], a_first[1] + a_second[1])
+        check(min(a_first[0], a_second[0], b_total[0]) > 5000, f"too few faults to tell anything: a {a_first} {a_second}, b {b_total}")
+
+        def series(name, fault_type):
+            return prometheus.one(f'process_paging_faults_total{{host="local",target="{name}",system_paging_fault_type="{fault_type}"}}')
+
+        def got():
+            return {n: (series(names[n], "minor"), series(names[n], "major")) for n in "ab"}
+        want = {"a": a_total, "b": b_total}
+        wait_until("Prometheus to store each target's own totals", lambda: (got() == want, (got(), want)), timeout=15)
+        # The re-created target's counters went on from the removed one's: no reset.
+        resets = prometheus.one(f'resets(process_paging_faults_total{{host="local",target="{names["a"]}",system_paging_fault_type="minor"}}[5m])')
+        check(resets == 0, f"a's counter was reset {resets} times when its cgroup was made again")
+        # Cardinality: two targets exported, c counted as left out, never profiled.
+        targets = prometheus.query('count by (target) (pfprof_build_info{host="local"})')
+        check(sorted(dict(k)["target"] for k in targets) == [names["a"], names["b"]], f"exported targets: {targets}")
+        check(prometheus.one('pfprof_targets_left_out{host="local"}') == 1, "pfprof_targets_left_out is not 1")
+        # VictoriaMetrics over OTLP: each target a resource of its own, with its own totals.
+        def pushed():
+            values = {n: tuple(vm.one(f'last_over_time(process_paging_faults_total{{target="{names[n]}",'
+                                      f'service_name="pfprof",system_paging_fault_type="{t}"}}[10m])')
+                               for t in ("minor", "major")) for n in "ab"}
+            return values == want, values
+        wait_until("VictoriaMetrics to hold each target's own totals", pushed, timeout=30)
+        check(vm.one(f'count(last_over_time(pfprof_build_info{{target="{names["c"]}"}}[10m]))') is None,
+              "c was pushed beyond --max-targets")
+        # The textfile: the same targets, each with its own totals, in one file promtool parses.
+        def in_textfile():
+            with open(textfile) as f:
+                text = f.read()
+            values = {}
+            for n in "ab":
+                for fault_type in ("minor", "major"):
+                    m = re.search(rf'(?m)^process_paging_faults_total\{{(?=[^}}]*target="{re.escape(names[n])}")'
+                                  rf'[^}}]*system_paging_fault_type="{fault_type}"[^}}]*\}} (\d+)$', text)
+                    values[n] = values.get(n, ()) + ((int(m.group(1)) if m else None),)
+            return values == want, (values, text)
+        text = wait_until("the textfile to hold each target's own totals", in_textfile, timeout=10)[1]
+        check(names["c"] not in text, f"c is in the textfile:\n{text}")
+        check(re.search(r'(?m)^pfprof_targets_left_out\{monitor_pid="\d+"\} 1$', text), f"no left-out count in the textfile:\n{text}")
+        r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+        check("error while linting" not in r.stderr and "text format parsing error" not in (r.stdout + r.stderr),
+              f"promtool cannot parse the textfile:\n{r.stdout}{r.stderr}\n{text}")
+
+        monitor.send_signal(signal.SIGTERM)
+        try:
+            code = monitor.wait(timeout=PATIENCE)
+        except subprocess.TimeoutExpired:
+            raise Failure(f"the fleet monitor did not end within {PATIENCE:.0f} s of its SIGTERM:\n{''.join(said)}")
+        reader.join(timeout=10)
+        err = "".join(said)
+        check(code == 0, f"the fleet monitor exited with {code}:\n{err}")
+        check("the last ones with the final values" in err, f"the final values were not scraped:\n{err}")
+        check(len(lines(left_out)) == 1, f"c's leaving out was said more than once:\n{err}")
+        check(not lines(f"profiling {names['c']}"), f"c was profiled beyond --max-targets:\n{err}")
+        check(os.listdir(textfiles) == [], f"left behind: {os.listdir(textfiles)}")
+        check("textfile:" in err and "removed at the end" in err, err)
+        check(re.search(r"otlp: \d+ pushes to \S+ delivered, the last with the final values", err), err)
+
+
 def cgroup2_mount():
     with open("/proc/self/mountinfo") as f:
         for line in f:

@@ -3,13 +3,14 @@
 # the machine's own mirror (tests/vm/debian-sources.py) and cached outside
 # the clone, for what this machine's release cannot build or run: Debian
 # 13's kbuild tools (they need glibc 2.38) for the 7.x kernels, its
-# victoria-metrics. Prints the root's path.
+# victoria-metrics; sid's herdtools7 for the litmus tests. Prints the root's
+# path.
 #
 #   tests/vm/debian-root.sh RELEASE [-t SUITE] [PACKAGE...]
 #
 # Installs the packages that are not installed yet, from SUITE when given
-# (e.g. trixie-backports, which is in the root's sources); a root that has
-# them all is used as it is, without the network.
+# (e.g. trixie-backports, which is in the root's sources; sid has no
+# backports); a root that has them all is used as it is, without the network.
 # Environment: PFPROF_ROOT_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/pfprof/roots).
 # Needs: root, debootstrap, python3.
 set -euo pipefail
@@ -45,14 +46,20 @@ if [[ ! -e $cache/$release.complete ]]; then
 	echo "debian-root.sh: debootstrap $release into $root" >&2
 	debootstrap --variant=minbase "$release" "$root" "$mirror" >"$cache/$release.log" 2>&1 ||
 		{ tail -n 20 "$cache/$release.log" >&2; vm_die "debootstrap $release failed (log: $cache/$release.log)"; }
-	# The release's backports, from the same mirror.
-	cat >"$root/etc/apt/sources.list.d/backports.sources" <<-SOURCES
-	Types: deb
-	URIs: $mirror
-	Suites: $release-backports
-	Components: main
-	Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-	SOURCES
+	# The release's backports, from the same mirror: unstable has none. Its
+	# Release file is valid for a week only, and a mirror may serve a
+	# snapshot older than that: apt still checks its signature.
+	if [[ $release == sid ]]; then
+		echo 'Acquire::Check-Valid-Until "false";' >"$root/etc/apt/apt.conf.d/99pfprof-snapshot"
+	else
+		cat >"$root/etc/apt/sources.list.d/backports.sources" <<-SOURCES
+		Types: deb
+		URIs: $mirror
+		Suites: $release-backports
+		Components: main
+		Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+		SOURCES
+	fi
 	touch "$cache/$release.complete"
 fi
 

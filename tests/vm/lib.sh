@@ -8,13 +8,24 @@ vm_repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
 vm_die() { echo "$(basename "$0"): $*" >&2; exit 2; }
 
-# The Debian cloud kernels installed with their headers, one version a line.
+# Where tests/vm/arm64-kernel.sh unpacks the arm64 kernels, one tree each.
+vm_arm64_cache=${PFPROF_ARM64_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pfprof/arm64}
+
+# vm_installed_kernels [ARCH]: the Debian cloud kernels installed with their
+# headers (amd64), or unpacked by tests/vm/arm64-kernel.sh (arm64), one
+# version a line.
 vm_installed_kernels() {
 	local img v
-	for img in /boot/vmlinuz-*-cloud-amd64; do
-		v=${img#/boot/vmlinuz-}
-		if [[ -e $img && -d /usr/src/linux-headers-$v ]]; then echo "$v"; fi
-	done | sort -V
+	if [[ ${1-amd64} == arm64 ]]; then
+		for img in "$vm_arm64_cache"/*.complete; do
+			[[ -e $img ]] && basename "$img" .complete
+		done
+	else
+		for img in /boot/vmlinuz-*-cloud-amd64; do
+			v=${img#/boot/vmlinuz-}
+			if [[ -e $img && -d /usr/src/linux-headers-$v ]]; then echo "$v"; fi
+		done
+	fi | sort -V
 }
 
 # vm_in_root ROOT CMD...: CMD run inside the Debian root ROOT
@@ -38,21 +49,60 @@ vm_kernel_version() {
 	grep -o 'linux-image-[0-9][^ ,]*' <<<"$depends" | head -n 1 | sed 's/^linux-image-//'
 }
 
-# vm_select_kernel KERNEL [ROOT]: the kernel to boot and build against, named
-# explicitly: a Debian version (6.1.0-28-cloud-amd64: /boot/vmlinuz-* and its
-# linux-headers-*), in the Debian root ROOT when given (tests/vm/debian-root.sh:
-# a kernel whose kbuild tools this machine cannot run, built for inside it),
-# or "debug" (the checkers' kernel tests/vm/debug-kernel.sh builds and
-# caches). Sets vm_kver (its name), vm_kernel (the image), vm_kdir (where
-# the module builds, as seen from ROOT), vm_root, vm_modules (the kernel's
-# module tree, empty for the debug kernel) and vm_debug (1 for the debug
-# kernel); checks the host's busybox, qemu and cpio.
+# vm_select_kernel KERNEL [ROOT [ARCH]]: the kernel to boot and build against,
+# named explicitly: a Debian version (6.1.0-28-cloud-amd64: /boot/vmlinuz-* and
+# its linux-headers-*), in the Debian root ROOT when given
+# (tests/vm/debian-root.sh: a kernel whose kbuild tools this machine cannot
+# run, built for inside it), or "debug" (the checkers' kernel
+# tests/vm/debug-kernel.sh builds and caches). ARCH: amd64 (the default) or
+# arm64, a Debian arm64 kernel tests/vm/arm64-kernel.sh unpacked (no ROOT),
+# the module cross-built for it, booted under qemu-system-aarch64.
+# Sets vm_kver (its name), vm_kernel (the image), vm_kdir (where the module
+# builds, as seen from ROOT), vm_root, vm_modules (the kernel's module tree,
+# empty for the debug kernel), vm_debug (1 for the debug kernel) and the
+# architecture's: vm_arch, vm_kbuild_args (make's, for a cross build),
+# vm_rust_target, vm_qemu (the emulator and its machine) and vm_console;
+# checks the host's busybox, qemu and cpio.
 vm_select_kernel() {
 	local kernel=$1
 	vm_root=${2-}
+	vm_arch=${3:-amd64}
 	vm_debug=0
 	vm_modules=
-	if [[ $kernel == debug ]]; then
+	vm_busybox=
+	local qemu_package=qemu-system-x86
+	case $vm_arch in
+	amd64)
+		vm_kbuild_args=()
+		vm_rust_target=x86_64-unknown-linux-gnu
+		vm_qemu=(qemu-system-x86_64)
+		vm_console=ttyS0
+		;;
+	arm64)
+		vm_kbuild_args=(ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu-)
+		vm_rust_target=aarch64-unknown-linux-gnu
+		# Neoverse N1: the core of Graviton2 and Ampere Altra, with their LSE
+		# atomics and RCpc loads; TCG's "max" (SVE, pointer authentication)
+		# takes twice as long to boot.
+		vm_qemu=(qemu-system-aarch64 -M virt -cpu neoverse-n1)
+		vm_console=ttyAMA0
+		qemu_package=qemu-system-arm
+		command -v aarch64-linux-gnu-gcc >/dev/null ||
+			vm_die "aarch64-linux-gnu-gcc not found: apt-get install gcc-aarch64-linux-gnu"
+		;;
+	*) vm_die "no architecture $vm_arch: amd64 or arm64" ;;
+	esac
+	if [[ $vm_arch == arm64 ]]; then
+		[[ -z $vm_root && $kernel != debug ]] ||
+			vm_die "arm64 kernels come from tests/vm/arm64-kernel.sh: no --root, no debug kernel"
+		[[ -n $kernel && -e $vm_arm64_cache/$kernel.complete ]] ||
+			vm_die "no arm64 kernel ${kernel:-named}: give --kernel VERSION, the version tests/vm/arm64-kernel.sh prints (unpacked: $(vm_installed_kernels arm64 | tr '\n' ' '))"
+		vm_kernel=$vm_arm64_cache/$kernel/boot/vmlinuz-$kernel
+		vm_kdir=$vm_arm64_cache/$kernel/usr/src/linux-headers-$kernel
+		vm_modules=$vm_arm64_cache/$kernel/lib/modules/$kernel
+		vm_busybox=$vm_arm64_cache/$kernel/bin/busybox
+		vm_kver=$kernel
+	elif [[ $kernel == debug ]]; then
 		[[ -z $vm_root ]] || vm_die "the debug kernel is built on this machine: no --root"
 		vm_kdir=$("$vm_repo/tests/vm/debug-kernel.sh") || vm_die "building the debug kernel failed"
 		vm_kernel=$vm_kdir/arch/x86/boot/bzImage
@@ -68,10 +118,13 @@ vm_select_kernel() {
 			vm_die "no $vm_kernel with $vm_root$vm_kdir: apt-get install linux-image-$kernel linux-headers-$kernel${vm_root:+ in $vm_root}$([[ -n $vm_root ]] || echo " (installed: $(vm_installed_kernels | tr '\n' ' '))")"
 	fi
 	[[ -r $vm_kernel ]] || vm_die "$vm_kernel is not readable"
-	vm_busybox=$(command -v busybox) || vm_die "busybox not found: apt-get install busybox-static"
-	# ldd fails on a static binary; the initramfs has no libc for a dynamic one.
-	if ldd "$vm_busybox" >/dev/null 2>&1; then vm_die "$vm_busybox is not static: apt-get install busybox-static"; fi
-	command -v qemu-system-x86_64 >/dev/null || vm_die "qemu-system-x86_64 not found: apt-get install qemu-system-x86"
+	if [[ -z $vm_busybox ]]; then
+		vm_busybox=$(command -v busybox) || vm_die "busybox not found: apt-get install busybox-static"
+		# ldd fails on a static binary; the initramfs has no libc for a dynamic one.
+		if ldd "$vm_busybox" >/dev/null 2>&1; then vm_die "$vm_busybox is not static: apt-get install busybox-static"; fi
+	fi
+	command -v "${vm_qemu[0]}" >/dev/null ||
+		vm_die "${vm_qemu[0]} not found: apt-get install $qemu_package"
 	command -v cpio >/dev/null || vm_die "cpio not found: apt-get install cpio"
 }
 
@@ -94,7 +147,7 @@ vm_build_module() {
 	if [[ -n $vm_root ]]; then
 		vm_in_root "$vm_root" make -s -C "${build#"$vm_root"}" KDIR="$vm_kdir" W=1
 	else
-		make -s -C "$build" KDIR="$vm_kdir" W=1
+		make -s -C "$build" KDIR="$vm_kdir" "${vm_kbuild_args[@]}" W=1
 	fi >"$work/kmod-build.log" 2>&1 ||
 		{ cat "$work/kmod-build.log"; vm_die "module build failed"; }
 	if (($# == 0)) && grep -E 'warning:|error:' "$work/kmod-build.log"; then
@@ -126,14 +179,18 @@ vm_use_module() {
 	vm_module=$work/pfprof-given.ko
 }
 
-# vm_build_static -p PKG...: release binaries, static so the initramfs needs
-# no libc; sets vm_bins to their directory.
+# vm_build_static -p PKG...: release binaries for vm_arch, static so the
+# initramfs needs no libc; sets vm_bins to their directory.
 vm_build_static() {
 	export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$vm_repo/target}
-	RUSTFLAGS="-C target-feature=+crt-static" cargo build -q --release \
-		--manifest-path "$vm_repo/Cargo.toml" "$@" \
-		--target x86_64-unknown-linux-gnu
-	vm_bins=$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release
+	[[ -d $(rustc --print target-libdir --target "$vm_rust_target") ]] ||
+		vm_die "Rust's standard library for $vm_rust_target is not installed: rustup target add $vm_rust_target"
+	# The cross linker, with the arm64 glibc's static libraries beside it.
+	RUSTFLAGS="-C target-feature=+crt-static" \
+		CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+		cargo build -q --release --manifest-path "$vm_repo/Cargo.toml" "$@" \
+		--target "$vm_rust_target"
+	vm_bins=$CARGO_TARGET_DIR/$vm_rust_target/release
 }
 
 # vm_use_packaged ROOT: the guest's monitor and work are the ones the pfprof
@@ -235,13 +292,14 @@ vm_crash_origin() {
 # INITRD on 2 vCPUs and MEM of memory, console on stdout (without CRs, line by
 # line as it comes) and in LOG; returns qemu's status (124 when it ran longer
 # than TIMEOUT seconds).
-# TCG: nested KVM is not available (or hangs) on CI machines.
+# TCG: nested KVM is not available (or hangs) on CI machines, and arm64 is
+# emulated anyway.
 vm_boot() {
 	local initrd=$1 log=$2 timeout=$3 mem=$4 append=$5
 	shift 5
-	timeout --foreground "$timeout" qemu-system-x86_64 -accel tcg -m "$mem" -smp 2 \
+	timeout --foreground "$timeout" "${vm_qemu[@]}" -accel tcg -m "$mem" -smp 2 \
 		-nographic -no-reboot -kernel "$vm_kernel" \
-		-initrd "$initrd" -append "console=ttyS0 panic=-1 rdinit=/init $append" "$@" \
+		-initrd "$initrd" -append "console=$vm_console panic=-1 rdinit=/init $append" "$@" \
 		</dev/null 2>&1 | stdbuf -oL tr -d '\r' | tee "$log"
 	return "${PIPESTATUS[0]}"
 }

@@ -5,12 +5,15 @@
 # line per test and "N passed, M failed"; exit 0 only if all passed and the
 # kernel log has no report from any of the kernel's checkers.
 #
-#   tests/vm/run.sh --kernel KERNEL [--root DIR [--packaged]] [--module FILE] [--boots N] [--load] [--keep] [FILTER...]
+#   tests/vm/run.sh --kernel KERNEL [--arch ARCH] [--root DIR [--packaged]] [--module FILE] [--boots N] [--load] [--keep] [FILTER...]
 #
 # KERNEL: a Debian kernel version with its headers installed (for example
 # 6.1.0-28-cloud-amd64; run.sh lists those it finds when it is missing), or
 # "debug": the kernel tests/vm/debug-kernel.sh builds with KASAN, lockdep,
 # kmemleak, KFENCE and UBSAN, where the suite ends with two kmemleak scans.
+# --arch arm64: KERNEL is a Debian arm64 kernel tests/vm/arm64-kernel.sh
+# fetched (it prints the version); the module and the guest's binaries are
+# cross-built for it and qemu-system-aarch64 boots it. amd64 by default.
 # --root DIR: the kernel and its headers are installed in the Debian root DIR
 # (tests/vm/debian-root.sh), and the module is built inside it.
 # --packaged: the guest's monitor and work are the pfprof package's, as
@@ -28,14 +31,17 @@
 # loops on the host beside qemu and a process rewriting 2 GiB of memory over and
 # over, and in the guest two busy loops and a process keeping a quarter of its
 # memory dirty (pfprof-guest hog), all at the tests' own priority.
-# FILTER: run only tests whose name contains one of these substrings.
+# FILTER: run only tests whose name contains one of these substrings; -WORD:
+# leave out the tests whose name contains WORD.
 # --keep: keep the work directory (initramfs, console log) and print its path.
 # Environment: CARGO_TARGET_DIR (default: target/), PFPROF_VM_TIMEOUT (s; 600,
 # 2400 for the debug kernel), PFPROF_SEED (replay the randomized tests with the
 # seed a failure printed).
 # Needs: qemu-system-x86 busybox-static cpio, a Rust toolchain with
 # x86_64-unknown-linux-gnu, and the kernel: linux-image-VERSION and
-# linux-headers-VERSION, or what tests/vm/debug-kernel.sh needs.
+# linux-headers-VERSION, or what tests/vm/debug-kernel.sh needs; for arm64,
+# qemu-system-arm gcc-aarch64-linux-gnu cpio and Rust's
+# aarch64-unknown-linux-gnu instead.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -43,6 +49,7 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 . "$repo/tests/vm/lib.sh"
 keep=0
 kernel=
+arch=amd64
 kernel_root=
 module=
 packaged=0
@@ -54,12 +61,13 @@ while (($#)); do
 	--keep) keep=1 ;;
 	--kernel) kernel=${2-}; (($# > 1)) && shift ;;
 	--kernel=*) kernel=${1#--kernel=} ;;
+	--arch) arch=${2-}; (($# > 1)) && shift ;;
 	--root) kernel_root=${2-}; (($# > 1)) && shift ;;
 	--module) module=${2-}; (($# > 1)) && shift ;;
 	--packaged) packaged=1 ;;
 	--boots) boots=${2-}; (($# > 1)) && shift ;;
 	--load) load=1 ;;
-	-h | --help) sed -n '2,38p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,44p' "$0"; exit 0 ;;
 	*) filters+=("$1") ;;
 	esac
 	shift
@@ -69,7 +77,7 @@ done
 ((!packaged)) || [[ -n $kernel_root ]] || vm_die "--packaged takes the package's monitor from the --root DIR: give one"
 # Absolute: the module's tree is copied into the root and built there by path.
 [[ -z $kernel_root ]] || kernel_root=$(cd "$kernel_root" && pwd) || vm_die "no root $kernel_root"
-vm_select_kernel "$kernel" "$kernel_root"
+vm_select_kernel "$kernel" "$kernel_root" "$arch"
 # A hung guest (a deadlock in the module) fails the run after this long.
 # A loaded machine runs the suite at a fraction of the speed.
 if ((vm_debug)); then vm_timeout=${PFPROF_VM_TIMEOUT:-2400}; elif ((load)); then vm_timeout=${PFPROF_VM_TIMEOUT:-1800}; else vm_timeout=${PFPROF_VM_TIMEOUT:-600}; fi
@@ -82,7 +90,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "run.sh: kernel $vm_kver${vm_root:+ (from $vm_root)}, $(qemu-system-x86_64 --version | head -n 1)"
+echo "run.sh: kernel $vm_kver${vm_root:+ (from $vm_root)}, $("${vm_qemu[0]}" --version | head -n 1)"
 
 vm_build_module "$work"
 [[ -z $module ]] || vm_use_module "$module" "$work"
@@ -113,7 +121,9 @@ printf '%s\n' "${filters[*]-}" >"$root/test-filter"
 vm_pack "$root" "$work/initramfs.cpio.gz"
 
 # The checkers every kernel gets: full preemption (races show up; the race
-# tests rely on it; the debug kernel is built preemptible), slub_debug
+# tests rely on it) where the kernel can switch to it at boot (Debian's amd64
+# kernels; the debug kernel is built preemptible, Debian's arm64 kernels stay
+# with voluntary preemption, without PREEMPT_DYNAMIC), slub_debug
 # (redzones, poisoning, user tracking: the tests count the module's live
 # objects by it), the hung-task detector at 20 s instead of 120, freed pages
 # zeroed. Debian's cloud kernels also have DEBUG_LIST, BUG_ON_DATA_CORRUPTION,
@@ -130,7 +140,12 @@ vm_pack "$root" "$work/initramfs.cpio.gz"
 # environment as an unknown kernel parameter). psi=1: the thrashing tests read
 # memory pressure, which a kernel built with PSI_DEFAULT_DISABLED keeps off
 # without it.
-checkers="preempt=full slub_debug=FZPU sysctl.kernel.hung_task_timeout_secs=20 init_on_free=1 psi=1"
+checkers="slub_debug=FZPU sysctl.kernel.hung_task_timeout_secs=20 init_on_free=1 psi=1"
+if grep -qx CONFIG_PREEMPT_DYNAMIC=y "$vm_root$vm_kdir/.config"; then
+	checkers="preempt=full $checkers"
+elif ! grep -qx CONFIG_PREEMPT=y "$vm_root$vm_kdir/.config"; then
+	echo "run.sh: $vm_kver cannot be made fully preemptible; the races are tried under voluntary preemption"
+fi
 # The load (--load): the guest's /init starts its own when the kernel's command
 # line says pfprof_load=1; the host's run beside qemu until run.sh exits.
 if ((load)); then

@@ -1,6 +1,8 @@
 //! What the monitor's benchmarks share: their arguments, and stopping a profiler as a user
 //! would.
 
+#![allow(dead_code)] // each example uses its own subset
+
 use std::path::PathBuf;
 use std::process::Child;
 

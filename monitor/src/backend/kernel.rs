@@ -13,6 +13,7 @@ use shared_layout::device::{Device, DeviceWaiter, Follow};
 use shared_layout::{Area, Mode};
 
 use super::{Backend, BackendError, ExitWatch, OnEnd, Selection, Stopper};
+use crate::attribution::Feed;
 
 pub struct Kernel {
     device: Device,
@@ -93,6 +94,11 @@ impl Backend for Kernel {
             );
         }
         Ok(None)
+    }
+
+    fn attribution(&self) -> Option<Arc<Feed>> {
+        // The module's attribution is to come through ABI 5 (issue 29).
+        None
     }
 
     fn stopper(&self) -> Stopper {

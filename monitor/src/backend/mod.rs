@@ -14,6 +14,7 @@ use std::time::Duration;
 use shared_layout::wait::Waiter;
 use shared_layout::{Area, Mode};
 
+use crate::attribution::Feed;
 use crate::system::cgroup::Cgroup;
 use crate::system::procstat::ProcessCounters;
 pub use error::BackendError;
@@ -48,6 +49,11 @@ pub struct Selection {
     /// Each process counts with its descendants (unless `--no-inherit`): the live ones as
     /// they run, the reaped ones through its children's counts.
     pub inherit: bool,
+    /// Faults are attributed to mappings, one minor fault in this many recorded (every
+    /// major one); `None`: not (`--no-attribution`).
+    pub attribution: Option<u64>,
+    /// The procfs backend's ring, in pages (the module's is its `buffer_pages`).
+    pub ring_pages: u64,
 }
 
 impl Default for Selection {
@@ -57,6 +63,8 @@ impl Default for Selection {
             command: false,
             cgroup: None,
             inherit: true,
+            attribution: Some(crate::attribution::DEFAULT_MINOR_PERIOD),
+            ring_pages: shared_layout::abi::BUFFER_PAGES_DEFAULT.into(),
         }
     }
 }
@@ -92,6 +100,10 @@ pub trait Backend: Sized {
         command: Option<u32>,
         on_end: OnEnd,
     ) -> Result<Option<Box<dyn ExitWatch>>, BackendError>;
+
+    /// Once samples flow: where each period's table comes from, if the backend makes
+    /// them ([`crate::attribution`]).
+    fn attribution(&self) -> Option<Arc<Feed>>;
 
     /// Ends the session early: the producer writes its last sample and cancels. Called
     /// from the signal thread.

@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::FromArgMatches;
 use monitor::cli::{self, WorkArgs};
 use monitor::system::procstat;
+use monitor::work::filemap::FileMap;
 use monitor::work::registration::{self, RegistrationError};
 use monitor::work::workload::Workload;
 
@@ -32,13 +33,29 @@ fn run(args: &WorkArgs) -> anyhow::Result<()> {
     let registered = register_if_loaded(pid);
     let mut workload = Workload::new(usize::from(args.mib))
         .with_context(|| format!("mapping {} MiB to work on", args.mib))?;
+    let mut file = (args.file.as_deref())
+        .map(|path| {
+            let mib = args.file_mib.unwrap_or(args.mib);
+            FileMap::create(path, usize::from(mib), args.evict)
+                .with_context(|| format!("creating and mapping {} ({mib} MiB)", path.display()))
+        })
+        .transpose()?;
     let mut checksum = 0;
     for i in 0..args.iterations {
         if i > 0 {
             thread::sleep(Duration::from_millis(args.sleep_ms));
         }
         checksum ^= workload.iterate(args.pattern, args.accesses);
+        if let Some(file) = file.as_mut() {
+            checksum ^= file
+                .sweep()
+                .with_context(|| format!("sweeping {}", file.path().display()))?;
+        }
     }
+    if let Some(file) = &file {
+        announce_mappings(pid, &workload, file)?;
+    }
+    drop(file);
     let counters = procstat::read_self().context("reading this process's fault counters")?;
     if registered {
         registration::unregister(pid)
@@ -58,6 +75,39 @@ fn run(args: &WorkArgs) -> anyhow::Result<()> {
     // (eprintln! writes piece by piece; a pipe keeps a write of at most PIPE_BUF whole).
     // The work is done: a stderr closed by now (`work ... 2>&1 | true`) changes nothing.
     let _ = std::io::stderr().write_all(line.as_bytes());
+    Ok(())
+}
+
+/// Says how many faults each mapping should have taken, one line each (one write each,
+/// as the report below): the anonymous buffer's, by the pages its accesses touched, and
+/// the file's, by what was in the page cache before each sweep.
+fn announce_mappings(pid: u32, workload: &Workload, file: &FileMap) -> anyhow::Result<()> {
+    let (start, end) = workload.range();
+    let touched = workload
+        .touched_pages()
+        .context("counting the buffer's pages touched")?;
+    let anonymous = format!(
+        "work mapping: pid {pid} anonymous {start:#x}-{end:#x}: {touched} pages touched, \
+         {} minor faults, 0 major faults\n",
+        2 * touched
+    );
+    let (start, end) = file.range();
+    let expected = file.expected();
+    let mapped = format!(
+        "work mapping: pid {pid} file {} {start:#x}-{end:#x}: {} pages, {}{} minor faults, \
+         {} major faults\n",
+        file.path().display(),
+        file.pages(),
+        if expected.minor_at_most {
+            "at most "
+        } else {
+            ""
+        },
+        expected.minor,
+        expected.major
+    );
+    let _ = std::io::stderr().write_all(anonymous.as_bytes());
+    let _ = std::io::stderr().write_all(mapped.as_bytes());
     Ok(())
 }
 

@@ -1,8 +1,8 @@
 //! SIGINT, SIGTERM and SIGHUP (a dropped ssh session): forwarded to the command `monitor
 //! run` started, or turned into a stop of the session at once, from the thread that
 //! receives them, so that the profile ends within a few milliseconds whatever the
-//! consumer is waiting for, with everything written. `--duration` sends the same stop
-//! ([`Signals::end_after`]).
+//! consumer is waiting for, with everything written. `--duration` and `--count` end it
+//! as a SIGTERM does ([`Signals::end_after`], [`Signals::end_as_sigterm`]).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -63,6 +63,15 @@ impl Signals {
         Ok(Signals { shared })
     }
 
+    /// Signals that no handler delivers: a fleet monitor's target, which its fleet stops
+    /// with [`Signals::request_stop`]. A handler of its own per target would be a thread
+    /// and a descriptor that outlive the target, one more at every restart of a service.
+    pub fn unhooked() -> Signals {
+        Signals {
+            shared: Arc::default(),
+        }
+    }
+
     fn received(&self, signal: i32, cause: Cause) {
         let first = self.shared.received.fetch_add(1, Ordering::AcqRel) == 0;
         let pid = lock(&self.shared.child);
@@ -90,12 +99,17 @@ impl Signals {
             .name("pfprof-duration".into())
             .spawn(move || {
                 thread::sleep(duration);
-                if !signals.shared.over.load(Ordering::Acquire) {
-                    signals.received(SIGTERM, Cause::Unknown);
-                }
+                signals.end_as_sigterm();
             })
             .map_err(SystemError::doing("starting the --duration timer"))?;
         Ok(())
+    }
+
+    /// Now, what a SIGTERM from `kill` does (see [`Signals::end_after`]).
+    pub fn end_as_sigterm(&self) {
+        if !self.shared.over.load(Ordering::Acquire) {
+            self.received(SIGTERM, Cause::Unknown);
+        }
     }
 
     /// The profile is over: what comes now is the exporters' linger.
@@ -180,9 +194,7 @@ mod tests {
 
     #[test]
     fn a_signal_without_a_command_stops_the_session_once_even_before_it_started() {
-        let signals = Signals {
-            shared: Arc::default(),
-        };
+        let signals = Signals::unhooked();
         let stops = Arc::new(AtomicU32::new(0));
         signals.received(SIGINT, Cause::Kernel);
         signals.stop_with(counting_stopper(&stops));
@@ -192,9 +204,7 @@ mod tests {
 
     #[test]
     fn with_a_command_the_first_signal_is_its_own_and_the_second_stops_the_session() {
-        let signals = Signals {
-            shared: Arc::default(),
-        };
+        let signals = Signals::unhooked();
         let stops = Arc::new(AtomicU32::new(0));
         signals.stop_with(counting_stopper(&stops));
         // A pid from the terminal: nothing is sent, so no real process is needed.

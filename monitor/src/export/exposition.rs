@@ -9,8 +9,8 @@ use prometheus_client::registry::{Registry, Unit};
 
 use super::metrics::{
     Labels, Metric, NamedUnit, Snapshot, BUILD_INFO, CPU_TIME, FAULTS, FAULT_TYPES, MEMORY_TYPES,
-    MEMORY_USAGE, PERIOD, PERIOD_FAULTS, SAMPLES_LOST, STALL, STALL_TYPES, SWAP, THRASHING,
-    THRASHING_EPISODES, VERSION,
+    MEMORY_USAGE, PERIOD, PERIOD_FAULTS, SAMPLES_LOST, STALL, STALL_TYPES, SWAP, TARGETS_LEFT_OUT,
+    THRASHING, THRASHING_EPISODES, VERSION,
 };
 
 /// The two text formats.
@@ -64,10 +64,29 @@ impl Format {
 
 /// `snapshot` as text in `format`, every series with `labels`.
 pub fn encode(snapshot: &Snapshot, labels: &Labels, format: Format) -> String {
+    encode_targets(&[(*snapshot, labels.clone())], None, format)
+}
+
+/// What a fleet monitor says of itself beside its targets' series.
+#[derive(Clone, Copy, Debug)]
+pub struct FleetGauges<'a> {
+    /// Cgroups found but not profiled (`--max-targets`).
+    pub left_out: usize,
+    pub monitor_pid: &'a str,
+}
+
+/// Every target's snapshot as text in `format`, each series with its target's labels:
+/// one family after the other, each target's series of a family together; then what a
+/// fleet monitor says of itself.
+pub fn encode_targets(
+    targets: &[(Snapshot, Labels)],
+    fleet: Option<FleetGauges>,
+    format: Format,
+) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(SnapshotCollector {
-        snapshot: *snapshot,
-        labels: labels.clone(),
+        targets: targets.to_vec(),
+        fleet: fleet.map(|f| (f.left_out, f.monitor_pid.to_owned())),
     }));
     let mut text = String::new();
     // Writing to a String cannot fail, and the collector's own values are plain numbers.
@@ -83,8 +102,9 @@ pub fn encode(snapshot: &Snapshot, labels: &Labels, format: Format) -> String {
 
 #[derive(Debug)]
 struct SnapshotCollector {
-    snapshot: Snapshot,
-    labels: Labels,
+    targets: Vec<(Snapshot, Labels)>,
+    /// A fleet monitor's cgroups left out, and its pid.
+    fleet: Option<(usize, String)>,
 }
 
 fn descriptor<'a>(
@@ -101,104 +121,144 @@ fn descriptor<'a>(
     encoder.encode_descriptor(metric.prometheus, metric.help, unit, kind)
 }
 
+/// A target's labels and one more.
+fn with<'a>(labels: &'a Labels, key: &'static str, value: &'a str) -> Vec<(&'static str, &'a str)> {
+    let mut pairs = labels.pairs();
+    pairs.push((key, value));
+    pairs
+}
+
 impl Collector for SnapshotCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         self.encode_faults(&mut encoder)?;
+        self.encode_cpu_and_period(&mut encoder)?;
         self.encode_memory(&mut encoder)?;
+        self.encode_stall(&mut encoder)?;
         self.encode_thrashing(&mut encoder)?;
-        let base = self.labels.pairs();
-        let mut info = base.to_vec();
-        info.push(("version", VERSION));
-        descriptor(&mut encoder, &BUILD_INFO, MetricType::Gauge)?
-            .encode_family(&info)?
-            .encode_gauge(&1i64)?;
+        let mut info = descriptor(&mut encoder, &BUILD_INFO, MetricType::Gauge)?;
+        for (_, labels) in &self.targets {
+            info.encode_family(&with(labels, "version", VERSION))?
+                .encode_gauge(&1i64)?;
+        }
+        if let Some((left_out, monitor_pid)) = &self.fleet {
+            descriptor(&mut encoder, &TARGETS_LEFT_OUT, MetricType::Gauge)?
+                .encode_family(&[("monitor_pid", monitor_pid.as_str())])?
+                .encode_gauge(&gauge_int(*left_out as u64))?;
+        }
         Ok(())
     }
 }
 
 impl SnapshotCollector {
-    /// The base labels and one more.
-    fn with<'a>(&'a self, key: &'static str, value: &'a str) -> Vec<(&'static str, &'a str)> {
-        let mut labels = self.labels.pairs().to_vec();
-        labels.push((key, value));
-        labels
-    }
-
     fn encode_faults(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let s = &self.snapshot;
-        let base = self.labels.pairs();
-        let typed = |fault_type| self.with("system_paging_fault_type", fault_type);
         let mut faults = descriptor(encoder, &FAULTS, MetricType::Counter)?;
-        for (fault_type, count) in FAULT_TYPES.into_iter().zip(s.faults) {
-            faults
-                .encode_family(&typed(fault_type))?
-                .encode_counter::<NoLabelSet, _, u64>(&count, None)?;
+        for (s, labels) in &self.targets {
+            for (fault_type, count) in FAULT_TYPES.into_iter().zip(s.faults) {
+                faults
+                    .encode_family(&with(labels, "system_paging_fault_type", fault_type))?
+                    .encode_counter::<NoLabelSet, _, u64>(&count, None)?;
+            }
         }
-        descriptor(encoder, &CPU_TIME, MetricType::Counter)?
-            .encode_family(&base)?
-            .encode_counter::<NoLabelSet, _, f64>(&s.cpu_seconds(), None)?;
         let mut per_period = descriptor(encoder, &PERIOD_FAULTS, MetricType::Histogram)?;
-        for (fault_type, histogram) in FAULT_TYPES.into_iter().zip(&s.per_period) {
-            per_period
-                .encode_family(&typed(fault_type))?
-                .encode_histogram::<NoLabelSet>(
-                    histogram.sum as f64,
-                    histogram.count(),
-                    &histogram.bounded(),
-                    None,
-                )?;
+        for (s, labels) in &self.targets {
+            for (fault_type, histogram) in FAULT_TYPES.into_iter().zip(&s.per_period) {
+                per_period
+                    .encode_family(&with(labels, "system_paging_fault_type", fault_type))?
+                    .encode_histogram::<NoLabelSet>(
+                        histogram.sum as f64,
+                        histogram.count(),
+                        &histogram.bounded(),
+                        None,
+                    )?;
+            }
         }
-        descriptor(encoder, &SAMPLES_LOST, MetricType::Counter)?
-            .encode_family(&base)?
-            .encode_counter::<NoLabelSet, _, u64>(&s.lost, None)?;
-        descriptor(encoder, &PERIOD, MetricType::Gauge)?
-            .encode_family(&base)?
-            .encode_gauge(&s.period_seconds())?;
         Ok(())
     }
 
-    /// Memory by type, swap, and the stall when the kernel has PSI.
+    fn encode_cpu_and_period(
+        &self,
+        encoder: &mut DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        let mut cpu = descriptor(encoder, &CPU_TIME, MetricType::Counter)?;
+        for (s, labels) in &self.targets {
+            cpu.encode_family(&labels.pairs())?
+                .encode_counter::<NoLabelSet, _, f64>(&s.cpu_seconds(), None)?;
+        }
+        let mut lost = descriptor(encoder, &SAMPLES_LOST, MetricType::Counter)?;
+        for (s, labels) in &self.targets {
+            lost.encode_family(&labels.pairs())?
+                .encode_counter::<NoLabelSet, _, u64>(&s.lost, None)?;
+        }
+        let mut period = descriptor(encoder, &PERIOD, MetricType::Gauge)?;
+        for (s, labels) in &self.targets {
+            period
+                .encode_family(&labels.pairs())?
+                .encode_gauge(&s.period_seconds())?;
+        }
+        Ok(())
+    }
+
+    /// Memory by type and swap.
     fn encode_memory(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let s = &self.snapshot;
         let mut usage = descriptor(encoder, &MEMORY_USAGE, MetricType::Gauge)?;
-        for (memory_type, bytes) in MEMORY_TYPES.into_iter().zip(s.memory) {
-            usage
-                .encode_family(&self.with("pfprof_memory_type", memory_type))?
-                .encode_gauge(&gauge_int(bytes))?;
+        for (s, labels) in &self.targets {
+            for (memory_type, bytes) in MEMORY_TYPES.into_iter().zip(s.memory) {
+                usage
+                    .encode_family(&with(labels, "pfprof_memory_type", memory_type))?
+                    .encode_gauge(&gauge_int(bytes))?;
+            }
         }
-        descriptor(encoder, &SWAP, MetricType::Gauge)?
-            .encode_family(&self.labels.pairs())?
-            .encode_gauge(&gauge_int(s.swap))?;
-        let Some(stall) = s.stall_seconds() else {
-            return Ok(());
-        };
-        let mut stalled = descriptor(encoder, &STALL, MetricType::Counter)?;
-        for (stall_type, seconds) in STALL_TYPES.into_iter().zip(stall) {
-            stalled
-                .encode_family(&self.with("pfprof_stall_type", stall_type))?
-                .encode_counter::<NoLabelSet, _, f64>(&seconds, None)?;
+        let mut swap = descriptor(encoder, &SWAP, MetricType::Gauge)?;
+        for (s, labels) in &self.targets {
+            swap.encode_family(&labels.pairs())?
+                .encode_gauge(&gauge_int(s.swap))?;
         }
         Ok(())
     }
 
-    /// The verdict as a state, once the rows had stall to judge by.
-    fn encode_thrashing(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let thrashing = self.snapshot.thrashing;
-        if !thrashing.judged {
+    /// The stall, of the targets whose kernel has PSI (none or all of them).
+    fn encode_stall(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let stalled: Vec<_> = (self.targets.iter())
+            .filter_map(|(s, labels)| Some((s.stall_seconds()?, labels)))
+            .collect();
+        if stalled.is_empty() {
             return Ok(());
         }
-        let base = self.labels.pairs();
-        descriptor(encoder, &THRASHING, MetricType::Gauge)?
-            .encode_family(&base)?
-            .encode_gauge(&i64::from(thrashing.now))?;
-        descriptor(encoder, &THRASHING_EPISODES, MetricType::Counter)?
-            .encode_family(&base)?
-            .encode_counter::<NoLabelSet, _, u64>(&thrashing.episodes, None)?;
+        let mut family = descriptor(encoder, &STALL, MetricType::Counter)?;
+        for (stall, labels) in stalled {
+            for (stall_type, seconds) in STALL_TYPES.into_iter().zip(stall) {
+                family
+                    .encode_family(&with(labels, "pfprof_stall_type", stall_type))?
+                    .encode_counter::<NoLabelSet, _, f64>(&seconds, None)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The verdict as a state, of the targets whose rows had stall to judge by.
+    fn encode_thrashing(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let judged: Vec<_> = (self.targets.iter())
+            .filter(|(s, _)| s.thrashing.judged)
+            .map(|(s, labels)| (s.thrashing, labels))
+            .collect();
+        if judged.is_empty() {
+            return Ok(());
+        }
+        let mut now = descriptor(encoder, &THRASHING, MetricType::Gauge)?;
+        for (thrashing, labels) in &judged {
+            now.encode_family(&labels.pairs())?
+                .encode_gauge(&i64::from(thrashing.now))?;
+        }
+        let mut episodes = descriptor(encoder, &THRASHING_EPISODES, MetricType::Counter)?;
+        for (thrashing, labels) in &judged {
+            episodes
+                .encode_family(&labels.pairs())?
+                .encode_counter::<NoLabelSet, _, u64>(&thrashing.episodes, None)?;
+        }
         Ok(())
     }
 }
 
-/// A byte count as a gauge's integer (no byte count reaches `i64::MAX`).
 fn gauge_int(bytes: u64) -> i64 {
     i64::try_from(bytes).unwrap_or(i64::MAX)
 }
@@ -215,6 +275,7 @@ mod tests {
             backend: "procfs".into(),
             mode: "strict".into(),
             monitor_pid: "7".into(),
+            derived: Vec::new(),
         }
     }
 
@@ -307,6 +368,42 @@ mod tests {
         l.target = "a\"b\nc\\".into();
         let text = encode(&snapshot(), &l, Format::OpenMetrics);
         assert!(text.contains(r#"target="a\"b\nc\\""#), "{text}");
+    }
+
+    #[test]
+    fn a_cgroup_named_to_inject_a_series_stays_inside_its_own_label() {
+        let mut evil = labels();
+        evil.target = "/evil\"} 1e9\nprocess_paging_faults_total{target=\"/victim".into();
+        let mut victim = labels();
+        victim.target = "/victim".into();
+        let gauges = FleetGauges {
+            left_out: 3,
+            monitor_pid: "7",
+        };
+        for format in [Format::OpenMetrics, Format::Classic] {
+            let targets = [(snapshot(), evil.clone()), (snapshot(), victim.clone())];
+            let text = encode_targets(&targets, Some(gauges), format);
+            let faults: Vec<&str> = (text.lines())
+                .filter(|l| l.starts_with("process_paging_faults_total{"))
+                .collect();
+            // Two fault types of two targets, the victim's only twice.
+            assert_eq!(faults.len(), 4, "{text}");
+            let victims = faults
+                .iter()
+                .filter(|l| l.contains("{target=\"/victim\""))
+                .count();
+            assert_eq!(victims, 2, "{text}");
+            assert!(
+                text.contains(
+                    r#"target="/evil\"} 1e9\nprocess_paging_faults_total{target=\"/victim""#
+                ),
+                "{text}"
+            );
+            assert!(
+                text.contains("pfprof_targets_left_out{monitor_pid=\"7\"} 3\n"),
+                "{text}"
+            );
+        }
     }
 
     #[test]

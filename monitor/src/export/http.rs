@@ -26,6 +26,46 @@ use super::error::ExportError;
 use super::exposition::{encode, Format};
 use super::metrics::Labels;
 
+/// What `/metrics` shows: one profile's board, or a fleet monitor's targets.
+pub(crate) trait Shown: Send + Sync + 'static {
+    /// Every series as text in `format`, and whether they hold the final values.
+    fn text(&self, format: Format) -> (String, bool);
+    /// Lingering is over: the server stops.
+    fn is_closed(&self) -> bool;
+    /// The final values have been served to `scrapers` scrapers (by address).
+    fn scraped_final(&self, scrapers: usize);
+    /// Waits until what is shown may have changed since generation `seen`, or `until`;
+    /// the generation now, `None` once closed.
+    fn wait_newer(&self, seen: u64, until: Instant) -> Option<u64>;
+}
+
+/// One profile's board and labels.
+pub(crate) struct OneTarget {
+    pub board: Arc<Board>,
+    pub labels: Arc<Labels>,
+}
+
+impl Shown for OneTarget {
+    fn text(&self, format: Format) -> (String, bool) {
+        let (snapshot, _) = self.board.latest();
+        (encode(&snapshot, &self.labels, format), snapshot.done)
+    }
+
+    fn is_closed(&self) -> bool {
+        self.board.is_closed()
+    }
+
+    fn scraped_final(&self, scrapers: usize) {
+        self.board.set(|s| s.final_scrapers = scrapers);
+    }
+
+    fn wait_newer(&self, seen: u64, until: Instant) -> Option<u64> {
+        self.board
+            .wait_newer(seen, until)
+            .map(|(_, generation)| generation)
+    }
+}
+
 /// How long one connection may take, from accept to the last byte of the answer.
 const CONNECTION_DEADLINE: Duration = Duration::from_secs(5);
 /// The largest request head read.
@@ -90,12 +130,8 @@ fn bind_dual_stack(port: u16) -> Result<TcpListener, Errno> {
 
 impl Server {
     /// Binds `addr` now (an address in use fails before anything is profiled) and serves
-    /// the board's snapshot from a thread.
-    pub fn start(
-        addr: &str,
-        board: Arc<Board>,
-        labels: Arc<Labels>,
-    ) -> Result<Server, ExportError> {
+    /// what `shown` shows from a thread.
+    pub fn start(addr: &str, shown: Arc<dyn Shown>) -> Result<Server, ExportError> {
         let listener = bind_addr(addr)?;
         let bound = listener
             .local_addr()
@@ -108,7 +144,7 @@ impl Server {
         let accepting = listener.try_clone().map_err(ExportError::Thread)?;
         let thread = thread::Builder::new()
             .name("pfprof-prometheus".into())
-            .spawn(move || serve(&accepting, &board, &labels, &counted))
+            .spawn(move || serve(&accepting, shown.as_ref(), &counted))
             .map_err(ExportError::Thread)?;
         let _ = io::stderr().write_all(
             format!(
@@ -157,28 +193,28 @@ impl Server {
 /// Answers one connection after the other until the board is closed. Blocks in accept()
 /// meanwhile: no wake-up costs the monitor anything between scrapes. Counts the
 /// scrapers, by address, that got the final values.
-fn serve(listener: &TcpListener, board: &Board, labels: &Labels, scrapes: &AtomicU64) {
+fn serve(listener: &TcpListener, shown: &dyn Shown, scrapes: &AtomicU64) {
     let mut final_scrapers: HashSet<IpAddr> = HashSet::new();
-    while !board.is_closed() {
+    while !shown.is_closed() {
         let (stream, peer) = match listener.accept() {
             Ok(accepted) => accepted,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             // The socket was shut down at the end, or cannot accept any more (a client
             // that left before its accept, too many open files): the profile goes on.
             Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => continue,
-            Err(_) if board.is_closed() => return,
+            Err(_) if shown.is_closed() => return,
             Err(_) => {
                 thread::sleep(Duration::from_millis(100));
                 continue;
             }
         };
         // A client that fails or goes away is its own business.
-        if let Ok(Some(done)) = answer(stream, board, labels) {
+        if let Ok(Some(done)) = answer(stream, shown) {
             scrapes.fetch_add(1, Ordering::Relaxed);
             if done && final_scrapers.len() < MAX_FINAL_SCRAPERS {
                 // An IPv4 scraper of a dual-stack socket is seen as ::ffff:a.b.c.d.
                 final_scrapers.insert(peer.ip().to_canonical());
-                board.set(|s| s.final_scrapers = final_scrapers.len());
+                shown.scraped_final(final_scrapers.len());
             }
         }
     }
@@ -186,7 +222,7 @@ fn serve(listener: &TcpListener, board: &Board, labels: &Labels, scrapes: &Atomi
 
 /// Reads one request and answers it. `Some(final)` for a `/metrics` answer sent whole,
 /// `final` when it had the final values.
-fn answer(mut stream: TcpStream, board: &Board, labels: &Labels) -> io::Result<Option<bool>> {
+fn answer(mut stream: TcpStream, shown: &dyn Shown) -> io::Result<Option<bool>> {
     let deadline = Instant::now() + CONNECTION_DEADLINE;
     let Some(request) = read_request(&mut stream, deadline)? else {
         return Ok(None);
@@ -203,8 +239,7 @@ fn answer(mut stream: TcpStream, board: &Board, labels: &Labels) -> io::Result<O
         );
     }
     let format = Format::negotiate(request.accept.as_deref());
-    let (snapshot, _) = board.latest();
-    let body = encode(&snapshot, labels, format);
+    let (body, done) = shown.text(format);
     respond(
         &mut stream,
         deadline,
@@ -213,7 +248,7 @@ fn answer(mut stream: TcpStream, board: &Board, labels: &Labels) -> io::Result<O
         body.as_bytes(),
         request.head_only,
     )?;
-    Ok(Some(snapshot.done))
+    Ok(Some(done))
 }
 
 /// Reads the request's head; `None` when the client left first or sent what is not
@@ -315,6 +350,14 @@ mod tests {
             backend: "procfs".into(),
             mode: "strict".into(),
             monitor_pid: "7".into(),
+            derived: Vec::new(),
+        })
+    }
+
+    fn one(board: &Arc<Board>) -> Arc<dyn Shown> {
+        Arc::new(OneTarget {
+            board: Arc::clone(board),
+            labels: labels(),
         })
     }
 
@@ -329,7 +372,7 @@ mod tests {
     #[test]
     fn metrics_are_served_in_the_format_the_scraper_accepts_and_other_paths_are_not_found() {
         let board = Arc::new(Board::new(Snapshot::default()));
-        let server = Server::start("127.0.0.1:0", Arc::clone(&board), labels()).unwrap();
+        let server = Server::start("127.0.0.1:0", one(&board)).unwrap();
         let om = get(server.addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
         assert!(om.starts_with("HTTP/1.1 200 OK\r\n"), "{om}");
         assert!(
@@ -352,7 +395,7 @@ mod tests {
     #[test]
     fn a_client_that_sends_nothing_does_not_keep_others_waiting_past_its_deadline() {
         let board = Arc::new(Board::new(Snapshot::default()));
-        let server = Server::start("127.0.0.1:0", Arc::clone(&board), labels()).unwrap();
+        let server = Server::start("127.0.0.1:0", one(&board)).unwrap();
         let _silent = TcpStream::connect(server.addr).unwrap();
         let started = Instant::now();
         let answer = get(server.addr, "GET /metrics HTTP/1.1\r\n\r\n");
@@ -366,7 +409,7 @@ mod tests {
         let taken = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = taken.local_addr().unwrap().to_string();
         let board = Arc::new(Board::new(Snapshot::default()));
-        let err = Server::start(&addr, board, labels()).err().unwrap();
+        let err = Server::start(&addr, one(&board)).err().unwrap();
         assert!(matches!(err, ExportError::Listen { .. }), "{err}");
         assert!(matches!(resolve("nonsense"), Err(ExportError::Address(_))));
         assert!(matches!(bind_addr(":x"), Err(ExportError::Address(_))));
@@ -375,7 +418,7 @@ mod tests {
     #[test]
     fn every_address_takes_ipv4_and_ipv6_scrapers() {
         let board = Arc::new(Board::new(Snapshot::default()));
-        let server = Server::start(":0", Arc::clone(&board), labels()).unwrap();
+        let server = Server::start(":0", one(&board)).unwrap();
         let port = server.addr.port();
         let v4 = get(
             SocketAddr::from((Ipv4Addr::LOCALHOST, port)),

@@ -123,6 +123,14 @@ pub const BUILD_INFO: Metric = Metric {
     help: "Always 1: the monitor's version, backend and mode",
 };
 
+pub const TARGETS_LEFT_OUT: Metric = Metric {
+    otel: "pfprof.targets.left_out",
+    otel_unit: "{target}",
+    prometheus: "pfprof_targets_left_out",
+    unit: None,
+    help: "Cgroups a fleet monitor found but does not profile: --max-targets were exported",
+};
+
 /// The monitor's version, the `version` label of [`BUILD_INFO`].
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -141,16 +149,25 @@ pub struct Labels {
     /// The monitor's own process id: two monitors of one target never export the same
     /// series (one value per running monitor; a restart starts new series).
     pub monitor_pid: String,
+    /// What the target's cgroup path says of it (a Kubernetes container's `pod_uid`,
+    /// `container_id`, `qos_class`): empty but for the targets of a fleet monitor.
+    pub derived: Vec<(&'static str, String)>,
 }
 
 impl Labels {
-    pub fn pairs(&self) -> [(&'static str, &str); 4] {
-        [
-            ("target", &self.target),
+    pub fn pairs(&self) -> Vec<(&'static str, &str)> {
+        let mut pairs = vec![
+            ("target", self.target.as_str()),
             ("backend", &self.backend),
             ("mode", &self.mode),
             ("monitor_pid", &self.monitor_pid),
-        ]
+        ];
+        pairs.extend(
+            self.derived
+                .iter()
+                .map(|(key, value)| (*key, value.as_str())),
+        );
+        pairs
     }
 }
 

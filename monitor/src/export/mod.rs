@@ -12,6 +12,7 @@ mod board;
 mod error;
 mod exposition;
 mod http;
+mod hub;
 pub mod metrics;
 mod otlp;
 mod textfile;
@@ -23,6 +24,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 pub use error::ExportError;
+pub use hub::{FleetExport, Hub};
 pub use metrics::{Labels, Snapshot, ThrashingState};
 pub use otlp::OtlpOptions;
 
@@ -102,6 +104,8 @@ pub struct Exporters {
     prometheus: Option<http::Server>,
     otlp: Option<otlp::Pusher>,
     textfile: Option<textfile::Writer>,
+    /// Thrashing episodes of the target's earlier profiles (a fleet target that came back).
+    episodes_before: u64,
 }
 
 impl Exporters {
@@ -118,21 +122,28 @@ impl Exporters {
         let snapshot = Snapshot::default();
         let board = Arc::new(Board::new(snapshot));
         let labels = Arc::new(labels);
+        let one = Arc::new(http::OneTarget {
+            board: Arc::clone(&board),
+            labels: Arc::clone(&labels),
+        });
+        let shown: Arc<dyn http::Shown> = Arc::clone(&one) as Arc<dyn http::Shown>;
         let prometheus = options
             .prometheus
             .as_deref()
-            .map(|addr| http::Server::start(addr, Arc::clone(&board), Arc::clone(&labels)))
+            .map(|addr| http::Server::start(addr, Arc::clone(&shown)))
             .transpose()?;
         let env = |name: &str| std::env::var(name).ok();
         let otlp = (options.otlp.url.is_some())
-            .then(|| {
-                otlp::Pusher::start(&options.otlp, &env, Arc::clone(&board), &labels, interval)
-            })
+            .then(|| otlp::Pusher::start(&options.otlp, &env, one, interval))
             .transpose()?;
         let textfile = options
             .textfile
             .as_deref()
-            .map(|dir| textfile::Writer::start(dir, Arc::clone(&board), Arc::clone(&labels)))
+            .map(|dir| {
+                // Written at every post: the hour only bounds the wait.
+                let every = Duration::from_secs(3600);
+                textfile::Writer::start(dir, &textfile::file_name(&labels), shown, every)
+            })
             .transpose()?;
         Ok(Some(Exporters {
             board,
@@ -142,7 +153,30 @@ impl Exporters {
             prometheus,
             otlp,
             textfile,
+            episodes_before: 0,
         }))
+    }
+
+    /// Exports through a fleet monitor's `hub` instead of exporters of its own, going on
+    /// from the target's earlier values when it comes back within `--linger`.
+    pub fn attach(hub: &Hub, labels: Labels) -> Exporters {
+        let board = Arc::new(Board::new(Snapshot::default()));
+        let resumed = hub.attach(Arc::new(labels), Arc::clone(&board));
+        let snapshot = Snapshot {
+            done: false,
+            ..resumed.unwrap_or_default()
+        };
+        board.post(&snapshot);
+        Exporters {
+            board,
+            snapshot,
+            linger: Duration::ZERO,
+            linger_scrapers: 1,
+            prometheus: None,
+            otlp: None,
+            textfile: None,
+            episodes_before: snapshot.thrashing.episodes,
+        }
     }
 
     /// The sampling period, exported as a gauge.
@@ -157,7 +191,10 @@ impl Exporters {
 
     /// What the thrashing verdict says after the rows added so far.
     pub fn set_thrashing(&mut self, thrashing: ThrashingState) {
-        self.snapshot.thrashing = thrashing;
+        self.snapshot.thrashing = ThrashingState {
+            episodes: self.episodes_before + thrashing.episodes,
+            ..thrashing
+        };
     }
 
     /// Samples the producer overwrote.

@@ -32,8 +32,8 @@ use opentelemetry_proto::tonic::metrics::v1::{
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
 
-use super::board::Board;
 use super::error::ExportError;
+use super::http::OneTarget;
 use super::metrics::{
     Labels, Metric, Snapshot, BUCKETS, BUILD_INFO, CPU_TIME, FAULTS, FAULT_TYPES, MEMORY_TYPES,
     MEMORY_USAGE, PERIOD, PERIOD_FAULTS, SAMPLES_LOST, STALL, STALL_TYPES, SWAP, THRASHING,
@@ -64,10 +64,39 @@ pub struct Pusher {
 
 /// What stays the same in every push.
 struct Identity {
-    labels: Vec<KeyValue>,
     resource: Resource,
     /// When the profile started: every sum and histogram counts from there.
     start_unix_ns: u64,
+}
+
+/// What a push carries: each target's snapshot with its labels, and whether these are
+/// the final values.
+pub(crate) struct Values {
+    pub targets: Vec<(Snapshot, Arc<Labels>)>,
+    pub done: bool,
+}
+
+/// What a pusher pushes: one profile's board, or a fleet monitor's targets.
+pub(crate) trait Pushed: Send + Sync + 'static {
+    /// Waits until `until`, or until the values are final when `urgent`; the values now,
+    /// `None` once closed.
+    fn wait_values(&self, until: Instant, urgent: bool) -> Option<Values>;
+    /// The final values were delivered.
+    fn final_pushed(&self);
+}
+
+impl Pushed for OneTarget {
+    fn wait_values(&self, until: Instant, urgent: bool) -> Option<Values> {
+        let snapshot = self.board.wait_until(until, |s| urgent && s.done)?;
+        Some(Values {
+            targets: vec![(snapshot, Arc::clone(&self.labels))],
+            done: snapshot.done,
+        })
+    }
+
+    fn final_pushed(&self) {
+        self.board.set(|s| s.pushed = true);
+    }
 }
 
 fn unix_ns(t: SystemTime) -> u64 {
@@ -87,16 +116,14 @@ fn string(key: &str, value: &str) -> KeyValue {
 
 impl Pusher {
     /// Checks what `options` and `env` say, and pushes from a thread of its own.
-    pub fn start(
+    pub(crate) fn start(
         options: &OtlpOptions,
         env: Env,
-        board: Arc<Board>,
-        labels: &Labels,
+        pushed: Arc<dyn Pushed>,
         interval: Duration,
     ) -> Result<Pusher, ExportError> {
         let config = Config::resolve(options, env)?;
         let identity = Identity {
-            labels: labels.pairs().iter().map(|(k, v)| string(k, v)).collect(),
             resource: resource::resource(env)?,
             start_unix_ns: unix_ns(SystemTime::now()),
         };
@@ -114,7 +141,7 @@ impl Pusher {
             let delivery = Arc::clone(&delivery);
             thread::Builder::new()
                 .name("pfprof-otlp".into())
-                .spawn(move || push_loop(&sender, &board, &identity, interval, &delivery))
+                .spawn(move || push_loop(&sender, pushed.as_ref(), &identity, interval, &delivery))
                 .map_err(ExportError::Thread)?
         };
         Ok(Pusher {
@@ -171,9 +198,10 @@ struct Sender {
 }
 
 impl Sender {
-    /// POSTs the snapshot; why it failed.
-    fn send(&self, snapshot: &Snapshot, identity: &Identity) -> Result<(), String> {
-        let body = request(snapshot, identity, unix_ns(SystemTime::now())).encode_to_vec();
+    /// POSTs the targets' snapshots; why it failed.
+    fn send(&self, values: &Values, identity: &Identity) -> Result<(), String> {
+        let now = unix_ns(SystemTime::now());
+        let body = request(&values.targets, identity, now).encode_to_vec();
         let mut post = self
             .agent
             .post(&self.config.url)
@@ -199,7 +227,7 @@ fn gzip(body: &[u8]) -> std::io::Result<Vec<u8>> {
 
 fn push_loop(
     sender: &Sender,
-    board: &Board,
+    pushed: &dyn Pushed,
     identity: &Identity,
     interval: Duration,
     delivery: &Mutex<Delivery>,
@@ -211,25 +239,25 @@ fn push_loop(
     loop {
         // The next push when it is due; the final values at once.
         let urgent = !final_failed;
-        let Some(snapshot) = board.wait_until(next, |s| urgent && s.done) else {
+        let Some(values) = pushed.wait_values(next, urgent) else {
             return;
         };
-        if !(snapshot.done && urgent) && Instant::now() < next {
+        if !(values.done && urgent) && Instant::now() < next {
             continue;
         }
-        let result = sender.send(&snapshot, identity);
+        let result = sender.send(&values, identity);
         let mut d = delivery.lock().unwrap_or_else(PoisonError::into_inner);
         d.attempts += 1;
         match result {
             Ok(_) => {
                 d.delivered += 1;
-                d.rows_delivered = Some(snapshot.rows());
+                d.rows_delivered = Some(values.targets.iter().map(|(s, _)| s.rows()).sum());
                 backoff = FIRST_BACKOFF;
                 next = Instant::now() + interval;
-                if snapshot.done {
+                if values.done {
                     d.final_delivered = true;
                     drop(d);
-                    board.set(|s| s.pushed = true);
+                    pushed.final_pushed();
                     return;
                 }
             }
@@ -237,7 +265,7 @@ fn push_loop(
                 d.last_error = Some(e);
                 next = Instant::now() + backoff;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
-                final_failed = snapshot.done;
+                final_failed = values.done;
             }
         }
     }
@@ -253,39 +281,50 @@ fn metric(m: &Metric, data: metric::Data) -> OtlpMetric {
     }
 }
 
-/// The snapshot as an OTLP request, its points taken at `now_unix_ns`.
-fn request(s: &Snapshot, identity: &Identity, now_unix_ns: u64) -> ExportMetricsServiceRequest {
-    let points = Points {
-        identity,
-        now_unix_ns,
-    };
-    ExportMetricsServiceRequest {
-        resource_metrics: vec![ResourceMetrics {
-            resource: Some(identity.resource.clone()),
-            schema_url: resource::SCHEMA_URL.to_owned(),
-            scope_metrics: vec![ScopeMetrics {
-                scope: Some(InstrumentationScope {
-                    name: "pfprof".to_owned(),
-                    version: env!("CARGO_PKG_VERSION").to_owned(),
-                    ..InstrumentationScope::default()
-                }),
-                metrics: points.metrics(s),
+/// The targets' snapshots as an OTLP request, one resource each, its points taken at
+/// `now_unix_ns`.
+fn request(
+    targets: &[(Snapshot, Arc<Labels>)],
+    identity: &Identity,
+    now_unix_ns: u64,
+) -> ExportMetricsServiceRequest {
+    let resource_metrics = targets
+        .iter()
+        .map(|(snapshot, labels)| {
+            let points = Points {
+                labels: labels.pairs().iter().map(|(k, v)| string(k, v)).collect(),
+                start_unix_ns: identity.start_unix_ns,
+                now_unix_ns,
+            };
+            ResourceMetrics {
+                resource: Some(resource::of_target(&identity.resource, labels)),
                 schema_url: resource::SCHEMA_URL.to_owned(),
-            }],
-        }],
-    }
+                scope_metrics: vec![ScopeMetrics {
+                    scope: Some(InstrumentationScope {
+                        name: "pfprof".to_owned(),
+                        version: env!("CARGO_PKG_VERSION").to_owned(),
+                        ..InstrumentationScope::default()
+                    }),
+                    metrics: points.metrics(snapshot),
+                    schema_url: resource::SCHEMA_URL.to_owned(),
+                }],
+            }
+        })
+        .collect();
+    ExportMetricsServiceRequest { resource_metrics }
 }
 
-/// Makes the request's data points: the profile's labels, its start, and now.
-struct Points<'a> {
-    identity: &'a Identity,
+/// Makes a target's data points: its labels, the profile's start, and now.
+struct Points {
+    labels: Vec<KeyValue>,
+    start_unix_ns: u64,
     now_unix_ns: u64,
 }
 
-impl Points<'_> {
+impl Points {
     /// Every metric of the snapshot, cumulative from the profile's start.
     fn metrics(&self, s: &Snapshot) -> Vec<OtlpMetric> {
-        let labels = || self.identity.labels.clone();
+        let labels = || self.labels.clone();
         let faults = FAULT_TYPES
             .iter()
             .zip(s.faults)
@@ -321,7 +360,7 @@ impl Points<'_> {
             .zip(s.memory)
             .map(|(t, bytes)| self.point(self.with("pfprof.memory.type", t), int(bytes)))
             .collect();
-        let swap = self.point(self.identity.labels.clone(), int(s.swap));
+        let swap = self.point(self.labels.clone(), int(s.swap));
         let info = self.point(self.with("version", VERSION), int(1));
         let mut metrics = vec![
             metric(&MEMORY_USAGE, gauge(usage)),
@@ -348,7 +387,7 @@ impl Points<'_> {
         if !thrashing.judged {
             return Vec::new();
         }
-        let labels = || self.identity.labels.clone();
+        let labels = || self.labels.clone();
         let now = number_data_point::Value::AsInt(i64::from(thrashing.now));
         let episodes =
             number_data_point::Value::AsInt(i64::try_from(thrashing.episodes).unwrap_or(i64::MAX));
@@ -363,7 +402,7 @@ impl Points<'_> {
 
     /// The profile's labels and one more attribute.
     fn with(&self, key: &str, value: &str) -> Vec<KeyValue> {
-        let mut attributes = self.identity.labels.clone();
+        let mut attributes = self.labels.clone();
         attributes.push(string(key, value));
         attributes
     }
@@ -375,7 +414,7 @@ impl Points<'_> {
             .zip(&s.per_period)
             .map(|(t, h)| HistogramDataPoint {
                 attributes: self.with_type(t),
-                start_time_unix_nano: self.identity.start_unix_ns,
+                start_time_unix_nano: self.start_unix_ns,
                 time_unix_nano: self.now_unix_ns,
                 count: h.count(),
                 sum: Some(h.sum as f64),
@@ -388,7 +427,7 @@ impl Points<'_> {
 
     /// The profile's labels and the fault type.
     fn with_type(&self, fault_type: &str) -> Vec<KeyValue> {
-        let mut attributes = self.identity.labels.clone();
+        let mut attributes = self.labels.clone();
         attributes.push(string("system.paging.fault.type", fault_type));
         attributes
     }
@@ -396,7 +435,7 @@ impl Points<'_> {
     fn point(&self, attributes: Vec<KeyValue>, value: number_data_point::Value) -> NumberDataPoint {
         NumberDataPoint {
             attributes,
-            start_time_unix_nano: self.identity.start_unix_ns,
+            start_time_unix_nano: self.start_unix_ns,
             time_unix_nano: self.now_unix_ns,
             value: Some(value),
             ..NumberDataPoint::default()
@@ -426,10 +465,70 @@ mod tests {
 
     fn identity() -> Identity {
         Identity {
-            labels: vec![string("target", "work")],
             resource: Resource::default(),
             start_unix_ns: 1,
         }
+    }
+
+    fn labels(target: &str, derived: Vec<(&'static str, String)>) -> Arc<Labels> {
+        Arc::new(Labels {
+            target: target.into(),
+            backend: "procfs".into(),
+            mode: "strict".into(),
+            monitor_pid: "7".into(),
+            derived,
+        })
+    }
+
+    fn attribute<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a str> {
+        attributes.iter().find(|a| a.key == key).and_then(|a| {
+            match a.value.as_ref()?.value.as_ref()? {
+                any_value::Value::StringValue(v) => Some(v.as_str()),
+                _ => None,
+            }
+        })
+    }
+
+    #[test]
+    fn each_target_is_a_resource_of_its_own_with_its_labels_on_its_points() {
+        let container = labels(
+            "/kubepods/pod1/abc",
+            vec![
+                ("pod_uid", "1234".into()),
+                ("container_id", "containerd://abc".into()),
+            ],
+        );
+        let targets = [
+            (
+                Snapshot::default(),
+                labels("/system.slice/a.service", Vec::new()),
+            ),
+            (Snapshot::default(), container),
+        ];
+        let decoded = request(&targets, &identity(), 2);
+        assert_eq!(decoded.resource_metrics.len(), 2);
+        let resource = |i: usize| decoded.resource_metrics[i].resource.clone().unwrap();
+        let faults = |i: usize| {
+            let metric = &decoded.resource_metrics[i].scope_metrics[0].metrics[0];
+            let Some(metric::Data::Sum(sum)) = &metric.data else {
+                panic!("faults are not a sum");
+            };
+            sum.data_points[0].attributes.clone()
+        };
+        assert_eq!(
+            attribute(&faults(0), "target"),
+            Some("/system.slice/a.service")
+        );
+        assert_eq!(attribute(&resource(0).attributes, "k8s.pod.uid"), None);
+        assert_eq!(attribute(&faults(1), "target"), Some("/kubepods/pod1/abc"));
+        assert_eq!(attribute(&faults(1), "pod_uid"), Some("1234"));
+        let kube = resource(1).attributes;
+        assert_eq!(attribute(&kube, "k8s.pod.uid"), Some("1234"));
+        assert_eq!(attribute(&kube, "container.id"), Some("abc"));
+        assert_eq!(
+            attribute(&kube, "container.runtime.name"),
+            Some("containerd")
+        );
     }
 
     #[test]
@@ -440,7 +539,7 @@ mod tests {
         };
         s.per_period[0].buckets[3] = 5;
         s.per_period[0].sum = 40;
-        let bytes = request(&s, &identity(), 2).encode_to_vec();
+        let bytes = request(&[(s, labels("work", Vec::new()))], &identity(), 2).encode_to_vec();
         let decoded = ExportMetricsServiceRequest::decode(&bytes[..]).unwrap();
         let metrics = &decoded.resource_metrics[0].scope_metrics[0].metrics;
         let names: Vec<&str> = metrics.iter().map(|m| m.name.as_str()).collect();

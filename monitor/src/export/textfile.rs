@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use super::board::Board;
 use super::error::ExportError;
-use super::exposition::{encode, Format};
+use super::exposition::Format;
+use super::http::Shown;
 use super::metrics::Labels;
 
 /// How the writes went, for the summary.
@@ -34,7 +34,7 @@ pub struct Writer {
 /// The file's name: `pfprof-`, the `target` label (its characters other than letters,
 /// digits, `-` and `_` made `_`), `-` and the monitor's pid (two monitors of one target
 /// write two files), and `.prom` (the collector reads only that extension).
-fn file_name(labels: &Labels) -> String {
+pub(super) fn file_name(labels: &Labels) -> String {
     let target = &labels.target;
     let name: String = target
         .trim_start_matches('/')
@@ -77,11 +77,13 @@ fn replace(path: &Path, temp: &Path, text: &str) -> io::Result<()> {
 
 impl Writer {
     /// Checks that `dir` takes files now (it fails before anything is profiled) and
-    /// writes from a thread.
+    /// writes what `shown` shows to `dir/name` from a thread: whenever it changes, and
+    /// looks again every `look_every` at least.
     pub fn start(
         dir: &Path,
-        board: Arc<Board>,
-        labels: Arc<Labels>,
+        name: &str,
+        shown: Arc<dyn Shown>,
+        look_every: Duration,
     ) -> Result<Writer, ExportError> {
         let error = |source| ExportError::Textfile {
             dir: dir.to_path_buf(),
@@ -90,11 +92,10 @@ impl Writer {
         if !fs::metadata(dir).map_err(error)?.is_dir() {
             return Err(error(io::Error::from(io::ErrorKind::NotADirectory)));
         }
-        let path = dir.join(file_name(&labels));
+        let path = dir.join(name);
         // A name node_exporter skips (it reads *.prom only).
-        let temp = dir.join(format!(".{}.tmp", file_name(&labels)));
-        let (snapshot, _) = board.latest();
-        replace(&path, &temp, &encode(&snapshot, &labels, Format::Classic)).map_err(|e| {
+        let temp = dir.join(format!(".{name}.tmp"));
+        replace(&path, &temp, &shown.text(Format::Classic).0).map_err(|e| {
             let _ = fs::remove_file(&temp);
             error(e)
         })?;
@@ -106,7 +107,7 @@ impl Writer {
             let (path, written) = (path.clone(), Arc::clone(&written));
             thread::Builder::new()
                 .name("pfprof-textfile".into())
-                .spawn(move || write_loop(&path, &temp, &board, &labels, &written))
+                .spawn(move || write_loop(&path, &temp, shown.as_ref(), look_every, &written))
                 .map_err(ExportError::Thread)?
         };
         Ok(Writer {
@@ -116,7 +117,7 @@ impl Writer {
         })
     }
 
-    /// The board is closed: removes the file and says how the writes went.
+    /// What is shown is closed: removes the file and says how the writes went.
     pub fn finish(self) -> String {
         // It stops at the close; a write in progress is waited for so that the file is
         // not put back after its removal.
@@ -143,17 +144,20 @@ impl Writer {
     }
 }
 
-fn write_loop(path: &Path, temp: &Path, board: &Board, labels: &Labels, written: &Mutex<Written>) {
+fn write_loop(
+    path: &Path,
+    temp: &Path,
+    shown: &dyn Shown,
+    look_every: Duration,
+    written: &Mutex<Written>,
+) {
     let mut seen = 0;
-    // Closing wakes the wait; the hour only bounds it.
-    while let Some((snapshot, generation)) =
-        board.wait_newer(seen, Instant::now() + Duration::from_secs(3600))
-    {
+    while let Some(generation) = shown.wait_newer(seen, Instant::now() + look_every) {
         if generation == seen {
             continue;
         }
         seen = generation;
-        let result = replace(path, temp, &encode(&snapshot, labels, Format::Classic));
+        let result = replace(path, temp, &shown.text(Format::Classic).0);
         let mut w = written.lock().unwrap_or_else(PoisonError::into_inner);
         match result {
             Ok(()) => w.writes += 1,
@@ -169,6 +173,8 @@ fn write_loop(path: &Path, temp: &Path, board: &Board, labels: &Labels, written:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::export::board::Board;
+    use crate::export::http::OneTarget;
     use crate::export::Snapshot;
 
     #[test]
@@ -179,6 +185,7 @@ mod tests {
                 backend: "procfs".into(),
                 mode: "strict".into(),
                 monitor_pid: monitor_pid.into(),
+                derived: Vec::new(),
             })
         };
         assert_eq!(name("work", "7"), "pfprof-work-7.prom");
@@ -215,10 +222,13 @@ mod tests {
             backend: "procfs".into(),
             mode: "strict".into(),
             monitor_pid: "7".into(),
+            derived: Vec::new(),
         });
         let board = Arc::new(Board::new(Snapshot::default()));
+        let shown: Arc<dyn Shown> = Arc::new(OneTarget { board, labels });
         for dir in ["/proc", "/nonexistent-pfprof-dir", "/dev/null"] {
-            let err = Writer::start(Path::new(dir), Arc::clone(&board), Arc::clone(&labels)).err();
+            let every = Duration::from_secs(1);
+            let err = Writer::start(Path::new(dir), "t.prom", Arc::clone(&shown), every).err();
             assert!(
                 matches!(err, Some(ExportError::Textfile { .. })),
                 "{dir}: {err:?}"

@@ -1,11 +1,12 @@
 //! What the user reads: the rows written as CSV or JSON Lines ([`writer`]) after what was
 //! profiled ([`metadata`]), the SVG timeline ([`plot`]), the running totals and the
-//! summary ([`report`]) as text or JSON where asked ([`summary`]), and why they could not
-//! be written ([`error`]).
+//! summary ([`report`]) as text or JSON where asked ([`summary`]), where the faults were
+//! ([`whereabouts`]), and why they could not be written ([`error`]).
 
 pub mod error;
 pub mod metadata;
 pub mod plot;
 pub mod report;
 pub mod summary;
+pub mod whereabouts;
 pub mod writer;

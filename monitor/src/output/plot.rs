@@ -539,6 +539,7 @@ mod tests {
             onset_rss_file: 0,
             onset_rss_shmem: 0,
             onset_swap: 0,
+            major_mapping: None,
         };
         let svg = render(&rows, &[band], "caption").unwrap();
         assert!(texts(&svg).contains(&"caption; shaded: thrashing"));

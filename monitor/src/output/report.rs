@@ -5,9 +5,12 @@ use std::time::Duration;
 
 use shared_layout::Mode;
 
+use super::whereabouts::{WhereSummary, TOP};
+use crate::attribution::{Attribution, Mapping};
 use crate::pressure::verdict::{Band, Rule};
 use crate::rows::row::Row;
 use crate::system::exit::ExitStatus;
+use crate::system::peak::PeakReport;
 use crate::system::procstat::Usage;
 
 /// Running totals over every row, for the summary and the status line.
@@ -101,8 +104,12 @@ pub struct Summary<'a> {
     pub deferred: u64,
     /// The profiled command's own accounting (`monitor run`): wait4() rusage and status.
     pub child: Option<ChildReport>,
+    /// The `--pid` processes' own peak resident sets (VmHWM).
+    pub peaks: &'a [PeakReport],
     /// The thrashing verdict.
     pub thrashing: Thrashing<'a>,
+    /// Where the faults were, when the backend says.
+    pub whereabouts: Option<&'a WhereSummary>,
     /// What the profile misses or how it was measured, one line each.
     pub notes: &'a [String],
 }
@@ -137,6 +144,9 @@ impl fmt::Display for Band {
         )?;
         if let Some(share) = self.target_share {
             write!(f, " ({:.0}% of the system's)", share * 100.0)?;
+        }
+        if let Some(m) = &self.major_mapping {
+            write!(f, ", {:.0}% of them in {}", m.share * 100.0, m.name)?;
         }
         for (what, rate) in [
             ("refaults", self.refault_rate),
@@ -180,6 +190,7 @@ impl fmt::Display for Summary<'_> {
         self.faults(f)?;
         self.ring(f)?;
         self.memory(f)?;
+        self.whereabouts(f)?;
         self.command_and_notes(f)
     }
 }
@@ -257,7 +268,81 @@ impl Summary<'_> {
         }
     }
 
-    /// The command's own accounting, then the notes.
+    /// Where the faults were: the mappings with the most major and minor faults, and the
+    /// processes.
+    fn whereabouts(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(w) = self.whereabouts else {
+            return Ok(());
+        };
+        let t = self.totals;
+        let recorded = w.run.recorded();
+        let lost = w.run.lost();
+        match &w.attribution {
+            Attribution::Off(why) => write!(
+                f,
+                "\n  where the faults were: not attributed to mappings: {why}"
+            )?,
+            Attribution::On {
+                minor_period,
+                kernel_faults,
+            } => {
+                write!(
+                    f,
+                    "\n  where the faults were (perf events: every major fault, one minor fault in \
+                     {minor_period}; minor counts are estimates)"
+                )?;
+                if !kernel_faults {
+                    write!(
+                        f,
+                        "\n    not recorded: faults taken in system calls on a process's behalf \
+                         (kernel.perf_event_paranoid 2 allows user-space events only; 1, or \
+                         CAP_PERFMON, would record them)"
+                    )?;
+                }
+                write!(
+                    f,
+                    "\n    major faults     {:>14} recorded of {}, {} lost",
+                    recorded.major, t.major, lost.major
+                )?;
+                for (mapping, faults) in w.run.top_major(TOP) {
+                    share_line(f, faults.major, recorded.major, "", mapping)?;
+                }
+                let estimate = |samples: u64| samples.saturating_mul(*minor_period);
+                write!(
+                    f,
+                    "\n    minor faults     {:>14} estimated of {} ({} recorded), ~{} lost",
+                    format!("~{}", estimate(recorded.minor_samples)),
+                    t.minor,
+                    recorded.minor_samples,
+                    estimate(lost.minor_samples)
+                )?;
+                for (mapping, faults) in w.run.top_minor(TOP) {
+                    let count = estimate(faults.minor_samples);
+                    share_line(f, count, estimate(recorded.minor_samples), "~", mapping)?;
+                }
+            }
+        }
+        let top = w.run.top_processes(TOP);
+        write!(f, "\n    by process (exact, their own faults)")?;
+        let (mut minor, mut major) = (0u64, 0u64);
+        for (pid, p) in &top {
+            write!(
+                f,
+                "\n      {:>12} minor {:>10} major  pid {pid} ({})",
+                p.minor, p.major, p.comm
+            )?;
+            minor += p.minor;
+            major += p.major;
+        }
+        write!(
+            f,
+            "\n      {:>12} minor {:>10} major  other processes, and what was not read apart",
+            t.minor.saturating_sub(minor),
+            t.major.saturating_sub(major)
+        )
+    }
+
+    /// The command's own accounting, the attached processes' peaks, then the notes.
     fn command_and_notes(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(c) = &self.child {
             write!(
@@ -277,11 +362,42 @@ impl Summary<'_> {
                 c.usage.max_rss_bytes as f64 / MIB
             )?;
         }
+        for peak in self.peaks {
+            write!(
+                f,
+                "\n  {:<19}{:>14.1} MiB (VmHWM: its largest resident set since it started{})",
+                format!("pid {} peak RSS", peak.pid),
+                peak.bytes as f64 / MIB,
+                match peak.exited_within {
+                    None => String::new(),
+                    Some(within) => format!(
+                        ", as last read, {:.2} s or less before it exited",
+                        within.as_secs_f64()
+                    ),
+                }
+            )?;
+        }
         for note in self.notes {
             write!(f, "\n  note: {note}")?;
         }
         Ok(())
     }
+}
+
+/// One mapping's line: its share of `total`, its count (`~`: an estimate), its name.
+fn share_line(
+    f: &mut fmt::Formatter<'_>,
+    count: u64,
+    total: u64,
+    approximate: &str,
+    mapping: &Mapping,
+) -> fmt::Result {
+    write!(
+        f,
+        "\n      {:>5.1}% {:>14}  {mapping}",
+        count as f64 * 100.0 / total.max(1) as f64,
+        format!("{approximate}{count}")
+    )
 }
 
 #[cfg(test)]
@@ -330,6 +446,26 @@ mod tests {
     }
 
     #[test]
+    fn a_band_with_attribution_names_the_mapping_with_most_of_its_major_faults() {
+        let named = Band {
+            major_mapping: Some(crate::pressure::verdict::BandMapping {
+                name: "/var/lib/db/index.dat (shared)".into(),
+                kind: crate::attribution::MappingKind::Shared,
+                major_faults: 9963,
+                share: 0.82,
+            }),
+            ..band()
+        };
+        assert!(
+            named.to_string().contains(
+                "3000 major faults/s (100% of the system's), 82% of them in \
+                 /var/lib/db/index.dat (shared), 2990 refaults/s"
+            ),
+            "{named}"
+        );
+    }
+
+    #[test]
     fn a_summary_without_thrashing_says_so_with_the_rule_and_one_without_psi_says_nothing() {
         let judged = Summary {
             thrashing: Thrashing::Judged(&[], crate::pressure::verdict::RULE),
@@ -351,7 +487,9 @@ mod tests {
             blocked: Duration::ZERO,
             deferred: 0,
             child: None,
+            peaks: &[],
             thrashing: Thrashing::NotJudged,
+            whereabouts: None,
             notes: &[],
         }
     }
@@ -364,7 +502,9 @@ mod tests {
             blocked: Duration::ZERO,
             deferred: 0,
             child: None,
+            peaks: &[],
             thrashing: Thrashing::NotJudged,
+            whereabouts: None,
             notes: &["one thing".into()],
         }
         .to_string()

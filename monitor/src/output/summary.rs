@@ -9,8 +9,10 @@ use serde_json::{json, Value};
 
 use super::error::OutputError;
 use super::metadata::Metadata;
-use super::report::{Summary, Thrashing};
+use super::report::{Summary, Thrashing, Totals};
+use super::whereabouts::{WhereSummary, TOP};
 use super::writer::PendingFile;
+use crate::attribution::{Attribution, Faults, Mapping};
 
 /// `--summary-format`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -126,7 +128,74 @@ fn as_json(summary: &Summary, metadata: &Metadata) -> Value {
             "exit": c.status.to_string(),
             "exit_code": c.status.code(),
         })),
+        "attached": summary.peaks.iter().map(|p| json!({
+            "pid": p.pid,
+            "max_rss_bytes": p.bytes,
+            "exited_within_s": p.exited_within.map(|d| d.as_secs_f64()),
+        })).collect::<Vec<_>>(),
+        "where": summary.whereabouts.map(|w| where_json(w, t)),
         "notes": summary.notes,
+    })
+}
+
+/// Where the faults were: the top mappings by major and by minor faults, the processes.
+fn where_json(w: &WhereSummary, totals: &Totals) -> Value {
+    let (period, kernel_faults, off) = match &w.attribution {
+        Attribution::On {
+            minor_period,
+            kernel_faults,
+        } => (Some(*minor_period), Some(*kernel_faults), None),
+        Attribution::Off(why) => (None, None, Some(why.as_str())),
+    };
+    let recorded = w.run.recorded();
+    let lost = w.run.lost();
+    let estimate = |samples: u64| samples.saturating_mul(period.unwrap_or(0));
+    let mapping = |m: &Mapping, count: u64, of: u64, f: Faults| {
+        json!({
+            "name": m.name,
+            "kind": m.kind,
+            "pid": m.pid(),
+            "display": m.to_string(),
+            "major": f.major,
+            "minor_est": estimate(f.minor_samples),
+            "minor_samples": f.minor_samples,
+            "share": count as f64 / of.max(1) as f64,
+        })
+    };
+    let processes = w.run.top_processes(TOP);
+    let (minor, major) = (processes.iter()).fold((0u64, 0u64), |(mi, ma), (_, p)| {
+        (mi.saturating_add(p.minor), ma.saturating_add(p.major))
+    });
+    json!({
+        "attributed": period.is_some(),
+        "not_attributed": off,
+        "minor_sample_period": period,
+        "kernel_faults": kernel_faults,
+        "major": {
+            "recorded": recorded.major,
+            "of": totals.major,
+            "lost": lost.major,
+            "top": (w.run.top_major(TOP).into_iter())
+                .map(|(m, f)| mapping(m, f.major, recorded.major, f))
+                .collect::<Vec<_>>(),
+        },
+        "minor": {
+            "estimated": estimate(recorded.minor_samples),
+            "recorded": recorded.minor_samples,
+            "of": totals.minor,
+            "lost_est": estimate(lost.minor_samples),
+            "lost": lost.minor_samples,
+            "top": (w.run.top_minor(TOP).into_iter())
+                .map(|(m, f)| mapping(m, f.minor_samples, recorded.minor_samples, f))
+                .collect::<Vec<_>>(),
+        },
+        "processes": (processes.iter())
+            .map(|(pid, p)| json!({ "pid": pid, "comm": &*p.comm, "minor": p.minor, "major": p.major }))
+            .collect::<Vec<_>>(),
+        "other_processes": {
+            "minor": totals.minor.saturating_sub(minor),
+            "major": totals.major.saturating_sub(major),
+        },
     })
 }
 

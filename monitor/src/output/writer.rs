@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use super::error::OutputError;
 use super::metadata::Metadata;
+use super::whereabouts::IntervalRecord;
 use crate::pressure::verdict::Band;
 use crate::rows::row::{Pressure, Row, ROW_COLUMNS};
 
@@ -135,14 +136,21 @@ impl<W: Write> RowWriter<W> {
     /// A thrashing band, in JSON Lines as a record among the rows (after the row that
     /// ended it); the CSV holds rows only.
     pub fn event(&mut self, band: &Band) -> io::Result<()> {
+        self.record("thrashing", band)
+    }
+
+    /// Where an interval's faults were, in JSON Lines as a record after its rows.
+    pub fn interval(&mut self, record: &IntervalRecord) -> io::Result<()> {
+        self.record("where", record)
+    }
+
+    /// A record among the rows, JSON Lines only.
+    fn record(&mut self, event: &'static str, body: &impl Serialize) -> io::Result<()> {
         match self.format {
             Format::Csv => Ok(()),
             Format::Jsonl => self.guard(|out| {
-                let event = Event {
-                    event: "thrashing",
-                    body: band,
-                };
-                serde_json::to_writer(&mut *out, &event).map_err(io::Error::from)?;
+                serde_json::to_writer(&mut *out, &Event { event, body })
+                    .map_err(io::Error::from)?;
                 out.write_all(b"\n")
             }),
         }
@@ -348,6 +356,11 @@ impl Output {
     /// A thrashing band among the rows (JSON Lines only).
     pub fn event(&mut self, band: &Band) {
         self.keep(|rows| rows.event(band));
+    }
+
+    /// Where an interval's faults were, after its rows (JSON Lines only).
+    pub fn interval(&mut self, record: &IntervalRecord) {
+        self.keep(|rows| rows.interval(record));
     }
 
     pub fn flush(&mut self) {
@@ -649,12 +662,50 @@ mod tests {
             "onset_rss_file",
             "onset_rss_shmem",
             "onset_swap",
+            "major_mapping",
         ];
         documented.sort_unstable();
         assert_eq!(keys, documented);
         let mut csv = Vec::new();
         RowWriter::new(&mut csv, Format::Csv)
             .event(&band())
+            .unwrap();
+        assert!(csv.is_empty());
+    }
+
+    #[test]
+    fn where_the_faults_were_is_a_json_lines_record_after_its_rows_and_nothing_in_the_csv() {
+        use crate::output::whereabouts::{Counts, FaultsRecord, IntervalRecord};
+        let record = IntervalRecord {
+            start_ms: 0,
+            end_ms: 1000,
+            end_mono_ns: 5,
+            minor_sample_period: Some(61),
+            mappings: Vec::new(),
+            other_mappings: FaultsRecord {
+                major: 0,
+                minor_est: 0,
+                minor_samples: 0,
+            },
+            lost: FaultsRecord {
+                major: 1,
+                minor_est: 61,
+                minor_samples: 1,
+            },
+            processes: Vec::new(),
+            other_processes: Counts { minor: 3, major: 0 },
+        };
+        let mut buf = Vec::new();
+        RowWriter::new(&mut buf, Format::Jsonl)
+            .interval(&record)
+            .unwrap();
+        assert!(buf.starts_with(br#"{"event":"where","start_ms":0,"end_ms":1000,"#));
+        let v: serde_json::Value = serde_json::from_slice(&buf).unwrap();
+        assert_eq!(v["lost"]["minor_est"], 61);
+        assert_eq!(v["other_processes"]["minor"], 3);
+        let mut csv = Vec::new();
+        RowWriter::new(&mut csv, Format::Csv)
+            .interval(&record)
             .unwrap();
         assert!(csv.is_empty());
     }

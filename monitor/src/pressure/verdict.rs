@@ -63,7 +63,7 @@ impl Rule {
 }
 
 /// One stretch of thrashing, as the summary, the JSON Lines event and the plot show it.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Band {
     /// On the rows' time axis: ms from the first row's end.
     pub start_ms: u64,
@@ -94,6 +94,29 @@ pub struct Band {
     pub onset_rss_file: u64,
     pub onset_rss_shmem: u64,
     pub onset_swap: u64,
+    /// The mapping that took most of the band's attributed major faults, when faults
+    /// are attributed (the consumer names it: the verdict sees rows only).
+    pub major_mapping: Option<BandMapping>,
+}
+
+/// The mapping that took most of a band's major faults.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BandMapping {
+    /// As the summary names it ([`crate::attribution::Mapping`]'s `Display`).
+    pub name: String,
+    pub kind: crate::attribution::MappingKind,
+    /// Its major faults in the band, and their share of those attributed in it.
+    pub major_faults: u64,
+    pub share: f64,
+}
+
+/// Where a band may still be reported from: the start of the earliest band the rows so
+/// far could still make (`start_ns`, `CLOCK_MONOTONIC`), and, once thrashing has begun,
+/// the end of the time certain to be in it (`settled_ns`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenBand {
+    pub start_ns: u64,
+    pub settled_ns: Option<u64>,
 }
 
 /// Sums over rows.
@@ -354,7 +377,7 @@ impl Verdict {
             }
         }
         self.previous = Some(*row);
-        self.bands.extend(ended);
+        self.bands.extend(ended.clone());
         ended
     }
 
@@ -362,13 +385,30 @@ impl Verdict {
     pub fn finish(&mut self) -> Option<Band> {
         let run = self.run.take().filter(|run| run.begun)?;
         let band = band(&run, true);
-        self.bands.push(band);
+        self.bands.push(band.clone());
         Some(band)
     }
 
     /// Every band so far.
     pub fn bands(&self) -> &[Band] {
         &self.bands
+    }
+
+    /// Where a band may still come from, after the rows fed so far; `None`: no band
+    /// the next rows make can begin before them.
+    pub fn open_band(&self) -> Option<OpenBand> {
+        let run = self.run.as_ref();
+        let start_ns = [
+            run.map(|r| r.start_mono_ns),
+            self.stretch.map(|s| s.start_mono_ns),
+        ]
+        .into_iter()
+        .flatten()
+        .min()?;
+        Some(OpenBand {
+            start_ns,
+            settled_ns: run.filter(|r| r.begun).map(|r| r.end_mono_ns),
+        })
     }
 
     /// Thrashing has begun and not ended yet.
@@ -408,6 +448,7 @@ fn band(run: &Run, ongoing: bool) -> Band {
         onset_rss_file: run.onset.rss_file,
         onset_rss_shmem: run.onset.rss_shmem,
         onset_swap: run.onset.swap,
+        major_mapping: None,
     }
 }
 
@@ -433,6 +474,7 @@ pub(crate) fn test_band() -> Band {
         onset_rss_file: 1 << 20,
         onset_rss_shmem: 0,
         onset_swap: 0,
+        major_mapping: None,
     }
 }
 
@@ -498,7 +540,7 @@ mod tests {
     fn thrashing_is_dated_from_its_first_period_to_its_last_with_the_rates_and_the_onset_memory() {
         let (closed, last) = judge(180, phases);
         assert_eq!(last, None);
-        let [band] = closed[..] else {
+        let [band] = &closed[..] else {
             panic!("{closed:?}")
         };
         assert_eq!((band.start_ms, band.end_ms), (2000, 6000));
@@ -559,7 +601,7 @@ mod tests {
             1001..=3000 | 3501..=5000 => row(i, 0.5, 20),
             _ => row(i, 0.0, 0),
         });
-        let [band] = closed[..] else {
+        let [band] = &closed[..] else {
             panic!("{closed:?}")
         };
         assert_eq!((band.start_ms, band.end_ms), (1000, 5000));
@@ -633,7 +675,7 @@ mod tests {
             2001..=3500 => row(i, 0.5, 0),
             _ => row(i, 0.5, 20),
         });
-        let (first, second) = (closed[0], last.expect("thrashing again"));
+        let (first, second) = (&closed[0], last.expect("thrashing again"));
         assert_eq!(closed.len(), 1);
         // The stalled periods thrash by the window for 0.4 s more.
         assert_eq!((first.start_ms, first.end_ms), (0, 2400));

@@ -1,6 +1,7 @@
 //! The consumer loop: takes samples until the producer ends the session, or a stop (a
-//! signal, a closed output) and the backend's grace period, makes rows of them with
-//! their share of the memory pressure, and hands each to the [`Consumers`].
+//! signal, a closed output, `--count` rows taken) and the backend's grace period, makes
+//! rows of them with their share of the memory pressure, and hands each to the
+//! [`Consumers`].
 
 use std::time::{Duration, Instant};
 
@@ -14,6 +15,7 @@ use crate::backend::Backend;
 use crate::command::signals::Signals;
 use crate::rows::row::Timeline;
 use crate::rows::source::{Batch, Source};
+use crate::system::peak::PeakRss;
 
 /// How long the consumer waits for samples at most while nothing else needs it: the
 /// producer's cancellation and every signal wake it earlier.
@@ -39,8 +41,10 @@ pub(super) fn consume<B: Backend>(
         advice: backend.ring_advice(),
         source,
     };
-    let mut timeline = Timeline::new(started.area.period());
+    let period = started.area.period();
+    let mut timeline = Timeline::new(period);
     let mut stop = Stop::default();
+    let mut counted_out = false;
     let mut samples = Vec::new();
     let mut rows = Vec::new();
     let idle = if consumers.draws_status() {
@@ -48,18 +52,28 @@ pub(super) fn consume<B: Backend>(
     } else {
         IDLE_WAIT
     };
-    consumers.start(started.area.period(), &started.metadata);
+    consumers.start(period, &started.metadata);
     loop {
         stop.notice(&started.signals, backend.grace(), &consumers);
+        if let Some(at) = sooner_than_the_interval(&consumers, period) {
+            started.source.wake_by(at);
+        }
         let batch = stop
             .next(&mut started.source, &mut samples, idle)
             .map_err(ring_error)?;
+        started.peaks.iter_mut().for_each(PeakRss::read);
         rows.extend(samples.drain(..).map(|sample| timeline.row(&sample)));
         started.pressure.fill(&mut rows);
         for row in rows.drain(..) {
             consumers.row(row);
         }
         consumers.batch_done(batch);
+        if consumers.full() && !counted_out {
+            // `--count` rows taken: end as SIGTERM does (`monitor run`: the command gets
+            // it), once; the rows after them are not taken.
+            started.signals.end_as_sigterm();
+            counted_out = true;
+        }
         if consumers.output_closed() && stop.give_up.is_none() {
             // Nobody reads on: end the profile now, whatever it profiles.
             started.signals.request_stop();
@@ -75,6 +89,19 @@ pub(super) fn consume<B: Backend>(
         Some(e) => Err(e.into()),
         None => Ok((consumed, stop.end)),
     }
+}
+
+/// When the samples must be taken if that comes before the interval: the live line is
+/// redrawn with the samples of its last [`STATUS_EVERY`], and the last of the `--count`
+/// rows, one period apart, is due after as many periods as are left.
+fn sooner_than_the_interval(consumers: &Consumers, period: Duration) -> Option<Instant> {
+    let status = consumers.draws_status().then_some(STATUS_EVERY);
+    let count = match consumers.rows_left() {
+        Some(left @ 1..) => Some(period.saturating_mul(u32::try_from(left).unwrap_or(u32::MAX))),
+        _ => None,
+    };
+    let due = status.into_iter().chain(count).min()?;
+    Instant::now().checked_add(due)
 }
 
 /// Whether the loop is being stopped, and until when it waits for the session's end.

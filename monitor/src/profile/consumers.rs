@@ -1,13 +1,16 @@
 //! Every consumer of the rows, fed in one place: the output, the thrashing verdict, the
-//! running totals and the status line, the exporters, and the rows kept for the plot. A
-//! new output or exporter is added here and nowhere else.
+//! running totals and the status line, where the faults were, the exporters, and the rows
+//! kept for the plot. A new output or exporter is added here and nowhere else.
 
 use std::io::{self, Write};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::attribution::Feed;
 use crate::export::{Exporters, ThrashingState};
 use crate::output::metadata::Metadata;
 use crate::output::report::Totals;
+use crate::output::whereabouts::{WhereSummary, Whereabouts};
 use crate::output::writer::Output;
 use crate::pressure::verdict::{Band, Verdict, RULE};
 use crate::rows::row::Row;
@@ -25,6 +28,15 @@ pub(super) struct Consumers {
     exporters: Option<Exporters>,
     /// Every row, when a plot is drawn from them.
     rows: Option<Vec<Row>>,
+    /// Where the faults were, when the backend says.
+    whereabouts: Option<Whereabouts>,
+    /// The verdict's bands, named by where their major faults were.
+    bands: Vec<Band>,
+    /// `--count`: the profile is this many rows; those after them are not taken.
+    limit: Option<u64>,
+    /// Whether the limit was reached before the batch now being fed: its samples lost
+    /// came before its rows, so they count only if some of its rows do.
+    full_before_batch: bool,
 }
 
 /// What the consumers gathered, once the loop ended.
@@ -37,15 +49,21 @@ pub(super) struct Consumed {
     /// The thrashing the verdict found, and whether it could judge at all.
     pub bands: Vec<Band>,
     pub judged: bool,
+    /// Where the faults were, when the backend says.
+    pub whereabouts: Option<WhereSummary>,
 }
 
 impl Consumers {
-    /// `live_line`: whether standard error may show the status line (not `--quiet`).
+    /// `live_line`: whether standard error may show the status line (not `--quiet`);
+    /// `attribution`: the backend's period tables, if it makes them; `limit`: how many
+    /// rows to take at most (`--count`).
     pub fn new(
         output: Output,
         exporters: Option<Exporters>,
         live_line: bool,
         keep_rows: bool,
+        attribution: Option<Arc<Feed>>,
+        limit: Option<u64>,
     ) -> Consumers {
         let status = (live_line && output.leaves_stderr_to_the_status_line()).then(StatusLine::new);
         Consumers {
@@ -55,6 +73,10 @@ impl Consumers {
             status,
             exporters,
             rows: keep_rows.then(Vec::new),
+            whereabouts: attribution.map(Whereabouts::new),
+            bands: Vec::new(),
+            limit,
+            full_before_batch: false,
         }
     }
 
@@ -73,14 +95,35 @@ impl Consumers {
         self.status.is_some()
     }
 
+    /// How many rows `--count` still takes; `None` without a count.
+    pub fn rows_left(&self) -> Option<u64> {
+        Some(self.limit?.saturating_sub(self.totals.samples))
+    }
+
+    /// Whether `--count` rows have been taken: the profile is complete.
+    pub fn full(&self) -> bool {
+        self.rows_left() == Some(0)
+    }
+
+    /// Takes `row` into every consumer, unless the profile is full.
     pub fn row(&mut self, row: Row) {
+        if self.full() {
+            return;
+        }
         self.totals.add(&row);
         if let Some(status) = self.status.as_mut() {
             status.recent.add(&row);
         }
         self.output.write(&row);
+        // The row's tables before the verdict: a band it ends may end with this row.
+        if let Some(w) = self.whereabouts.as_mut() {
+            w.row(&row);
+        }
         if let Some(band) = self.verdict.feed(&row) {
-            self.output.event(&band);
+            self.band(band);
+        }
+        if let Some(w) = self.whereabouts.as_mut() {
+            w.keep(self.verdict.open_band());
         }
         if let Some(e) = self.exporters.as_mut() {
             e.add(&row);
@@ -93,18 +136,40 @@ impl Consumers {
     /// After each batch's rows: the samples it lost, the verdict's last band once the
     /// session ended, and what is written so far flushed and published.
     pub fn batch_done(&mut self, batch: Batch) {
-        self.totals.lost += batch.lost;
+        let lost = if self.full_before_batch {
+            0
+        } else {
+            batch.lost
+        };
+        self.totals.lost += lost;
+        self.full_before_batch = self.full();
+        if let Some(record) = self
+            .whereabouts
+            .as_mut()
+            .and_then(Whereabouts::interval_record)
+        {
+            self.output.interval(&record);
+        }
         if batch.ended {
             if let Some(band) = self.verdict.finish() {
-                self.output.event(&band);
+                self.band(band);
             }
         }
         self.output.flush();
         if let Some(e) = self.exporters.as_mut() {
-            e.lost(batch.lost);
+            e.lost(lost);
             e.set_thrashing(thrashing_state(&self.verdict));
             e.publish();
         }
+    }
+
+    /// A band the verdict ended: named, written, kept for the summary and the plot.
+    fn band(&mut self, mut band: Band) {
+        if let Some(w) = self.whereabouts.as_mut() {
+            w.name(&mut band);
+        }
+        self.output.event(&band);
+        self.bands.push(band);
     }
 
     /// The output's reader went away.
@@ -128,8 +193,9 @@ impl Consumers {
             exporters: self.exporters,
             totals: self.totals,
             rows: self.rows.unwrap_or_default(),
-            bands: self.verdict.bands().to_vec(),
+            bands: self.bands,
             judged: self.verdict.judged(),
+            whereabouts: self.whereabouts.map(Whereabouts::finish),
         }
     }
 }

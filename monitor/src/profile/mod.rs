@@ -13,12 +13,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use shared_layout::{Area, Mode};
+use shared_layout::{abi, Area, Mode};
 
 use crate::backend::{Backend, Selection};
 use crate::command::child::{self, Held, Running};
 use crate::command::signals::Signals;
-use crate::export::{self, ExportOptions, Exporters, Labels};
+use crate::export::{self, ExportOptions, Exporters, Hub, Labels};
 use crate::output::error::OutputError;
 use crate::output::metadata::{Metadata, Profiled};
 use crate::output::plot;
@@ -32,6 +32,7 @@ use crate::rows::source::Source;
 use crate::system::cgroup::{Cgroup, FaultCheck};
 use crate::system::error::SystemError;
 use crate::system::exit;
+use crate::system::peak::PeakRss;
 use consume::{consume, End};
 use consumers::{Consumed, Consumers};
 use error::ProfileError;
@@ -54,12 +55,40 @@ pub struct Request {
     pub period_ms: Option<u32>,
     /// Processes count with their descendants (not with `--no-inherit`).
     pub inherit: bool,
+    /// Faults attributed to mappings, one minor fault recorded in this many
+    /// (`--minor-sampling`); `None` with `--no-attribution`.
+    pub attribution: Option<u64>,
     /// `--prometheus`, `--otlp`, `--textfile`.
     pub export: ExportOptions,
     /// `--summary`, `--summary-format`, `--quiet`.
     pub summary: SummaryTarget,
     /// `--duration`: the profile ends after this long, as after a SIGTERM.
     pub duration: Option<Duration>,
+    /// `--count`: the profile ends after this many rows, as after a SIGTERM, and holds
+    /// exactly them.
+    pub count: Option<u64>,
+    /// One target of a fleet monitor: exported through the fleet's hub.
+    pub fleet: Option<FleetTarget>,
+}
+
+/// A fleet target's procfs ring: 32 KiB, its control page and 448 samples.
+const FLEET_RING_PAGES: u64 = 8;
+
+/// A fleet monitor's target: its exporter is the fleet's hub, its labels carry what its
+/// cgroup path says of it, and the fleet stops it through `signals`.
+#[derive(Clone)]
+pub struct FleetTarget {
+    pub hub: Arc<Hub>,
+    pub derived: Vec<(&'static str, String)>,
+    pub signals: Signals,
+}
+
+impl std::fmt::Debug for FleetTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FleetTarget")
+            .field("derived", &self.derived)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Profiles what `request` names with backend `B`; the exit code `monitor` ends with.
@@ -68,7 +97,15 @@ pub fn profile<B: Backend>(request: Request) -> Result<u8, ProfileError> {
     let mut started = start(opened, &request)?;
     let live_line = sinks.summary.leaves_stderr_to_the_live_line();
     let keep_rows = sinks.plot.is_some();
-    let consumers = Consumers::new(sinks.output, sinks.exporters, live_line, keep_rows);
+    let attribution = started.backend.attribution();
+    let consumers = Consumers::new(
+        sinks.output,
+        sinks.exporters,
+        live_line,
+        keep_rows,
+        attribution,
+        request.count,
+    );
     let (consumed, end) = consume(&mut started, consumers)?;
     let reports = Reports {
         plot: sinks.plot,
@@ -117,6 +154,13 @@ fn open<B: Backend>(request: &Request) -> Result<(Sinks, Opened<B>), ProfileErro
         command: request.command.is_some(),
         cgroup: cgroup.clone(),
         inherit: request.inherit,
+        attribution: request.attribution,
+        // A fleet's targets are many and drained every interval: a ring of 22 s at 50 ms
+        // each, not the 512 KiB that stays resident once it has wrapped.
+        ring_pages: match request.fleet {
+            Some(_) => FLEET_RING_PAGES,
+            None => abi::BUFFER_PAGES_DEFAULT.into(),
+        },
     };
     let mut backend = B::open(&selection, request.period_ms)?;
     let labels = Labels {
@@ -128,9 +172,16 @@ fn open<B: Backend>(request: &Request) -> Result<(Sinks, Opened<B>), ProfileErro
         backend: backend.name().to_owned(),
         mode: request.mode.to_string(),
         monitor_pid: std::process::id().to_string(),
+        derived: (request.fleet.as_ref()).map_or_else(Vec::new, |f| f.derived.clone()),
     };
-    let exporters = Exporters::start(&request.export, labels, request.interval)?;
-    let signals = Signals::install()?;
+    let exporters = match &request.fleet {
+        Some(fleet) => Some(Exporters::attach(&fleet.hub, labels)),
+        None => Exporters::start(&request.export, labels, request.interval)?,
+    };
+    let signals = match &request.fleet {
+        Some(fleet) => fleet.signals.clone(),
+        None => Signals::install()?,
+    };
     let held = (request.command.as_deref())
         .map(child::spawn_held)
         .transpose()?;
@@ -164,6 +215,8 @@ struct Started<B: Backend> {
     /// The command's pid, while it may still be running.
     command: Option<u32>,
     metadata: Metadata,
+    /// The `--pid` processes' own peak resident sets, read at every wake-up.
+    peaks: Vec<PeakRss>,
 }
 
 fn start<B: Backend>(opened: Opened<B>, request: &Request) -> Result<Started<B>, ProfileError> {
@@ -203,6 +256,7 @@ fn start<B: Backend>(opened: Opened<B>, request: &Request) -> Result<Started<B>,
     if let Some(duration) = request.duration {
         signals.end_after(duration)?;
     }
+    let peaks = request.pids.iter().filter_map(|&pid| PeakRss::open(pid));
     Ok(Started {
         backend,
         fault_check,
@@ -213,6 +267,7 @@ fn start<B: Backend>(opened: Opened<B>, request: &Request) -> Result<Started<B>,
         reaper,
         command: pid,
         metadata,
+        peaks: peaks.collect(),
     })
 }
 
@@ -261,6 +316,7 @@ fn finish<B: Backend>(
     };
     let counters = started.area.counters();
     notes.extend(withdrawn_note(counters.withdrawn));
+    let peaks: Vec<_> = started.peaks.iter().filter_map(PeakRss::report).collect();
     let summary = Summary {
         backend,
         mode: request.mode,
@@ -268,11 +324,13 @@ fn finish<B: Backend>(
         blocked: Duration::from_nanos(counters.blocked_ns),
         deferred: counters.deferred,
         child,
+        peaks: &peaks,
         thrashing: if consumed.judged {
             Thrashing::Judged(&consumed.bands, RULE)
         } else {
             Thrashing::NotJudged
         },
+        whereabouts: consumed.whereabouts.as_ref(),
         notes: &notes,
     };
     let delivered = reports.summary.deliver(&summary, &started.metadata);
@@ -337,4 +395,15 @@ fn end_notes(end: End, reaped: bool, command: Option<u32>) -> Vec<String> {
         ));
     }
     notes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fleet_targets_ring_holds_many_intervals_of_samples() {
+        // 20 samples a second at the default period, drained every second by default.
+        assert_eq!(abi::slots_in(FLEET_RING_PAGES), 448);
+    }
 }

@@ -132,6 +132,12 @@ impl<W: Waiter> Source<W> {
         }
     }
 
+    /// Takes the samples at `deadline` at the latest, if that comes before the interval
+    /// does (`--count`'s last sample is due then).
+    pub fn wake_by(&mut self, deadline: Instant) {
+        self.next = self.next.min(deadline);
+    }
+
     /// Takes what is ready right now, without waiting.
     pub fn drain_now(&mut self, out: &mut Vec<Sample>) -> Result<Batch, ProtocolError> {
         match &mut self.side {

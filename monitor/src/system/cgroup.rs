@@ -4,13 +4,13 @@
 //! backend counts its members itself ([`crate::backend::procfs::members`]), the module
 //! from the open directory.
 
-use std::fs;
-use std::io;
-use std::os::fd::OwnedFd;
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use nix::fcntl::{open, OFlag};
+use nix::fcntl::{open, openat, OFlag};
 use nix::sys::stat::Mode;
 use nix::sys::statfs::{fstatfs, CGROUP2_SUPER_MAGIC};
 
@@ -45,7 +45,7 @@ pub struct Cgroup {
 }
 
 /// The mount points of cgroup2 file systems, from /proc/self/mountinfo.
-fn cgroup2_mounts() -> Vec<PathBuf> {
+pub fn cgroup2_mounts() -> Vec<PathBuf> {
     let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
         return Vec::new();
     };
@@ -84,7 +84,9 @@ impl Cgroup {
         if magic != CGROUP2_SUPER_MAGIC {
             return Err(not_cgroup2());
         }
-        let path = fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        // Where the open directory is (what symlinks or `..` in `path` led to), not what
+        // the path names by now.
+        let path = fs::read_link(fd_path(fd.as_fd())).unwrap_or_else(|_| path.to_path_buf());
         // The deepest mount it is under: its path there names it on every machine.
         let name = mounts
             .iter()
@@ -111,6 +113,22 @@ impl Cgroup {
         &self.fd
     }
 
+    /// The processes of this cgroup and of every cgroup below it; `None` once it is
+    /// removed. Read through the open directory, never by its path again: a cgroup
+    /// removed and made anew at the same path (a restarted service's) is not this one.
+    pub fn processes(&self) -> Option<Vec<u32>> {
+        let mut pids = read_procs(self.fd.as_fd()).ok()?;
+        let mut dirs = child_dirs(self.fd.as_fd());
+        while let Some(dir) = dirs.pop() {
+            // A child cgroup removed meanwhile has no processes left to count.
+            if let Ok(more) = read_procs(dir.as_fd()) {
+                pids.extend(more);
+                dirs.extend(child_dirs(dir.as_fd()));
+            }
+        }
+        Some(pids)
+    }
+
     /// Whether process `pid` is in this cgroup or one below it, by the cgroup v2 line of
     /// `/proc/<pid>/cgroup` (which an exiting process keeps: it cannot move any more);
     /// `None` once the process is gone.
@@ -118,6 +136,38 @@ impl Cgroup {
         let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
         Some(unified_path(&text).is_some_and(|path| below(&self.name, path)))
     }
+}
+
+/// The open directory `fd` as a path: /proc resolves it to that directory itself.
+fn fd_path(fd: BorrowedFd) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+/// The pids in the `cgroup.procs` of the open cgroup directory `dir`.
+fn read_procs(dir: BorrowedFd) -> io::Result<Vec<u32>> {
+    let procs = openat(
+        dir,
+        "cgroup.procs",
+        OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut text = String::new();
+    File::from(procs).read_to_string(&mut text)?;
+    Ok(text.lines().filter_map(|l| l.trim().parse().ok()).collect())
+}
+
+/// The cgroups directly below the open cgroup directory `dir`, opened (a cgroup has no
+/// other directories, and no symlinks: none is followed).
+fn child_dirs(dir: BorrowedFd) -> Vec<OwnedFd> {
+    let Ok(entries) = fs::read_dir(fd_path(dir)) else {
+        return Vec::new();
+    };
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| openat(dir, e.file_name().as_os_str(), flags, Mode::empty()).ok())
+        .collect()
 }
 
 /// The path of the cgroup v2 line (`0::/a/b`) of a `/proc/<pid>/cgroup`, without the
@@ -223,5 +273,32 @@ mod tests {
             assert_eq!(cgroup.holds(std::process::id()), Some(true));
             assert_eq!(cgroup.holds(u32::MAX), None);
         }
+    }
+
+    #[test]
+    fn a_cgroup_removed_and_made_again_at_its_path_is_not_the_one_held_open() {
+        // Making cgroups takes root (CI's tests run as root).
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("not root: no cgroup made, nothing checked");
+            return;
+        }
+        let mount = cgroup2_mounts()
+            .into_iter()
+            .next()
+            .expect("a cgroup2 mount");
+        let dir = mount.join(format!("pfprof-test-{}", std::process::id()));
+        fs::create_dir(&dir).unwrap();
+        fs::create_dir(dir.join("child")).unwrap();
+        let cgroup = Cgroup::open(&dir).unwrap();
+        assert_eq!(cgroup.processes(), Some(Vec::new()));
+        fs::remove_dir(dir.join("child")).unwrap();
+        fs::remove_dir(&dir).unwrap();
+        fs::create_dir(&dir).unwrap();
+        let made_again = cgroup.processes();
+        fs::remove_dir(&dir).unwrap();
+        assert_eq!(
+            made_again, None,
+            "the cgroup held open was read at its old path"
+        );
     }
 }

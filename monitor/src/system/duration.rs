@@ -1,5 +1,5 @@
 //! Durations on the command line, one rule for every option: humantime's units ("250ms",
-//! "1.5s" is not one: "1s 500ms", "1m", "1h30m"), and a number without a unit is refused,
+//! "1.5s", "1s 500ms", "1m", "1h30m"), and a number without a unit is refused,
 //! since `100` could mean seconds or milliseconds. `0` alone needs no unit, where an
 //! option takes zero.
 
@@ -41,6 +41,7 @@ mod tests {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
         assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
     }
 
     #[test]

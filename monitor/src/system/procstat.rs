@@ -102,6 +102,36 @@ pub struct Stat {
     pub start: u64,
     /// Its threads (num_threads): how many CPUs it can keep busy at once.
     pub threads: u64,
+    /// Its name (comm), as stat gives it.
+    pub comm: Comm,
+}
+
+/// A process's name (`comm`): at most 15 bytes, as the kernel keeps it.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub struct Comm {
+    bytes: [u8; 16],
+    len: u8,
+}
+
+impl Comm {
+    pub fn new(name: &str) -> Comm {
+        let mut comm = Comm::default();
+        let len = name.len().min(comm.bytes.len());
+        comm.bytes[..len].copy_from_slice(&name.as_bytes()[..len]);
+        comm.len = len as u8;
+        comm
+    }
+
+    /// As text; a name that is not UTF-8 with its bytes replaced.
+    pub fn to_string_lossy(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.bytes[..usize::from(self.len)])
+    }
+}
+
+impl std::fmt::Debug for Comm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.to_string_lossy())
+    }
 }
 
 /// What a failed read of a process's /proc file means.
@@ -237,7 +267,9 @@ pub fn children_listed() -> bool {
 /// Parses a stat line; `ns_per_tick` converts utime and stime from clock ticks.
 pub fn parse(text: &str, ns_per_tick: u64) -> Option<Stat> {
     // comm (field 2) may contain spaces and parentheses: fields resume after the last ')'.
-    let rest = &text[text.rfind(')')? + 1..];
+    let close = text.rfind(')')?;
+    let comm = Comm::new(&text[text.find('(')? + 1..close]);
+    let rest = &text[close + 1..];
     let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
     // fields[0] is field 3 (state); ppid is field 4, minflt 10, cminflt 11, majflt 12,
     // cmajflt 13, utime 14, stime 15, cutime 16, cstime 17, num_threads 20, starttime 22.
@@ -260,6 +292,14 @@ pub fn parse(text: &str, ns_per_tick: u64) -> Option<Stat> {
         ppid: u32::try_from(field(4)?).ok()?,
         start: field(22)?,
         threads: field(20)?,
+        comm,
+    })
+}
+
+/// Now, in the clock ticks after boot that start times ([`Stat::start`]) are given in.
+pub fn boot_ticks() -> u64 {
+    clock_gettime(ClockId::CLOCK_BOOTTIME).map_or(0, |t| {
+        (t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64) / ticks_to_ns()
     })
 }
 
@@ -295,6 +335,7 @@ mod tests {
             }
         );
         assert!(!s.exited);
+        assert_eq!(s.comm.to_string_lossy(), "a (b) c");
         assert_eq!(s.start, 100);
         assert_eq!(s.threads, 1);
     }

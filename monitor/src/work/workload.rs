@@ -80,6 +80,18 @@ impl Workload {
         self.acc
     }
 
+    /// The buffer's address range.
+    pub fn range(&self) -> (usize, usize) {
+        let start = self.buf.as_ptr() as usize;
+        (start, start + self.buf.len())
+    }
+
+    /// How many of its pages the accesses touched: each took two minor faults, a read
+    /// (the zero page mapped) then a write (a page of its own).
+    pub fn touched_pages(&self) -> std::io::Result<u64> {
+        super::filemap::resident_pages(self.buf.as_ptr(), self.buf.len())
+    }
+
     fn next_index(&mut self, pattern: Pattern) -> usize {
         let len = self.buf.len();
         match pattern {

@@ -13,47 +13,12 @@
 //! counts.
 
 use std::collections::{HashMap, HashSet};
-use std::fs;
 use std::sync::Arc;
-
-use nix::time::{clock_gettime, ClockId};
 
 use super::memory::{Memory, MemoryProbe};
 use super::tree::{Ledger, Seen};
 use crate::system::cgroup::Cgroup;
 use crate::system::procstat::{self, Probe, ProcessCounters, Stat};
-
-/// The processes of the cgroup and of its descendants; `None` once it is removed.
-fn list(cgroup: &Cgroup) -> Option<Vec<u32>> {
-    let mut pids = Vec::new();
-    let mut dirs = vec![cgroup.path().to_path_buf()];
-    let mut first = true;
-    while let Some(dir) = dirs.pop() {
-        // A child cgroup removed meanwhile has no processes left to count.
-        match fs::read_to_string(dir.join("cgroup.procs")) {
-            Ok(text) => pids.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok())),
-            Err(_) if first => return None,
-            Err(_) => continue,
-        }
-        first = false;
-        if let Ok(entries) = fs::read_dir(&dir) {
-            dirs.extend(
-                entries
-                    .flatten()
-                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                    .map(|e| e.path()),
-            );
-        }
-    }
-    Some(pids)
-}
-
-/// Now, in the clock ticks after boot that start times are given in.
-fn boot_ticks() -> u64 {
-    clock_gettime(ClockId::CLOCK_BOOTTIME).map_or(0, |t| {
-        (t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64) / procstat::ticks_to_ns()
-    })
-}
 
 /// A member, read again and again.
 struct Member {
@@ -96,6 +61,11 @@ impl Members {
         self.threads
     }
 
+    /// The members of the last pass, each with its stat as last read.
+    pub fn stats(&self) -> impl Iterator<Item = (u32, &Stat)> {
+        self.members.iter().map(|(&pid, m)| (pid, &m.stat))
+    }
+
     /// What the members of the last pass hold now: a member that left or died, nothing.
     pub fn memory(&mut self) -> Memory {
         self.members.values_mut().map(|m| m.memory.read(true)).sum()
@@ -103,7 +73,7 @@ impl Members {
 
     /// What the members did inside since the first pass; `None` once the cgroup is gone.
     pub fn pass(&mut self) -> Option<ProcessCounters> {
-        let began = boot_ticks();
+        let began = procstat::boot_ticks();
         // Parents before children, by what the last pass knew of them; newcomers last.
         // The members are read before the cgroup is listed: one still listed was inside
         // when it was read, while one read after the listing may have left and faulted
@@ -113,7 +83,7 @@ impl Members {
             .into_iter()
             .map(|pid| (pid, self.read_member(pid)))
             .collect();
-        let listed: HashSet<u32> = list(&self.cgroup)?.into_iter().collect();
+        let listed: HashSet<u32> = self.cgroup.processes()?.into_iter().collect();
         let mut pass = Vec::with_capacity(listed.len());
         let mut found = HashSet::new();
         for (pid, stat) in read {

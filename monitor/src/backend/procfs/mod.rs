@@ -4,15 +4,22 @@
 //! The sampler reads each selected process ([`process`]) with its descendants
 //! ([`tree`]) and the members of a selected cgroup ([`members`]), their memory
 //! ([`memory`]), and keeps each sample's CPU time within what its threads could use
-//! ([`cap`]).
+//! ([`cap`]). Each period's faults are attributed to the processes that took them
+//! ([`who`]) and, through perf events ([`perf`]), to the mappings they fell in
+//! ([`attribute`], [`maps`]).
 
+mod attribute;
 mod cap;
+pub mod maps;
 pub mod members;
 pub mod memory;
+pub mod perf;
 pub mod process;
 pub mod sampler;
 pub mod tree;
+mod who;
 
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,10 +27,13 @@ use shared_layout::wait::FutexWaiter;
 use shared_layout::{abi, Area, Mode, Sample};
 
 use super::{Backend, BackendError, ExitWatch, OnEnd, Selection, Stopper};
+use crate::attribution::{Attribution, Feed};
 use crate::system::cgroup::Cgroup;
 use crate::system::error::SystemError;
 use crate::system::procstat::{self, Probe, ProcessCounters};
+use attribute::Attributor;
 use members::Members;
+use perf::{FaultEvents, PerfError, Target};
 use process::Process;
 use sampler::{Event, Events, Sampler};
 
@@ -41,6 +51,14 @@ pub struct Procfs {
     ticks: bool,
     /// `--cgroup`, whose members the sampler counts.
     cgroup: Option<Arc<Cgroup>>,
+    /// The fault events until `produce` hands them to the sampler; why there are none.
+    fault_events: Result<FaultEvents, String>,
+    /// Where the sampler puts each period's table, once it runs.
+    feed: Option<Arc<Feed>>,
+    /// When the profile began, in clock ticks after boot (before the command's fork).
+    began: u64,
+    /// The ring, in pages.
+    ring_pages: u64,
 }
 
 impl Backend for Procfs {
@@ -59,6 +77,10 @@ impl Backend for Procfs {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let period_ms = period_ms.unwrap_or(abi::PERIOD_MS_DEFAULT);
+        let fault_events = match selection.attribution {
+            Some(minor_period) => open_events(selection, minor_period).map_err(|e| off(&e)),
+            None => Err("turned off (--no-attribution)".to_owned()),
+        };
         Ok(Procfs {
             period: Duration::from_millis(period_ms.into()),
             ticks: processes.iter().any(|p| !p.nanoseconds()),
@@ -68,6 +90,10 @@ impl Backend for Procfs {
             inherit: selection.inherit,
             unlisted: selection.inherit && !procstat::children_listed(),
             cgroup: selection.cgroup.clone(),
+            fault_events,
+            feed: None,
+            began: procstat::boot_ticks(),
+            ring_pages: selection.ring_pages,
         })
     }
 
@@ -75,14 +101,24 @@ impl Backend for Procfs {
         "procfs"
     }
 
-    fn adopt(&mut self, _pid: u32) -> Result<(), BackendError> {
-        // Attached in `produce`, counted from zero: it is our child.
+    fn adopt(&mut self, pid: u32) -> Result<(), BackendError> {
+        // Its counters are attached in `produce`, counted from zero: it is our child. Its
+        // fault events count from its exec, and follow what it starts.
+        if let Ok(events) = &mut self.fault_events {
+            let target = Target::Task {
+                tid: pid,
+                from_exec: true,
+            };
+            if let Err(e) = events.attach(target) {
+                self.fault_events = Err(off(&e));
+            }
+        }
         Ok(())
     }
 
     fn start(&mut self, mode: Mode) -> Result<(Arc<Area>, FutexWaiter), BackendError> {
-        let area = Area::create_memfd(abi::BUFFER_PAGES_DEFAULT.into(), mode, self.period)
-            .map_err(BackendError::Memfd)?;
+        let area =
+            Area::create_memfd(self.ring_pages, mode, self.period).map_err(BackendError::Memfd)?;
         Ok((Arc::new(area), FutexWaiter))
     }
 
@@ -100,8 +136,37 @@ impl Backend for Procfs {
             processes.push(process);
         }
         let members = (self.cgroup.clone()).map(Members::new);
-        let sampler = Sampler::spawn(Arc::clone(area), processes, members, self.period, on_end)
-            .map_err(SystemError::doing("starting the sampler"))?;
+        let fault_events = std::mem::replace(&mut self.fault_events, Err(String::new()));
+        let (attribution, attributor) = match fault_events {
+            Ok(events) if events.is_empty() => (
+                Attribution::Off("no fault event could be opened: every thread was gone".into()),
+                None,
+            ),
+            Ok(events) => (
+                Attribution::On {
+                    minor_period: events.minor_period(),
+                    kernel_faults: events.kernel_faults(),
+                },
+                Some(Attributor::new(events)),
+            ),
+            Err(why) => (Attribution::Off(why), None),
+        };
+        let feed = Arc::new(Feed::new(attribution));
+        let attribution = sampler::Attribution {
+            feed: Arc::clone(&feed),
+            attributor,
+            began: self.began,
+        };
+        self.feed = Some(feed);
+        let sampler = Sampler::spawn(
+            Arc::clone(area),
+            processes,
+            members,
+            self.period,
+            attribution,
+            on_end,
+        )
+        .map_err(SystemError::doing("starting the sampler"))?;
         let events = sampler.events();
         let watch = command.map(|_| -> Box<dyn ExitWatch> {
             Box::new(FinalCounts {
@@ -113,6 +178,10 @@ impl Backend for Procfs {
         self.events = Some(events);
         self.sampler = Some(sampler);
         Ok(watch)
+    }
+
+    fn attribution(&self) -> Option<Arc<Feed>> {
+        self.feed.clone()
     }
 
     fn stopper(&self) -> Stopper {
@@ -169,6 +238,35 @@ impl Backend for Procfs {
         }
         Ok(notes)
     }
+}
+
+/// Opens the fault events of the selected processes (every thread, and with `inherit`
+/// every descendant's) and of the cgroup; the command's come in `adopt`.
+fn open_events(selection: &Selection, minor_period: u64) -> Result<FaultEvents, PerfError> {
+    let mut events = FaultEvents::new(minor_period)?;
+    let mut pids = selection.pids.clone();
+    while let Some(pid) = pids.pop() {
+        for tid in perf::threads(pid) {
+            events.attach(Target::Task {
+                tid,
+                from_exec: false,
+            })?;
+        }
+        // What the processes start from now on inherits their events; their descendants
+        // from before need their own.
+        if selection.inherit {
+            pids.extend(procstat::children(pid));
+        }
+    }
+    if let Some(cgroup) = &selection.cgroup {
+        events.attach(Target::Cgroup(cgroup.fd().as_fd()))?;
+    }
+    Ok(events)
+}
+
+/// Why faults are not attributed, and what would allow it, as the summary says it.
+fn off(e: &PerfError) -> String {
+    format!("{e}; {}", e.advice())
 }
 
 /// The command's last counts for the sampler, which takes them once the command is

@@ -4,12 +4,15 @@
 //! and feeds the per-period deltas and the memory at each period's end to a [`Producer`]
 //! on a memfd area, playing the module's role in the very same protocol.
 //!
-//! Between periods it sleeps in poll() on an eventfd (events from other threads) and on a
+//! Between periods it sleeps in poll() on an eventfd (events from other threads), on a
 //! pidfd per process that is not our child, so an exit is seen at once and the process's
-//! last counts are read while it is a zombie, before its parent reaps it.
+//! last counts are read while it is a zombie, before its parent reaps it, and on the fault
+//! events' rings, drained when half full. Before each sample it gives the consumer the
+//! period's table ([`crate::attribution`]): who took the faults ([`super::who`]) and,
+//! where the events are open, where ([`super::attribute`]).
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -22,11 +25,14 @@ use shared_layout::abi::{self, Sample};
 use shared_layout::producer::{Finish, Producer};
 use shared_layout::{Area, ProtocolError};
 
+use super::attribute::Attributor;
 use super::cap::CpuCap;
 use super::members::Members;
 use super::memory::Memory;
 use super::process::Process;
 use super::tree::Tree;
+use super::who::Who;
+use crate::attribution::{Feed, PeriodTable};
 use crate::system::procstat::{ProcessCounters, StatError};
 
 /// How long the last sample may wait for a free slot before the session is canceled anyway.
@@ -98,14 +104,37 @@ pub struct Sampler {
     thread: JoinHandle<Result<SamplerReport, SamplerError>>,
 }
 
+/// Where each period's table goes, and the fault events when they are open.
+pub struct Attribution {
+    pub feed: Arc<Feed>,
+    pub attributor: Option<Attributor>,
+    /// When the profile began, in clock ticks after boot: a process started since counts
+    /// its own faults from its fork ([`Who`]).
+    pub began: u64,
+}
+
+impl Attribution {
+    /// Faults attributed to no mapping (`why`), the processes' own counted from their
+    /// first read, or from their fork if they start now or later.
+    pub fn off(why: &str) -> Attribution {
+        Attribution {
+            feed: Arc::new(Feed::new(crate::attribution::Attribution::Off(why.into()))),
+            attributor: None,
+            began: crate::system::procstat::boot_ticks(),
+        }
+    }
+}
+
 impl Sampler {
-    /// Starts sampling `processes` and the `cgroup`'s members every `period` into `area`;
-    /// `on_end` runs once the session is canceled.
+    /// Starts sampling `processes` and the `cgroup`'s members every `period` into `area`,
+    /// each period's table into `attribution`'s feed; `on_end` runs once the session is
+    /// canceled.
     pub fn spawn(
         area: Arc<Area>,
         processes: Vec<Process>,
         cgroup: Option<Members>,
         period: Duration,
+        attribution: Attribution,
         on_end: impl FnOnce() + Send + 'static,
     ) -> std::io::Result<Sampler> {
         let (tx, rx) = mpsc::channel();
@@ -123,7 +152,15 @@ impl Sampler {
                     members,
                     seen: ProcessCounters::default(),
                 });
-                let report = run(Producer::new(area), processes, cgroup, period, &rx, &bell);
+                let report = run(
+                    Producer::new(area),
+                    processes,
+                    cgroup,
+                    attribution,
+                    period,
+                    &rx,
+                    &bell,
+                );
                 on_end();
                 report
             })?;
@@ -181,14 +218,23 @@ fn profiled(processes: Vec<Process>) -> HashMap<u32, Profiled> {
 enum Woken {
     /// The period is over.
     Period,
-    /// The bell sounded (`bell`: events are waiting), or these processes exited.
-    Early { bell: bool, exited: Vec<u32> },
+    /// The bell sounded (`bell`: events are waiting), these processes exited, or a fault
+    /// event's ring is half full (`rings`; `hung_up`: the positions of ring descriptors
+    /// that hung up, their events' tasks gone).
+    Early {
+        bell: bool,
+        exited: Vec<u32>,
+        rings: bool,
+        hung_up: Vec<usize>,
+    },
 }
 
-/// Sleeps until `deadline`, an event, or the exit of a process watched by pidfd.
+/// Sleeps until `deadline`, an event, the exit of a process watched by pidfd, or a ring
+/// of `rings` half full.
 fn sleep(
     procs: &HashMap<u32, Profiled>,
     bell: &EventFd,
+    rings: &[BorrowedFd],
     deadline: Instant,
 ) -> Result<Woken, SamplerError> {
     let left = deadline.saturating_duration_since(Instant::now());
@@ -202,6 +248,7 @@ fn sleep(
         .collect();
     let mut fds: Vec<PollFd> = std::iter::once(bell.as_fd())
         .chain(watched.iter().map(|(_, fd)| fd.as_fd()))
+        .chain(rings.iter().copied())
         .map(|fd| PollFd::new(fd, PollFlags::POLLIN))
         .collect();
     match poll(&mut fds, timeout) {
@@ -221,9 +268,19 @@ fn sleep(
         .filter(|(_, fd)| ready(fd))
         .map(|((pid, _), _)| *pid)
         .collect();
+    let rings = &fds[1 + watched.len()..];
+    let hung_up = |fd: &PollFd| {
+        fd.revents()
+            .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR))
+    };
     Ok(Woken::Early {
         bell: sounded,
         exited,
+        rings: rings.iter().any(ready),
+        hung_up: (rings.iter().enumerate())
+            .filter(|(_, fd)| hung_up(fd))
+            .map(|(i, _)| i)
+            .collect(),
     })
 }
 
@@ -234,15 +291,23 @@ struct CgroupCount {
 }
 
 /// Adds what the cgroup's members did since the last pass to `pending`, with what they
-/// hold now to its memory, and their threads to `threads`; forgets the cgroup once it is
-/// removed: that selection has ended.
-fn poll_cgroup(cgroup: &mut Option<CgroupCount>, pending: &mut Sample, threads: &mut u64) {
+/// hold now to its memory, and their threads to `threads`, each member's own faults to
+/// `who`; forgets the cgroup once it is removed: that selection has ended.
+fn poll_cgroup(
+    cgroup: &mut Option<CgroupCount>,
+    pending: &mut Sample,
+    threads: &mut u64,
+    who: &mut Who,
+) {
     let Some(counted) = cgroup else {
         return;
     };
     let before = counted.members.threads();
     match counted.members.pass() {
         Some(total) => {
+            for (pid, stat) in counted.members.stats() {
+                who.observe(pid, stat);
+            }
             add_counts(pending, advance(&mut counted.seen, total));
             let memory = memory_of(pending) + counted.members.memory();
             set_memory(pending, memory);
@@ -259,6 +324,7 @@ fn run(
     mut producer: Producer,
     processes: Vec<Process>,
     cgroup: Option<CgroupCount>,
+    attribution: Attribution,
     period: Duration,
     events: &Receiver<Event>,
     bell: &EventFd,
@@ -270,6 +336,9 @@ fn run(
         threads: 0,
         cap: CpuCap::new(period),
         unread: Vec::new(),
+        who: Who::new(attribution.began),
+        feed: attribution.feed,
+        attributor: attribution.attributor,
     };
     // Whatever happens, the session must end canceled, or the consumer waits forever.
     let outcome = sample_until_the_end(&mut counts, &mut producer, period, events, bell);
@@ -279,6 +348,7 @@ fn run(
         last.time_ns = abi::monotonic_ns();
     }
     counts.cap.flush(&mut last);
+    counts.publish(last.time_ns);
     let recorded = producer.record(last);
     let finished = producer.finish(Instant::now() + FINISH_TIMEOUT);
     outcome?;
@@ -303,18 +373,53 @@ struct Counts {
     cap: CpuCap,
     /// Processes whose last counts could not be read.
     unread: Vec<Unread>,
+    /// Each process's own faults since the last sample.
+    who: Who,
+    /// Where each sample's table goes, given before the sample.
+    feed: Arc<Feed>,
+    /// The fault events, when they are open.
+    attributor: Option<Attributor>,
 }
 
 impl Counts {
     /// Reads every process and the cgroup's members; the timestamp the counts belong to.
     fn poll(&mut self) -> Result<u64, SamplerError> {
-        let time_ns = poll_all(&mut self.procs, &mut self.pending, &mut self.threads)?;
-        poll_cgroup(&mut self.cgroup, &mut self.pending, &mut self.threads);
+        let time_ns = poll_all(
+            &mut self.procs,
+            &mut self.pending,
+            &mut self.threads,
+            &mut self.who,
+        )?;
+        poll_cgroup(
+            &mut self.cgroup,
+            &mut self.pending,
+            &mut self.threads,
+            &mut self.who,
+        );
         Ok(time_ns)
+    }
+
+    /// Gives the consumer the table of the period ending at `end_ns`, before its sample.
+    fn publish(&mut self, end_ns: u64) {
+        let processes = self.who.take();
+        let changed = self.who.changed();
+        let table = match self.attributor.as_mut() {
+            Some(attributor) => {
+                attributor.read_maps(&changed);
+                attributor.finish(end_ns, processes)
+            }
+            None => PeriodTable {
+                end_ns,
+                processes,
+                ..PeriodTable::default()
+            },
+        };
+        self.feed.push(table);
     }
 
     /// Writes what was counted as the sample at `time_ns`, its CPU time capped.
     fn record(&mut self, producer: &mut Producer, time_ns: u64) -> Result<(), ProtocolError> {
+        self.publish(time_ns);
         self.pending.time_ns = time_ns;
         self.cap
             .apply(&mut self.pending, std::mem::take(&mut self.threads));
@@ -332,6 +437,7 @@ impl Counts {
         for pid in exited {
             if let Some(mut p) = self.procs.remove(&pid) {
                 self.threads += read_last(&mut p, &mut self.pending, &mut self.unread);
+                observe(&p.process, &mut self.who);
             }
         }
     }
@@ -361,9 +467,23 @@ fn sample_until_the_end(
     let time_ns = counts.poll()?;
     counts.record(producer, time_ns)?;
     loop {
-        let (sounded, exited) = match sleep(&counts.procs, bell, next)? {
+        let rings = (counts.attributor.as_ref()).map_or_else(Vec::new, Attributor::poll_fds);
+        let woken = sleep(&counts.procs, bell, &rings, next)?;
+        drop(rings);
+        let (sounded, exited) = match woken {
             Woken::Period => (false, Vec::new()),
-            Woken::Early { bell, exited } => (bell, exited),
+            Woken::Early {
+                bell,
+                exited,
+                rings,
+                hung_up,
+            } => {
+                if let Some(attributor) = counts.attributor.as_mut().filter(|_| rings) {
+                    attributor.hang_up(&hung_up);
+                    attributor.drain();
+                }
+                (bell, exited)
+            }
         };
         counts.exited(exited);
         // Every event sounds the bell after it is sent: a silent bell, no events.
@@ -441,6 +561,7 @@ fn poll_all(
     procs: &mut HashMap<u32, Profiled>,
     pending: &mut Sample,
     threads: &mut u64,
+    who: &mut Who,
 ) -> Result<u64, StatError> {
     let time_ns = read_clocks(procs);
     let mut gone = Vec::new();
@@ -462,6 +583,7 @@ fn poll_all(
             // that runs forks: its descendants, if it has any, may have.
             Some(_) if p.process.tree.as_ref().is_none_or(Tree::is_root_alone) => {
                 p.read_at = Instant::now();
+                observe(&p.process, who);
                 continue;
             }
             Some(last) => (last, false),
@@ -479,6 +601,7 @@ fn poll_all(
         };
         let now = p.process.counts(&stat, fresh);
         add_counts(pending, advance(&mut p.seen, now));
+        observe(&p.process, who);
         p.read_at = Instant::now();
         // More now than at the last read: the new ones could have run too.
         let now_threads = p.process.threads();
@@ -495,6 +618,17 @@ fn poll_all(
     let memory = procs.values_mut().map(|p| p.process.memory(p.ran)).sum();
     set_memory(pending, memory);
     Ok(time_ns)
+}
+
+/// Tells `who` a process's own faults as last read, and its descendants'.
+fn observe(process: &Process, who: &mut Who) {
+    // Set only from a stat of its own start time.
+    if let Some(stat) = &process.last {
+        who.observe(process.pid, stat);
+    }
+    for (pid, stat) in process.tree.iter().flat_map(Tree::stats) {
+        who.observe(pid, stat);
+    }
 }
 
 /// What `now` adds to what was `seen` of a process, raising `seen` to it. A count below
@@ -553,7 +687,7 @@ mod tests {
             me.start = me.start.wrapping_sub(1);
             let mut procs = profiled(vec![me]);
             let mut pending = Sample::default();
-            poll_all(&mut procs, &mut pending, &mut 0).unwrap();
+            poll_all(&mut procs, &mut pending, &mut 0, &mut Who::new(0)).unwrap();
             assert_eq!(counts(&pending), (0, 0, 0), "child: {child}");
             // A child's last counts come from wait4(): it stays until Event::Exited.
             assert_eq!(procs.is_empty(), !child);
@@ -584,11 +718,11 @@ mod tests {
         let me = Process::attach(std::process::id(), false).unwrap();
         let mut procs = profiled(vec![me]);
         let mut pending = Sample::default();
-        poll_all(&mut procs, &mut pending, &mut 0).unwrap();
+        poll_all(&mut procs, &mut pending, &mut 0, &mut Who::new(0)).unwrap();
         let before = pending.rss_anon;
         // 256 MiB written, far more than the other tests running beside can free.
         let grown = std::hint::black_box(vec![1u8; 256 << 20]);
-        poll_all(&mut procs, &mut pending, &mut 0).unwrap();
+        poll_all(&mut procs, &mut pending, &mut 0, &mut Who::new(0)).unwrap();
         assert!(
             pending.rss_anon >= before + (128 << 20),
             "resident anonymous memory {} bytes, {before} before 256 MiB were written",
@@ -604,7 +738,7 @@ mod tests {
         me.baseline = ProcessCounters::default();
         let mut procs = profiled(vec![me]);
         let mut pending = Sample::default();
-        poll_all(&mut procs, &mut pending, &mut 0).unwrap();
+        poll_all(&mut procs, &mut pending, &mut 0, &mut Who::new(0)).unwrap();
         assert!(pending.minor >= baseline.minor && pending.minor > 0);
     }
 
@@ -662,7 +796,7 @@ mod tests {
         });
         process.last = invented;
         let mut pending = Sample::default();
-        poll_all(&mut procs, &mut pending, &mut 0).unwrap();
+        poll_all(&mut procs, &mut pending, &mut 0, &mut Who::new(0)).unwrap();
         let status = status();
         sleeper.kill().unwrap();
         sleeper.wait().unwrap();
@@ -703,7 +837,15 @@ mod tests {
         let procs = profiled(vec![process]);
         let bell = EventFd::from_flags(EfdFlags::EFD_NONBLOCK).unwrap();
         // A deadline far away: only the exit can end this wait.
-        let woken = sleep(&procs, &bell, Instant::now() + Duration::from_secs(3600)).unwrap();
-        assert!(matches!(woken, Woken::Early { bell: false, ref exited } if exited == &[pid]));
+        let woken = sleep(
+            &procs,
+            &bell,
+            &[],
+            Instant::now() + Duration::from_secs(3600),
+        )
+        .unwrap();
+        assert!(
+            matches!(woken, Woken::Early { bell: false, ref exited, rings: false, .. } if exited == &[pid])
+        );
     }
 }

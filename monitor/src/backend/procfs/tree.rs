@@ -228,6 +228,11 @@ impl Tree {
         self.procs.values_mut().map(|p| p.memory.read(p.ran)).sum()
     }
 
+    /// The descendants in the tree at the last pass, each with its stat as last read.
+    pub fn stats(&self) -> impl Iterator<Item = (u32, &Stat)> {
+        self.procs.iter().map(|(&pid, proc)| (pid, &proc.stat))
+    }
+
     /// How many threads could have run between the last pass and the one before: those
     /// of the processes in the tree at the last pass, and of those that left it since.
     pub fn threads(&self) -> u64 {
@@ -339,6 +344,7 @@ mod tests {
             ppid,
             start,
             threads: 1,
+            comm: Default::default(),
         })
     }
 

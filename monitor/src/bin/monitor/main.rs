@@ -14,6 +14,7 @@ use monitor::backend::procfs::Procfs;
 use monitor::backend::BackendError;
 use monitor::cli::{self, BackendChoice, Cli, Command, Options};
 use monitor::export::ExportError;
+use monitor::fleet::{FleetRequest, Selector};
 use monitor::output::error::OutputError;
 use monitor::output::summary::{SummaryStyle, SummaryTarget};
 use monitor::output::writer::Destination;
@@ -48,7 +49,89 @@ fn main() -> ExitCode {
             )
             .exit();
     }
+    if !options.cgroups_under.is_empty() || !options.units.is_empty() {
+        return fleet(options, command.is_some());
+    }
     match run(options, command) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            let (message, code) = failure(e);
+            eprint!("{message}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// Refuses what a fleet monitor cannot do, with the reason, as clap refuses a usage error.
+fn refuse_for_fleet(options: &Options, run: bool) {
+    let refusal = if run {
+        Some("--cgroups-under and --unit profile cgroups: use them without `run`")
+    } else if options.backend == BackendChoice::Kernel {
+        Some(
+            "--cgroups-under and --unit need --backend procfs: with the module each target \
+              would be a session of its own, which this monitor does not open",
+        )
+    } else if !options.export.any() {
+        Some(
+            "--cgroups-under and --unit export each target: give --prometheus ADDR, --otlp \
+             [URL] or --textfile DIR",
+        )
+    } else if options.duration.is_some() || options.count.is_some() {
+        Some(
+            "--cgroups-under and --unit run until SIGTERM, each target until its cgroup is \
+             removed: --duration and --count end one profile (--cgroup)",
+        )
+    } else if options.output.is_some() || options.plot.is_some() || options.summary.is_some() {
+        Some(
+            "--cgroups-under and --unit export each target: --output, --plot and \
+              --summary are for one target (--cgroup)",
+        )
+    } else {
+        None
+    };
+    if let Some(refusal) = refusal {
+        cli::monitor_command(cli::program_name())
+            .error(clap::error::ErrorKind::ArgumentConflict, refusal)
+            .exit();
+    }
+}
+
+/// `--cgroups-under`, `--unit`: one monitor for many cgroups.
+fn fleet(options: Options, run: bool) -> ExitCode {
+    refuse_for_fleet(&options, run);
+    let selectors = (options.cgroups_under.iter().cloned().map(Selector::Under))
+        .chain(options.units.iter().cloned().map(Selector::Unit))
+        .collect();
+    let request = FleetRequest {
+        selectors,
+        max_targets: usize::from(options.max_targets),
+        template: Request {
+            mode: options.mode,
+            interval: options.interval,
+            format: options.format,
+            output: Destination::Nowhere,
+            plot: None,
+            command: None,
+            pids: Vec::new(),
+            cgroup: None,
+            period_ms: options.period.or(options.period_ms),
+            inherit: !options.no_inherit,
+            // A target's where-the-faults-were would go nowhere (no output, no summary),
+            // and each target's events are 2 per CPU: 256 targets on 64 CPUs are 32,768
+            // file descriptors, and each counts every fault of its cgroup.
+            attribution: None,
+            export: options.export,
+            summary: SummaryTarget {
+                file: None,
+                style: SummaryStyle::Text,
+                quiet: true,
+            },
+            duration: None,
+            count: None,
+            fleet: None,
+        },
+    };
+    match monitor::fleet::run(request) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             let (message, code) = failure(e);
@@ -100,8 +183,11 @@ fn run(options: Options, command: Option<Vec<OsString>>) -> Result<u8, ProfileEr
             quiet: options.quiet,
         },
         duration: options.duration,
+        count: options.count,
         inherit: !options.no_inherit,
+        attribution: (!options.no_attribution).then_some(options.minor_sampling),
         export: options.export,
+        fleet: None,
     };
     match backend {
         BackendChoice::Kernel => profile::profile::<Kernel>(request),

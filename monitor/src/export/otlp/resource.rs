@@ -13,6 +13,7 @@ use percent_encoding::percent_decode_str;
 use super::config::Env;
 use super::string;
 use crate::export::error::ExportError;
+use crate::export::metrics::Labels;
 
 /// The semantic conventions the names follow: 1.38.0 named the fault type attribute
 /// `system.paging.fault.type`.
@@ -33,6 +34,33 @@ pub fn resource(env: Env) -> Result<Resource, ExportError> {
         attributes,
         ..Resource::default()
     })
+}
+
+/// The monitor's `resource` with what a target's labels say of the entity it profiles,
+/// in the conventions' names: a Kubernetes container's `k8s.pod.uid`, `container.id` and
+/// `container.runtime.name` (the labels keep the kubelet's spelling on each point).
+pub fn of_target(resource: &Resource, labels: &Labels) -> Resource {
+    let mut resource = resource.clone();
+    for (key, value) in &labels.derived {
+        match *key {
+            "pod_uid" => set(&mut resource.attributes, string("k8s.pod.uid", value)),
+            "container_id" => {
+                let (runtime, id) = match value.split_once("://") {
+                    Some((runtime, id)) => (Some(runtime), id),
+                    None => (None, value.as_str()),
+                };
+                set(&mut resource.attributes, string("container.id", id));
+                if let Some(runtime) = runtime {
+                    set(
+                        &mut resource.attributes,
+                        string("container.runtime.name", runtime),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    resource
 }
 
 /// Replaces the attribute of the same key, or adds it.

@@ -185,9 +185,79 @@ struct Tally {
 }
 
 /// The syscall a stopped process sits in (/proc/<pid>/syscall): -1 in user space.
-fn syscall_of(pid: u32) -> Option<i64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/syscall")).ok()?;
-    text.split(' ').next()?.parse().ok()
+#[cfg(not(target_arch = "aarch64"))]
+fn syscall_of(pid: u32) -> Result<Option<i64>> {
+    let path = format!("/proc/{pid}/syscall");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    Ok(text.split(' ').next().and_then(|nr| nr.parse().ok()))
+}
+
+/// The syscall a signal took a stopped process out of, -1 in user space,
+/// None when its registers cannot tell. arm64's signal delivery forgets the
+/// syscall before the task stops (do_signal's forget_syscall), so
+/// /proc/<pid>/syscall reads -1 for a monitor the SIGSTOP took out of
+/// WAIT_FULL; its registers still say: x8 the call, x0 its return, -EINTR
+/// when the signal interrupted it, pc just past the `svc`. A stop at a call's
+/// normal return cannot be told from one at the next instruction (None); a
+/// call the kernel restarts (pc back on its `svc`) reads as user space, and
+/// WAIT_FULL's ioctl is never restarted.
+#[cfg(target_arch = "aarch64")]
+fn syscall_of(pid: u32) -> Result<Option<i64>> {
+    use std::os::unix::fs::FileExt;
+    const SVC_0: u32 = 0xd400_0001;
+    let regs = stopped_registers(pid)?;
+    let mut before_pc = [0u8; 4];
+    let path = format!("/proc/{pid}/mem");
+    File::open(&path)
+        .and_then(|mem| mem.read_exact_at(&mut before_pc, regs.pc.wrapping_sub(4)))
+        .with_context(|| format!("reading the instruction before pc {:#x} in {path}", regs.pc))?;
+    Ok(if u32::from_le_bytes(before_pc) != SVC_0 {
+        Some(-1)
+    } else if regs.regs[0] as i64 == -i64::from(libc::EINTR) {
+        Some(regs.regs[8] as i64)
+    } else {
+        None
+    })
+}
+
+/// The user registers of a process stopped by SIGSTOP: seized with ptrace
+/// (it stays stopped, for its tracer now), read, and let go to its stop.
+#[cfg(target_arch = "aarch64")]
+fn stopped_registers(pid: u32) -> Result<libc::user_regs_struct> {
+    let pid = pid as libc::pid_t;
+    let none = std::ptr::null_mut::<libc::c_void>();
+    // SAFETY: plain syscall on our own stopped child, no pointers.
+    let seized = unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid, none, none) };
+    ensure!(
+        seized == 0,
+        "PTRACE_SEIZE {pid}: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: user_regs_struct is plain old data; all-zero is a valid value.
+    let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+    let mut iov = libc::iovec {
+        iov_base: std::ptr::addr_of_mut!(regs).cast(),
+        iov_len: size_of::<libc::user_regs_struct>(),
+    };
+    // SAFETY: the iovec gives a local and its size; the kernel writes no more.
+    let read = unsafe {
+        libc::ptrace(
+            libc::PTRACE_GETREGSET,
+            pid,
+            libc::NT_PRSTATUS as usize as *mut libc::c_void,
+            std::ptr::addr_of_mut!(iov),
+        )
+    };
+    let read_error = std::io::Error::last_os_error();
+    // SAFETY: plain syscall on our tracee, no pointers.
+    let detached = unsafe { libc::ptrace(libc::PTRACE_DETACH, pid, none, none) };
+    ensure!(read == 0, "PTRACE_GETREGSET {pid}: {read_error}");
+    ensure!(
+        detached == 0,
+        "PTRACE_DETACH {pid}: {}",
+        std::io::Error::last_os_error()
+    );
+    Ok(regs)
 }
 
 fn signal(pid: u32, sig: i32) -> Result<()> {
@@ -272,7 +342,7 @@ pub fn monitors_sigkilled_anywhere_leave_a_module_the_next_monitor_can_use(
         // Stopped, it stays where it was: its phase and syscall are exact.
         signal(monitor.pid, libc::SIGSTOP)?;
         wait_stopped(monitor.pid)?;
-        let syscall = syscall_of(monitor.pid);
+        let syscall = syscall_of(monitor.pid)?;
         match phase.get() {
             PHASE_HOLD_LOCK => tally.holding_lock += 1,
             PHASE_TAKE if syscall == Some(libc::SYS_ioctl) => tally.in_wait_full += 1,

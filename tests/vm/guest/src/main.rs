@@ -5,7 +5,8 @@
 //!
 //! which runs every test whose name contains one of the filters (all without
 //! one; the `bench_` ones, measurements for docs/benchmarks.md, only when a
-//! filter names them), prints `ok   <name>` or `FAIL <name>: <why>` per test and
+//! filter names them) but those whose name contains a filter's WORD given as
+//! `-WORD`, prints `ok   <name>` or `FAIL <name>: <why>` per test and
 //! `N passed, M failed`, and exits non-zero if any failed. The same binary
 //! plays the processes the tests profile (`pfprof-guest child ...`).
 
@@ -131,9 +132,15 @@ const TESTS: &[(&str, Test)] = tests![
 
 fn run(env: &Env, filters: &[String]) -> ExitCode {
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    let (left_out, named_by): (Vec<&str>, Vec<&str>) = filters
+        .iter()
+        .map(String::as_str)
+        .partition(|f| f.starts_with('-'));
     for (name, test) in TESTS {
-        let named = filters.iter().any(|f| name.contains(f.as_str()));
-        if (!filters.is_empty() || name.starts_with("bench_")) && !named {
+        let named = named_by.iter().any(|f| name.contains(f));
+        if (!named_by.is_empty() || name.starts_with("bench_")) && !named
+            || left_out.iter().any(|f| name.contains(&f[1..]))
+        {
             continue;
         }
         // Every test starts without the module and leaves it unloaded, and the

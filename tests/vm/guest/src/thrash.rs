@@ -10,6 +10,9 @@ use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
@@ -82,6 +85,8 @@ struct Run {
     rows: Vec<serde_like::Row>,
     events: Vec<serde_like::Event>,
     summary: String,
+    /// The last node_exporter textfile the monitor wrote: its final values.
+    textfile: String,
 }
 
 impl Run {
@@ -142,7 +147,8 @@ mod serde_like {
         let mut previous: Option<u64> = None;
         for line in text.lines() {
             // The first record says what was profiled: neither a row nor a band.
-            if line.starts_with("{\"event\":\"start\"") {
+            if line.starts_with("{\"event\":\"start\"") || line.starts_with("{\"event\":\"where\"")
+            {
                 continue;
             }
             if line.contains("\"event\":") {
@@ -195,6 +201,9 @@ fn run(backend: &str, memory_max_mib: u64) -> Result<Run> {
     );
     let cgroup = Cgroup::new("pfprof-thrash", memory_max_mib)?;
     let samples = format!("/tmp/thrash-{backend}-{memory_max_mib}.jsonl");
+    let textfiles = PathBuf::from(format!("/tmp/thrash-{backend}-{memory_max_mib}.prom.d"));
+    let _ = fs::remove_dir_all(&textfiles);
+    fs::create_dir(&textfiles)?;
     let me = std::env::current_exe()?;
     let mut monitor = Command::new("/bin/monitor")
         .args([
@@ -205,8 +214,11 @@ fn run(backend: &str, memory_max_mib: u64) -> Result<Run> {
             "jsonl",
             "-o",
             &samples,
+            "--textfile",
         ])
-        .arg("--")
+        .arg(&textfiles)
+        // The final values stay this long: long enough to be read below.
+        .args(["--linger", "2s", "--"])
         .arg(&me)
         .args(["child", "thrash"])
         .arg(&cgroup.0)
@@ -216,6 +228,7 @@ fn run(backend: &str, memory_max_mib: u64) -> Result<Run> {
         .spawn()
         .context("running /bin/monitor")?;
     let stdout = monitor.stdout.take().context("no stdout")?;
+    let watcher = TextfileWatcher::start(textfiles);
     let (mut phases, mut statuses) = (Vec::new(), Vec::new());
     for line in BufReader::new(stdout).lines() {
         let line = line?;
@@ -241,6 +254,7 @@ fn run(backend: &str, memory_max_mib: u64) -> Result<Run> {
         }
     }
     let out = monitor.wait_with_output()?;
+    let textfile = watcher.last()?;
     let summary = String::from_utf8_lossy(&out.stderr).into_owned();
     ensure!(
         out.status.success(),
@@ -256,7 +270,75 @@ fn run(backend: &str, memory_max_mib: u64) -> Result<Run> {
         rows,
         events,
         summary,
+        textfile,
     })
+}
+
+/// Reads the one textfile the monitor keeps in a directory every 50 ms while it runs:
+/// the monitor writes its final values at the end and keeps them for --linger, so the
+/// last text read is the final one.
+struct TextfileWatcher {
+    stop: Arc<AtomicBool>,
+    thread: thread::JoinHandle<Result<String>>,
+}
+
+impl TextfileWatcher {
+    fn start(dir: PathBuf) -> TextfileWatcher {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let thread = thread::spawn(move || {
+            let mut last = String::new();
+            while !stopped.load(Ordering::Relaxed) {
+                for entry in fs::read_dir(&dir)? {
+                    let path = entry?.path();
+                    // Replaced by a rename, removed at the end: gone between the two
+                    // calls is no error.
+                    if path.extension().is_some_and(|e| e == "prom") {
+                        if let Ok(text) = fs::read_to_string(&path) {
+                            last = text;
+                        }
+                    }
+                }
+                thread::sleep(Duration::from_millis(50));
+            }
+            Ok(last)
+        });
+        TextfileWatcher { stop, thread }
+    }
+
+    /// Once the monitor has ended: the last text read.
+    fn last(self) -> Result<String> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the textfile watcher panicked"))?
+    }
+}
+
+/// The value of the first series named `name` in a textfile (its labels: the target's, the monitor's).
+fn exported(text: &str, name: &str) -> Result<f64> {
+    text.lines()
+        .find_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            (series == name || series.starts_with(&format!("{name}{{"))).then_some(value)
+        })
+        .with_context(|| format!("no {name} in the textfile:\n{text}"))?
+        .parse()
+        .with_context(|| format!("{name} in the textfile"))
+}
+
+/// What the monitor exported at the end says the same as its verdict: `bands` thrashing
+/// bands, none still going on.
+fn check_export_agrees_with_verdict(backend: &str, run: &Run, bands: usize) -> Result<()> {
+    let episodes = exported(&run.textfile, "pfprof_thrashing_episodes_total")?;
+    let now = exported(&run.textfile, "pfprof_thrashing")?;
+    ensure!(
+        (episodes, now) == (bands as f64, 0.0),
+        "{backend}: the final textfile exports {episodes} thrashing episodes and thrashing \
+         {now}, the verdict {bands} bands, ended:\n{}",
+        run.textfile
+    );
+    Ok(())
 }
 
 /// Over the rows between two moments: memory stall (some, full: % of the time), the
@@ -430,6 +512,7 @@ pub fn a_workload_exceeding_its_memory_cgroup_is_found_thrashing_from_its_announ
             "{backend}: the summary does not say it: {}",
             run.summary
         );
+        check_export_agrees_with_verdict(backend, &run, 1)?;
     }
     Ok(())
 }
@@ -454,6 +537,7 @@ pub fn the_same_workload_with_room_to_spare_is_not_found_thrashing(env: &Env) ->
             "{backend}: {}",
             run.summary
         );
+        check_export_agrees_with_verdict(backend, &run, 0)?;
     }
     Ok(())
 }

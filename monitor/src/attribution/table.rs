@@ -1,0 +1,228 @@
+//! One period's faults, where and who: what a backend hands the consumer beside each
+//! sample.
+
+use std::collections::HashMap;
+use std::ops::AddAssign;
+use std::sync::Arc;
+
+use super::mapping::Mapping;
+
+/// The most (process, mapping) entries one table holds; what the others took is summed
+/// in [`PeriodTable::rest`]. A period's faults rarely spread over more.
+pub const MAX_ENTRIES: usize = 256;
+
+/// Faults counted on one mapping, or lost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// Major faults: every one is recorded.
+    pub major: u64,
+    /// Minor faults recorded: one in every [`super::Attribution::On`]'s `minor_period`.
+    pub minor_samples: u64,
+}
+
+impl Faults {
+    pub fn is_empty(&self) -> bool {
+        self.major == 0 && self.minor_samples == 0
+    }
+}
+
+impl AddAssign for Faults {
+    fn add_assign(&mut self, other: Faults) {
+        self.major = self.major.saturating_add(other.major);
+        self.minor_samples = self.minor_samples.saturating_add(other.minor_samples);
+    }
+}
+
+/// The faults one process took on one mapping.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// The process that took them (a file's faults, in the process that took each).
+    pub pid: u32,
+    pub mapping: Arc<Mapping>,
+    pub faults: Faults,
+}
+
+/// One process's own faults over a period: exact, from its counters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessFaults {
+    pub pid: u32,
+    /// Its name (`comm`) when it was read.
+    pub comm: Arc<str>,
+    pub minor: u64,
+    pub major: u64,
+}
+
+/// One period's attribution.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PeriodTable {
+    /// The timestamp of the sample whose period this is (`CLOCK_MONOTONIC`, ns).
+    pub end_ns: u64,
+    /// The faults recorded, by process and mapping: at most [`MAX_ENTRIES`].
+    pub entries: Vec<Entry>,
+    /// Those recorded on entries beyond [`MAX_ENTRIES`].
+    pub rest: Faults,
+    /// Those the kernel could not record (its buffer was full): exact counts.
+    pub lost: Faults,
+    /// Each process's own faults over the period, those with any.
+    pub processes: Vec<ProcessFaults>,
+}
+
+impl PeriodTable {
+    /// The faults recorded, on any mapping.
+    pub fn recorded(&self) -> Faults {
+        let mut total = self.rest;
+        for entry in &self.entries {
+            total += entry.faults;
+        }
+        total
+    }
+
+    /// Adds a later period's table into this one: the two periods as one.
+    pub fn merge(&mut self, later: PeriodTable) {
+        let mut builder = Builder::default();
+        for entry in self.entries.drain(..).chain(later.entries) {
+            builder.add(entry.pid, entry.mapping, entry.faults);
+        }
+        builder.rest = self.rest;
+        builder.rest += later.rest;
+        let mut lost = self.lost;
+        lost += later.lost;
+        let mut processes: HashMap<u32, ProcessFaults> = HashMap::new();
+        for p in self.processes.drain(..).chain(later.processes) {
+            processes
+                .entry(p.pid)
+                .and_modify(|q| {
+                    q.minor = q.minor.saturating_add(p.minor);
+                    q.major = q.major.saturating_add(p.major);
+                    q.comm = Arc::clone(&p.comm);
+                })
+                .or_insert(p);
+        }
+        *self = builder.finish(later.end_ns, lost, processes.into_values().collect());
+    }
+}
+
+/// Gathers a period's faults, then makes its table.
+#[derive(Debug, Default)]
+pub struct Builder {
+    entries: HashMap<(u32, Arc<Mapping>), Faults>,
+    rest: Faults,
+}
+
+impl Builder {
+    pub fn add(&mut self, pid: u32, mapping: Arc<Mapping>, faults: Faults) {
+        *self.entries.entry((pid, mapping)).or_default() += faults;
+    }
+
+    /// Whether nothing was added.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.rest.is_empty()
+    }
+
+    /// The table, its entries the [`MAX_ENTRIES`] with the most faults (major first),
+    /// the others summed in its `rest`.
+    pub fn finish(self, end_ns: u64, lost: Faults, processes: Vec<ProcessFaults>) -> PeriodTable {
+        let mut entries: Vec<Entry> = (self.entries.into_iter())
+            .map(|((pid, mapping), faults)| Entry {
+                pid,
+                mapping,
+                faults,
+            })
+            .collect();
+        let mut rest = self.rest;
+        if entries.len() > MAX_ENTRIES {
+            entries.sort_by(|a, b| {
+                (b.faults.major, b.faults.minor_samples)
+                    .cmp(&(a.faults.major, a.faults.minor_samples))
+            });
+            for entry in entries.drain(MAX_ENTRIES..) {
+                rest += entry.faults;
+            }
+        }
+        PeriodTable {
+            end_ns,
+            entries,
+            rest,
+            lost,
+            processes,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn anon(pid: u32, name: u64) -> Arc<Mapping> {
+        Arc::new(Mapping {
+            kind: super::super::MappingKind::Anonymous,
+            name: format!("[anon:{name}]"),
+            file: None,
+            owner: Some(pid),
+        })
+    }
+
+    #[test]
+    fn a_table_keeps_the_entries_with_the_most_faults_and_sums_the_rest_exactly() {
+        let mut builder = Builder::default();
+        for i in 0..(MAX_ENTRIES as u64 + 10) {
+            let faults = Faults {
+                major: i,
+                minor_samples: 1,
+            };
+            builder.add(1, anon(1, i << 12), faults);
+        }
+        let table = builder.finish(5, Faults::default(), Vec::new());
+        assert_eq!(table.entries.len(), MAX_ENTRIES);
+        // The ten smallest (majors 0..10) went to the rest.
+        assert_eq!(table.rest.major, (0..10).sum::<u64>());
+        assert!(table.entries.iter().all(|e| e.faults.major >= 10));
+        let n = MAX_ENTRIES as u64 + 10;
+        assert_eq!(
+            table.recorded(),
+            Faults {
+                major: n * (n - 1) / 2,
+                minor_samples: n
+            }
+        );
+    }
+
+    #[test]
+    fn merged_tables_add_up_and_end_with_the_later() {
+        let one = |end_ns, major, lost| {
+            let mut builder = Builder::default();
+            builder.add(
+                1,
+                anon(1, 0x1000),
+                Faults {
+                    major,
+                    minor_samples: 0,
+                },
+            );
+            builder.finish(
+                end_ns,
+                Faults {
+                    major: lost,
+                    minor_samples: 0,
+                },
+                vec![ProcessFaults {
+                    pid: 1,
+                    comm: "a".into(),
+                    minor: 3,
+                    major,
+                }],
+            )
+        };
+        let mut table = one(10, 4, 1);
+        table.merge(one(20, 6, 2));
+        assert_eq!(table.end_ns, 20);
+        assert_eq!(table.entries.len(), 1);
+        assert_eq!(table.entries[0].faults.major, 10);
+        assert_eq!(table.lost.major, 3);
+        assert_eq!(table.processes.len(), 1);
+        assert_eq!(
+            (table.processes[0].minor, table.processes[0].major),
+            (6, 10)
+        );
+    }
+}

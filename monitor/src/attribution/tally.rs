@@ -1,0 +1,243 @@
+//! Period tables added up (an interval's, a run's, a thrashing band's), and ranked.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::mapping::Mapping;
+use super::table::{Faults, PeriodTable};
+
+/// The most mappings, and processes, a tally keeps apart: past it the half with the fewest
+/// faults is folded into [`Tally::folded`] (their counts kept, their names not), so a
+/// long run over many short-lived mappings or processes costs bounded memory.
+pub const MAX_KEPT: usize = 4096;
+
+/// A process's own faults added up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessTotal {
+    pub comm: Arc<str>,
+    pub minor: u64,
+    pub major: u64,
+}
+
+/// Tables added up.
+#[derive(Clone, Debug, Default)]
+pub struct Tally {
+    mappings: HashMap<Arc<Mapping>, Faults>,
+    /// Recorded faults not kept by mapping: the tables' own rest, and folded mappings.
+    folded: Faults,
+    lost: Faults,
+    processes: HashMap<u32, ProcessTotal>,
+}
+
+impl Tally {
+    pub fn add(&mut self, table: &PeriodTable) {
+        for entry in &table.entries {
+            *self.mappings.entry(Arc::clone(&entry.mapping)).or_default() += entry.faults;
+        }
+        self.folded += table.rest;
+        self.lost += table.lost;
+        for p in &table.processes {
+            let total = self.processes.entry(p.pid).or_insert_with(|| ProcessTotal {
+                comm: Arc::clone(&p.comm),
+                minor: 0,
+                major: 0,
+            });
+            total.comm = Arc::clone(&p.comm);
+            total.minor = total.minor.saturating_add(p.minor);
+            total.major = total.major.saturating_add(p.major);
+        }
+        self.bound();
+    }
+
+    /// Adds the faults `mapping` took (a band's history, replayed).
+    pub fn add_mapping(&mut self, mapping: &Arc<Mapping>, faults: Faults) {
+        *self.mappings.entry(Arc::clone(mapping)).or_default() += faults;
+        self.bound();
+    }
+
+    /// Nothing recorded, lost, or counted of any process.
+    pub fn is_empty(&self) -> bool {
+        self.mappings.is_empty()
+            && self.folded.is_empty()
+            && self.lost.is_empty()
+            && self.processes.is_empty()
+    }
+
+    /// Every fault recorded, on any mapping.
+    pub fn recorded(&self) -> Faults {
+        let mut total = self.folded;
+        for faults in self.mappings.values() {
+            total += *faults;
+        }
+        total
+    }
+
+    /// What the kernel could not record.
+    pub fn lost(&self) -> Faults {
+        self.lost
+    }
+
+    /// Recorded faults whose mapping was not kept.
+    pub fn folded(&self) -> Faults {
+        self.folded
+    }
+
+    /// The `k` mappings with the most major faults, most first (only those with some).
+    pub fn top_major(&self, k: usize) -> Vec<(&Arc<Mapping>, Faults)> {
+        self.top(k, |f| (f.major, f.minor_samples), |f| f.major > 0)
+    }
+
+    /// The `k` mappings with the most minor faults recorded, most first (only those with
+    /// some).
+    pub fn top_minor(&self, k: usize) -> Vec<(&Arc<Mapping>, Faults)> {
+        self.top(k, |f| (f.minor_samples, f.major), |f| f.minor_samples > 0)
+    }
+
+    /// The mappings among the `k` with the most major faults or the `k` with the most
+    /// minor ones, ordered by major then minor faults.
+    pub fn top_either(&self, k: usize) -> Vec<(&Arc<Mapping>, Faults)> {
+        let mut top = self.top_major(k);
+        for (mapping, faults) in self.top_minor(k) {
+            if !top.iter().any(|(m, _)| *m == mapping) {
+                top.push((mapping, faults));
+            }
+        }
+        top.sort_by(|(a, fa), (b, fb)| {
+            (fb.major, fb.minor_samples, a).cmp(&(fa.major, fa.minor_samples, b))
+        });
+        top
+    }
+
+    /// The `k` processes with the most faults (major first, then minor), most first.
+    pub fn top_processes(&self, k: usize) -> Vec<(u32, &ProcessTotal)> {
+        let mut all: Vec<(u32, &ProcessTotal)> = (self.processes.iter())
+            .filter(|(_, p)| p.minor > 0 || p.major > 0)
+            .map(|(&pid, p)| (pid, p))
+            .collect();
+        all.sort_by(|(a, pa), (b, pb)| (pb.major, pb.minor, a).cmp(&(pa.major, pa.minor, b)));
+        all.truncate(k);
+        all
+    }
+
+    fn top(
+        &self,
+        k: usize,
+        key: impl Fn(&Faults) -> (u64, u64),
+        keep: impl Fn(&Faults) -> bool,
+    ) -> Vec<(&Arc<Mapping>, Faults)> {
+        let mut all: Vec<(&Arc<Mapping>, Faults)> = (self.mappings.iter())
+            .filter(|(_, f)| keep(f))
+            .map(|(m, f)| (m, *f))
+            .collect();
+        // Ties in the order of the mappings, so that equal runs rank alike.
+        all.sort_by(|(a, fa), (b, fb)| (key(fb), a).cmp(&(key(fa), b)));
+        all.truncate(k);
+        all
+    }
+
+    /// Folds the half with the fewest faults once more than [`MAX_KEPT`] are kept.
+    fn bound(&mut self) {
+        if self.mappings.len() > MAX_KEPT {
+            let mut all: Vec<(Arc<Mapping>, Faults)> = self.mappings.drain().collect();
+            all.sort_by(|(_, a), (_, b)| {
+                (b.major, b.minor_samples).cmp(&(a.major, a.minor_samples))
+            });
+            for (_, faults) in all.drain(MAX_KEPT / 2..) {
+                self.folded += faults;
+            }
+            self.mappings.extend(all);
+        }
+        if self.processes.len() > MAX_KEPT {
+            let mut all: Vec<(u32, ProcessTotal)> = self.processes.drain().collect();
+            all.sort_by_key(|(_, p)| std::cmp::Reverse((p.major, p.minor)));
+            all.truncate(MAX_KEPT / 2);
+            self.processes.extend(all);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attribution::table::{Builder, ProcessFaults};
+    use crate::attribution::MappingKind;
+
+    fn file(name: &str) -> Arc<Mapping> {
+        Arc::new(Mapping {
+            kind: MappingKind::Shared,
+            name: name.into(),
+            file: None,
+            owner: None,
+        })
+    }
+
+    fn faults(major: u64, minor_samples: u64) -> Faults {
+        Faults {
+            major,
+            minor_samples,
+        }
+    }
+
+    #[test]
+    fn a_tally_ranks_mappings_by_major_and_by_minor_faults_over_its_tables() {
+        let mut tally = Tally::default();
+        for (a, b) in [(faults(5, 1), faults(0, 9)), (faults(5, 0), faults(1, 9))] {
+            let mut builder = Builder::default();
+            builder.add(1, file("/a"), a);
+            builder.add(2, file("/b"), b);
+            builder.add(3, file("/b"), b);
+            tally.add(&builder.finish(0, faults(1, 0), Vec::new()));
+        }
+        let major = tally.top_major(5);
+        assert_eq!(major.len(), 2);
+        assert_eq!(
+            (major[0].0.name.as_str(), major[0].1),
+            ("/a", faults(10, 1))
+        );
+        assert_eq!(
+            (major[1].0.name.as_str(), major[1].1),
+            ("/b", faults(2, 36))
+        );
+        let minor = tally.top_minor(1);
+        assert_eq!(minor[0].0.name, "/b");
+        assert_eq!(tally.recorded(), faults(12, 37));
+        assert_eq!(tally.lost(), faults(2, 0));
+    }
+
+    #[test]
+    fn a_tally_ranks_processes_by_their_exact_counts() {
+        let mut tally = Tally::default();
+        let process = |pid, minor, major| ProcessFaults {
+            pid,
+            comm: format!("p{pid}").into(),
+            minor,
+            major,
+        };
+        for _ in 0..2 {
+            let table = PeriodTable {
+                processes: vec![process(1, 100, 0), process(2, 5, 1), process(3, 0, 0)],
+                ..PeriodTable::default()
+            };
+            tally.add(&table);
+        }
+        let top = tally.top_processes(5);
+        assert_eq!(
+            top.iter()
+                .map(|(pid, p)| (*pid, p.minor, p.major))
+                .collect::<Vec<_>>(),
+            [(2, 10, 2), (1, 200, 0)]
+        );
+    }
+
+    #[test]
+    fn a_tally_of_too_many_mappings_folds_the_smallest_and_keeps_every_count() {
+        let mut tally = Tally::default();
+        let n = MAX_KEPT as u64 + 1;
+        for i in 0..n {
+            tally.add_mapping(&file(&format!("/{i}")), faults(i, 1));
+        }
+        assert_eq!(tally.mappings.len(), MAX_KEPT / 2);
+        assert_eq!(tally.recorded(), faults(n * (n - 1) / 2, n));
+        assert_eq!(tally.top_major(1)[0].1.major, n - 1);
+    }
+}

@@ -1,0 +1,241 @@
+//! The parts of `<linux/perf_event.h>` the fault events use: `struct perf_event_attr` as
+//! of `PERF_ATTR_SIZE_VER5` (Linux 4.1; a newer kernel takes a shorter struct, as
+//! older binaries pass it), the ring buffer's control page, the records read from it.
+//! libc has only the system call's number. The test below compiles the header and
+//! compares.
+
+/// `struct perf_event_attr`, up to `__reserved_2`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PerfEventAttr {
+    pub type_: u32,
+    pub size: u32,
+    pub config: u64,
+    pub sample_period: u64,
+    pub sample_type: u64,
+    pub read_format: u64,
+    /// The bit fields from `disabled` on ([`flags`]).
+    pub flags: u64,
+    /// `wakeup_events`, or `wakeup_watermark` (bytes) with [`flags::WATERMARK`].
+    pub wakeup_watermark: u32,
+    pub bp_type: u32,
+    pub config1: u64,
+    pub config2: u64,
+    pub branch_sample_type: u64,
+    pub sample_regs_user: u64,
+    pub sample_stack_user: u32,
+    pub clockid: i32,
+    pub sample_regs_intr: u64,
+    pub aux_watermark: u32,
+    pub sample_max_stack: u16,
+    pub reserved_2: u16,
+}
+
+pub const PERF_ATTR_SIZE_VER5: u32 = 112;
+const _: () = assert!(std::mem::size_of::<PerfEventAttr>() == PERF_ATTR_SIZE_VER5 as usize);
+
+pub const PERF_TYPE_SOFTWARE: u32 = 1;
+pub const PERF_COUNT_SW_PAGE_FAULTS_MIN: u64 = 5;
+pub const PERF_COUNT_SW_PAGE_FAULTS_MAJ: u64 = 6;
+
+pub const PERF_SAMPLE_TID: u64 = 1 << 1;
+pub const PERF_SAMPLE_TIME: u64 = 1 << 2;
+pub const PERF_SAMPLE_ADDR: u64 = 1 << 3;
+
+/// The bits of [`PerfEventAttr::flags`], in the order of the header's bit fields.
+pub mod flags {
+    pub const DISABLED: u64 = 1 << 0;
+    pub const INHERIT: u64 = 1 << 1;
+    pub const EXCLUDE_KERNEL: u64 = 1 << 5;
+    pub const EXCLUDE_HV: u64 = 1 << 6;
+    pub const ENABLE_ON_EXEC: u64 = 1 << 12;
+    pub const WATERMARK: u64 = 1 << 14;
+    pub const USE_CLOCKID: u64 = 1 << 25;
+}
+
+pub const PERF_FLAG_PID_CGROUP: libc::c_ulong = 1 << 2;
+pub const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
+
+/// `_IO('$', 5)`: send this event's records to another event's ring buffer.
+pub const PERF_EVENT_IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
+
+/// Offsets in `struct perf_event_mmap_page`, the ring buffer's first page.
+pub const DATA_HEAD: usize = 1024;
+pub const DATA_TAIL: usize = 1032;
+
+/// `struct perf_event_header`: every record begins with it.
+pub const HEADER_SIZE: usize = 8;
+pub const PERF_RECORD_LOST: u32 = 2;
+pub const PERF_RECORD_SAMPLE: u32 = 9;
+
+#[cfg(test)]
+mod tests {
+    use std::mem::offset_of;
+    use std::process::Command;
+
+    use super::*;
+
+    /// Compiles a C program printing each `(name, C expression)` and compares it with the
+    /// Rust value.
+    #[test]
+    fn the_layout_and_constants_agree_with_the_kernels_header() {
+        let facts: Vec<(&str, String, u64)> = vec![
+            (
+                "sizeof attr",
+                "sizeof(struct perf_event_attr) >= 112 ? 112 : 0".into(),
+                PERF_ATTR_SIZE_VER5.into(),
+            ),
+            (
+                "ver5",
+                "PERF_ATTR_SIZE_VER5".into(),
+                PERF_ATTR_SIZE_VER5.into(),
+            ),
+            (
+                "config",
+                "offsetof(struct perf_event_attr, config)".into(),
+                offset_of!(PerfEventAttr, config) as u64,
+            ),
+            (
+                "sample_period",
+                "offsetof(struct perf_event_attr, sample_period)".into(),
+                offset_of!(PerfEventAttr, sample_period) as u64,
+            ),
+            (
+                "sample_type",
+                "offsetof(struct perf_event_attr, sample_type)".into(),
+                offset_of!(PerfEventAttr, sample_type) as u64,
+            ),
+            (
+                "wakeup_watermark",
+                "offsetof(struct perf_event_attr, wakeup_watermark)".into(),
+                offset_of!(PerfEventAttr, wakeup_watermark) as u64,
+            ),
+            (
+                "clockid",
+                "offsetof(struct perf_event_attr, clockid)".into(),
+                offset_of!(PerfEventAttr, clockid) as u64,
+            ),
+            (
+                "aux_watermark",
+                "offsetof(struct perf_event_attr, aux_watermark)".into(),
+                offset_of!(PerfEventAttr, aux_watermark) as u64,
+            ),
+            (
+                "flags",
+                "flags()".into(),
+                flags::DISABLED
+                    | flags::INHERIT
+                    | flags::EXCLUDE_KERNEL
+                    | flags::EXCLUDE_HV
+                    | flags::ENABLE_ON_EXEC
+                    | flags::WATERMARK
+                    | flags::USE_CLOCKID,
+            ),
+            (
+                "flags offset",
+                "FLAGS_OFFSET".into(),
+                offset_of!(PerfEventAttr, flags) as u64,
+            ),
+            (
+                "software",
+                "PERF_TYPE_SOFTWARE".into(),
+                PERF_TYPE_SOFTWARE.into(),
+            ),
+            (
+                "min",
+                "PERF_COUNT_SW_PAGE_FAULTS_MIN".into(),
+                PERF_COUNT_SW_PAGE_FAULTS_MIN,
+            ),
+            (
+                "maj",
+                "PERF_COUNT_SW_PAGE_FAULTS_MAJ".into(),
+                PERF_COUNT_SW_PAGE_FAULTS_MAJ,
+            ),
+            ("tid", "PERF_SAMPLE_TID".into(), PERF_SAMPLE_TID),
+            ("time", "PERF_SAMPLE_TIME".into(), PERF_SAMPLE_TIME),
+            ("addr", "PERF_SAMPLE_ADDR".into(), PERF_SAMPLE_ADDR),
+            (
+                "cgroup flag",
+                "PERF_FLAG_PID_CGROUP".into(),
+                PERF_FLAG_PID_CGROUP,
+            ),
+            (
+                "cloexec flag",
+                "PERF_FLAG_FD_CLOEXEC".into(),
+                PERF_FLAG_FD_CLOEXEC,
+            ),
+            (
+                "set_output",
+                "PERF_EVENT_IOC_SET_OUTPUT".into(),
+                PERF_EVENT_IOC_SET_OUTPUT,
+            ),
+            (
+                "data_head",
+                "offsetof(struct perf_event_mmap_page, data_head)".into(),
+                DATA_HEAD as u64,
+            ),
+            (
+                "data_tail",
+                "offsetof(struct perf_event_mmap_page, data_tail)".into(),
+                DATA_TAIL as u64,
+            ),
+            (
+                "header",
+                "sizeof(struct perf_event_header)".into(),
+                HEADER_SIZE as u64,
+            ),
+            ("lost", "PERF_RECORD_LOST".into(), PERF_RECORD_LOST.into()),
+            (
+                "sample",
+                "PERF_RECORD_SAMPLE".into(),
+                PERF_RECORD_SAMPLE.into(),
+            ),
+        ];
+        let mut program = String::from(
+            "#include <stdio.h>\n#include <stddef.h>\n#include <string.h>\n\
+             #include <linux/perf_event.h>\n\
+             #define FLAGS_OFFSET (offsetof(struct perf_event_attr, read_format) + 8)\n\
+             static unsigned long long flags(void) {\n\
+               struct perf_event_attr a;\n\
+               unsigned long long f;\n\
+               memset(&a, 0, sizeof a);\n\
+               a.disabled = a.inherit = a.exclude_kernel = a.exclude_hv = 1;\n\
+               a.enable_on_exec = a.watermark = a.use_clockid = 1;\n\
+               memcpy(&f, (char *)&a + FLAGS_OFFSET, sizeof f);\n\
+               return f;\n\
+             }\n\
+             int main(void) {\n",
+        );
+        for (name, expr, _) in &facts {
+            program.push_str(&format!(
+                "  printf(\"%s %llu\\n\", \"{name}\", (unsigned long long)({expr}));\n"
+            ));
+        }
+        program.push_str("  return 0;\n}\n");
+        let dir = std::env::temp_dir().join(format!("pfprof-perf-abi-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let source = dir.join("abi.c");
+        let binary = dir.join("abi");
+        std::fs::write(&source, program).unwrap();
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let status = Command::new(&cc)
+            .arg("-o")
+            .arg(&binary)
+            .arg(&source)
+            .status()
+            .unwrap_or_else(|e| {
+                panic!("running {cc} (install a C compiler and linux-libc-dev): {e}")
+            });
+        assert!(
+            status.success(),
+            "{cc} could not compile against <linux/perf_event.h>"
+        );
+        let output = Command::new(&binary).output().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let printed = String::from_utf8(output.stdout).unwrap();
+        for ((name, _, rust), line) in facts.iter().zip(printed.lines()) {
+            assert_eq!(line, format!("{name} {rust}"), "{name}");
+        }
+        assert_eq!(printed.lines().count(), facts.len());
+    }
+}

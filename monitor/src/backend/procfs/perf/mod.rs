@@ -1,0 +1,399 @@
+//! The fault events: the kernel's software events `PERF_COUNT_SW_PAGE_FAULTS_MAJ` (every
+//! major fault recorded) and `PERF_COUNT_SW_PAGE_FAULTS_MIN` (one minor fault in every
+//! `minor_period`), which fire in `mm_account_fault()` once a fault is done, each record
+//! holding the process, the thread, the time (`CLOCK_MONOTONIC`) and the faulting address.
+//!
+//! A ring buffer of inherited events must be per CPU (the kernel refuses to map an
+//! inherited event that follows a task on every CPU), so each target gets one event of
+//! each kind on every online CPU; a task's inherited events follow the threads and
+//! processes it starts, their records in their parent event's ring. Every event on one
+//! CPU sends its records to the first event of its kind there (`PERF_EVENT_IOC_SET_OUTPUT`):
+//! two rings per CPU however many targets, each woken (poll) once half full.
+
+pub mod abi;
+mod ring;
+
+use std::fs;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+use nix::errno::Errno;
+
+use abi::{flags, PerfEventAttr};
+pub use ring::Record;
+use ring::Ring;
+
+/// Data pages of each ring (a power of two): 64 KiB holds 1,638 records of 40 bytes, a
+/// 50 ms period of 32,000 major faults a second on one CPU. Smaller where the locked-memory limit
+/// (`kernel.perf_event_mlock_kb`, 516 KiB a CPU for each user) refuses it.
+const RING_PAGES: [usize; 3] = [16, 4, 1];
+
+/// What the events are opened on.
+#[derive(Clone, Copy, Debug)]
+pub enum Target<'a> {
+    /// A thread (a process's first thread by its pid) and what it starts from now on;
+    /// `from_exec`: counting from its next exec (a command held before it).
+    Task { tid: u32, from_exec: bool },
+    /// Every process in a cgroup (v2 directory, open) and its descendant cgroups.
+    Cgroup(BorrowedFd<'a>),
+}
+
+/// Which fault event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Major,
+    Minor,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PerfError {
+    /// The kernel refused (EACCES, EPERM): its paranoia setting, or the target is not
+    /// ours. [`PerfError::advice`] says what would allow it.
+    #[error("the kernel refused perf events ({errno}) at kernel.perf_event_paranoid {}", paranoid_text(*.paranoid))]
+    Refused {
+        errno: Errno,
+        paranoid: Option<i32>,
+        /// The target was a cgroup: events on whole CPUs.
+        cgroup: bool,
+    },
+    #[error("this kernel has no software perf events ({0})")]
+    Unsupported(Errno),
+    #[error("{wanted} perf events (threads x CPUs x 2) would take more descriptors than the {limit} allowed (ulimit -n)")]
+    TooMany { wanted: usize, limit: usize },
+    #[error("perf_event_open")]
+    Open(#[source] Errno),
+    #[error("sending a perf event's records to its CPU's ring")]
+    SetOutput(#[source] Errno),
+    #[error("mapping a perf ring buffer (locked memory: kernel.perf_event_mlock_kb, ulimit -l)")]
+    Map(#[source] io::Error),
+    #[error("reading the online CPUs")]
+    Cpus(#[source] io::Error),
+}
+
+fn paranoid_text(paranoid: Option<i32>) -> String {
+    paranoid.map_or_else(|| "unknown".to_owned(), |p| p.to_string())
+}
+
+impl PerfError {
+    /// What would allow attribution, for the summary.
+    pub fn advice(&self) -> String {
+        match self {
+            PerfError::Refused { cgroup: true, .. } => {
+                "a cgroup's events watch whole CPUs, which only kernel.perf_event_paranoid <= 0 \
+                 or CAP_PERFMON allows: `sysctl kernel.perf_event_paranoid=0`, or give the \
+                 monitor CAP_PERFMON"
+                    .to_owned()
+            }
+            PerfError::Refused {
+                paranoid: Some(p), ..
+            } if *p > 2 => {
+                "this setting (Debian's default) allows no perf events to unprivileged users: \
+                 `sysctl kernel.perf_event_paranoid=2` allows them on your own processes \
+                 (=1 also attributes the faults taken in system calls), or give the monitor \
+                 CAP_PERFMON"
+                    .to_owned()
+            }
+            PerfError::Refused { .. } => {
+                "perf events on a process need the right to trace it, as reading its \
+                 /proc/PID/maps does: profile your own processes, or run the monitor as \
+                 their user"
+                    .to_owned()
+            }
+            PerfError::TooMany { .. } => {
+                "raise the descriptor limit (ulimit -n), or profile fewer threads".to_owned()
+            }
+            PerfError::Map(_) => {
+                "raise kernel.perf_event_mlock_kb or the locked-memory limit (ulimit -l)".to_owned()
+            }
+            _ => "a kernel with CONFIG_PERF_EVENTS".to_owned(),
+        }
+    }
+}
+
+/// The two rings of one CPU.
+struct CpuRings {
+    cpu: u32,
+    major: Ring,
+    minor: Ring,
+}
+
+/// The fault events of every target, and their rings.
+pub struct FaultEvents {
+    cpus: Vec<u32>,
+    rings: Vec<CpuRings>,
+    /// Events whose records go to a ring of their CPU's.
+    others: Vec<OwnedFd>,
+    minor_period: u64,
+    /// Faults taken in the kernel on the process's behalf are recorded too (not with
+    /// `exclude_kernel`, all that `kernel.perf_event_paranoid` 2 allows).
+    kernel_faults: bool,
+    /// The descriptors the events may take.
+    fd_budget: usize,
+    /// An event was opened: `kernel_faults` is settled.
+    opened_any: bool,
+}
+
+impl FaultEvents {
+    /// No events yet; minor faults are to be recorded one in `minor_period`.
+    pub fn new(minor_period: u64) -> Result<FaultEvents, PerfError> {
+        let online =
+            fs::read_to_string("/sys/devices/system/cpu/online").map_err(PerfError::Cpus)?;
+        let cpus = parse_cpu_list(&online).ok_or_else(|| {
+            PerfError::Cpus(io::Error::other(format!("unreadable list {online:?}")))
+        })?;
+        Ok(FaultEvents {
+            cpus,
+            rings: Vec::new(),
+            others: Vec::new(),
+            minor_period: minor_period.max(1),
+            kernel_faults: true,
+            fd_budget: descriptor_budget(),
+            opened_any: false,
+        })
+    }
+
+    pub fn minor_period(&self) -> u64 {
+        self.minor_period
+    }
+
+    pub fn kernel_faults(&self) -> bool {
+        self.kernel_faults
+    }
+
+    /// Opens both events on every online CPU for `target`. A task gone meanwhile is
+    /// skipped: `Ok(false)`.
+    pub fn attach(&mut self, target: Target) -> Result<bool, PerfError> {
+        let wanted = self.rings.len() * 2 + self.others.len() + self.cpus.len() * 2;
+        if wanted > self.fd_budget {
+            return Err(PerfError::TooMany {
+                wanted,
+                limit: self.fd_budget,
+            });
+        }
+        let cpus = self.cpus.clone();
+        let mut opened = Vec::with_capacity(cpus.len());
+        for &cpu in &cpus {
+            let pair = (self.open(Kind::Major, target, cpu))
+                .and_then(|major| Ok((major, self.open(Kind::Minor, target, cpu)?)));
+            match pair {
+                Ok((major, minor)) => opened.push((cpu, major, minor)),
+                Err(PerfError::Open(Errno::ESRCH)) => return Ok(false),
+                // A CPU gone offline since the list was read.
+                Err(PerfError::Open(Errno::ENODEV)) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        for (cpu, major, minor) in opened {
+            self.place(cpu, major, minor)?;
+        }
+        Ok(true)
+    }
+
+    /// Gives the new events of `cpu` a ring of their own, or sends their records to the
+    /// CPU's rings.
+    fn place(&mut self, cpu: u32, major: OwnedFd, minor: OwnedFd) -> Result<(), PerfError> {
+        if let Some(rings) = self.rings.iter().find(|r| r.cpu == cpu) {
+            set_output(&major, rings.major.fd())?;
+            set_output(&minor, rings.minor.fd())?;
+            self.others.extend([major, minor]);
+            return Ok(());
+        }
+        let major = map_ring(major)?;
+        let minor = map_ring(minor)?;
+        self.rings.push(CpuRings { cpu, major, minor });
+        Ok(())
+    }
+
+    /// One event on one CPU; where the kernel refuses the very first with faults taken in
+    /// system calls (`exclude_kernel` unset), once without them, for it and every later
+    /// event (a later refusal is the target's: not ours to trace).
+    fn open(&mut self, kind: Kind, target: Target, cpu: u32) -> Result<OwnedFd, PerfError> {
+        let first = !self.opened_any;
+        loop {
+            match perf_event_open(&self.attr(kind, target), target, cpu) {
+                Err(Errno::EACCES | Errno::EPERM) if self.kernel_faults && first => {
+                    self.kernel_faults = false;
+                }
+                Err(errno @ (Errno::EACCES | Errno::EPERM)) => {
+                    return Err(PerfError::Refused {
+                        errno,
+                        paranoid: paranoid(),
+                        cgroup: matches!(target, Target::Cgroup(_)),
+                    })
+                }
+                Err(errno @ (Errno::ENOENT | Errno::ENOSYS | Errno::EOPNOTSUPP)) => {
+                    return Err(PerfError::Unsupported(errno))
+                }
+                Err(Errno::EMFILE | Errno::ENFILE) => {
+                    return Err(PerfError::TooMany {
+                        wanted: self.rings.len() * 2 + self.others.len() + 1,
+                        limit: self.fd_budget,
+                    })
+                }
+                Err(errno) => return Err(PerfError::Open(errno)),
+                Ok(fd) => {
+                    self.opened_any = true;
+                    return Ok(fd);
+                }
+            }
+        }
+    }
+
+    fn attr(&self, kind: Kind, target: Target) -> PerfEventAttr {
+        let (config, sample_period) = match kind {
+            Kind::Major => (abi::PERF_COUNT_SW_PAGE_FAULTS_MAJ, 1),
+            Kind::Minor => (abi::PERF_COUNT_SW_PAGE_FAULTS_MIN, self.minor_period),
+        };
+        let mut event_flags = flags::EXCLUDE_HV | flags::WATERMARK | flags::USE_CLOCKID;
+        if !self.kernel_faults {
+            event_flags |= flags::EXCLUDE_KERNEL;
+        }
+        if let Target::Task { from_exec, .. } = target {
+            // Per task: what it starts inherits the events.
+            event_flags |= flags::INHERIT;
+            if from_exec {
+                event_flags |= flags::DISABLED | flags::ENABLE_ON_EXEC;
+            }
+        }
+        PerfEventAttr {
+            type_: abi::PERF_TYPE_SOFTWARE,
+            size: abi::PERF_ATTR_SIZE_VER5,
+            config,
+            sample_period,
+            sample_type: abi::PERF_SAMPLE_TID | abi::PERF_SAMPLE_TIME | abi::PERF_SAMPLE_ADDR,
+            flags: event_flags,
+            // With WATERMARK, 0: poll wakes once half the ring is written, whatever
+            // size it is mapped with.
+            wakeup_watermark: 0,
+            clockid: libc::CLOCK_MONOTONIC,
+            ..PerfEventAttr::default()
+        }
+    }
+
+    /// The descriptors to poll: readable once a ring is past its watermark.
+    pub fn poll_fds(&self) -> impl Iterator<Item = BorrowedFd<'_>> {
+        self.rings.iter().flat_map(|r| [r.major.fd(), r.minor.fd()])
+    }
+
+    /// Hands every record written since the last drain to `each`, with its kind.
+    pub fn drain(&mut self, mut each: impl FnMut(Kind, Record)) {
+        for rings in &mut self.rings {
+            rings.major.drain(|record| each(Kind::Major, record));
+            rings.minor.drain(|record| each(Kind::Minor, record));
+        }
+    }
+
+    /// Whether any event is open.
+    pub fn is_empty(&self) -> bool {
+        self.rings.is_empty()
+    }
+}
+
+/// Maps the ring of a new event, smaller where the locked-memory limit refuses.
+fn map_ring(fd: OwnedFd) -> Result<Ring, PerfError> {
+    let mut last = None;
+    for pages in RING_PAGES {
+        match Ring::map(fd.try_clone().map_err(PerfError::Map)?, pages) {
+            Ok(ring) => return Ok(ring),
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => last = Some(e),
+            Err(e) => return Err(PerfError::Map(e)),
+        }
+    }
+    Err(PerfError::Map(last.unwrap_or_else(|| {
+        io::Error::from(io::ErrorKind::OutOfMemory)
+    })))
+}
+
+fn set_output(event: &OwnedFd, ring: BorrowedFd) -> Result<(), PerfError> {
+    // SAFETY: PERF_EVENT_IOC_SET_OUTPUT takes an integer (a descriptor) and reads no
+    // memory; both descriptors are open.
+    let ret = unsafe {
+        libc::ioctl(
+            event.as_raw_fd(),
+            abi::PERF_EVENT_IOC_SET_OUTPUT as _,
+            ring.as_raw_fd(),
+        )
+    };
+    Errno::result(ret).map(drop).map_err(PerfError::SetOutput)
+}
+
+/// libc has the system call's number only.
+fn perf_event_open(attr: &PerfEventAttr, target: Target, cpu: u32) -> Result<OwnedFd, Errno> {
+    let (pid, mut open_flags) = match target {
+        Target::Task { tid, .. } => (tid as libc::c_int, 0),
+        Target::Cgroup(fd) => (fd.as_raw_fd(), abi::PERF_FLAG_PID_CGROUP),
+    };
+    open_flags |= abi::PERF_FLAG_FD_CLOEXEC;
+    // SAFETY: the kernel reads `attr.size` bytes of a live, initialized
+    // `struct perf_event_attr` (ours is exactly that size) and returns a new descriptor
+    // or -1; it keeps no pointer.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            attr as *const PerfEventAttr,
+            pid,
+            cpu as libc::c_int,
+            -1 as libc::c_int,
+            open_flags,
+        )
+    };
+    let fd = Errno::result(fd)?;
+    // SAFETY: the descriptor was just created and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// `kernel.perf_event_paranoid`, when it can be read.
+pub fn paranoid() -> Option<i32> {
+    fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The descriptors the events may take: half the soft limit, the rest left to the
+/// monitor's /proc files and outputs.
+fn descriptor_budget() -> usize {
+    let limit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map_or(1024, |(soft, _)| soft);
+    usize::try_from(limit / 2).unwrap_or(usize::MAX)
+}
+
+/// `0-3,8,10-11` as the kernel lists CPUs.
+fn parse_cpu_list(list: &str) -> Option<Vec<u32>> {
+    let mut cpus = Vec::new();
+    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => cpus.extend(a.parse::<u32>().ok()?..=b.parse::<u32>().ok()?),
+            None => cpus.push(part.parse().ok()?),
+        }
+    }
+    (!cpus.is_empty()).then_some(cpus)
+}
+
+/// The threads of process `pid`: `/proc/<pid>/task`.
+pub fn threads(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| t.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_are_read_as_the_kernel_writes_them() {
+        assert_eq!(
+            parse_cpu_list("0-3,8,10-11\n"),
+            Some(vec![0, 1, 2, 3, 8, 10, 11])
+        );
+        assert_eq!(parse_cpu_list("0\n"), Some(vec![0]));
+        assert_eq!(parse_cpu_list("x"), None);
+        assert_eq!(parse_cpu_list(""), None);
+    }
+}

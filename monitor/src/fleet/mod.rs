@@ -1,0 +1,263 @@
+//! One monitor for many targets (`--cgroups-under`, `--unit`): every cgroup the
+//! selectors name is profiled as `--cgroup` profiles one, by a profile of its own on a
+//! thread of its own, and every profile exports through one [`Hub`] on one address. The
+//! selectors are looked at again every `--interval`: a target that appears (a service
+//! started, or restarted: its cgroup re-created) is profiled from then; one whose cgroup
+//! is removed ends, as `--cgroup` ends. At most `--max-targets` are exported at once;
+//! those found beyond are said on standard error and counted on `/metrics`.
+
+mod discover;
+pub mod kubepods;
+pub mod pattern;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crate::backend::procfs::Procfs;
+use crate::command::signals::Signals;
+use crate::export::{FleetExport, Hub};
+use crate::profile::error::ProfileError;
+use crate::profile::{self, FleetTarget, Request};
+use crate::system::cgroup::cgroup2_mounts;
+use crate::system::error::SystemError;
+use crate::system::exit;
+pub use discover::Selector;
+use discover::{Discovered, Found};
+use kubepods::{classify, KubeCgroup};
+
+/// The default of `--max-targets`.
+pub const MAX_TARGETS: u16 = 256;
+/// The most names one line about left-out cgroups lists.
+const NAMES_SAID: usize = 5;
+
+/// What a fleet monitor is asked for.
+pub struct FleetRequest {
+    pub selectors: Vec<Selector>,
+    pub max_targets: usize,
+    /// What each target's profile is asked for, but its cgroup.
+    pub template: Request,
+}
+
+/// A target's running profile.
+struct Profiling {
+    dir: PathBuf,
+    /// Stops it.
+    signals: Signals,
+    profile: JoinHandle<Result<u8, ProfileError>>,
+}
+
+/// The fleet's targets and what it has said of the cgroups it does not profile. Every
+/// set is of what the last look found: none outgrows the cgroups there are.
+#[derive(Default)]
+struct Fleet {
+    /// By target name: one profile per name, a returning target's only once the
+    /// previous one's has ended and left its final values to go on from.
+    running: BTreeMap<String, Profiling>,
+    left_out: BTreeSet<String>,
+    unnamed: BTreeSet<PathBuf>,
+}
+
+/// Profiles every target the selectors name until SIGINT, SIGTERM or SIGHUP.
+pub fn run(request: FleetRequest) -> Result<u8, ProfileError> {
+    let mount = (cgroup2_mounts().into_iter().next()).unwrap_or_else(|| "/sys/fs/cgroup".into());
+    let roots = discover::roots(&request.selectors, &mount)?;
+    let signals = Signals::install()?;
+    let linger = request.template.export.linger;
+    let hub = Arc::new(Hub::new(linger));
+    let template = &request.template;
+    let export = FleetExport::start(&template.export, Arc::clone(&hub), template.interval)?;
+    let mut fleet = Fleet::default();
+    while signals.received_count() == 0 {
+        fleet.reap();
+        let discovered = discover::discover(&roots);
+        fleet.start_new(discovered, &hub, &request);
+        wait_or_signal(&signals, request.template.interval);
+    }
+    fleet.stop_all();
+    let scrapers = usize::from(request.template.export.linger_scrapers.max(1));
+    let signaled = signals.received_count();
+    let (notes, received_nothing) =
+        export.finish(linger, scrapers, || signals.received_count() != signaled);
+    for note in notes {
+        say(&note);
+    }
+    if received_nothing {
+        say(&format!(
+            "exit status {}: the OTLP collector received none of the pushes",
+            exit::NOTHING_PUSHED
+        ));
+        return Ok(exit::NOTHING_PUSHED);
+    }
+    Ok(0)
+}
+
+impl Fleet {
+    /// Starts a profile for each cgroup found that has none while fewer than
+    /// `--max-targets` are exported (running, or lingering unless the cgroup is theirs);
+    /// says which it leaves out, each once while it stays left out.
+    fn start_new(&mut self, discovered: Discovered, hub: &Arc<Hub>, request: &FleetRequest) {
+        let mut exported = hub.prune();
+        let mut left_out = BTreeSet::new();
+        for found in discovered.found {
+            if self.running.contains_key(&found.name) {
+                continue;
+            }
+            let returning = hub.holds(&found.name);
+            if !returning && exported >= request.max_targets {
+                left_out.insert(found.name);
+                continue;
+            }
+            match start_target(&found, hub, &request.template) {
+                Ok(profiling) => {
+                    say(&format!("profiling {}", found.name));
+                    exported += usize::from(!returning);
+                    self.running.insert(found.name, profiling);
+                }
+                // Out of threads (a ulimit): the others go on, this one is tried again.
+                Err(e) => say(&format!("{}: {:#}", found.name, anyhow::Error::new(e))),
+            }
+        }
+        let newly: Vec<&String> = left_out.difference(&self.left_out).collect();
+        if !newly.is_empty() {
+            say(&format!(
+                "{} not profiled: --max-targets {} are exported (give a larger --max-targets, \
+                 or narrower --cgroups-under or --unit): {}",
+                cgroups(newly.len()),
+                request.max_targets,
+                listed(&newly)
+            ));
+        }
+        hub.set_left_out(left_out.len());
+        self.left_out = left_out;
+        let unnamed: BTreeSet<PathBuf> = discovered.unnamed.into_iter().collect();
+        let newly: Vec<String> = (unnamed.difference(&self.unnamed))
+            .map(|dir| dir.display().to_string())
+            .collect();
+        if !newly.is_empty() {
+            say(&format!(
+                "{} not profiled: a name that is not UTF-8 cannot be a label's value: {}",
+                cgroups(newly.len()),
+                listed(&newly)
+            ));
+        }
+        self.unnamed = unnamed;
+    }
+
+    /// Forgets the profiles that ended (their cgroup removed), saying so, and why one
+    /// failed.
+    fn reap(&mut self) {
+        let ended: Vec<String> = (self.running.iter())
+            .filter(|(_, p)| p.profile.is_finished())
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in ended {
+            let Some(profiling) = self.running.remove(&name) else {
+                continue;
+            };
+            match profiling.profile.join() {
+                Ok(Ok(_)) => say(&format!("{name} ended: its cgroup was removed")),
+                // Removed between the look and the profile's start: seen again if it returns.
+                Ok(Err(ProfileError::Cgroup(_))) => {}
+                Ok(Err(e)) => say(&format!(
+                    "{}: {:#}",
+                    profiling.dir.display(),
+                    anyhow::Error::new(e)
+                )),
+                Err(_) => say(&format!(
+                    "{}: its profile panicked",
+                    profiling.dir.display()
+                )),
+            }
+        }
+    }
+
+    /// Stops every profile and waits for their ends.
+    fn stop_all(mut self) {
+        for profiling in self.running.values() {
+            profiling.signals.request_stop();
+        }
+        while !self.running.is_empty() {
+            self.reap();
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// "1 cgroup", "3 cgroups".
+fn cgroups(n: usize) -> String {
+    format!("{n} cgroup{}", if n == 1 { "" } else { "s" })
+}
+
+/// The first few of `names`, and how many more.
+fn listed(names: &[impl AsRef<str>]) -> String {
+    let shown: Vec<&str> = names.iter().take(NAMES_SAID).map(AsRef::as_ref).collect();
+    let more = names.len().saturating_sub(NAMES_SAID);
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    format!("{}{more}", shown.join(", "))
+}
+
+fn say(line: &str) {
+    let name = crate::cli::program_name();
+    let _ = std::io::stderr().write_all(format!("{name}: {line}\n").as_bytes());
+}
+
+/// A profile of the cgroup `found`, as `--cgroup` makes one, exported through `hub`.
+fn start_target(
+    found: &Found,
+    hub: &Arc<Hub>,
+    template: &Request,
+) -> Result<Profiling, ProfileError> {
+    let derived = match classify(&found.name) {
+        Some(KubeCgroup::Container(labels)) => labels,
+        _ => Vec::new(),
+    };
+    let signals = Signals::unhooked();
+    let request = Request {
+        cgroup: Some(found.dir.clone()),
+        fleet: Some(FleetTarget {
+            hub: Arc::clone(hub),
+            derived,
+            signals: signals.clone(),
+        }),
+        ..template.clone()
+    };
+    let profile = thread::Builder::new()
+        .name("pfprof-target".into())
+        .spawn(move || profile::profile::<Procfs>(request))
+        .map_err(SystemError::doing("starting a target's profile"))?;
+    Ok(Profiling {
+        dir: found.dir.clone(),
+        signals,
+        profile,
+    })
+}
+
+/// Waits `interval`, or less when a signal comes.
+fn wait_or_signal(signals: &Signals, interval: Duration) {
+    let until = Instant::now() + interval;
+    while signals.received_count() == 0 && Instant::now() < until {
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_list_of_names_is_cut_and_counted() {
+        let names: Vec<String> = (0..8).map(|i| format!("/c{i}")).collect();
+        assert_eq!(listed(&names[..2]), "/c0, /c1");
+        assert_eq!(listed(&names), "/c0, /c1, /c2, /c3, /c4 and 3 more");
+        assert_eq!(cgroups(1), "1 cgroup");
+        assert_eq!(cgroups(3), "3 cgroups");
+    }
+}

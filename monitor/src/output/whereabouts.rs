@@ -1,0 +1,525 @@
+//! Where the faults were, as the consumer shows it: each row's period tables taken from
+//! the backend's [`Feed`], added up over each interval (the JSON Lines record), over the
+//! run (the summary), and over each thrashing band (the verdict names the mapping that
+//! took most of its major faults).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::attribution::{Attribution, Faults, Feed, Mapping, MappingKind, PeriodTable, Tally};
+use crate::pressure::verdict::{Band, BandMapping, OpenBand};
+use crate::rows::row::Row;
+
+/// How many mappings (by major and by minor faults) and processes an interval's record
+/// and the summary list; the rest is summed as "other".
+pub const TOP: usize = 5;
+
+/// How many of the processes that took a mapping's faults an interval's record names.
+const TOP_TAKERS: usize = 3;
+
+/// The most periods with major faults kept for a band not begun yet (30 minutes of
+/// 50 ms periods): pressure that lasts longer before thrashing begins is named from its
+/// last 30 minutes. Once it has begun, what is certain to be in the band is summed.
+const MAX_HISTORY: usize = 36_000;
+
+/// The consumer's view of the tables.
+pub struct Whereabouts {
+    feed: Arc<Feed>,
+    taken: Vec<PeriodTable>,
+    interval: Interval,
+    run: Tally,
+    bands: BandHistory,
+}
+
+/// The rows of the interval under way and their tables.
+#[derive(Default)]
+struct Interval {
+    tally: Tally,
+    /// The faults recorded by process and mapping: who took each mapping's.
+    taken: HashMap<(Arc<Mapping>, u32), Faults>,
+    /// The first row's start and the last row's end (ms on the rows' axis), the last's
+    /// timestamp.
+    span: Option<(u64, u64, u64)>,
+    minor: u64,
+    major: u64,
+}
+
+impl Whereabouts {
+    pub fn new(feed: Arc<Feed>) -> Whereabouts {
+        Whereabouts {
+            feed,
+            taken: Vec::new(),
+            interval: Interval::default(),
+            run: Tally::default(),
+            bands: BandHistory::default(),
+        }
+    }
+
+    /// A row: its period's table, and those of samples merged into it or lost before it.
+    pub fn row(&mut self, row: &Row) {
+        self.feed.take_until(row.mono_ns, &mut self.taken);
+        for table in self.taken.drain(..) {
+            self.interval.tally.add(&table);
+            for entry in &table.entries {
+                let key = (Arc::clone(&entry.mapping), entry.pid);
+                *self.interval.taken.entry(key).or_default() += entry.faults;
+            }
+            self.run.add(&table);
+            self.bands.add(&table);
+        }
+        let start_ms = row.time_ms.saturating_sub(row.period_ns / 1_000_000);
+        let span = self.interval.span.get_or_insert((start_ms, 0, 0));
+        (span.1, span.2) = (row.time_ms, row.mono_ns);
+        self.interval.minor = self.interval.minor.saturating_add(row.minor);
+        self.interval.major = self.interval.major.saturating_add(row.major);
+    }
+
+    /// Names a band the verdict ended with the mapping that took most of its major
+    /// faults.
+    pub fn name(&mut self, band: &mut Band) {
+        band.major_mapping = self.bands.top(band.start_mono_ns, band.end_mono_ns);
+    }
+
+    /// After each row fed to the verdict: what a band may still need of the history.
+    pub fn keep(&mut self, open: Option<OpenBand>) {
+        self.bands.keep(open);
+    }
+
+    /// The record of the interval since the last one, if it had rows.
+    pub fn interval_record(&mut self) -> Option<IntervalRecord> {
+        let interval = std::mem::take(&mut self.interval);
+        let (start_ms, end_ms, end_mono_ns) = interval.span?;
+        let period = minor_period(self.feed.attribution());
+        let tally = &interval.tally;
+        let mappings: Vec<MappingRecord> = (tally.top_either(TOP).into_iter())
+            .map(|(mapping, faults)| {
+                let mut takers: Vec<(u32, Faults)> = (interval.taken.iter())
+                    .filter(|((m, _), _)| m == mapping)
+                    .map(|((_, pid), f)| (*pid, *f))
+                    .collect();
+                takers
+                    .sort_by_key(|(pid, f)| (std::cmp::Reverse((f.major, f.minor_samples)), *pid));
+                takers.truncate(TOP_TAKERS);
+                MappingRecord::new(mapping, faults, period, &takers)
+            })
+            .collect();
+        let mut listed = Faults::default();
+        for m in &mappings {
+            listed += Faults {
+                major: m.major,
+                minor_samples: m.minor_samples,
+            };
+        }
+        let recorded = tally.recorded();
+        let processes: Vec<ProcessRecord> = (tally.top_processes(TOP).into_iter())
+            .map(|(pid, p)| ProcessRecord {
+                pid,
+                comm: p.comm.to_string(),
+                minor: p.minor,
+                major: p.major,
+            })
+            .collect();
+        let (minor, major) = processes
+            .iter()
+            .fold((0u64, 0u64), |(mi, ma), p| (mi + p.minor, ma + p.major));
+        Some(IntervalRecord {
+            start_ms,
+            end_ms,
+            end_mono_ns,
+            minor_sample_period: period,
+            other_mappings: FaultsRecord::new(
+                Faults {
+                    major: recorded.major - listed.major,
+                    minor_samples: recorded.minor_samples - listed.minor_samples,
+                },
+                period,
+            ),
+            mappings,
+            lost: FaultsRecord::new(tally.lost(), period),
+            processes,
+            other_processes: Counts {
+                minor: interval.minor.saturating_sub(minor),
+                major: interval.major.saturating_sub(major),
+            },
+        })
+    }
+
+    /// What the summary shows, once the rows have ended.
+    pub fn finish(self) -> WhereSummary {
+        WhereSummary {
+            attribution: self.feed.attribution().clone(),
+            run: self.run,
+        }
+    }
+}
+
+/// The recorded minor faults stand for this many each; `None`: not attributed.
+fn minor_period(attribution: &Attribution) -> Option<u64> {
+    match attribution {
+        Attribution::On { minor_period, .. } => Some(*minor_period),
+        Attribution::Off(_) => None,
+    }
+}
+
+/// Faults as a record shows them: the minor ones estimated.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct FaultsRecord {
+    pub major: u64,
+    /// `minor_samples` times the sampling period.
+    pub minor_est: u64,
+    pub minor_samples: u64,
+}
+
+impl FaultsRecord {
+    fn new(faults: Faults, period: Option<u64>) -> FaultsRecord {
+        FaultsRecord {
+            major: faults.major,
+            minor_est: faults.minor_samples.saturating_mul(period.unwrap_or(0)),
+            minor_samples: faults.minor_samples,
+        }
+    }
+}
+
+/// A mapping in an interval's record.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MappingRecord {
+    pub name: String,
+    pub kind: MappingKind,
+    /// For memory private to a process: its pid.
+    pub pid: Option<u32>,
+    pub major: u64,
+    pub minor_est: u64,
+    pub minor_samples: u64,
+    /// The processes that took the most of its faults (a file's may be several), each
+    /// with its own.
+    pub by_process: Vec<TakerRecord>,
+}
+
+/// A process that took a mapping's faults, and how many.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TakerRecord {
+    pub pid: u32,
+    pub major: u64,
+    pub minor_est: u64,
+}
+
+impl MappingRecord {
+    fn new(
+        mapping: &Mapping,
+        faults: Faults,
+        period: Option<u64>,
+        takers: &[(u32, Faults)],
+    ) -> MappingRecord {
+        let f = FaultsRecord::new(faults, period);
+        MappingRecord {
+            name: mapping.name.clone(),
+            kind: mapping.kind,
+            pid: mapping.pid(),
+            major: f.major,
+            minor_est: f.minor_est,
+            minor_samples: f.minor_samples,
+            by_process: (takers.iter())
+                .map(|&(pid, f)| {
+                    let f = FaultsRecord::new(f, period);
+                    TakerRecord {
+                        pid,
+                        major: f.major,
+                        minor_est: f.minor_est,
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A process in an interval's record: its own faults, exact.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ProcessRecord {
+    pub pid: u32,
+    pub comm: String,
+    pub minor: u64,
+    pub major: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    pub minor: u64,
+    pub major: u64,
+}
+
+/// The JSON Lines record of one interval (`"event":"where"`), after its rows.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct IntervalRecord {
+    /// On the rows' time axis: the start of the interval's first period, the end of its
+    /// last; the last one's timestamp.
+    pub start_ms: u64,
+    pub end_ms: u64,
+    pub end_mono_ns: u64,
+    /// One minor fault in this many was recorded; `null`: faults not attributed to
+    /// mappings (the processes are still listed).
+    pub minor_sample_period: Option<u64>,
+    /// The top mappings by major faults and by minor faults.
+    pub mappings: Vec<MappingRecord>,
+    /// The other mappings' faults.
+    pub other_mappings: FaultsRecord,
+    /// Records the kernel could not deliver.
+    pub lost: FaultsRecord,
+    /// The processes with the most faults, exact.
+    pub processes: Vec<ProcessRecord>,
+    /// The rows' faults not in `processes`.
+    pub other_processes: Counts,
+}
+
+/// What the summary shows of where the faults were.
+#[derive(Clone, Debug)]
+pub struct WhereSummary {
+    pub attribution: Attribution,
+    pub run: Tally,
+}
+
+/// One period's major faults by mapping, and its end.
+type Majors = (u64, Vec<(Arc<Mapping>, u64)>);
+
+/// Major faults by mapping, period by period, for as long as a band may still need
+/// them.
+#[derive(Default)]
+struct BandHistory {
+    /// Each period with attributed major faults.
+    periods: VecDeque<Majors>,
+    /// A begun band's majors up to its settled end: its start, and the sums.
+    settled: Option<(u64, HashMap<Arc<Mapping>, u64>)>,
+}
+
+impl BandHistory {
+    fn add(&mut self, table: &PeriodTable) {
+        let mut majors: HashMap<&Arc<Mapping>, u64> = HashMap::new();
+        for entry in table.entries.iter().filter(|e| e.faults.major > 0) {
+            *majors.entry(&entry.mapping).or_default() += entry.faults.major;
+        }
+        if majors.is_empty() {
+            return;
+        }
+        let majors = majors
+            .into_iter()
+            .map(|(m, n)| (Arc::clone(m), n))
+            .collect();
+        self.periods.push_back((table.end_ns, majors));
+        if self.periods.len() > MAX_HISTORY {
+            self.periods.pop_front();
+        }
+    }
+
+    fn keep(&mut self, open: Option<OpenBand>) {
+        let Some(open) = open else {
+            self.periods.clear();
+            self.settled = None;
+            return;
+        };
+        // A period ending at or before a band's start is not in it.
+        while self
+            .periods
+            .front()
+            .is_some_and(|(end, _)| *end <= open.start_ns)
+        {
+            self.periods.pop_front();
+        }
+        let Some(until) = open.settled_ns else {
+            self.settled = None;
+            return;
+        };
+        if self
+            .settled
+            .as_ref()
+            .is_some_and(|(start, _)| *start != open.start_ns)
+        {
+            self.settled = None;
+        }
+        let (_, sums) = self
+            .settled
+            .get_or_insert_with(|| (open.start_ns, HashMap::new()));
+        while self.periods.front().is_some_and(|(end, _)| *end <= until) {
+            for (mapping, n) in self.periods.pop_front().into_iter().flat_map(|p| p.1) {
+                *sums.entry(mapping).or_default() += n;
+            }
+        }
+    }
+
+    /// The mapping with the most major faults between `start_ns` and `end_ns`, and its
+    /// share of them.
+    fn top(&mut self, start_ns: u64, end_ns: u64) -> Option<BandMapping> {
+        let mut tally = Tally::default();
+        if let Some((start, sums)) = self.settled.take() {
+            if start == start_ns {
+                for (mapping, n) in &sums {
+                    tally.add_mapping(mapping, major(*n));
+                }
+            }
+        }
+        let within = |end: &u64| *end > start_ns && *end <= end_ns;
+        for (_, majors) in self.periods.iter().filter(|(end, _)| within(end)) {
+            for (mapping, n) in majors {
+                tally.add_mapping(mapping, major(*n));
+            }
+        }
+        let total = tally.recorded().major;
+        let (mapping, faults) = tally.top_major(1).into_iter().next()?;
+        Some(BandMapping {
+            name: mapping.to_string(),
+            kind: mapping.kind,
+            major_faults: faults.major,
+            share: faults.major as f64 / total as f64,
+        })
+    }
+}
+
+fn major(n: u64) -> Faults {
+    Faults {
+        major: n,
+        minor_samples: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attribution::table::Builder;
+    use crate::attribution::ProcessFaults;
+
+    fn file(name: &str) -> Arc<Mapping> {
+        Arc::new(Mapping {
+            kind: MappingKind::Data,
+            name: name.into(),
+            file: None,
+            owner: None,
+        })
+    }
+
+    fn table(end_ns: u64, faults: &[(&str, u64, u64)]) -> PeriodTable {
+        let mut builder = Builder::default();
+        for (name, major, minor_samples) in faults {
+            builder.add(
+                1,
+                file(name),
+                Faults {
+                    major: *major,
+                    minor_samples: *minor_samples,
+                },
+            );
+        }
+        let processes = vec![ProcessFaults {
+            pid: 1,
+            comm: "work".into(),
+            minor: 100,
+            major: faults.iter().map(|f| f.1).sum(),
+        }];
+        builder.finish(end_ns, Faults::default(), processes)
+    }
+
+    fn row(i: u64, minor: u64, major: u64) -> Row {
+        Row {
+            time_ms: i * 50,
+            mono_ns: i * 50_000_000,
+            minor,
+            major,
+            period_ns: 50_000_000,
+            ..Row::default()
+        }
+    }
+
+    fn on() -> Arc<Feed> {
+        Arc::new(Feed::new(Attribution::On {
+            minor_period: 10,
+            kernel_faults: true,
+        }))
+    }
+
+    #[test]
+    fn an_interval_record_lists_the_top_mappings_and_processes_and_the_rest_as_other() {
+        let feed = on();
+        let mut w = Whereabouts::new(Arc::clone(&feed));
+        let names: Vec<String> = (0..8).map(|i| format!("/f{i}")).collect();
+        let faults: Vec<(&str, u64, u64)> = (names.iter().enumerate())
+            .map(|(i, n)| (n.as_str(), i as u64, 0))
+            .collect();
+        feed.push(table(50_000_000, &faults));
+        feed.push(table(100_000_000, &[("/minor", 0, 7)]));
+        w.row(&row(1, 170, 28));
+        w.row(&row(2, 100, 0));
+        let record = w.interval_record().expect("rows, a record");
+        assert_eq!((record.start_ms, record.end_ms), (0, 100));
+        assert_eq!(record.minor_sample_period, Some(10));
+        let listed: Vec<&str> = record.mappings.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(listed, ["/f7", "/f6", "/f5", "/f4", "/f3", "/minor"]);
+        assert_eq!(record.mappings[5].minor_est, 70);
+        assert_eq!(
+            record.mappings[0].by_process,
+            [TakerRecord {
+                pid: 1,
+                major: 7,
+                minor_est: 0
+            }]
+        );
+        // /f0 .. /f2 took 0 + 1 + 2 major faults.
+        assert_eq!(record.other_mappings.major, 3);
+        assert_eq!(record.processes.len(), 1);
+        assert_eq!(
+            (record.processes[0].minor, record.processes[0].major),
+            (200, 28)
+        );
+        assert_eq!(
+            record.other_processes,
+            Counts {
+                minor: 70,
+                major: 0
+            }
+        );
+        // The next interval starts afresh, and has no record without rows.
+        assert!(w.interval_record().is_none());
+    }
+
+    #[test]
+    fn a_band_is_named_by_the_mapping_with_most_of_its_major_faults_however_long() {
+        let feed = on();
+        let mut w = Whereabouts::new(Arc::clone(&feed));
+        // Before the band: /quiet's faults do not count.
+        feed.push(table(50_000_000, &[("/quiet", 100, 0)]));
+        w.row(&row(1, 0, 100));
+        w.keep(Some(OpenBand {
+            start_ns: 50_000_000,
+            settled_ns: None,
+        }));
+        for i in 2..=40u64 {
+            feed.push(table(i * 50_000_000, &[("/db", 8, 0), ("/log", 2, 0)]));
+            w.row(&row(i, 0, 10));
+            // Begun at period 20: what is before the last stalled period is settled.
+            let settled_ns = (i >= 20).then_some((i - 1) * 50_000_000);
+            w.keep(Some(OpenBand {
+                start_ns: 50_000_000,
+                settled_ns,
+            }));
+        }
+        assert!(w.bands.periods.len() <= 2, "settled periods were kept");
+        let mut band = crate::pressure::verdict::test_band();
+        band.start_mono_ns = 50_000_000;
+        band.end_mono_ns = 40 * 50_000_000;
+        w.name(&mut band);
+        let named = band.major_mapping.expect("named");
+        assert_eq!(named.name, "/db (data)");
+        assert_eq!(named.major_faults, 39 * 8);
+        assert!((named.share - 0.8).abs() < 1e-9, "{}", named.share);
+    }
+
+    #[test]
+    fn without_attribution_the_processes_are_still_listed() {
+        let feed = Arc::new(Feed::new(Attribution::Off("refused".into())));
+        let mut w = Whereabouts::new(Arc::clone(&feed));
+        feed.push(table(50_000_000, &[]));
+        w.row(&row(1, 100, 0));
+        let record = w.interval_record().unwrap();
+        assert_eq!(record.minor_sample_period, None);
+        assert!(record.mappings.is_empty());
+        assert_eq!(record.processes[0].comm, "work");
+    }
+}

@@ -1,0 +1,217 @@
+//! `work --file`: a file `work` creates and maps shared, swept once an iteration, each of
+//! its pages touched once after the mapping was emptied (`MADV_DONTNEED`), so that the
+//! faults each sweep takes are known before it: `mincore()` says which pages are in the
+//! page cache. A sweep of cached pages writes to each (a write fault on a shared mapping
+//! maps no neighbours, unlike a read fault's fault-around): a minor fault a page. A sweep
+//! of pages not cached reads each, read ahead of nothing (`MADV_RANDOM`): a major fault a
+//! page (a write would also call the file system's `page_mkwrite`, which on ext4 makes the
+//! write fault again, minor, once the page is read). With `evict`, every sweep after the
+//! first begins with the file's pages written back and dropped from the page cache.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use memmap2::{Advice, MmapMut, UncheckedAdvice};
+use nix::fcntl::{posix_fadvise, PosixFadviseAdvice};
+
+/// What the sweeps of a file mapping should have taken.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Expected {
+    pub minor: u64,
+    pub major: u64,
+    /// `minor` is at most what was taken: a sweep found only some of the pages cached
+    /// (memory pressure), and a read fault maps cached neighbours without a fault.
+    pub minor_at_most: bool,
+}
+
+/// How many times eviction is tried before a sweep gives up on it.
+const EVICTIONS: u32 = 3;
+
+/// The file and its shared mapping.
+pub struct FileMap {
+    path: PathBuf,
+    file: File,
+    map: MmapMut,
+    page_size: usize,
+    evict: bool,
+    sweeps: u32,
+    expected: Expected,
+}
+
+impl FileMap {
+    /// Creates `path` (replacing a file of that name) with `mib` MiB of data, written
+    /// through the page cache, and maps it shared; `evict`: each sweep after the first
+    /// finds the file's pages evicted.
+    pub fn create(path: &Path, mib: usize, evict: bool) -> io::Result<FileMap> {
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)?;
+        let chunk = vec![0x5au8; 1 << 20];
+        for _ in 0..mib.max(1) {
+            file.write_all(&chunk)?;
+        }
+        // SAFETY: the file was just created by this process, which alone writes it, and
+        // only through this mapping from now on.
+        let map = unsafe { MmapMut::map_mut(&file)? };
+        map.advise(Advice::Random)?;
+        Ok(FileMap {
+            path: path.to_path_buf(),
+            file,
+            map,
+            page_size: crate::system::page_size(),
+            evict,
+            sweeps: 0,
+            expected: Expected::default(),
+        })
+    }
+
+    /// The mapping's address range.
+    pub fn range(&self) -> (usize, usize) {
+        let start = self.map.as_ptr() as usize;
+        (start, start + self.map.len())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn pages(&self) -> usize {
+        self.map.len() / self.page_size
+    }
+
+    /// The faults every sweep so far should have taken.
+    pub fn expected(&self) -> Expected {
+        self.expected
+    }
+
+    /// Touches each page once, after emptying the mapping (and, with `evict`, the page
+    /// cache) when it was swept before: writes to each if all are cached, else reads each;
+    /// returns a checksum.
+    pub fn sweep(&mut self) -> io::Result<u8> {
+        let pages = self.pages() as u64;
+        let mut cached = pages;
+        if self.sweeps > 0 {
+            for _ in 0..EVICTIONS {
+                self.empty()?;
+                cached = self.cached_pages()?;
+                if !self.evict || cached == 0 {
+                    break;
+                }
+            }
+            if self.evict && cached > 0 {
+                return Err(io::Error::other(format!(
+                    "{cached} of {pages} pages stayed in the page cache after {EVICTIONS} evictions"
+                )));
+            }
+        } else {
+            cached = self.cached_pages()?;
+        }
+        self.expected.minor += cached;
+        self.expected.major += pages - cached;
+        let mut sum = 0u8;
+        if cached == pages {
+            for page in 0..self.pages() {
+                let byte = &mut self.map[page * self.page_size];
+                *byte = byte.wrapping_add(1);
+                sum = sum.wrapping_add(*byte);
+            }
+        } else {
+            self.expected.minor_at_most |= cached > 0;
+            for page in 0..self.pages() {
+                sum = sum.wrapping_add(self.map[page * self.page_size]);
+            }
+        }
+        self.sweeps += 1;
+        Ok(std::hint::black_box(sum))
+    }
+
+    /// Unmaps every page from the mapping (their next access faults again) and, with
+    /// `evict`, drops them from the page cache once written back.
+    fn empty(&mut self) -> io::Result<()> {
+        if self.evict {
+            // Written back: the page cache drops clean pages only.
+            self.map.flush()?;
+        }
+        // SAFETY: the mapping is shared: its pages' contents stay in the file, and the
+        // next access reads them back. Nothing borrows the mapping meanwhile.
+        unsafe { self.map.unchecked_advise(UncheckedAdvice::DontNeed)? };
+        if self.evict {
+            // Dropped once neither dirty nor mapped, as they now are.
+            posix_fadvise(
+                self.file.as_fd(),
+                0,
+                0,
+                PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// How many of the file's pages are in the page cache now (`mincore()` says so of a
+    /// file mapping's pages, mapped or not).
+    fn cached_pages(&self) -> io::Result<u64> {
+        resident_pages(self.map.as_ptr(), self.map.len())
+    }
+}
+
+impl Drop for FileMap {
+    fn drop(&mut self) {
+        // The file was ours to make; a failure leaves it for its owner to remove.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// How many pages of `len` bytes at `start` are resident: of `work`'s anonymous buffer,
+/// the pages its accesses touched (none is swapped out on a machine without swap).
+pub fn resident_pages(start: *const u8, len: usize) -> io::Result<u64> {
+    let page = crate::system::page_size();
+    let mut resident = vec![0u8; len.div_ceil(page)];
+    // SAFETY: mincore writes one byte for each page of the range into `resident`, which
+    // holds that many, and touches no other memory of ours; a range not mapped, or not
+    // page aligned, it refuses (ENOMEM, EINVAL).
+    let ret = unsafe { libc::mincore(start as *mut libc::c_void, len, resident.as_mut_ptr()) };
+    if ret != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(resident.iter().filter(|&&r| r & 1 == 1).count() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_swept_file_expects_a_fault_a_page_and_majors_once_evicted() {
+        // Beside the test binary, on the build directory's file system: /tmp may be
+        // tmpfs, whose pages are never evicted to a file.
+        let exe = std::env::current_exe().unwrap();
+        let path = exe.with_file_name(format!("swept-{}", std::process::id()));
+        let mut map = FileMap::create(&path, 4, true).unwrap();
+        let pages = map.pages() as u64;
+        assert_eq!(pages, 4 << 20 >> 12);
+        let before = crate::system::procstat::read_self().unwrap();
+        map.sweep().unwrap();
+        map.sweep().unwrap();
+        let after = crate::system::procstat::read_self().unwrap();
+        let expected = map.expected();
+        // Written just before: the first sweep's pages are cached, the second's evicted.
+        assert_eq!(
+            expected,
+            Expected {
+                minor: pages,
+                major: pages,
+                minor_at_most: false
+            }
+        );
+        // This process's own faults (other tests' threads fault beside it: at least).
+        assert!(after.major - before.major >= expected.major, "{expected:?}");
+        assert!(after.minor - before.minor >= expected.minor, "{expected:?}");
+        drop(map);
+        assert!(!path.exists());
+    }
+}

@@ -1,0 +1,538 @@
+//! Where the faults were, end to end on the procfs backend: `work` announces how many
+//! faults each of its mappings should take, and the monitor must have put them there.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use serde_json::Value;
+
+/// What one `work` said one of its mappings should have taken.
+#[derive(Debug)]
+struct Announced {
+    pid: u32,
+    /// The file's path; `None`: its anonymous buffer.
+    file: Option<PathBuf>,
+    minor: u64,
+    major: u64,
+}
+
+/// Every `work mapping:` line.
+fn announced(stderr: &str) -> Vec<Announced> {
+    stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("work mapping: pid "))
+        .map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let number_before = |what: &str| -> u64 {
+                let at = words.iter().position(|w| w.starts_with(what)).unwrap();
+                words[at - 1].parse().unwrap()
+            };
+            Announced {
+                pid: words[0].parse().unwrap(),
+                file: (words[1] == "file").then(|| PathBuf::from(words[2])),
+                minor: number_before("minor"),
+                major: number_before("major"),
+            }
+        })
+        .collect()
+}
+
+/// A directory on the build's file system (not a tmpfs /tmp: its pages are never
+/// evicted to a file), removed when dropped.
+struct OnDisk(PathBuf);
+
+impl OnDisk {
+    fn new(name: &str) -> OnDisk {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("where-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        OnDisk(std::fs::canonicalize(&dir).unwrap())
+    }
+}
+
+impl Drop for OnDisk {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The summary's mapping entry for what `work` announced.
+fn entry<'a>(top: &'a [Value], a: &Announced) -> Option<&'a Value> {
+    top.iter().find(|m| match &a.file {
+        Some(path) => m["name"] == path.to_str().unwrap() && m["kind"] == "shared",
+        None => m["kind"] == "anonymous" && m["pid"] == a.pid && m["name"] == "",
+    })
+}
+
+#[test]
+fn each_mappings_faults_are_where_work_put_them_a_childs_too_majors_all_on_their_file() {
+    let dir = OnDisk::new("mappings");
+    let (a, b) = (dir.0.join("a"), dir.0.join("b"));
+    let rows = dir.0.join("rows.jsonl");
+    let summary = dir.0.join("run.json");
+    // Two works, children of the shell: one whose file is evicted before its second and
+    // third sweeps (its majors), one whose file stays cached.
+    let script = format!(
+        "{WORK} 64 R 30000 3 --sleep-ms 50 --file {} --evict & \
+         {WORK} 48 R 30000 2 --sleep-ms 50 --file {}; wait",
+        a.display(),
+        b.display()
+    );
+    let out = monitor(&[
+        "run",
+        "--backend",
+        "procfs",
+        "--format",
+        "jsonl",
+        "-o",
+        rows.to_str().unwrap(),
+        "--summary",
+        summary.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let announced = announced(&err);
+    assert_eq!(announced.len(), 4, "{err}");
+    let summary: Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let place = &summary["where"];
+    assert_eq!(place["attributed"], true, "{place}");
+    let minor_top = place["minor"]["top"].as_array().unwrap();
+    let major_top = place["major"]["top"].as_array().unwrap();
+    // Sampled minor counts within 5% of what each mapping took, for those over 10,000.
+    for a in announced.iter().filter(|a| a.minor >= 10_000) {
+        let m = entry(minor_top, a).unwrap_or_else(|| panic!("{a:?} not in {minor_top:?}"));
+        let estimate = m["minor_est"].as_u64().unwrap();
+        let error = estimate.abs_diff(a.minor) as f64 / a.minor as f64;
+        assert!(
+            error <= 0.05,
+            "{a:?}: estimated {estimate}, {:.1}% off",
+            error * 100.0
+        );
+    }
+    // Every major fault recorded, at least 95% of them on the evicted file.
+    let evicted = announced
+        .iter()
+        .find(|x| x.file.as_deref() == Some(&a))
+        .unwrap();
+    assert!(evicted.major >= 10_000, "{evicted:?}");
+    let on_a = entry(major_top, evicted).unwrap_or_else(|| panic!("{major_top:?}"));
+    let all = summary["major_faults"].as_u64().unwrap();
+    assert!(
+        on_a["major"].as_u64().unwrap() as f64 >= 0.95 * all as f64,
+        "{on_a} of {all} major faults"
+    );
+    assert_eq!(major_top[0]["name"], a.to_str().unwrap());
+    // Each work is named with its own faults, as its stat counted them until the last
+    // pass that read it: what it took after, before its parent reaped it (at most its
+    // last period: part of its last sweep, its report, its exit), counts as the other
+    // processes'. Its own faults are its announced mappings' and a few hundred more.
+    let processes = place["processes"].as_array().unwrap();
+    for anon in announced.iter().filter(|a| a.file.is_none()) {
+        let file = announced
+            .iter()
+            .find(|f| f.pid == anon.pid && f.file.is_some())
+            .unwrap();
+        let p = processes
+            .iter()
+            .find(|p| p["pid"] == anon.pid)
+            .unwrap_or_else(|| panic!("pid {} not in {processes:?}", anon.pid));
+        assert_eq!(p["comm"], "work");
+        let counted = p["minor"].as_u64().unwrap() + p["major"].as_u64().unwrap();
+        let took = anon.minor + file.minor + file.major;
+        let last_sweep = 16_384;
+        assert!(
+            counted + last_sweep >= took && counted <= took + 2_000,
+            "pid {}: {counted} faults counted, its mappings took {took}",
+            anon.pid
+        );
+    }
+    let listed: u64 = (processes.iter())
+        .map(|p| p["minor"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        listed + place["other_processes"]["minor"].as_u64().unwrap(),
+        summary["minor_faults"].as_u64().unwrap()
+    );
+    // The interval records add up to the summary's: every major fault of file a in them.
+    let text = std::fs::read_to_string(&rows).unwrap();
+    let records: Vec<Value> = (text.lines())
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["event"] == "where")
+        .collect();
+    assert!(!records.is_empty(), "no where record in {text}");
+    let majors_on_a: u64 = (records.iter())
+        .flat_map(|r| r["mappings"].as_array().unwrap())
+        .filter(|m| m["name"] == a.to_str().unwrap())
+        .map(|m| m["major"].as_u64().unwrap())
+        .sum();
+    assert_eq!(Some(majors_on_a), on_a["major"].as_u64());
+}
+
+#[test]
+fn without_attribution_the_summary_says_so_and_still_names_the_processes() {
+    let out = monitor(&[
+        "run",
+        "--backend",
+        "procfs",
+        "--no-attribution",
+        "--",
+        WORK,
+        "16",
+        "R",
+        "20000",
+        "1",
+    ]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(
+            "where the faults were: not attributed to mappings: turned off (--no-attribution)"
+        ),
+        "{err}"
+    );
+    assert!(err.contains(" (work)"), "{err}");
+}
+
+/// The cgroup v2 mount point.
+fn cgroup2_mount() -> PathBuf {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    mountinfo
+        .lines()
+        .find_map(|l| {
+            let (before, after) = l.split_once(" - ")?;
+            after
+                .starts_with("cgroup2 ")
+                .then(|| before.split_whitespace().nth(4).map(PathBuf::from))?
+        })
+        .expect("a cgroup2 mount")
+}
+
+#[test]
+fn where_the_kernel_refuses_perf_events_the_profile_goes_on_and_the_summary_says_what_would_allow_them(
+) {
+    // A cgroup's events watch whole CPUs: refused to users without CAP_PERFMON unless
+    // kernel.perf_event_paranoid is 0 or less.
+    let paranoid: i32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        paranoid >= 1,
+        "kernel.perf_event_paranoid is {paranoid}: this test needs a setting that refuses \
+         unprivileged CPU-wide events (1 or more; Debian's default is 3)"
+    );
+    let scratch = Scratch::new("refused");
+    let root = nix::unistd::geteuid().is_root();
+    let (mut cmd, cgroup, sleeper) = if root {
+        // Run as nobody, from a copy nobody can reach, on a cgroup of our own making.
+        std::fs::set_permissions(scratch.path(), PermissionsExt::from_mode(0o755)).unwrap();
+        let copy = scratch.join("monitor");
+        std::fs::copy(MONITOR, &copy).unwrap();
+        let cgroup = cgroup2_mount().join(format!("pfprof-where-{}", std::process::id()));
+        std::fs::create_dir(&cgroup).unwrap();
+        let sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+        std::fs::write(cgroup.join("cgroup.procs"), sleeper.id().to_string()).unwrap();
+        let mut cmd = Command::new(copy);
+        cmd.uid(65534).gid(65534);
+        (cmd, cgroup, Some(sleeper))
+    } else {
+        // Our own cgroup.
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        let path = own
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .expect("a cgroup v2 line");
+        let cgroup = cgroup2_mount().join(path.trim_start_matches('/'));
+        (Command::new(MONITOR), cgroup, None)
+    };
+    let out = cmd
+        .args([
+            "--backend",
+            "procfs",
+            "--cgroup",
+            cgroup.to_str().unwrap(),
+            "--duration",
+            "300ms",
+            "-o",
+            "/dev/null",
+        ])
+        .output()
+        .unwrap();
+    if let Some(mut sleeper) = sleeper {
+        sleeper.kill().unwrap();
+        sleeper.wait().unwrap();
+        std::fs::remove_dir(&cgroup).unwrap();
+    }
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(
+            "where the faults were: not attributed to mappings: the kernel refused perf events"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("at kernel.perf_event_paranoid {paranoid}")),
+        "{err}"
+    );
+    assert!(
+        err.contains("`sysctl kernel.perf_event_paranoid=0`, or give the monitor CAP_PERFMON"),
+        "{err}"
+    );
+    // The profile itself went on: samples, and the processes named.
+    assert!(summary_value(&err, "samples ") >= 2, "{err}");
+}
+
+#[test]
+fn an_unprivileged_command_is_attributed_as_far_as_the_paranoia_setting_allows_and_told_so() {
+    let paranoid: i32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let scratch = Scratch::new("unprivileged");
+    let mut cmd = if nix::unistd::geteuid().is_root() {
+        // As nobody, from copies nobody can reach.
+        std::fs::set_permissions(scratch.path(), PermissionsExt::from_mode(0o755)).unwrap();
+        for binary in [MONITOR, WORK] {
+            let name = Path::new(binary).file_name().unwrap();
+            std::fs::copy(binary, scratch.path().join(name)).unwrap();
+        }
+        let mut cmd = Command::new(scratch.join("monitor"));
+        cmd.uid(65534).gid(65534);
+        cmd.args(["run", "--backend", "procfs", "--"]);
+        cmd.arg(scratch.join("work"));
+        cmd
+    } else {
+        let mut cmd = Command::new(MONITOR);
+        cmd.args(["run", "--backend", "procfs", "--", WORK]);
+        cmd
+    };
+    // Over several periods: a process gone before any period read its maps has its
+    // faults unmapped.
+    let out = cmd
+        .args(["16", "R", "20000", "3", "--sleep-ms", "60"])
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let system_calls = "not recorded: faults taken in system calls on a process's behalf \
+                        (kernel.perf_event_paranoid 2 allows user-space events only";
+    match paranoid {
+        // Per-process events, the kernel's faults too.
+        ..=1 => {
+            assert!(err.contains("where the faults were (perf events"), "{err}");
+            assert!(!err.contains(system_calls), "{err}");
+        }
+        // Per-process events of user space only.
+        2 => {
+            assert!(err.contains("where the faults were (perf events"), "{err}");
+            assert!(err.contains(system_calls), "{err}");
+            assert!(err.contains("anonymous memory of pid"), "{err}");
+        }
+        // Debian's 3: none at all.
+        _ => assert!(
+            err.contains("allows no perf events to unprivileged users: `sysctl kernel.perf_event_paranoid=2`"),
+            "{err}"
+        ),
+    }
+}
+
+#[test]
+fn a_user_profiling_another_users_process_learns_none_of_its_mappings() {
+    let scratch = Scratch::new("hostile");
+    // Another user's process: as root, a sleep run as root with the monitor as nobody;
+    // otherwise init, root's.
+    let (mut cmd, target) = if nix::unistd::geteuid().is_root() {
+        std::fs::set_permissions(scratch.path(), PermissionsExt::from_mode(0o755)).unwrap();
+        let copy = scratch.join("monitor");
+        std::fs::copy(MONITOR, &copy).unwrap();
+        let mut cmd = Command::new(copy);
+        cmd.uid(65534).gid(65534);
+        (cmd, Some(Command::new("sleep").arg("30").spawn().unwrap()))
+    } else {
+        (Command::new(MONITOR), None)
+    };
+    let pid = target.as_ref().map_or(1, std::process::Child::id);
+    let out = cmd
+        .args([
+            "--backend",
+            "procfs",
+            "--duration",
+            "300ms",
+            "-o",
+            "/dev/null",
+        ])
+        .args(["--pid", &pid.to_string()])
+        .output()
+        .unwrap();
+    if let Some(mut target) = target {
+        target.kill().unwrap();
+        target.wait().unwrap();
+    }
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("not attributed to mappings: the kernel refused perf events")
+            && err.contains("perf events on a process need the right to trace it"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("/usr/"),
+        "a mapping of process {pid} named: {err}"
+    );
+}
+
+#[test]
+fn a_profiled_process_that_exits_before_the_others_leaves_the_monitor_asleep() {
+    // Its events hang up once it is gone (poll says so at once, forever): a monitor that
+    // kept polling them would spin for the rest of the profile.
+    for order in [["short", "long"], ["long", "short"]] {
+        let mut short = Command::new("sleep").arg("0.2").spawn().unwrap();
+        let mut long = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = |which: &str| match which {
+            "short" => short.id().to_string(),
+            _ => long.id().to_string(),
+        };
+        // Reaped by child::wait, which takes its rusage.
+        #[allow(clippy::zombie_processes)]
+        let child = Command::new(MONITOR)
+            .args([
+                "--backend",
+                "procfs",
+                "--duration",
+                "1500ms",
+                "-o",
+                "/dev/null",
+            ])
+            .args(["--pid", &pid(order[0]), "--pid", &pid(order[1])])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let monitor_pid = child.id();
+        short.wait().unwrap();
+        let (status, used, _) = monitor::command::child::wait(monitor_pid).unwrap();
+        long.kill().unwrap();
+        long.wait().unwrap();
+        assert_eq!(status.code(), 0, "{order:?}: {status}");
+        assert!(
+            used.cpu_ns < 400_000_000,
+            "{order:?}: the monitor used {} ms of CPU in 1.5 s",
+            used.cpu_ns / 1_000_000
+        );
+    }
+}
+
+#[test]
+fn every_fault_recorded_or_counted_lost_when_each_minor_fault_is_recorded() {
+    // One record a minor fault: the kernel may fill a ring before the sampler drains it
+    // (a release build of this workload, a million faults a second, loses ~1% here), and
+    // says how many records it dropped. Recorded and lost add up to the rows' minor
+    // faults, less the few of the exec before the events count (the kernel's own,
+    // without user registers, which the events never see).
+    let dir = OnDisk::new("lost");
+    let summary = dir.0.join("run.json");
+    let out = monitor(&[
+        "run",
+        "--backend",
+        "procfs",
+        "--minor-sampling",
+        "1",
+        "--summary",
+        summary.to_str().unwrap(),
+        "--",
+        WORK,
+        "256",
+        "L",
+        "2000000",
+        "1",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let summary: Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let minor = &summary["where"]["minor"];
+    let (recorded, lost) = (
+        minor["recorded"].as_u64().unwrap(),
+        minor["lost"].as_u64().unwrap(),
+    );
+    let total = summary["minor_faults"].as_u64().unwrap();
+    assert!(
+        recorded + lost <= total && recorded + lost + 100 >= total,
+        "{recorded} recorded and {lost} lost of {total} minor faults"
+    );
+    assert_eq!(minor["estimated"], recorded);
+}
+
+#[test]
+fn with_count_the_where_records_and_the_summary_cover_exactly_the_counted_rows() {
+    // `work` faults on well past the 5th row: no fault of a later period may reach the
+    // where records or the summary's section.
+    let dir = OnDisk::new("count");
+    let summary = dir.0.join("run.json");
+    let out = monitor(&[
+        "run",
+        "--backend",
+        "procfs",
+        "--period",
+        "20ms",
+        "--interval",
+        "40ms",
+        "--count",
+        "5",
+        "--minor-sampling",
+        "1",
+        "--format",
+        "jsonl",
+        "-o",
+        "-",
+        "--summary",
+        summary.to_str().unwrap(),
+        "--",
+        WORK,
+        "64",
+        "L",
+        "2000000",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(128 + 15), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<Value> = (text.lines())
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .collect();
+    let rows: Vec<&Value> = lines.iter().filter(|v| v["time_ms"].is_u64()).collect();
+    assert_eq!(rows.len(), 5, "{text}");
+    let records: Vec<&Value> = lines.iter().filter(|v| v["event"] == "where").collect();
+    assert!(!records.is_empty(), "no where record in {text}");
+    let rows_minor: u64 = rows.iter().map(|r| r["minor"].as_u64().unwrap()).sum();
+    let records_minor: u64 = (records.iter())
+        .map(|r| {
+            let listed: u64 = (r["processes"].as_array().unwrap().iter())
+                .map(|p| p["minor"].as_u64().unwrap())
+                .sum();
+            listed + r["other_processes"]["minor"].as_u64().unwrap()
+        })
+        .sum();
+    assert_eq!(records_minor, rows_minor, "{text}");
+    let last_row_end = rows[4]["time_ms"].as_u64().unwrap();
+    let last_record_end = records.last().unwrap()["end_ms"].as_u64().unwrap();
+    assert_eq!(last_record_end, last_row_end, "{text}");
+    let summary: Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    assert_eq!(summary["samples"], 5);
+    assert_eq!(summary["minor_faults"], rows_minor);
+    let minor = &summary["where"]["minor"];
+    let recorded = minor["recorded"].as_u64().unwrap();
+    assert!(
+        recorded <= rows_minor,
+        "{recorded} minor faults recorded for rows that took {rows_minor}"
+    );
+}
