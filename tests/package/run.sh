@@ -148,11 +148,12 @@ install_and_check() {
 		'pfprof run -q --backend procfs --summary /tmp/summary.json -- pfprof-work 4 R 2000 2 --sleep-ms 20 && cat /tmp/summary.json'
 	not_enabled() {
 		test -s "$root/lib/systemd/system/pfprof-monitor@.service" &&
+			test -s "$root/lib/systemd/system/pfprof-fleet.service" &&
 			expect "units enabled" "" find "$root/etc/systemd" -name 'pfprof*' &&
 			test -s "$root/usr/share/pfprof/udev/99-pfprof.rules" &&
 			expect "udev rules" "" find "$root/etc/udev" "$root/usr/lib/udev" -name '*pfprof*'
 	}
-	check "$release: the unit is installed, not enabled; the udev rule is an example, not a rule" not_enabled
+	check "$release: the units are installed, not enabled; the udev rule is an example, not a rule" not_enabled
 	check "$release: dkms status: pfprof/$version installed for $kernel" \
 		contains "dkms status" "pfprof/$version, $kernel, x86_64: installed" in_root "$root" dkms status
 	local modules=("$root/lib/modules/$kernel/updates/dkms"/pfprof.ko*)
