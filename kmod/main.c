@@ -127,3 +127,9 @@ module_exit(pfprof_exit);
 
 MODULE_DESCRIPTION("Per-process page-fault profiler with a shared-memory ring");
 MODULE_LICENSE("GPL");
+/*
+ * The packages' and the monitor's version (Kbuild takes it from dkms.conf): in
+ * modinfo, and in /sys/module/pfprof/version for a monitor of another ABI to
+ * say which package version matches this module.
+ */
+MODULE_VERSION(PFPROF_VERSION);

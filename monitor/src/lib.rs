@@ -1,5 +1,5 @@
-//! pfprof's monitor and workload generator: everything but argument parsing, which lives
-//! in the binaries.
+//! pfprof's monitor and workload generator: everything but the binaries' `main`s, their
+//! command lines included (`cli`, which the man pages and shell completions are made from).
 
 // In the order a sample travels: produced by a backend, read as rows, given its share of
 // the memory pressure, written and exported; the profile drives them all, around the
@@ -7,6 +7,7 @@
 // workload generator.
 pub mod attribution;
 pub mod backend;
+pub mod cli;
 pub mod command;
 pub mod export;
 pub mod fleet;

@@ -26,7 +26,7 @@ use crate::wait::{WaitError, Waiter};
 pub enum DeviceError {
     #[error("{} does not exist: the pfprof module is not loaded", path.display())]
     NotLoaded { path: PathBuf },
-    #[error("permission denied opening {}: install the udev rule kmod/99-pfprof.rules or run as root", path.display())]
+    #[error("permission denied opening {}: install the udev rule /usr/share/pfprof/udev/99-pfprof.rules (kmod/99-pfprof.rules in the source) or run as root", path.display())]
     PermissionDenied { path: PathBuf },
     #[error("the module speaks ABI version {module}, this monitor speaks {ours}: {}", rebuild_advice(*ours, *module))]
     AbiMismatch { ours: u32, module: u32 },
@@ -427,7 +427,8 @@ mod tests {
             assert_eq!(
                 opening(errno),
                 "permission denied opening /dev/pfprof: install the udev rule \
-                 kmod/99-pfprof.rules or run as root"
+                 /usr/share/pfprof/udev/99-pfprof.rules (kmod/99-pfprof.rules in the source) \
+                 or run as root"
             );
         }
         assert_eq!(

@@ -32,6 +32,8 @@ import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEPLOY = os.path.join(REPO, "deploy")
+# The PATH systemd gives a service (systemd.exec(5)), where the unit finds `pfprof`.
+SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # How long anything that should happen may take before the test fails, not hangs.
 PATIENCE = 60.0
 
@@ -410,12 +412,16 @@ class Fleet:
             check(r.returncode == 0, f"{' '.join(argv)}:\n{r.stdout}{r.stderr}")
         units = tempfile.mkdtemp(prefix="pfprof-unit-")
         self.defer(lambda: shutil.rmtree(units, ignore_errors=True))
-        shutil.copy(os.path.join(DEPLOY, "pfprof-monitor@.service"), units)
-        r = subprocess.run(
-            ["systemd-analyze", "verify", "--man=no", os.path.join(units, "pfprof-monitor@test.service")],
-            capture_output=True,
-            text=True,
-        )
+        for unit in ("pfprof-monitor@.service", "pfprof-fleet.service"):
+            shutil.copy(os.path.join(DEPLOY, unit), units)
+        # The fleet unit's ExecStart is `pfprof` on systemd's PATH, which verify looks
+        # for: this build, as /usr/local/bin/pfprof in a mount namespace of its own.
+        verify = ["systemd-analyze", "verify", "--man=no",
+                  os.path.join(units, "pfprof-monitor@test.service"), os.path.join(units, "pfprof-fleet.service")]
+        setup = (f"mount -t tmpfs tmpfs /usr/local/bin && cp {shlex.quote(self.monitor)} /usr/local/bin/pfprof && "
+                 f"exec {shlex.join(verify)}")
+        r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", setup],
+                           capture_output=True, text=True)
         # It warns and still exits 0: any word from it is a finding.
         check(r.returncode == 0 and not (r.stdout + r.stderr).strip(), f"systemd-analyze verify:\n{r.stdout}{r.stderr}")
 
@@ -860,8 +866,9 @@ class Fleet:
 
     def unit_command(self, instance, addr):
         """The unit's ExecStart for `instance`, as systemd would run it (continuations
-        joined, $$ and %I resolved), with its /usr/local/bin/monitor on this build: run in
-        a mount namespace of its own where a tmpfs over /usr/local/bin holds it."""
+        joined, $$ and %I resolved, systemd's PATH), with its `pfprof` this build, as
+        /usr/local/bin/pfprof: run in a mount namespace of its own where a tmpfs over
+        /usr/local/bin holds it."""
         with open(os.path.join(DEPLOY, "pfprof-monitor@.service")) as f:
             text = f.read()
         start = re.search(r"(?m)^ExecStart=(.*)$", text).start(1)
@@ -874,9 +881,9 @@ class Fleet:
                 break
         line = line.replace("%I", instance).replace("$$", "$")
         inner = " ".join(shlex.quote(a) for a in shlex.split(line))
-        setup = (f"mount -t tmpfs tmpfs /usr/local/bin && cp {shlex.quote(self.monitor)} /usr/local/bin/monitor && "
+        setup = (f"mount -t tmpfs tmpfs /usr/local/bin && cp {shlex.quote(self.monitor)} /usr/local/bin/pfprof && "
                  f"exec {inner}")
-        env = dict(os.environ, PFPROF_PROMETHEUS=addr)
+        env = dict(os.environ, PFPROF_PROMETHEUS=addr, PATH=SYSTEMD_PATH)
         return ["unshare", "--mount", "--propagation", "private", "sh", "-c", setup], env
 
     def test_a_cgroup_target_counts_exactly_what_its_processes_did_inside(self):

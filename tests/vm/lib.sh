@@ -193,16 +193,41 @@ vm_build_static() {
 	vm_bins=$CARGO_TARGET_DIR/$vm_rust_target/release
 }
 
+# vm_use_packaged ROOT: the guest's monitor and work are the ones the pfprof
+# package installed in the Debian root ROOT (/usr/bin/pfprof and pfprof-work,
+# tests/package/run.sh), with the shared libraries they load from there (the
+# initramfs has no libc of its own). Sets vm_packaged_root and vm_libs (their
+# paths in ROOT).
+vm_use_packaged() {
+	vm_packaged_root=$1
+	[[ -x $vm_packaged_root/usr/bin/pfprof && -x $vm_packaged_root/usr/bin/pfprof-work ]] ||
+		vm_die "no /usr/bin/pfprof and pfprof-work in $vm_packaged_root: apt install ./pfprof_*.deb there (tests/package/run.sh)"
+	# ldd's "name => /path (address)" and the loader's "/path (address)".
+	mapfile -t vm_libs < <(vm_in_root "$vm_packaged_root" ldd /usr/bin/pfprof /usr/bin/pfprof-work |
+		awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// && $2 ~ /^\(/ { print $1 }' | sort -u)
+	((${#vm_libs[@]})) || vm_die "ldd found no libraries for $vm_packaged_root/usr/bin/pfprof"
+}
+
 # vm_stage_root ROOT INIT: an initramfs tree with busybox, INIT as /init,
 # the module vm_build_module or vm_use_module chose as /pfprof.ko and monitor
-# and work in /bin.
+# and work in /bin: those vm_build_static built, or the package's that
+# vm_use_packaged chose, with their libraries.
 vm_stage_root() {
-	local root=$1 init=$2
+	local root=$1 init=$2 lib
 	mkdir -p "$root"/{bin,dev,proc,sys,tmp}
 	cp "$vm_busybox" "$root/bin/busybox"
 	cp "$init" "$root/init"
 	cp "$vm_module" "$root/pfprof.ko"
-	cp "$vm_bins/monitor" "$vm_bins/work" "$root/bin/"
+	if [[ -n ${vm_packaged_root-} ]]; then
+		cp "$vm_packaged_root/usr/bin/pfprof" "$root/bin/monitor"
+		cp "$vm_packaged_root/usr/bin/pfprof-work" "$root/bin/work"
+		for lib in "${vm_libs[@]}"; do
+			mkdir -p "$root$(dirname "$lib")"
+			cp -L "$vm_packaged_root$lib" "$root$lib"
+		done
+	else
+		cp "$vm_bins/monitor" "$vm_bins/work" "$root/bin/"
+	fi
 }
 
 # vm_kernel_module PATH DIR: the selected Debian kernel's module PATH

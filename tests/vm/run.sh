@@ -5,7 +5,7 @@
 # line per test and "N passed, M failed"; exit 0 only if all passed and the
 # kernel log has no report from any of the kernel's checkers.
 #
-#   tests/vm/run.sh --kernel KERNEL [--arch ARCH] [--root DIR] [--module FILE] [--boots N] [--load] [--keep] [FILTER...]
+#   tests/vm/run.sh --kernel KERNEL [--arch ARCH] [--root DIR [--packaged]] [--module FILE] [--boots N] [--load] [--keep] [FILTER...]
 #
 # KERNEL: a Debian kernel version with its headers installed (for example
 # 6.1.0-28-cloud-amd64; run.sh lists those it finds when it is missing), or
@@ -16,6 +16,10 @@
 # cross-built for it and qemu-system-aarch64 boots it. amd64 by default.
 # --root DIR: the kernel and its headers are installed in the Debian root DIR
 # (tests/vm/debian-root.sh), and the module is built inside it.
+# --packaged: the guest's monitor and work are the pfprof package's, as
+# installed in the --root DIR (/usr/bin/pfprof and pfprof-work, run there as
+# /bin/monitor and /bin/work, with their shared libraries; tests/package/run.sh
+# installs it), instead of the ones run.sh builds.
 # --module FILE: boot FILE (the module DKMS built and installed for KERNEL)
 # instead of the one run.sh builds; run.sh still builds one, to check that
 # the build is warning-free.
@@ -48,6 +52,7 @@ kernel=
 arch=amd64
 kernel_root=
 module=
+packaged=0
 boots=1
 load=0
 filters=()
@@ -59,15 +64,19 @@ while (($#)); do
 	--arch) arch=${2-}; (($# > 1)) && shift ;;
 	--root) kernel_root=${2-}; (($# > 1)) && shift ;;
 	--module) module=${2-}; (($# > 1)) && shift ;;
+	--packaged) packaged=1 ;;
 	--boots) boots=${2-}; (($# > 1)) && shift ;;
 	--load) load=1 ;;
-	-h | --help) sed -n '2,40p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,44p' "$0"; exit 0 ;;
 	*) filters+=("$1") ;;
 	esac
 	shift
 done
 
 [[ $boots =~ ^[1-9][0-9]*$ ]] || vm_die "--boots takes a positive number"
+((!packaged)) || [[ -n $kernel_root ]] || vm_die "--packaged takes the package's monitor from the --root DIR: give one"
+# Absolute: the module's tree is copied into the root and built there by path.
+[[ -z $kernel_root ]] || kernel_root=$(cd "$kernel_root" && pwd) || vm_die "no root $kernel_root"
 vm_select_kernel "$kernel" "$kernel_root" "$arch"
 # A hung guest (a deadlock in the module) fails the run after this long.
 # A loaded machine runs the suite at a fraction of the speed.
@@ -85,7 +94,13 @@ echo "run.sh: kernel $vm_kver${vm_root:+ (from $vm_root)}, $("${vm_qemu[0]}" --v
 
 vm_build_module "$work"
 [[ -z $module ]] || vm_use_module "$module" "$work"
-vm_build_static -p pfprof-vm-guest -p monitor
+if ((packaged)); then
+	vm_use_packaged "$kernel_root"
+	vm_build_static -p pfprof-vm-guest
+	echo "run.sh: the guest's monitor and work: $kernel_root/usr/bin/pfprof and pfprof-work ($(vm_in_root "$kernel_root" pfprof --version))"
+else
+	vm_build_static -p pfprof-vm-guest -p monitor
+fi
 
 # The initramfs: busybox, /init, the module, monitor, work and the guest tests.
 root=$work/root

@@ -1,13 +1,19 @@
 //! What to tell a user whose kernel backend cannot use the module: the commands that fix
 //! it on this machine, chosen from what `/lib/modules/<release>` holds (as `modprobe`
-//! would find the module) and written as README.md's "The kernel module" gives them.
+//! would find the module) and written as README.md's "Install" and docs/module.md give
+//! them: the Debian package of the right version first (`pfprof-dkms` for the module,
+//! `pfprof` for the monitor, both of one version), then the build from a checkout.
 
 use std::fs;
 use std::path::Path;
 
-/// The version DKMS knows the module's source by (kmod/dkms.conf's PACKAGE_VERSION; a
-/// test keeps the two equal).
+/// The version of the packages, the module (`modinfo`) and this monitor, by which DKMS
+/// knows the module's source: the workspace's, which kmod/dkms.conf's PACKAGE_VERSION and
+/// debian/changelog's newest entry repeat (a test keeps them equal).
 pub const DKMS_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Where a loaded module says its version (its `MODULE_VERSION`, the package's).
+pub const MODULE_VERSION_FILE: &str = "/sys/module/pfprof/version";
 
 /// Where kernels keep their modules and, in `build`, their headers.
 pub const MODULES_DIR: &str = "/lib/modules";
@@ -27,6 +33,12 @@ fn dkms_commands(release: &str) -> String {
     )
 }
 
+/// How to install the module from the package of this monitor's version, which builds it
+/// with DKMS.
+fn package_command() -> String {
+    format!("sudo apt install ./pfprof-dkms_{DKMS_VERSION}_all.deb")
+}
+
 /// The device does not exist: load the module if it is installed for `release`, else
 /// install it with DKMS, after the kernel's headers if they are missing too.
 pub fn when_not_loaded(modules_dir: &Path, release: &str) -> String {
@@ -44,32 +56,67 @@ pub fn when_not_loaded(modules_dir: &Path, release: &str) -> String {
     if installed {
         "load the module: sudo modprobe pfprof".into()
     } else if kernel.join("build").exists() {
-        format!(
-            "install the module with DKMS from the pfprof source: {}",
-            dkms_commands(release)
-        )
+        format!("install the module: {}", install_commands(release))
     } else {
         format!(
             "the module is built against the running kernel's headers, which are missing: \
              install them (Debian, Ubuntu: sudo apt install linux-headers-{release}), then \
-             the module with DKMS from the pfprof source: {}",
-            dkms_commands(release)
+             the module: {}",
+            install_commands(release)
         )
     }
 }
 
-/// The module speaks an older ABI than this monitor: replace it with one built from the
-/// same source as the monitor.
+/// The package of this monitor's version, or DKMS from the pfprof source.
+fn install_commands(release: &str) -> String {
+    format!(
+        "the package pfprof-dkms {DKMS_VERSION} builds it with DKMS \
+         ({} && sudo modprobe pfprof), or from the pfprof source: {}",
+        package_command(),
+        dkms_commands(release)
+    )
+}
+
+/// The module speaks an older ABI than this monitor: replace it with the module of the
+/// monitor's version, from its package or from the same source as the monitor.
 pub fn when_module_older(release: &str) -> String {
     format!(
-        "replace the module with one built from this monitor's source: \
+        "install the module of this monitor's version, pfprof-dkms {DKMS_VERSION}: \
+         {package} && sudo modprobe -r pfprof && sudo modprobe pfprof; \
+         or replace it with one built from this monitor's source: \
          sudo dkms remove pfprof/{DKMS_VERSION} --all; sudo rm -r /usr/src/pfprof-{DKMS_VERSION}; \
-         {} (or, by hand: make -C kmod && sudo rmmod pfprof && sudo insmod kmod/pfprof.ko)",
-        dkms_commands(release).replace(
+         {dkms} (or, by hand: make -C kmod && sudo rmmod pfprof && sudo insmod kmod/pfprof.ko)",
+        package = package_command(),
+        dkms = dkms_commands(release).replace(
             "&& sudo modprobe pfprof",
             "&& sudo modprobe -r pfprof && sudo modprobe pfprof"
-        )
+        ),
     )
+}
+
+/// The module speaks a newer ABI than this monitor: install the monitor of the module's
+/// version, `module_version` (what [`loaded_module_version`] read), when it says one.
+pub fn when_module_newer(module_version: Option<&str>) -> String {
+    match module_version {
+        Some(version) => format!(
+            "install the monitor of the module's version, pfprof {version}: \
+             sudo apt install ./pfprof_{version}_*.deb"
+        ),
+        None => "install the pfprof package of the module's version".into(),
+    }
+}
+
+/// The version the loaded module says in `file` ([`MODULE_VERSION_FILE`]), if it says one
+/// (modules built before the packages had none).
+pub fn loaded_module_version(file: &Path) -> Option<String> {
+    let text = fs::read_to_string(file).ok()?;
+    let version = text.trim();
+    // A version as the packages spell theirs, nothing a terminal would act on.
+    let plain = !version.is_empty()
+        && version
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || ".+~-".contains(c));
+    plain.then(|| version.to_owned())
 }
 
 #[cfg(test)]
@@ -117,6 +164,10 @@ mod tests {
             advice.contains("sudo dkms install pfprof/0.1.0 -k 7.3.4-cloud"),
             "{advice}"
         );
+        assert!(
+            advice.contains("sudo apt install ./pfprof-dkms_0.1.0_all.deb"),
+            "{advice}"
+        );
         assert!(!advice.contains("headers"), "{advice}");
     }
 
@@ -137,9 +188,52 @@ mod tests {
         let remove = advice.find("dkms remove pfprof/0.1.0 --all").unwrap();
         let install = advice.find("dkms install pfprof/0.1.0 -k 6.12.1").unwrap();
         let reload = advice
-            .find("modprobe -r pfprof && sudo modprobe pfprof")
+            .rfind("modprobe -r pfprof && sudo modprobe pfprof")
             .unwrap();
         assert!(remove < install && install < reload, "{advice}");
+    }
+
+    #[test]
+    fn an_older_module_is_replaced_by_the_package_of_the_monitors_version_first() {
+        let advice = when_module_older("6.12.1");
+        let package = advice
+            .find("sudo apt install ./pfprof-dkms_0.1.0_all.deb && sudo modprobe -r pfprof")
+            .unwrap();
+        assert!(package < advice.find("dkms remove").unwrap(), "{advice}");
+    }
+
+    #[test]
+    fn a_newer_module_names_the_monitors_package_of_its_own_version() {
+        assert_eq!(
+            when_module_newer(Some("0.2.0")),
+            "install the monitor of the module's version, pfprof 0.2.0: \
+             sudo apt install ./pfprof_0.2.0_*.deb"
+        );
+        assert_eq!(
+            when_module_newer(None),
+            "install the pfprof package of the module's version"
+        );
+    }
+
+    #[test]
+    fn the_loaded_modules_version_is_read_as_plain_text_only() {
+        let dir = kernel_dir("version", &[]);
+        let file = dir.join("version");
+        assert_eq!(loaded_module_version(&file), None);
+        fs::write(&file, "0.2.0\n").unwrap();
+        assert_eq!(loaded_module_version(&file).as_deref(), Some("0.2.0"));
+        fs::write(&file, "0.2.0; rm -rf ~\n").unwrap();
+        assert_eq!(loaded_module_version(&file), None);
+    }
+
+    #[test]
+    fn the_changelogs_newest_entry_is_this_version() {
+        let changelog = include_str!("../../../debian/changelog");
+        let newest = changelog.lines().next().unwrap_or_default();
+        assert!(
+            newest.starts_with(&format!("pfprof ({DKMS_VERSION}) ")),
+            "{newest}"
+        );
     }
 
     #[test]

@@ -89,7 +89,8 @@ impl Backend for Kernel {
         // The module samples already; it sees the command's exit once it is reaped.
         if self.waits_for_registrations {
             eprintln!(
-                "monitor: waiting for processes to register (echo \"R $$\" > /proc/pfprof/status)"
+                "{}: waiting for processes to register (echo \"R $$\" > /proc/pfprof/status)",
+                crate::cli::program_name()
             );
         }
         Ok(None)

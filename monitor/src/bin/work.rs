@@ -2,56 +2,22 @@
 //! makes random (R) or local (L) accesses to it, iteration after iteration.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::thread;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::FromArgMatches;
+use monitor::cli::{self, WorkArgs};
 use monitor::system::procstat;
 use monitor::work::filemap::FileMap;
 use monitor::work::registration::{self, RegistrationError};
-use monitor::work::workload::{Pattern, Workload};
-
-#[derive(Parser)]
-#[command(
-    version,
-    about = "Workload generator: allocates MiB of memory and makes random (R) or local (L) \
-             accesses to it, iteration after iteration; registers itself with the pfprof \
-             module when it is loaded",
-    long_about = None
-)]
-struct Args {
-    /// Memory to allocate, in MiB (1 to 1024).
-    #[arg(value_parser = clap::value_parser!(u16).range(1..=1024))]
-    mib: u16,
-    /// R: random accesses over the whole buffer; L: accesses with locality.
-    pattern: Pattern,
-    /// Memory accesses per iteration.
-    accesses: u64,
-    /// Number of iterations.
-    #[arg(default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
-    iterations: u32,
-    /// Pause between iterations, in milliseconds.
-    #[arg(long, default_value_t = 1000)]
-    sleep_ms: u64,
-    /// Also create FILE (replacing it; removed at the end), map it shared, and write a
-    /// byte to each of its pages every iteration, after the accesses: one fault a page
-    /// and sweep. Then say how many faults each mapping should have taken.
-    #[arg(long, value_name = "FILE")]
-    file: Option<PathBuf>,
-    /// The file's size in MiB (default: the buffer's).
-    #[arg(long, requires = "file", value_parser = clap::value_parser!(u16).range(1..=4096))]
-    file_mib: Option<u16>,
-    /// Before every sweep but the first, write the file's pages back and drop them from
-    /// the page cache, so that the sweep's faults are major.
-    #[arg(long, requires = "file")]
-    evict: bool,
-}
+use monitor::work::workload::Workload;
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let command_line = || cli::work_command(cli::program_name());
+    let args = WorkArgs::from_arg_matches(&command_line().get_matches())
+        .unwrap_or_else(|e| e.format(&mut command_line()).exit());
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -62,7 +28,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: &Args) -> anyhow::Result<()> {
+fn run(args: &WorkArgs) -> anyhow::Result<()> {
     let pid = std::process::id();
     let registered = register_if_loaded(pid);
     let mut workload = Workload::new(usize::from(args.mib))

@@ -146,8 +146,13 @@ impl Server {
             .name("pfprof-prometheus".into())
             .spawn(move || serve(&accepting, shown.as_ref(), &counted))
             .map_err(ExportError::Thread)?;
-        let _ = io::stderr()
-            .write_all(format!("monitor: serving metrics at http://{bound}/metrics\n").as_bytes());
+        let _ = io::stderr().write_all(
+            format!(
+                "{}: serving metrics at http://{bound}/metrics\n",
+                crate::cli::program_name()
+            )
+            .as_bytes(),
+        );
         Ok(Server {
             addr: bound,
             listener,

@@ -242,7 +242,8 @@ impl Exporters {
             let _ = io::Write::write_all(
                 &mut io::stderr(),
                 format!(
-                    "monitor: keeping the final values{} for up to {:?} (Ctrl-C ends the wait)\n",
+                    "{}: keeping the final values{} for up to {:?} (Ctrl-C ends the wait)\n",
+                    crate::cli::program_name(),
                     addr.map(|a| format!(" at {a}")).unwrap_or_default(),
                     self.linger
                 )

@@ -205,7 +205,8 @@ fn listed(names: &[impl AsRef<str>]) -> String {
 }
 
 fn say(line: &str) {
-    let _ = std::io::stderr().write_all(format!("monitor: {line}\n").as_bytes());
+    let name = crate::cli::program_name();
+    let _ = std::io::stderr().write_all(format!("{name}: {line}\n").as_bytes());
 }
 
 /// A profile of the cgroup `found`, as `--cgroup` makes one, exported through `hub`.

@@ -358,7 +358,8 @@ pub fn the_monitor_tells_a_user_the_module_refuses_what_to_do(env: &Env) -> Resu
         &["--backend", "kernel"],
         &[
             "monitor: error: cannot use the pfprof module: permission denied opening \
-             /dev/pfprof: install the udev rule kmod/99-pfprof.rules or run as root",
+             /dev/pfprof: install the udev rule /usr/share/pfprof/udev/99-pfprof.rules \
+             (kmod/99-pfprof.rules in the source) or run as root",
             no_module,
         ],
     )?;
