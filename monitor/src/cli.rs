@@ -171,7 +171,8 @@ pub struct Options {
     #[arg(long, default_value = "csv", value_name = "csv|jsonl")]
     pub format: Format,
     /// Also draw the profile as an SVG (the name must end in .svg): a timeline of fault
-    /// rates, memory, memory stall and CPU utilization, thrashing shaded.
+    /// rates, major faults by mapping (where attributed), memory, memory stall and CPU
+    /// utilization, thrashing shaded.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
     /// How often the monitor takes the samples that are ready (e.g. 1s, 250ms), in both
