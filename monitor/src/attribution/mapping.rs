@@ -113,6 +113,17 @@ impl Mapping {
     }
 }
 
+/// A file mapped shared, for tests: named, of no device and inode.
+#[cfg(test)]
+pub fn shared_file(name: &str) -> std::sync::Arc<Mapping> {
+    std::sync::Arc::new(Mapping {
+        kind: MappingKind::Shared,
+        name: name.into(),
+        file: None,
+        owner: None,
+    })
+}
+
 /// As the summary lists it: `/var/lib/db/index.dat (shared)`, `[heap] of pid 1234`,
 /// `anonymous memory of pid 1234`.
 impl fmt::Display for Mapping {

@@ -166,17 +166,8 @@ impl Tally {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::attribution::mapping::shared_file as file;
     use crate::attribution::table::{Builder, ProcessFaults};
-    use crate::attribution::MappingKind;
-
-    fn file(name: &str) -> Arc<Mapping> {
-        Arc::new(Mapping {
-            kind: MappingKind::Shared,
-            name: name.into(),
-            file: None,
-            owner: None,
-        })
-    }
 
     fn faults(major: u64, minor_samples: u64) -> Faults {
         Faults {

@@ -210,17 +210,9 @@ pub const METRICS: [MappingMetric; 2] = [
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::attribution::mapping::shared_file as file;
     use crate::attribution::table::Builder;
     use crate::attribution::MappingKind;
-
-    fn file(name: &str) -> Arc<Mapping> {
-        Arc::new(Mapping {
-            kind: MappingKind::Shared,
-            name: name.into(),
-            file: None,
-            owner: None,
-        })
-    }
 
     fn major(n: u64) -> Faults {
         Faults {

@@ -200,9 +200,7 @@ impl Exporters {
     /// Adds the faults by mapping of the rows added since the last call (`interval`),
     /// one minor fault recorded in `minor_period`.
     pub fn add_mappings(&mut self, interval: &Tally, minor_period: u64) {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        let now = otlp::unix_ns(std::time::SystemTime::now());
         (self.snapshot.mappings)
             .get_or_insert_with(|| MappingSeries::new(minor_period))
             .add_interval(interval, self.last_mono_ns, now);

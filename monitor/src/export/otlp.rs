@@ -100,7 +100,7 @@ impl Pushed for OneTarget {
     }
 }
 
-fn unix_ns(t: SystemTime) -> u64 {
+pub(super) fn unix_ns(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
