@@ -202,18 +202,17 @@ pub struct Options {
     pub no_inherit: bool,
     /// Do not attribute faults to the mappings and processes that took them (the procfs
     /// backend does, through perf events, where the kernel allows them; never with
-    /// --cgroups-under or --unit, whose exports do not show where).
+    /// --cgroups-under or --unit: 2 perf events per CPU per target).
     #[arg(long, conflicts_with = "minor_sampling")]
     pub no_attribution: bool,
     /// Record one minor fault in N to attribute them (every major fault is recorded):
-    /// the minor counts by mapping are estimates, N times what was recorded.
+    /// the minor counts by mapping are estimates, N times what was recorded [default: 61].
     #[arg(
         long,
         value_name = "N",
-        default_value_t = crate::attribution::DEFAULT_MINOR_PERIOD,
         value_parser = clap::value_parser!(u64).range(1..=1_000_000)
     )]
-    pub minor_sampling: u64,
+    pub minor_sampling: Option<u64>,
     #[command(flatten)]
     pub export: ExportOptions,
 }

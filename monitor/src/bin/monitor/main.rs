@@ -81,6 +81,12 @@ fn refuse_for_fleet(options: &Options, run: bool) {
             "--cgroups-under and --unit run until SIGTERM, each target until its cgroup is \
              removed: --duration and --count end one profile (--cgroup)",
         )
+    } else if options.minor_sampling.is_some() {
+        Some(
+            "--cgroups-under and --unit do not attribute faults to mappings (that would \
+             take 2 perf events per CPU per target): --minor-sampling is for one target \
+             (--cgroup)",
+        )
     } else if options.output.is_some() || options.plot.is_some() || options.summary.is_some() {
         Some(
             "--cgroups-under and --unit export each target: --output, --plot and \
@@ -185,7 +191,11 @@ fn run(options: Options, command: Option<Vec<OsString>>) -> Result<u8, ProfileEr
         duration: options.duration,
         count: options.count,
         inherit: !options.no_inherit,
-        attribution: (!options.no_attribution).then_some(options.minor_sampling),
+        attribution: (!options.no_attribution).then_some(
+            options
+                .minor_sampling
+                .unwrap_or(monitor::attribution::DEFAULT_MINOR_PERIOD),
+        ),
         export: options.export,
         fleet: None,
     };
