@@ -105,8 +105,11 @@ fn fleet_pass(c: &mut Criterion) {
         group.bench_function(BenchmarkId::new("processes", n), |b| {
             b.iter(|| {
                 for (stat, memory) in &mut probes {
-                    black_box(stat.read().ok());
-                    black_box(memory.read(true));
+                    let faults = stat
+                        .read()
+                        .ok()
+                        .map_or(0, |s| s.counters.minor + s.counters.major);
+                    black_box(memory.read(true, black_box(faults)));
                 }
             })
         });

@@ -68,7 +68,13 @@ impl Members {
 
     /// What the members of the last pass hold now: a member that left or died, nothing.
     pub fn memory(&mut self) -> Memory {
-        self.members.values_mut().map(|m| m.memory.read(true)).sum()
+        self.members
+            .values_mut()
+            .map(|m| {
+                m.memory
+                    .read(true, m.stat.counters.minor + m.stat.counters.major)
+            })
+            .sum()
     }
 
     /// What the members did inside since the first pass; `None` once the cgroup is gone.

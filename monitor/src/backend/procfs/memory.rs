@@ -7,9 +7,11 @@
 //! and what it costs") and statm cheaper (~1.2 µs in a loop, ~14 µs after a sleep, its
 //! caches cold) but without the split between file and shared memory, and without swap. So
 //! statm is read from a file kept open, and status only when statm's resident or shared
-//! pages moved since status was last read: memory that moves at all moves one of them (a
-//! page swapped out or in changes the resident anonymous pages, one dropped or mapped the
-//! resident ones, a file page the shared ones). statm is read every period in which the
+//! pages, or the process's faults, moved since status was last read: memory that moves at
+//! all moves one of them (a page swapped out or in changes the resident anonymous pages,
+//! one dropped or mapped the resident ones, a file page the shared ones; at a memory
+//! cgroup's limit a page faulted in and another swapped out for it leave the resident
+//! pages as they were, and the fault says so). statm is read every period in which the
 //! process ran, and every [`IDLE_EVERY`]th period while it does not: then only reclaim
 //! changes its memory, and a read every period for every process asleep would double what
 //! the sampler costs. A process that is gone, or a zombie (it has no memory left), holds
@@ -82,14 +84,23 @@ pub fn parse_statm(text: &str) -> Option<(u64, u64)> {
     Some((resident, shared))
 }
 
+/// Whether what status said when statm showed `seen` pages after `seen`'s faults may be
+/// out of date now that it shows `now`: statm's resident or shared pages moved, or the
+/// process faulted (at a cgroup's limit a page faulted in and another swapped out for it
+/// leave statm as it was).
+fn status_stale(seen: ((u64, u64), u64), now: ((u64, u64), u64)) -> bool {
+    seen != now
+}
+
 /// A process's memory, read again and again: statm kept open (it also names the process:
 /// a read fails once it has been reaped, even if its pid is another's by then), status
-/// opened when statm moved.
+/// opened when statm or the process's faults moved.
 pub struct MemoryProbe {
     pid: u32,
     statm: File,
-    /// statm's resident and shared pages when status was last read, and what it said.
-    last: Option<((u64, u64), Memory)>,
+    /// statm's resident and shared pages and the process's faults when status was last
+    /// read, and what it said.
+    last: Option<((u64, u64), u64, Memory)>,
     /// Periods in a row it did not run and was not read.
     idle: u32,
     buf: Vec<u8>,
@@ -108,9 +119,10 @@ impl MemoryProbe {
     }
 
     /// Its memory now (`ran`: it ran since the last call; if not, as last read, but every
-    /// [`IDLE_EVERY`]th time); nothing once it is gone or unreadable.
-    pub fn read(&mut self, ran: bool) -> Memory {
-        if let (false, Some((_, memory))) = (ran, self.last) {
+    /// [`IDLE_EVERY`]th time; `faults`: its own minor and major faults as last read);
+    /// nothing once it is gone or unreadable.
+    pub fn read(&mut self, ran: bool, faults: u64) -> Memory {
+        if let (false, Some((_, _, memory))) = (ran, self.last) {
             self.idle += 1;
             if self.idle < IDLE_EVERY {
                 return memory;
@@ -120,8 +132,8 @@ impl MemoryProbe {
         let Some(pages) = self.statm() else {
             return Memory::default();
         };
-        if let Some((seen, memory)) = self.last {
-            if seen == pages {
+        if let Some((seen, seen_faults, memory)) = self.last {
+            if !status_stale((seen, seen_faults), (pages, faults)) {
                 return memory;
             }
         }
@@ -131,7 +143,7 @@ impl MemoryProbe {
         match (status, self.statm()) {
             (Some(memory), Some(_)) => {
                 // statm as it was before status was read: a change since shows next time.
-                self.last = Some((pages, memory));
+                self.last = Some((pages, faults, memory));
                 memory
             }
             _ => Memory::default(),
@@ -191,13 +203,23 @@ mod tests {
     }
 
     #[test]
+    fn status_is_read_again_when_statm_or_the_faults_moved() {
+        let seen = ((1000, 200), 5000);
+        assert!(!status_stale(seen, seen));
+        assert!(status_stale(seen, ((1001, 200), 5000)));
+        assert!(status_stale(seen, ((1000, 201), 5000)));
+        // Resident pages pinned at a cgroup's limit: the faults alone say memory moved.
+        assert!(status_stale(seen, ((1000, 200), 5001)));
+    }
+
+    #[test]
     fn our_own_memory_agrees_with_status_and_grows_with_pages_we_touch() {
         let mut probe = MemoryProbe::open(std::process::id()).unwrap();
         let _big = crate::big_allocations();
-        let before = probe.read(true);
+        let before = probe.read(true, 0);
         let pages = crate::fresh_pages();
         std::hint::black_box(&pages);
-        let after = probe.read(true);
+        let after = probe.read(true, 0);
         let status = std::fs::read_to_string("/proc/self/status").unwrap();
         let direct = parse_status(&status).unwrap();
         // Other test threads may touch a few pages in between (none takes tens of MiB
@@ -213,16 +235,16 @@ mod tests {
     fn a_process_that_did_not_run_is_read_every_fourth_time_and_one_that_ran_every_time() {
         let mut probe = MemoryProbe::open(std::process::id()).unwrap();
         let _big = crate::big_allocations();
-        let before = probe.read(true);
+        let before = probe.read(true, 0);
         let pages = crate::fresh_pages();
         std::hint::black_box(&pages);
         // Told it did not run: as last read, until the fourth time.
         for _ in 1..IDLE_EVERY {
-            assert_eq!(probe.read(false), before);
+            assert_eq!(probe.read(false, 0), before);
         }
-        assert!(probe.read(false).rss_anon >= before.rss_anon + (60 << 20));
+        assert!(probe.read(false, 0).rss_anon >= before.rss_anon + (60 << 20));
         drop(pages);
-        assert!(probe.read(true).rss_anon < before.rss_anon + (60 << 20));
+        assert!(probe.read(true, 0).rss_anon < before.rss_anon + (60 << 20));
     }
 
     #[test]
@@ -234,7 +256,7 @@ mod tests {
         let mut probe = MemoryProbe::open(child.id()).unwrap();
         // Once it has run: right after exec it holds a page or two.
         let start = std::time::Instant::now();
-        while probe.read(true).rss_file == 0 {
+        while probe.read(true, 0).rss_file == 0 {
             assert!(
                 start.elapsed().as_secs() < 10,
                 "sleep never mapped its binary"
@@ -243,6 +265,6 @@ mod tests {
         }
         child.kill().unwrap();
         child.wait().unwrap();
-        assert_eq!(probe.read(true), Memory::default());
+        assert_eq!(probe.read(true, 0), Memory::default());
     }
 }

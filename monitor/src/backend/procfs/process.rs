@@ -92,7 +92,10 @@ impl Process {
     /// What it holds now (`ran`: its CPU clock moved since the last pass), with its
     /// descendants in the tree at the last pass.
     pub(super) fn memory(&mut self, ran: bool) -> Memory {
-        let own = self.memory.read(ran);
+        let faults = self
+            .last
+            .map_or(0, |stat| stat.counters.minor + stat.counters.major);
+        let own = self.memory.read(ran, faults);
         own + self.tree.as_mut().map_or(Memory::default(), Tree::memory)
     }
 

@@ -225,7 +225,13 @@ impl Tree {
     /// What the descendants in the tree at the last pass hold now (the root's own is its
     /// caller's to read).
     pub fn memory(&mut self) -> Memory {
-        self.procs.values_mut().map(|p| p.memory.read(p.ran)).sum()
+        self.procs
+            .values_mut()
+            .map(|p| {
+                let faults = p.stat.counters.minor + p.stat.counters.major;
+                p.memory.read(p.ran, faults)
+            })
+            .sum()
     }
 
     /// The descendants in the tree at the last pass, each with its stat as last read.
