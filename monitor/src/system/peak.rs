@@ -62,13 +62,20 @@ impl PeakRss {
             .ok()
             .and_then(|text| parse_vm_hwm(std::str::from_utf8(text).ok()?));
         match hwm {
-            Some(bytes) => self.last = Some((bytes, now)),
+            // The largest read: VmHWM is the larger of the kernel's hiwater_rss and the
+            // resident set, and hiwater_rss is raised only on some paths, so a resident
+            // set read at its height may read lower later (seen in this crate's tests:
+            // 64 MiB of other threads' memory, freed between two reads).
+            Some(bytes) => {
+                let most = self.last.map_or(bytes, |(seen, _)| seen.max(bytes));
+                self.last = Some((most, now));
+            }
             None => self.gone = Some(now),
         }
     }
 
-    /// The last reading; `None` if there was none (a process without memory of its own, a
-    /// kernel thread).
+    /// The largest reading, as of the last; `None` if there was none (a process without
+    /// memory of its own, a kernel thread).
     pub fn report(&self) -> Option<PeakReport> {
         let (bytes, at) = self.last?;
         Some(PeakReport {
