@@ -113,8 +113,6 @@ mod serde_like {
         pub stall_full_us: Option<u64>,
         /// The system's refaults, anonymous and file.
         pub refaults: Option<u64>,
-        /// The system's pages swapped in and out.
-        pub swapped: Option<u64>,
     }
 
     pub struct Event {
@@ -183,9 +181,6 @@ mod serde_like {
                 refaults: field(line, "workingset_refault_anon")?
                     .zip(field(line, "workingset_refault_file")?)
                     .map(|(a, f)| (a + f) as u64),
-                swapped: field(line, "pswpin")?
-                    .zip(field(line, "pswpout")?)
-                    .map(|(i, o)| (i + o) as u64),
             });
         }
         Ok((rows, events))
@@ -595,12 +590,10 @@ pub fn the_same_workload_with_room_to_spare_is_not_found_thrashing(env: &Env) ->
 /// in memory: no page of them comes back from swap as it reads). Besides, 4 pages of
 /// anonymous memory (its heap and stack, printing) and 16 of file and shared memory
 /// (code it runs for the first time, which the kernel maps 64 KiB at a time); swapped
-/// memory exactly, unless the system swapped around the read: on a loaded machine
-/// reclaim takes from the workload too, in its pause ([`fold_error_pages`]). Before 6.2
-/// status itself lags: it reads the mm's counters without what each thread has cached
-/// (up to 64 changes, TASK_RSS_EVENTS_THRESH), which the module adds: there each
-/// counter may differ by that much more. (User space cannot ask the kernel which it
-/// does: its version says.)
+/// memory exactly. Before 6.2 status itself lags: it reads the mm's counters without
+/// what each thread has cached (up to 64 changes, TASK_RSS_EVENTS_THRESH), which the
+/// module adds: there each counter may differ by that much more. (User space cannot
+/// ask the kernel which it does: its version says.)
 fn check_memory_agrees_with_status(backend: &str, run: &Run) -> Result<()> {
     ensure!(
         run.statuses.len() == 4,
@@ -613,13 +606,7 @@ fn check_memory_agrees_with_status(backend: &str, run: &Run) -> Result<()> {
         0
     };
     let tolerance = [4, 16, 16, 0].map(|pages| pages * PAGE as u64 + lag);
-    let folds = fold_error_pages()? * PAGE as u64;
-    let agrees = |row: &serde_like::Row, status: &[u64; 4], swapping: bool| {
-        let mut tolerance = tolerance;
-        if swapping {
-            tolerance[0] += folds;
-            tolerance[3] += folds;
-        }
+    let agrees = |row: &serde_like::Row, status: &[u64; 4]| {
         row.memory
             .iter()
             .zip(status)
@@ -645,12 +632,7 @@ fn check_memory_agrees_with_status(backend: &str, run: &Run) -> Result<()> {
             !around.is_empty(),
             "{backend}: no row ends within the pause around the status read at {t}"
         );
-        // The system swapped pages around the read: the workload's may have been among
-        // them (reclaim takes from every cgroup when the machine is short).
-        let swapping = around
-            .iter()
-            .any(|r| r.swapped.is_some_and(|pages| pages > 0));
-        let matched = around.iter().find(|r| agrees(r, status, swapping));
+        let matched = around.iter().find(|r| agrees(r, status));
         figure(&format!(
             "{backend}: status {:?} KiB (anon, file, shmem, swap); the rows around it {}",
             status.map(|b| b >> 10),
@@ -670,22 +652,6 @@ fn check_memory_agrees_with_status(backend: &str, run: &Run) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// How far, in pages, two reads of one of a process's memory counts may disagree while
-/// the system swaps. From Linux 6.2 the counts are per-CPU counters: status shows their
-/// folded total, off from the true one by less than a batch (32 pages, or twice the
-/// CPUs) on each CPU, and a count that changes folds at moments of its own (a loaded run
-/// read the workload's swap 27 pages apart in one pause, its resident memory the same).
-/// Before 6.2 the threads' cached counts are `lag`'s.
-fn fold_error_pages() -> Result<u64> {
-    if status_lags()? {
-        return Ok(0);
-    }
-    // SAFETY: sysconf(3) only reads a system setting.
-    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
-    let cpus = u64::try_from(cpus).context("sysconf(_SC_NPROCESSORS_CONF)")?;
-    Ok(32.max(2 * cpus) * cpus)
 }
 
 /// This kernel is older than 6.2: its /proc/PID/status leaves out the threads' cached
