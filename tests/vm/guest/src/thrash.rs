@@ -433,15 +433,34 @@ fn ms(ns: u64) -> f64 {
 
 /// The verdict judges the system (docs/design.md, "The thrashing verdict"), and on a
 /// loaded machine another process that rewrites more memory than there is (`run.sh
-/// --load`) may make it thrash too: seen once, a 0.5 s band in which the workload took 2
-/// of the system's 43 major faults. A band is the workload's unless it took less than
-/// half of the band's major faults (one where the kernel counts none system-wide is
-/// taken for the workload's); the others' are the system's, by another's doing.
-fn the_workloads_bands(run: &Run) -> (Vec<&serde_like::Event>, Vec<&serde_like::Event>) {
-    run.events
-        .iter()
-        .partition(|e| e.target_share.is_none_or(|share| share >= 0.5))
+/// --load`: the kernel's command line says `pfprof_load=1`) may make it thrash too: seen
+/// once, a 0.5 s band in which the workload took 2 of the system's 43 major faults. On
+/// such a run, and only there, a band is another's when the system's own major faults
+/// in it reach the rule's rate and the workload took under half of them; every other
+/// band is the workload's.
+fn the_workloads_bands(run: &Run) -> Result<(Vec<&serde_like::Event>, Vec<&serde_like::Event>)> {
+    let loaded = fs::read_to_string("/proc/cmdline")?
+        .split_whitespace()
+        .any(|word| word == "pfprof_load=1");
+    let mut ours = Vec::new();
+    let mut others = Vec::new();
+    for event in &run.events {
+        let secs = event.end_mono_ns.saturating_sub(event.start_mono_ns) as f64 / 1e9;
+        let system = serde_like::field(&event.line, "system_major_faults")?.unwrap_or(0.0);
+        let anothers = loaded
+            && event.target_share.is_some_and(|share| share < 0.5)
+            && system >= RULE_FAULT_RATE * secs;
+        if anothers {
+            others.push(event);
+        } else {
+            ours.push(event);
+        }
+    }
+    Ok((ours, others))
 }
+
+/// The verdict's least rate of pages coming back, a second (monitor's `RULE.fault_rate`).
+const RULE_FAULT_RATE: f64 = 50.0;
 
 /// What the bands of another's doing were, for the figures.
 fn others_bands(backend: &str, others: &[&serde_like::Event]) {
@@ -482,7 +501,7 @@ pub fn a_workload_exceeding_its_memory_cgroup_is_found_thrashing_from_its_announ
             ));
         }
         check_memory_agrees_with_status(backend, &run)?;
-        let (ours, others) = the_workloads_bands(&run);
+        let (ours, others) = the_workloads_bands(&run)?;
         others_bands(backend, &others);
         let [event] = &ours[..] else {
             bail!(
@@ -560,7 +579,7 @@ pub fn the_same_workload_with_room_to_spare_is_not_found_thrashing(env: &Env) ->
             phase_rates(&run.rows, from, to)
         ));
         check_memory_agrees_with_status(backend, &run)?;
-        let (ours, others) = the_workloads_bands(&run);
+        let (ours, others) = the_workloads_bands(&run)?;
         others_bands(backend, &others);
         ensure!(
             ours.is_empty(),
