@@ -105,11 +105,8 @@ fn fleet_pass(c: &mut Criterion) {
         group.bench_function(BenchmarkId::new("processes", n), |b| {
             b.iter(|| {
                 for (stat, memory) in &mut probes {
-                    let faults = stat
-                        .read()
-                        .ok()
-                        .map_or(0, |s| s.counters.minor + s.counters.major);
-                    black_box(memory.read(true, black_box(faults)));
+                    let counters = stat.read().map(|s| s.counters).unwrap_or_default();
+                    black_box(memory.read(true, &counters));
                 }
             })
         });

@@ -70,10 +70,7 @@ impl Members {
     pub fn memory(&mut self) -> Memory {
         self.members
             .values_mut()
-            .map(|m| {
-                m.memory
-                    .read(true, m.stat.counters.minor + m.stat.counters.major)
-            })
+            .map(|m| m.memory.read(true, &m.stat.counters))
             .sum()
     }
 

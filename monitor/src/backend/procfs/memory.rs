@@ -22,7 +22,7 @@ use std::iter::Sum;
 use std::ops::Add;
 use std::os::unix::fs::FileExt;
 
-use crate::system::procstat::{read_whole, stat_error, StatError};
+use crate::system::procstat::{read_whole, stat_error, ProcessCounters, StatError};
 
 /// How often statm is read for a process that did not run: every this many periods.
 pub const IDLE_EVERY: u32 = 4;
@@ -119,9 +119,10 @@ impl MemoryProbe {
     }
 
     /// Its memory now (`ran`: it ran since the last call; if not, as last read, but every
-    /// [`IDLE_EVERY`]th time; `faults`: its own minor and major faults as last read);
-    /// nothing once it is gone or unreadable.
-    pub fn read(&mut self, ran: bool, faults: u64) -> Memory {
+    /// [`IDLE_EVERY`]th time; `own`: its own counters as last read, whose faults say
+    /// its memory moved too); nothing once it is gone or unreadable.
+    pub fn read(&mut self, ran: bool, own: &ProcessCounters) -> Memory {
+        let faults = own.minor + own.major;
         if let (false, Some((_, _, memory))) = (ran, self.last) {
             self.idle += 1;
             if self.idle < IDLE_EVERY {
@@ -216,10 +217,10 @@ mod tests {
     fn our_own_memory_agrees_with_status_and_grows_with_pages_we_touch() {
         let mut probe = MemoryProbe::open(std::process::id()).unwrap();
         let _big = crate::big_allocations();
-        let before = probe.read(true, 0);
+        let before = probe.read(true, &ProcessCounters::default());
         let pages = crate::fresh_pages();
         std::hint::black_box(&pages);
-        let after = probe.read(true, 0);
+        let after = probe.read(true, &ProcessCounters::default());
         let status = std::fs::read_to_string("/proc/self/status").unwrap();
         let direct = parse_status(&status).unwrap();
         // Other test threads may touch a few pages in between (none takes tens of MiB
@@ -235,16 +236,20 @@ mod tests {
     fn a_process_that_did_not_run_is_read_every_fourth_time_and_one_that_ran_every_time() {
         let mut probe = MemoryProbe::open(std::process::id()).unwrap();
         let _big = crate::big_allocations();
-        let before = probe.read(true, 0);
+        let before = probe.read(true, &ProcessCounters::default());
         let pages = crate::fresh_pages();
         std::hint::black_box(&pages);
         // Told it did not run: as last read, until the fourth time.
         for _ in 1..IDLE_EVERY {
-            assert_eq!(probe.read(false, 0), before);
+            assert_eq!(probe.read(false, &ProcessCounters::default()), before);
         }
-        assert!(probe.read(false, 0).rss_anon >= before.rss_anon + (60 << 20));
+        assert!(
+            probe.read(false, &ProcessCounters::default()).rss_anon >= before.rss_anon + (60 << 20)
+        );
         drop(pages);
-        assert!(probe.read(true, 0).rss_anon < before.rss_anon + (60 << 20));
+        assert!(
+            probe.read(true, &ProcessCounters::default()).rss_anon < before.rss_anon + (60 << 20)
+        );
     }
 
     #[test]
@@ -256,7 +261,7 @@ mod tests {
         let mut probe = MemoryProbe::open(child.id()).unwrap();
         // Once it has run: right after exec it holds a page or two.
         let start = std::time::Instant::now();
-        while probe.read(true, 0).rss_file == 0 {
+        while probe.read(true, &ProcessCounters::default()).rss_file == 0 {
             assert!(
                 start.elapsed().as_secs() < 10,
                 "sleep never mapped its binary"
@@ -265,6 +270,9 @@ mod tests {
         }
         child.kill().unwrap();
         child.wait().unwrap();
-        assert_eq!(probe.read(true, 0), Memory::default());
+        assert_eq!(
+            probe.read(true, &ProcessCounters::default()),
+            Memory::default()
+        );
     }
 }

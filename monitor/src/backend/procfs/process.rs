@@ -92,10 +92,8 @@ impl Process {
     /// What it holds now (`ran`: its CPU clock moved since the last pass), with its
     /// descendants in the tree at the last pass.
     pub(super) fn memory(&mut self, ran: bool) -> Memory {
-        let faults = self
-            .last
-            .map_or(0, |stat| stat.counters.minor + stat.counters.major);
-        let own = self.memory.read(ran, faults);
+        let counters = self.last.map(|stat| stat.counters).unwrap_or_default();
+        let own = self.memory.read(ran, &counters);
         own + self.tree.as_mut().map_or(Memory::default(), Tree::memory)
     }
 

@@ -227,10 +227,7 @@ impl Tree {
     pub fn memory(&mut self) -> Memory {
         self.procs
             .values_mut()
-            .map(|p| {
-                let faults = p.stat.counters.minor + p.stat.counters.major;
-                p.memory.read(p.ran, faults)
-            })
+            .map(|p| p.memory.read(p.ran, &p.stat.counters))
             .sum()
     }
 
