@@ -5,6 +5,7 @@
 # and caches it), three network namespaces, a cgroup v2 subtree.
 #
 #   tests/fleet/run.sh [FILTER...]    # only the tests whose names contain a FILTER
+#   tests/fleet/run.sh --prepare      # only make the Debian 13 root (VictoriaMetrics)
 #
 # Needs root (namespaces, cgroups, chroot), prometheus and promtool (apt:
 # prometheus), ip (iproute2), unshare, systemd-analyze, debootstrap, python3,
@@ -20,8 +21,9 @@ for tool in prometheus promtool ip unshare systemd-analyze debootstrap python3 m
 	command -v "$tool" >/dev/null || die "$tool not found (apt-get install prometheus iproute2 util-linux systemd debootstrap python3 openssl)"
 done
 
-cargo build --release --locked -p monitor --bin monitor --bin work
 vm_root=$(bash tests/vm/debian-root.sh trixie victoria-metrics)
+[[ ${1-} != --prepare ]] || exit 0
+cargo build --release --locked -p monitor --bin monitor --bin work
 
 exec python3 tests/fleet/fleet.py --monitor "$repo/target/release/monitor" \
 	--work "$repo/target/release/work" --vm-root "$vm_root" "$@"

@@ -4,6 +4,7 @@
 # tests/litmus/check.py says what it checks.
 #
 #   tests/litmus/run.sh [--show]
+#   tests/litmus/run.sh --prepare   # only make the sid root and the model's cache
 #
 # herd7 is Debian's herdtools7, from sid (no stable release has it), in a sid
 # root that tests/vm/debian-root.sh makes and caches. The model is the
@@ -41,4 +42,5 @@ if [[ ! -e $lkmm.complete ]]; then
 	touch "$lkmm.complete"
 fi
 
+[[ ${1-} != --prepare ]] || exit 0
 exec python3 "$here/check.py" --root "$root" --lkmm "$lkmm" --tests "$repo/shared-layout/litmus" "$@"

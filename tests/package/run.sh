@@ -10,6 +10,7 @@
 # "N passed, M failed" at the end; exits 1 if any check failed.
 #
 #   tests/package/run.sh OUT
+#   tests/package/run.sh --prepare   # only make the two clean roots' cached bases
 #
 # Each root is a fresh copy (OUT/RELEASE/root) of a base made once and cached in
 # ~/.cache/pfprof/roots/package (tests/vm/debian-root.sh: debootstrap from the
@@ -32,11 +33,27 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source=tests/vm/lib.sh
 . "$repo/tests/vm/lib.sh"
 
-(($# == 1)) || vm_die "usage: run.sh OUT"
+(($# == 1)) || vm_die "usage: run.sh OUT | --prepare"
 (($(id -u) == 0)) || vm_die "installing into Debian roots needs root"
-out=$(mkdir -p "$1" && cd "$1" && pwd)
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/pfprof
 export PFPROF_ROOT_CACHE=${PFPROF_ROOT_CACHE:-$cache/roots/package}
+# The releases the packages are installed into, each with debian-root.sh's
+# suite option where its kernel comes from backports.
+releases=(bookworm "trixie -t trixie-backports")
+# package_base RELEASE [-t SUITE]: the clean root of RELEASE, made once and
+# cached; its path.
+package_base() {
+	bash "$repo/tests/vm/debian-root.sh" "$@" \
+		linux-image-cloud-amd64 linux-headers-cloud-amd64 man-db openssl
+}
+if [[ $1 == --prepare ]]; then
+	for release in "${releases[@]}"; do
+		# shellcheck disable=SC2086 # a release and its suite option
+		package_base $release >/dev/null
+	done
+	exit 0
+fi
+out=$(mkdir -p "$1" && cd "$1" && pwd)
 version=$(cd "$repo" && dpkg-parsechangelog -SVersion)
 abi=$(sed -n 's/^#define PFPROF_ABI_VERSION\t*\([0-9]*\)u$/\1/p' "$repo/shared-layout/include/pfprof.h")
 [[ -n $abi ]] || vm_die "no PFPROF_ABI_VERSION in shared-layout/include/pfprof.h"
@@ -109,8 +126,7 @@ install_and_check() {
 	local release=$1 base root kernel
 	shift
 	echo "package: $release  [$SECONDS s in]"
-	base=$(bash "$repo/tests/vm/debian-root.sh" "$release" "$@" \
-		linux-image-cloud-amd64 linux-headers-cloud-amd64 man-db openssl)
+	base=$(package_base "$release" "$@")
 	root=$out/$release/root
 	rm -rf "$out/$release"
 	mkdir -p "$out/$release"
@@ -193,8 +209,10 @@ install_and_check() {
 	rm -f "$root"/tmp/*.deb
 }
 
-install_and_check bookworm
-install_and_check trixie -t trixie-backports
+for release in "${releases[@]}"; do
+	# shellcheck disable=SC2086 # a release and its suite option
+	install_and_check $release
+done
 
 echo "package: done  [$SECONDS s in]"
 echo "$passed passed, $failed failed"

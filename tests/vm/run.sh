@@ -5,7 +5,7 @@
 # line per test and "N passed, M failed"; exit 0 only if all passed and the
 # kernel log has no report from any of the kernel's checkers.
 #
-#   tests/vm/run.sh --kernel KERNEL [--arch ARCH] [--root DIR [--packaged]] [--module FILE] [--boots N] [--load] [--keep] [FILTER...]
+#   tests/vm/run.sh --kernel KERNEL [--arch ARCH] [--root DIR [--packaged]] [--module FILE] [--boots N] [--load[=beside]] [--keep] [FILTER...]
 #
 # KERNEL: a Debian kernel version with its headers installed (for example
 # 6.1.0-28-cloud-amd64; run.sh lists those it finds when it is missing), or
@@ -31,6 +31,9 @@
 # loops on the host beside qemu and a process rewriting 2 GiB of memory over and
 # over, and in the guest two busy loops and a process keeping a quarter of its
 # memory dirty (pfprof-guest hog), all at the tests' own priority.
+# --load=beside: the same, but for the host's busy loops: whatever runs beside
+# run.sh keeps the host's CPUs busy (.ci/run's other lanes and builds, then
+# busy loops of its own until this lane ends).
 # FILTER: run only tests whose name contains one of these substrings; -WORD:
 # leave out the tests whose name contains WORD.
 # --keep: keep the work directory (initramfs, console log) and print its path.
@@ -54,7 +57,7 @@ kernel_root=
 module=
 packaged=0
 boots=1
-load=0
+load=
 filters=()
 while (($#)); do
 	case $1 in
@@ -66,8 +69,9 @@ while (($#)); do
 	--module) module=${2-}; (($# > 1)) && shift ;;
 	--packaged) packaged=1 ;;
 	--boots) boots=${2-}; (($# > 1)) && shift ;;
-	--load) load=1 ;;
-	-h | --help) sed -n '2,44p' "$0"; exit 0 ;;
+	--load) load=host ;;
+	--load=beside) load=beside ;;
+	-h | --help) sed -n '2,47p' "$0"; exit 0 ;;
 	*) filters+=("$1") ;;
 	esac
 	shift
@@ -80,7 +84,7 @@ done
 vm_select_kernel "$kernel" "$kernel_root" "$arch"
 # A hung guest (a deadlock in the module) fails the run after this long.
 # A loaded machine runs the suite at a fraction of the speed.
-if ((vm_debug)); then vm_timeout=${PFPROF_VM_TIMEOUT:-2400}; elif ((load)); then vm_timeout=${PFPROF_VM_TIMEOUT:-1800}; else vm_timeout=${PFPROF_VM_TIMEOUT:-600}; fi
+if ((vm_debug)); then vm_timeout=${PFPROF_VM_TIMEOUT:-2400}; elif [[ -n $load ]]; then vm_timeout=${PFPROF_VM_TIMEOUT:-1800}; else vm_timeout=${PFPROF_VM_TIMEOUT:-600}; fi
 
 work=$(mktemp -d /tmp/pfprof-vm.XXXXXX)
 hogs=()
@@ -147,13 +151,16 @@ elif ! grep -qx CONFIG_PREEMPT=y "$vm_root$vm_kdir/.config"; then
 	echo "run.sh: $vm_kver cannot be made fully preemptible; the races are tried under voluntary preemption"
 fi
 # The load (--load): the guest's /init starts its own when the kernel's command
-# line says pfprof_load=1; the host's run beside qemu until run.sh exits.
-if ((load)); then
+# line says pfprof_load=1; the host's run beside qemu until run.sh exits (its
+# busy loops only with --load, not --load=beside).
+if [[ -n $load ]]; then
 	checkers+=" pfprof_load=1"
-	for _ in 1 2; do
-		bash -c 'while :; do :; done' &
-		hogs+=($!)
-	done
+	if [[ $load == host ]]; then
+		for _ in 1 2; do
+			bash -c 'while :; do :; done' &
+			hogs+=($!)
+		done
+	fi
 	python3 -c '
 import time
 block = bytearray(2 << 30)
@@ -163,7 +170,11 @@ while True:
     time.sleep(0.1)
 ' &
 	hogs+=($!)
-	echo "run.sh: loaded: two busy loops and 2 GiB rewritten on the host, the same in the guest"
+	if [[ $load == host ]]; then
+		echo "run.sh: loaded: two busy loops and 2 GiB rewritten on the host, the same in the guest"
+	else
+		echo "run.sh: loaded: 2 GiB rewritten on the host and what runs beside run.sh, two busy loops and dirty memory in the guest"
+	fi
 fi
 mem=1G
 if ((vm_debug)); then
