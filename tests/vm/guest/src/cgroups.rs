@@ -73,11 +73,37 @@ fn after_looks(sampler: u32) -> Result<()> {
     while wakeups(sampler)? < slept + LOOKS {
         ensure!(
             start.elapsed() < Duration::from_secs(60),
-            "the sampler {sampler} looked fewer than {LOOKS} times in 60 s"
+            "the sampler {sampler} looked fewer than {LOOKS} times in 60 s ({})",
+            how_it_ran(sampler)
         );
         thread::sleep(Duration::from_millis(10));
     }
     Ok(())
+}
+
+/// What says whether a sampler that did not sleep was spinning or stuck: its state,
+/// its CPU time, its switches and where it waits.
+fn how_it_ran(pid: u32) -> String {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the comm: state is the first field, utime and stime the 12th and 13th.
+    let fields: Vec<&str> = stat
+        .rfind(')')
+        .map(|end| stat[end + 2..].split(' ').collect())
+        .unwrap_or_default();
+    let field = |i: usize| fields.get(i).copied().unwrap_or("?");
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let switches: Vec<&str> = status
+        .lines()
+        .filter(|l| l.contains("ctxt_switches"))
+        .collect();
+    let wchan = fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+    format!(
+        "state {}, utime {} stime {} ticks, {}, wchan {wchan:?}",
+        field(0),
+        field(11),
+        field(12),
+        switches.join(", ")
+    )
 }
 
 /// Moves `pid` (asleep) to `cgroup`, after the sampler has seen its last faults where
