@@ -172,6 +172,13 @@ mod tests {
                           RssAnon:\t     112 kB\nRssFile:\t    1588 kB\nRssShmem:\t       4 kB\n\
                           VmData:\t     360 kB\nVmSwap:\t      12 kB\nThreads:\t1\n";
 
+    /// Counters that never move: these tests say whether the process ran themselves.
+    const NO_FAULTS: ProcessCounters = ProcessCounters {
+        minor: 0,
+        major: 0,
+        cpu_ns: 0,
+    };
+
     #[test]
     fn status_gives_resident_and_swapped_memory_in_bytes() {
         assert_eq!(
@@ -217,10 +224,10 @@ mod tests {
     fn our_own_memory_agrees_with_status_and_grows_with_pages_we_touch() {
         let mut probe = MemoryProbe::open(std::process::id()).unwrap();
         let _big = crate::big_allocations();
-        let before = probe.read(true, &ProcessCounters::default());
+        let before = probe.read(true, &NO_FAULTS);
         let pages = crate::fresh_pages();
         std::hint::black_box(&pages);
-        let after = probe.read(true, &ProcessCounters::default());
+        let after = probe.read(true, &NO_FAULTS);
         let status = std::fs::read_to_string("/proc/self/status").unwrap();
         let direct = parse_status(&status).unwrap();
         // Other test threads may touch a few pages in between (none takes tens of MiB
@@ -236,20 +243,16 @@ mod tests {
     fn a_process_that_did_not_run_is_read_every_fourth_time_and_one_that_ran_every_time() {
         let mut probe = MemoryProbe::open(std::process::id()).unwrap();
         let _big = crate::big_allocations();
-        let before = probe.read(true, &ProcessCounters::default());
+        let before = probe.read(true, &NO_FAULTS);
         let pages = crate::fresh_pages();
         std::hint::black_box(&pages);
         // Told it did not run: as last read, until the fourth time.
         for _ in 1..IDLE_EVERY {
-            assert_eq!(probe.read(false, &ProcessCounters::default()), before);
+            assert_eq!(probe.read(false, &NO_FAULTS), before);
         }
-        assert!(
-            probe.read(false, &ProcessCounters::default()).rss_anon >= before.rss_anon + (60 << 20)
-        );
+        assert!(probe.read(false, &NO_FAULTS).rss_anon >= before.rss_anon + (60 << 20));
         drop(pages);
-        assert!(
-            probe.read(true, &ProcessCounters::default()).rss_anon < before.rss_anon + (60 << 20)
-        );
+        assert!(probe.read(true, &NO_FAULTS).rss_anon < before.rss_anon + (60 << 20));
     }
 
     #[test]
@@ -261,7 +264,7 @@ mod tests {
         let mut probe = MemoryProbe::open(child.id()).unwrap();
         // Once it has run: right after exec it holds a page or two.
         let start = std::time::Instant::now();
-        while probe.read(true, &ProcessCounters::default()).rss_file == 0 {
+        while probe.read(true, &NO_FAULTS).rss_file == 0 {
             assert!(
                 start.elapsed().as_secs() < 10,
                 "sleep never mapped its binary"
@@ -270,9 +273,6 @@ mod tests {
         }
         child.kill().unwrap();
         child.wait().unwrap();
-        assert_eq!(
-            probe.read(true, &ProcessCounters::default()),
-            Memory::default()
-        );
+        assert_eq!(probe.read(true, &NO_FAULTS), Memory::default());
     }
 }
