@@ -108,6 +108,8 @@ mod serde_like {
         pub mono_ns: u64,
         pub period_ns: u64,
         pub major: u64,
+        /// The workload's CPU time in the period.
+        pub cpu_ns: u64,
         pub memory: [u64; 4],
         pub stall_some_us: Option<u64>,
         pub stall_full_us: Option<u64>,
@@ -170,6 +172,7 @@ mod serde_like {
                 mono_ns,
                 period_ns,
                 major: number(line, "major")?,
+                cpu_ns: number(line, "cpu_ns")?,
                 memory: [
                     number(line, "rss_anon")?,
                     number(line, "rss_file")?,
@@ -375,6 +378,34 @@ fn phase_rates(rows: &[serde_like::Row], from: u64, to: u64) -> String {
     )
 }
 
+/// Between two moments, a quarter second at a time: memory full stall (%), the
+/// workload's major faults a second and its share of a CPU (%): whether it still
+/// thrashed, or could not run.
+fn quarters(rows: &[serde_like::Row], from: u64, to: u64) -> String {
+    const QUARTER: u64 = 250_000_000;
+    let mut out = Vec::new();
+    let mut start = from;
+    while start < to {
+        let end = (start + QUARTER).min(to);
+        let inside: Vec<&serde_like::Row> = rows
+            .iter()
+            .filter(|r| r.mono_ns > start && r.mono_ns <= end)
+            .collect();
+        let ns = inside.iter().map(|r| r.period_ns).sum::<u64>().max(1) as f64;
+        let full = inside.iter().map(|r| r.stall_full_us.unwrap_or(0)).sum::<u64>() as f64;
+        let major = inside.iter().map(|r| r.major).sum::<u64>() as f64;
+        let cpu = inside.iter().map(|r| r.cpu_ns).sum::<u64>() as f64;
+        out.push(format!(
+            "{:.0}%/{:.0}/{:.0}%",
+            full * 1e5 / ns,
+            major * 1e9 / ns,
+            cpu * 100.0 / ns
+        ));
+        start = end;
+    }
+    format!("full stall/major faults a second/CPU {}", out.join(" "))
+}
+
 /// What the rows inside a band and outside it had: the evidence for the verdict's
 /// thresholds (docs/design.md, "The thrashing verdict").
 /// A row's memory full stall, in percent of its period.
@@ -549,6 +580,13 @@ pub fn a_workload_exceeding_its_memory_cgroup_is_found_thrashing_from_its_announ
             event.line
         ));
         let within = |ns: u64, limit: Duration| ns <= limit.as_nanos() as u64;
+        if !within(early, END_WITHIN) {
+            figure(&format!(
+                "{backend}: from the verdict's end to the announced fitting again, a quarter \
+                 second each: {}",
+                quarters(&run.rows, event.end_mono_ns, again)
+            ));
+        }
         ensure!(
             within(onset, ONSET_WITHIN) && within(early, END_WITHIN) && within(late, END_WITHIN),
             "{backend}: the verdict's onset is {:.0} ms from the announced exceeding (at most \
