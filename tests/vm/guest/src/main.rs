@@ -93,6 +93,7 @@ const TESTS: &[(&str, Test)] = tests![
     races::a_process_unregistered_while_the_sampler_is_mid_tick_still_ends_the_session,
     lifecycle::a_last_sample_left_by_a_closed_session_neither_reaches_nor_ends_the_next,
     period::the_sampler_keeps_the_period_asked_on_absolute_deadlines,
+    period::a_sampler_slower_than_its_period_sleeps_after_every_collection,
     period::a_consumer_flashing_a_free_slot_cannot_make_the_sampler_collect_more_often,
     period::bench_sampler_cost_by_processes_and_threads,
     cost::bench_monitor_cost_by_backend,

@@ -201,6 +201,63 @@ pub fn the_sampler_keeps_the_period_asked_on_absolute_deadlines(env: &Env) -> Re
     mark.ensure_clean()
 }
 
+/// A collection slower than the period: at 1 ms, one of a process of 2,000 threads
+/// takes over a millisecond of CPU under TCG (0.57 µs a thread, docs/benchmarks.md).
+/// A sampler that dated its next deadline from before its work found it passed every
+/// time and collected back to back, never sleeping: on the debug kernel under load, a
+/// kthread in state R with no voluntary switch in a minute. It must sleep after every
+/// collection, whatever it costs, and count what it skipped in the next sample.
+pub fn a_sampler_slower_than_its_period_sleeps_after_every_collection(env: &Env) -> Result<()> {
+    const THREADS: usize = 2000;
+    const SPAN: Duration = Duration::from_secs(2);
+    let mark = klog::Mark::now()?;
+    let module = kmod::insmod(env, &["period_ms=1"])?;
+    let mut child = threaded_child(THREADS - 1)?;
+    kmod::register(child.pid)?;
+    let (dev, sampler) = opened_with_sampler(kmod::follow_registrations)?;
+    let area = dev.start(Mode::Strict)?;
+    let mut consumer = StrictConsumer::new(area, dev.waiter());
+    let mut samples = Vec::new();
+    thread::sleep(Duration::from_millis(100));
+    consumer.take(&mut samples, Some(Duration::ZERO))?;
+    let before = samples.len();
+    let (cpu, woke) = sampler_usage(sampler, SPAN, || {
+        let _ = consumer.take(&mut samples, Some(Duration::from_millis(100)));
+    })?;
+    let collections = (samples.len() - before) as u64;
+    let per_collection_us = cpu as f64 / 1e3 / collections.max(1) as f64;
+    crate::harness::figure(&format!(
+        "a {THREADS}-thread process at period_ms=1: {collections} collections in {SPAN:?}, \
+         {per_collection_us:.0} us of CPU each, {woke} sleeps of the sampler, {:.0}% of a CPU",
+        cpu as f64 / SPAN.as_nanos() as f64 * 100.0
+    ));
+    ensure!(
+        collections > 0,
+        "no sample in {SPAN:?} from a sampler at period_ms=1"
+    );
+    if per_collection_us < 1000.0 {
+        return Err(crate::harness::Skipped(format!(
+            "a collection took {per_collection_us:.0} us, under the 1 ms period: this \
+             machine is too fast to show a sampler slower than its period"
+        ))
+        .into());
+    }
+    // Each delivered sample is one collection, and a sleep follows each, but for one
+    // whose next deadline passed before its timer was set (preempted just then).
+    ensure!(
+        woke * 10 >= collections * 9,
+        "the sampler slept {woke} times after {collections} collections, each longer than \
+         its period: it collects back to back"
+    );
+    kmod::unregister(child.pid)?;
+    take_until_ended(&mut consumer, &mut samples)?;
+    drop((consumer, dev));
+    child.go()?;
+    child.reap()?;
+    module.unload()?;
+    mark.ensure_clean()
+}
+
 /// The sampler's CPU time (ns) and voluntary sleeps over `span`, while `during` runs.
 fn sampler_usage(sampler: u32, span: Duration, mut during: impl FnMut()) -> Result<(u64, u64)> {
     let (cpu, woke) = (kmod::main_thread_cpu_ns(sampler)?, wakeups(sampler)?);
