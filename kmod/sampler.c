@@ -103,7 +103,7 @@ static void pfprof_sleep_until(ktime_t deadline, const struct pfprof_wake *w)
 	finish_wait(&w->session->sampler_wq, &wait);
 }
 
-/* The first deadline after @now: those already missed are in this sample. */
+/* The first deadline after @now: the periods missed are in the next sample. */
 static ktime_t pfprof_next_deadline(ktime_t deadline, ktime_t now, u64 period)
 {
 	u64 behind;
@@ -280,9 +280,18 @@ static int pfprof_sampler_fn(void *data)
 				pfprof_sampler_offer(&st, true);
 			continue;
 		}
-		st.deadline = pfprof_next_deadline(st.deadline, now, st.period);
 		if (pfprof_sampler_collect(&st))
 			pfprof_sampler_offer(&st, false);
+		/*
+		 * The first deadline still ahead once the work is done: a
+		 * collection slower than the period (many members, a debug
+		 * kernel, a CPU shared with busy loops) would otherwise find
+		 * its deadline passed every time and collect back to back,
+		 * never sleeping.  The deadlines skipped are in the next
+		 * sample.
+		 */
+		st.deadline = pfprof_next_deadline(st.deadline, ktime_get(),
+						   st.period);
 	}
 	pfprof_memcg_charge(charged);
 	return 0;
