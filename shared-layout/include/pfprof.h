@@ -201,6 +201,49 @@
  * written, the producer sets canceled (release) and wakes both sides.  The consumer takes
  * what is left and stops when it sees canceled (acquire) and nothing ready.
  *
+ * Where the faults were: the faults region
+ * ----------------------------------------
+ * Beside the area, a session has a second region, mapped from offset
+ * info.faults_offset with length info.faults_size: a control page (struct
+ * pfprof_faults_area) and an array of record_count struct pfprof_fault.
+ * After PFPROF_IOC_ATTRIBUTE, the module records the faults of the
+ * session's processes through the kernel's software perf events
+ * (PERF_COUNT_SW_PAGE_FAULTS_MAJ: every one; _MIN: one in minor_period),
+ * each with its process, address and time, and its sampler copies them
+ * here once a period, before that period's sample is offered to the ring:
+ * a consumer that holds a sample of time T finds every fault recorded up
+ * to T here already.  Addresses are resolved to mappings by the consumer,
+ * from /proc/<pid>/maps with its own rights: the module never names a
+ * mapping.  A process's faults are recorded only while the opener may
+ * ptrace-read it (checked by the sampler when it copies them: those of a
+ * process it may no longer read, or that is gone by then, are dropped and
+ * counted as dropped).
+ *
+ * The module is the only writer, and never blocks on the consumer: the
+ * slot of sequence s is s % record_count, and the oldest records are
+ * overwritten when the consumer falls behind.  Nothing the consumer writes
+ * is read back.
+ *
+ *   module, per batch of k records:     consumer, per drain:
+ *     claimed_seq = w + k                 w = write_seq      (acquire)
+ *     (write barrier)                     start = max(r, w - n)
+ *     slots[(w..w+k) % n] = records       lost += start - r
+ *     write_seq = w + k   (release)       copy slots [start, w)
+ *                                         (read barrier)
+ *                                         c = claimed_seq
+ *                                         records s < c - n were being
+ *                                         overwritten while copied: lost
+ *                                         r = w
+ *
+ * The consumer's count of lost records is exact.  What the module could
+ * not record (its per-CPU buffers full between two periods, a process it
+ * may no longer read or that is gone, more threads than its events may
+ * cover) is counted in dropped_major and dropped_minor, published before
+ * write_seq: records not in the region, exactly counted.  A process whose
+ * threads exceed the module's bound on events (the module parameter
+ * max_fault_threads, per session) is not recorded at all: unattributed
+ * counts such processes, and those PFPROF_IOC_ATTRIBUTE does not cover.
+ *
  * Cache lines
  * -----------
  * Fields the producer writes, fields the consumer writes, the lock, and each
@@ -214,7 +257,7 @@
 #include <linux/types.h>
 
 #define PFPROF_MAGIC		0x46504650u	/* "PFPF" in little-endian memory */
-#define PFPROF_ABI_VERSION	4u
+#define PFPROF_ABI_VERSION	5u
 
 #define PFPROF_DEVICE_PATH	"/dev/pfprof"
 #define PFPROF_PROC_PATH	"/proc/pfprof/status"
@@ -332,7 +375,7 @@ struct pfprof_area {
  * version it speaks and every other field to zero; the module answers with
  * its own version and the geometry, and fails with -EPROTO (abi_version
  * still set to its own) when it does not speak the caller's version.
- * Non-zero flags or reserved fields fail with -EINVAL.
+ * Non-zero flags, reserved or out fields fail with -EINVAL.
  */
 struct pfprof_info {
 	__u32 abi_version;	/* in: caller's; out: module's */
@@ -342,7 +385,9 @@ struct pfprof_info {
 	__u32 sample_size;	/* out */
 	__u32 reserved0;	/* must be 0 */
 	__u64 period_ns;	/* out: the sampling period */
-	__u64 reserved[3];	/* must be 0 */
+	__u64 faults_offset;	/* out: the faults region's mmap offset; in: 0 */
+	__u64 faults_size;	/* out: its one length mmap accepts; in: 0 */
+	__u64 reserved;		/* must be 0 */
 };
 
 #define PFPROF_IOC_MAGIC	0xB8
@@ -447,5 +492,65 @@ struct pfprof_cgroup_target {
 };
 
 #define PFPROF_IOC_ADD_CGROUP	_IOW(PFPROF_IOC_MAGIC, 0x07, struct pfprof_cgroup_target)
+
+/* The faults region: see "Where the faults were". */
+#define PFPROF_FAULTS_MAGIC	0x54464650u	/* "PFFT" in little-endian memory */
+/* The minor faults one recorded one stands for, PFPROF_IOC_ATTRIBUTE's. */
+#define PFPROF_MINOR_PERIOD_MIN		1
+#define PFPROF_MINOR_PERIOD_MAX		1000000
+
+/* Kinds of struct pfprof_fault. */
+#define PFPROF_FAULT_MAJOR	1u	/* a major fault: every one is recorded */
+#define PFPROF_FAULT_MINOR	2u	/* a minor fault: one in minor_period */
+
+/* One fault, as recorded in the faulting process's context. */
+struct pfprof_fault {
+	__u64 time_ns;	/* CLOCK_MONOTONIC when it was taken, ns */
+	__u64 address;	/* the faulting address in the process */
+	__s32 pid;	/* its process (tgid), in the opener's pid namespace */
+	__u32 kind;	/* PFPROF_FAULT_* */
+	__u64 reserved;	/* 0 */
+};
+
+/* The faults region's control page. */
+struct pfprof_faults_area {
+	/* Line 0, constant for the session. */
+	__u32 magic;		/* PFPROF_FAULTS_MAGIC */
+	__u32 record_size;	/* sizeof(struct pfprof_fault) */
+	__u64 region_size;	/* bytes, control page included */
+	__u64 data_offset;	/* offset of record 0 in the region: PFPROF_PAGE_SIZE */
+	__u64 record_count;	/* (region_size - data_offset) / record_size */
+	__u64 minor_period;	/* PFPROF_IOC_ATTRIBUTE's; 0: not attributing */
+	__u64 reserved0[3];
+
+	/* Line 1: the module bumps it before it writes records. */
+	__u64 claimed_seq;
+	__u64 reserved1[7];
+
+	/* Line 2: published after the records; write_seq store-release. */
+	__u64 write_seq;	/* records written this session */
+	__u64 dropped_major;	/* major faults not recorded, ever */
+	__u64 dropped_minor;	/* sampled minor faults not recorded, ever */
+	__u32 unattributed;	/* processes with more threads than events */
+	__u32 reserved2;
+	__u64 reserved3[4];
+};
+
+/*
+ * PFPROF_IOC_ATTRIBUTE: record where the session's processes fault, one
+ * minor fault in minor_period (every major one), from the next period on.
+ * Only members that count with their descendants (PFPROF_TARGET_INHERIT)
+ * are recorded, since the events follow a process's threads and children
+ * alike; the others, and a cgroup target, count in unattributed.  Once per
+ * session: -EBUSY after.  -EINVAL: minor_period out of bounds, flags or
+ * reserved not 0.
+ */
+struct pfprof_attribution {
+	__u32 minor_period;
+	__u32 flags;		/* must be 0 */
+	__u64 reserved;		/* must be 0 */
+};
+
+#define PFPROF_IOC_ATTRIBUTE	_IOW(PFPROF_IOC_MAGIC, 0x08, struct pfprof_attribution)
 
 #endif /* _UAPI_LINUX_PFPROF_H */

@@ -6,7 +6,7 @@
 use core::mem::{offset_of, size_of};
 
 pub const MAGIC: u32 = 0x4650_4650;
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;
 
 pub const DEVICE_PATH: &str = "/dev/pfprof";
 pub const PROC_PATH: &str = "/proc/pfprof/status";
@@ -145,7 +145,10 @@ pub struct Info {
     pub sample_size: u32,
     pub reserved0: u32,
     pub period_ns: u64,
-    pub reserved: [u64; 3],
+    /// Where the faults region is mapped from, and its one length.
+    pub faults_offset: u64,
+    pub faults_size: u64,
+    pub reserved: u64,
 }
 
 /// `PFPROF_TARGET_INHERIT`: the process counts with its descendants.
@@ -189,6 +192,63 @@ pub struct Follow {
     pub flags: u32,
     pub pid: i32,
     pub reserved: u32,
+}
+
+/// The faults region's magic (`PFPROF_FAULTS_MAGIC`).
+pub const FAULTS_MAGIC: u32 = 0x5446_4650;
+/// Bounds of `PFPROF_IOC_ATTRIBUTE`'s minor period.
+pub const MINOR_PERIOD_MIN: u32 = 1;
+pub const MINOR_PERIOD_MAX: u32 = 1_000_000;
+/// `PFPROF_FAULT_MAJOR`: a major fault, every one recorded.
+pub const FAULT_MAJOR: u32 = 1;
+/// `PFPROF_FAULT_MINOR`: a minor fault, one in the minor period recorded.
+pub const FAULT_MINOR: u32 = 2;
+
+/// `struct pfprof_fault`: one fault as the module recorded it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FaultRecord {
+    /// `CLOCK_MONOTONIC` when it was taken, ns.
+    pub time_ns: u64,
+    pub address: u64,
+    /// Its process (tgid) in the opener's pid namespace.
+    pub pid: i32,
+    /// `FAULT_MAJOR` or `FAULT_MINOR`.
+    pub kind: u32,
+    pub reserved: u64,
+}
+
+/// `struct pfprof_faults_area`: the faults region's control page. Never read through a
+/// reference: the module writes it concurrently.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FaultsHeader {
+    pub magic: u32,
+    pub record_size: u32,
+    pub region_size: u64,
+    pub data_offset: u64,
+    pub record_count: u64,
+    pub minor_period: u64,
+    pub reserved0: [u64; 3],
+
+    pub claimed_seq: u64,
+    pub reserved1: [u64; 7],
+
+    pub write_seq: u64,
+    pub dropped_major: u64,
+    pub dropped_minor: u64,
+    pub unattributed: u32,
+    pub reserved2: u32,
+    pub reserved3: [u64; 4],
+}
+
+/// `struct pfprof_attribution`: `PFPROF_IOC_ATTRIBUTE`'s argument.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Attribute {
+    pub minor_period: u32,
+    pub flags: u32,
+    pub reserved: u64,
 }
 
 // The asm-generic ioctl encoding (x86, arm, arm64, riscv, ...), or the one
@@ -246,6 +306,7 @@ pub const IOC_ADD: u32 = iow(IOC_MAGIC, 0x04, size_of::<AddProcess>());
 pub const IOC_FOLLOW: u32 = iow(IOC_MAGIC, 0x05, size_of::<Follow>());
 pub const IOC_END: u32 = io(IOC_MAGIC, 0x06);
 pub const IOC_ADD_CGROUP: u32 = iow(IOC_MAGIC, 0x07, size_of::<AddCgroup>());
+pub const IOC_ATTRIBUTE: u32 = iow(IOC_MAGIC, 0x08, size_of::<Attribute>());
 
 /// Byte offset of slot `index` in the area.
 pub const fn slot_offset(index: u64) -> u64 {
@@ -285,8 +346,20 @@ assert_layout!(Follow, size 16, align 4, { scope: 0, flags: 4, pid: 8, reserved:
 assert_layout!(AddCgroup, size 16, align 8, { fd: 0, flags: 4, reserved: 8 });
 assert_layout!(Info, size 64, align 8, {
     abi_version: 0, flags: 4, area_size: 8, slot_count: 16,
-    sample_size: 24, reserved0: 28, period_ns: 32, reserved: 40,
+    sample_size: 24, reserved0: 28, period_ns: 32, faults_offset: 40, faults_size: 48,
+    reserved: 56,
 });
+assert_layout!(FaultRecord, size 32, align 8, {
+    time_ns: 0, address: 8, pid: 16, kind: 20, reserved: 24,
+});
+assert_layout!(FaultsHeader, size 192, align 8, {
+    magic: 0, record_size: 4, region_size: 8, data_offset: 16, record_count: 24,
+    minor_period: 32, reserved0: 40,
+    claimed_seq: 64, reserved1: 72,
+    write_seq: 128, dropped_major: 136, dropped_minor: 144, unattributed: 152,
+    reserved2: 156, reserved3: 160,
+});
+assert_layout!(Attribute, size 16, align 8, { minor_period: 0, flags: 4, reserved: 8 });
 
 // Producer, consumer, lock and each semaphore on their own cache line.
 const _: () = assert!(offset_of!(AreaHeader, write_seq) as u64 % CACHELINE_SIZE == 0);
@@ -298,6 +371,10 @@ const _: () = assert!(offset_of!(AreaHeader, empty) as u64 % CACHELINE_SIZE == 0
 const _: () = assert!(size_of::<AreaHeader>() as u64 <= DATA_OFFSET);
 const _: () = assert!(DATA_OFFSET % 8 == 0);
 const _: () = assert!(PAGE_SIZE % size_of::<Sample>() as u64 == 0);
+// The faults region's writer and its claim on lines of their own; records tile a page.
+const _: () = assert!(offset_of!(FaultsHeader, claimed_seq) as u64 % CACHELINE_SIZE == 0);
+const _: () = assert!(offset_of!(FaultsHeader, write_seq) as u64 % CACHELINE_SIZE == 0);
+const _: () = assert!(PAGE_SIZE % size_of::<FaultRecord>() as u64 == 0);
 // A sample is one cache line.
 const _: () = assert!(size_of::<Sample>() as u64 == CACHELINE_SIZE);
 

@@ -7,7 +7,10 @@ use std::mem::{offset_of, size_of};
 use std::path::PathBuf;
 use std::process::Command;
 
-use shared_layout::abi::{self, AddCgroup, AddProcess, AreaHeader, Follow, Info, Sample, Sem};
+use shared_layout::abi::{
+    self, AddCgroup, AddProcess, AreaHeader, Attribute, FaultRecord, FaultsHeader, Follow, Info,
+    Sample, Sem,
+};
 
 /// One fact as both sides see it: a name, the printf conversion and argument
 /// that print it in C, and the Rust value.
@@ -134,8 +137,44 @@ fn facts() -> Vec<Fact> {
             sample_size,
             reserved0,
             period_ns,
+            faults_offset,
+            faults_size,
             reserved,
         ]
+    );
+    struct_facts!(
+        f,
+        FaultRecord,
+        "pfprof_fault",
+        [time_ns, address, pid, kind, reserved]
+    );
+    struct_facts!(
+        f,
+        FaultsHeader,
+        "pfprof_faults_area",
+        [
+            magic,
+            record_size,
+            region_size,
+            data_offset,
+            record_count,
+            minor_period,
+            reserved0,
+            claimed_seq,
+            reserved1,
+            write_seq,
+            dropped_major,
+            dropped_minor,
+            unattributed,
+            reserved2,
+            reserved3,
+        ]
+    );
+    struct_facts!(
+        f,
+        Attribute,
+        "pfprof_attribution",
+        [minor_period, flags, reserved]
     );
     struct_facts!(f, AddProcess, "pfprof_target", [pid, flags, reserved]);
     struct_facts!(f, AddCgroup, "pfprof_cgroup_target", [fd, flags, reserved]);
@@ -167,6 +206,12 @@ fn facts() -> Vec<Fact> {
     number(&mut f, "PFPROF_IOC_FOLLOW", abi::IOC_FOLLOW);
     number(&mut f, "PFPROF_IOC_END", abi::IOC_END);
     number(&mut f, "PFPROF_IOC_ADD_CGROUP", abi::IOC_ADD_CGROUP);
+    number(&mut f, "PFPROF_IOC_ATTRIBUTE", abi::IOC_ATTRIBUTE);
+    number(&mut f, "PFPROF_FAULTS_MAGIC", abi::FAULTS_MAGIC);
+    number(&mut f, "PFPROF_MINOR_PERIOD_MIN", abi::MINOR_PERIOD_MIN);
+    number(&mut f, "PFPROF_MINOR_PERIOD_MAX", abi::MINOR_PERIOD_MAX);
+    number(&mut f, "PFPROF_FAULT_MAJOR", abi::FAULT_MAJOR);
+    number(&mut f, "PFPROF_FAULT_MINOR", abi::FAULT_MINOR);
     number(&mut f, "PFPROF_TARGET_INHERIT", abi::TARGET_INHERIT);
     number(&mut f, "PFPROF_TARGET_WHOLE_LIFE", abi::TARGET_WHOLE_LIFE);
     number(&mut f, "PFPROF_MEMBERS_MAX", abi::MEMBERS_MAX);

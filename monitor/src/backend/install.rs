@@ -161,11 +161,11 @@ mod tests {
         );
         let advice = when_not_loaded(&dir, "7.3.4-cloud");
         assert!(
-            advice.contains("sudo dkms install pfprof/0.1.0 -k 7.3.4-cloud"),
+            advice.contains("sudo dkms install pfprof/0.2.0 -k 7.3.4-cloud"),
             "{advice}"
         );
         assert!(
-            advice.contains("sudo apt install ./pfprof-dkms_0.1.0_all.deb"),
+            advice.contains("sudo apt install ./pfprof-dkms_0.2.0_all.deb"),
             "{advice}"
         );
         assert!(!advice.contains("headers"), "{advice}");
@@ -185,8 +185,8 @@ mod tests {
     #[test]
     fn an_older_module_is_removed_before_the_new_one_is_installed_and_reloaded() {
         let advice = when_module_older("6.12.1");
-        let remove = advice.find("dkms remove pfprof/0.1.0 --all").unwrap();
-        let install = advice.find("dkms install pfprof/0.1.0 -k 6.12.1").unwrap();
+        let remove = advice.find("dkms remove pfprof/0.2.0 --all").unwrap();
+        let install = advice.find("dkms install pfprof/0.2.0 -k 6.12.1").unwrap();
         let reload = advice
             .rfind("modprobe -r pfprof && sudo modprobe pfprof")
             .unwrap();
@@ -197,7 +197,7 @@ mod tests {
     fn an_older_module_is_replaced_by_the_package_of_the_monitors_version_first() {
         let advice = when_module_older("6.12.1");
         let package = advice
-            .find("sudo apt install ./pfprof-dkms_0.1.0_all.deb && sudo modprobe -r pfprof")
+            .find("sudo apt install ./pfprof-dkms_0.2.0_all.deb && sudo modprobe -r pfprof")
             .unwrap();
         assert!(package < advice.find("dkms remove").unwrap(), "{advice}");
     }

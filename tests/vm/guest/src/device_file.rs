@@ -173,9 +173,23 @@ pub fn device_refuses_bad_mmaps_and_bad_ioctls(env: &Env) -> Result<()> {
                 },
             ),
             (
-                "reserved[2]",
+                "faults_offset",
                 Info {
-                    reserved: [0, 0, 1],
+                    faults_offset: 1,
+                    ..handshake()
+                },
+            ),
+            (
+                "faults_size",
+                Info {
+                    faults_size: 1,
+                    ..handshake()
+                },
+            ),
+            (
+                "reserved",
+                Info {
+                    reserved: 1,
                     ..handshake()
                 },
             ),
