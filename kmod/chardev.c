@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * pfprof: /dev/pfprof, the device: its file operations, whose every open is
- * a session (session.c), and the mapping of a session's area, which
- * accepts exactly one shape: offset 0 and the whole area.
+ * a session (session.c), and the mapping of a session's area and faults
+ * region, which accepts exactly two shapes: each whole, from its offset.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -25,11 +25,17 @@ static vm_fault_t pfprof_vm_fault(struct vm_fault *vmf)
 {
 	struct pfprof_session *s = vmf->vma->vm_file->private_data;
 	u64 offset = (u64)vmf->pgoff << PAGE_SHIFT;
+	/* Published before any mapping of it was allowed. */
+	struct pfprof_faults_area *faults = smp_load_acquire(&s->faults.area);
 
-	if (offset >= s->ring.size)
+	if (offset < s->ring.size)
+		return vmf_insert_pfn(vmf->vma, vmf->address,
+				      vmalloc_to_pfn((void *)s->ring.area + offset));
+	offset -= s->ring.size;
+	if (!faults || offset >= pfprof_faults_size())
 		return VM_FAULT_SIGBUS;
 	return vmf_insert_pfn(vmf->vma, vmf->address,
-			      vmalloc_to_pfn((void *)s->ring.area + offset));
+			      vmalloc_to_pfn((void *)faults + offset));
 }
 
 static const struct vm_operations_struct pfprof_vm_ops = {
@@ -37,7 +43,9 @@ static const struct vm_operations_struct pfprof_vm_ops = {
 };
 
 /*
- * Exactly one shape is mapped: the whole area, from offset 0, shared (a
+ * Two shapes are mapped: the whole area, from offset 0, and, once
+ * PFPROF_IOC_ATTRIBUTE made it, the whole faults region from the offset
+ * INFO gives (right after the area), each shared (a
  * private copy would not be shared with the sampler; a read-only shared
  * mapping is fine).  The monitor's children never inherit it (DONTCOPY;
  * being IO, madvise(MADV_DOFORK) cannot undo that), it cannot grow
@@ -46,7 +54,13 @@ static const struct vm_operations_struct pfprof_vm_ops = {
 static bool pfprof_mmap_shape_ok(struct pfprof_session *s, bool may_share,
 				 pgoff_t pgoff, unsigned long size)
 {
-	return may_share && pgoff == 0 && size == s->ring.size;
+	if (!may_share)
+		return false;
+	if (pgoff == 0)
+		return size == s->ring.size;
+	return smp_load_acquire(&s->faults.area) &&
+	       pgoff == s->ring.size >> PAGE_SHIFT &&
+	       size == pfprof_faults_size();
 }
 
 #ifdef PFPROF_HAVE_MMAP_PREPARE

@@ -49,8 +49,60 @@ MODULE_PARM_DESC(max_registrations,
 		 "Processes one user may have registered through /proc at once " PFPROF_RANGE(
 		 1, PFPROF_MEMBERS_MAX, PFPROF_MAX_REGISTRATIONS_DEFAULT));
 
+/* The faults region: 64 pages hold 8064 records, half a second of 1M minor faults/s at 1 in 61. */
+#define PFPROF_FAULT_PAGES_DEFAULT	64
+#define PFPROF_FAULT_PAGES_MIN		2
+#define PFPROF_FAULT_PAGES_MAX		16384
+/* Each CPU's buffer between two periods: 24 bytes a record. */
+#define PFPROF_FAULT_CPU_RECORDS_DEFAULT	4096
+#define PFPROF_FAULT_CPU_RECORDS_MIN	64
+#define PFPROF_FAULT_CPU_RECORDS_MAX	65536
+/* Threads a session's events may cover: two events each. */
+#define PFPROF_MAX_FAULT_THREADS_DEFAULT	1024
+#define PFPROF_MAX_FAULT_THREADS_MAX	65536
+
+unsigned int pfprof_fault_pages = PFPROF_FAULT_PAGES_DEFAULT;
+module_param_named(fault_pages, pfprof_fault_pages, uint, 0444);
+MODULE_PARM_DESC(fault_pages,
+		 "Pages in each attributing session's faults region, control page included " PFPROF_RANGE(
+		 PFPROF_FAULT_PAGES_MIN, PFPROF_FAULT_PAGES_MAX,
+		 PFPROF_FAULT_PAGES_DEFAULT));
+
+unsigned int pfprof_fault_cpu_records = PFPROF_FAULT_CPU_RECORDS_DEFAULT;
+module_param_named(fault_cpu_records, pfprof_fault_cpu_records, uint, 0444);
+MODULE_PARM_DESC(fault_cpu_records,
+		 "Faults each CPU keeps for an attributing session between two periods, rounded down to a power of two " PFPROF_RANGE(
+		 PFPROF_FAULT_CPU_RECORDS_MIN, PFPROF_FAULT_CPU_RECORDS_MAX,
+		 PFPROF_FAULT_CPU_RECORDS_DEFAULT));
+
+unsigned int pfprof_max_fault_threads = PFPROF_MAX_FAULT_THREADS_DEFAULT;
+module_param_named(max_fault_threads, pfprof_max_fault_threads, uint, 0444);
+MODULE_PARM_DESC(max_fault_threads,
+		 "Threads an attributing session's fault events cover " PFPROF_RANGE(
+		 1, PFPROF_MAX_FAULT_THREADS_MAX, PFPROF_MAX_FAULT_THREADS_DEFAULT));
+
+static int pfprof_check_range(const char *name, unsigned int value,
+			      unsigned int min, unsigned int max)
+{
+	if (value >= min && value <= max)
+		return 0;
+	pr_err("%s=%u out of range %u..%u\n", name, value, min, max);
+	return -EINVAL;
+}
+
 static int pfprof_check_params(void)
 {
+	int ret;
+
+	ret = pfprof_check_range("fault_pages", pfprof_fault_pages,
+				 PFPROF_FAULT_PAGES_MIN, PFPROF_FAULT_PAGES_MAX) ?:
+	      pfprof_check_range("fault_cpu_records", pfprof_fault_cpu_records,
+				 PFPROF_FAULT_CPU_RECORDS_MIN,
+				 PFPROF_FAULT_CPU_RECORDS_MAX) ?:
+	      pfprof_check_range("max_fault_threads", pfprof_max_fault_threads,
+				 1, PFPROF_MAX_FAULT_THREADS_MAX);
+	if (ret)
+		return ret;
 	if (pfprof_period_ms < PFPROF_PERIOD_MS_MIN ||
 	    pfprof_period_ms > PFPROF_PERIOD_MS_MAX) {
 		pr_err("period_ms=%u out of range %u..%u\n", pfprof_period_ms,

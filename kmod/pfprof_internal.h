@@ -9,9 +9,10 @@
  * short, bounded work only: joining and leaving sessions (which may walk
  * the process list) happens after they are dropped, on sessions kept alive
  * by a reference.  The sampler of a session takes only the last two:
- * sessions never wait for each other.  Innermost, a session's execs_lock
- * (exec.c), a spinlock that the exec tracepoint takes and that nests
- * nothing.
+ * sessions never wait for each other.  A session's faults.lock (faults.c)
+ * comes before its members_lock and is taken with no other held.
+ * Innermost, a session's execs_lock (exec.c), a spinlock that the exec
+ * tracepoint takes and that nests nothing.
  */
 #ifndef _PFPROF_INTERNAL_H
 #define _PFPROF_INTERNAL_H
@@ -37,6 +38,7 @@
 #include "pfprof.h"
 
 struct cgroup;
+struct pfprof_session;
 struct cred;
 struct file;
 struct mem_cgroup;
@@ -68,6 +70,15 @@ extern unsigned int pfprof_period_ms;
 extern unsigned int pfprof_buffer_pages;
 extern unsigned int pfprof_max_sessions;
 extern unsigned int pfprof_max_registrations;
+extern unsigned int pfprof_fault_pages;
+extern unsigned int pfprof_fault_cpu_records;
+extern unsigned int pfprof_max_fault_threads;
+
+/* The faults region's size, control page included. */
+static inline u64 pfprof_faults_size(void)
+{
+	return (u64)pfprof_fault_pages * PFPROF_PAGE_SIZE;
+}
 
 static inline u64 pfprof_period_ns(void)
 {
@@ -232,6 +243,45 @@ struct pfprof_tree {
 	unsigned int cur;		/* which map the last walk filled */
 };
 
+/* faults.c: where a session's processes fault. */
+struct pfprof_cpu_faults;
+struct pfprof_watch;
+
+#define PFPROF_WATCH_HASH_BITS	6
+
+struct pfprof_faults {
+	struct mutex lock;		/* everything below but area's pages */
+	u32 minor_period;		/* PFPROF_IOC_ATTRIBUTE's; 0: not asked */
+	bool released;			/* the session closes: no more events */
+	/* Published with release once made: mmap looks without the lock. */
+	struct pfprof_faults_area *area;
+	struct pfprof_fault *records;	/* the region's, after its control page */
+	u64 size;
+	u64 record_count;
+	/* Ours; the region's are only published. */
+	u64 write_seq;
+	u64 written_major;
+	u64 written_minor;
+	/* The handlers': one buffer a possible CPU, cpu_records each. */
+	struct pfprof_cpu_faults **cpus;
+	unsigned int cpu_records;
+	struct pid_namespace *pid_ns;	/* the opener's: the records' pids */
+	DECLARE_HASHTABLE(watches, PFPROF_WATCH_HASH_BITS);
+	unsigned int nr_events;
+	unsigned int sync;		/* bumped by each pfprof_faults_sync() */
+	unsigned int unattributed;	/* at the last sync */
+	/* Faults of processes the opener may no longer read, or gone. */
+	u64 withheld_major;
+	u64 withheld_minor;
+};
+
+void pfprof_faults_init(struct pfprof_session *s);
+int pfprof_faults_start(struct pfprof_session *s, u32 minor_period);
+void pfprof_faults_sync(struct pfprof_session *s);
+void pfprof_faults_drain(struct pfprof_session *s);
+void pfprof_faults_release(struct pfprof_session *s);
+void pfprof_faults_exit(struct pfprof_session *s);
+
 /* One open of /dev/pfprof. */
 struct pfprof_session {
 	struct kref ref;		/* the file's, and each offer's in flight */
@@ -273,6 +323,7 @@ struct pfprof_session {
 	struct pfprof_tree tree;
 
 	struct pfprof_ring ring;
+	struct pfprof_faults faults;
 
 	struct task_struct *sampler;
 	wait_queue_head_t sampler_wq;

@@ -280,8 +280,13 @@ static int pfprof_sampler_fn(void *data)
 				pfprof_sampler_offer(&st, true);
 			continue;
 		}
-		if (pfprof_sampler_collect(&st))
+		if (pfprof_sampler_collect(&st)) {
+			/* Members that joined or left carry events or not. */
+			pfprof_faults_sync(s);
+			/* A sample's consumer finds its period's faults. */
+			pfprof_faults_drain(s);
 			pfprof_sampler_offer(&st, false);
+		}
 		/*
 		 * The first deadline still ahead once the work is done: a
 		 * collection slower than the period (many members, a debug

@@ -105,6 +105,7 @@ static void pfprof_session_free(struct kref *ref)
 	struct pfprof_session *s = container_of(ref, struct pfprof_session, ref);
 
 	pfprof_ring_exit(&s->ring);
+	pfprof_faults_exit(s);
 	put_cred(s->opener_cred);
 	pfprof_memcg_put(s->memcg);
 	put_pid_ns(s->pid_ns);
@@ -135,6 +136,7 @@ int pfprof_session_open(struct inode *inode, struct file *file)
 	s->memcg = pfprof_memcg_get();
 	pfprof_members_init(s);
 	pfprof_execs_init_session(s);
+	pfprof_faults_init(s);
 
 	/* Over the limit: no area allocated in vain (session_add decides). */
 	ret = pfprof_sessions_room(s->owner);
@@ -178,6 +180,7 @@ int pfprof_session_release(struct inode *inode, struct file *file)
 	/* No registration joins any more, then nobody samples. */
 	pfprof_session_remove(s);
 	pfprof_sampler_stop(s);
+	pfprof_faults_release(s);
 	pfprof_members_free(s);
 	pfprof_execs_close(s);
 	pfprof_session_put(s);
@@ -393,8 +396,8 @@ static long pfprof_ioc_info(struct pfprof_session *s,
 
 	if (copy_from_user(&info, uarg, sizeof(info)))
 		return -EFAULT;
-	if (info.flags || info.reserved0 || info.reserved[0] ||
-	    info.reserved[1] || info.reserved[2])
+	if (info.flags || info.reserved0 || info.faults_offset ||
+	    info.faults_size || info.reserved)
 		return -EINVAL;
 
 	theirs = info.abi_version;
@@ -403,6 +406,9 @@ static long pfprof_ioc_info(struct pfprof_session *s,
 	info.slot_count = s->ring.slot_count;
 	info.sample_size = sizeof(struct pfprof_sample);
 	info.period_ns = pfprof_period_ns();
+	/* Right after the area: chardev.c tells the two apart by offset. */
+	info.faults_offset = s->ring.size;
+	info.faults_size = pfprof_faults_size();
 	if (copy_to_user(uarg, &info, sizeof(info)))
 		return -EFAULT;
 	return theirs == PFPROF_ABI_VERSION ? 0 : -EPROTO;
@@ -464,10 +470,25 @@ static long pfprof_ioc_add(struct file *file, struct pfprof_target __user *uarg)
 	put_task_struct(leader);
 	ret = pfprof_members_join(s, pid, target.flags);
 	put_pid(pid);
+	/* Its faults are recorded from now, not from the next period. */
+	if (ret >= 0)
+		pfprof_faults_sync(s);
 	/* The first process: an idle sampler starts its deadlines. */
 	if (ret > 0)
 		pfprof_sampler_kick(s);
 	return min_t(long, ret, 0);
+}
+
+static long pfprof_ioc_attribute(struct pfprof_session *s,
+				 struct pfprof_attribution __user *uarg)
+{
+	struct pfprof_attribution attr;
+
+	if (copy_from_user(&attr, uarg, sizeof(attr)))
+		return -EFAULT;
+	if (attr.flags || attr.reserved)
+		return -EINVAL;
+	return pfprof_faults_start(s, attr.minor_period);
 }
 
 /*
@@ -596,6 +617,8 @@ long pfprof_session_ioctl(struct file *file, unsigned int cmd,
 		return pfprof_ioc_end(s);
 	case PFPROF_IOC_ADD_CGROUP:
 		return pfprof_ioc_add_cgroup(s, uarg);
+	case PFPROF_IOC_ATTRIBUTE:
+		return pfprof_ioc_attribute(s, uarg);
 	default:
 		return -ENOTTY;
 	}

@@ -235,11 +235,16 @@
  *                                         overwritten while copied: lost
  *                                         r = w
  *
+ * written_major and written_minor count the records of each kind written,
+ * changed only with write_seq, after a claim: read between an acquire of
+ * write_seq == w and a claimed_seq still equal to w (after a read
+ * barrier), they are w's, and those the consumer did not receive are its
+ * lost records of each kind.
  * The consumer's count of lost records is exact.  What the module could
- * not record (its per-CPU buffers full between two periods, a process it
- * may no longer read or that is gone, more threads than its events may
- * cover) is counted in dropped_major and dropped_minor, published before
- * write_seq: records not in the region, exactly counted.  A process whose
+ * not record (its per-CPU buffers full between two periods, a process the
+ * opener may no longer read or that is gone by the copy) is counted in
+ * dropped_major and dropped_minor: faults not in the region, exactly
+ * counted.  A process whose
  * threads exceed the module's bound on events (the module parameter
  * max_fault_threads, per session) is not recorded at all: unattributed
  * counts such processes, and those PFPROF_IOC_ATTRIBUTE does not cover.
@@ -529,11 +534,13 @@ struct pfprof_faults_area {
 
 	/* Line 2: published after the records; write_seq store-release. */
 	__u64 write_seq;	/* records written this session */
+	__u64 written_major;	/* of them, PFPROF_FAULT_MAJOR */
+	__u64 written_minor;	/* of them, PFPROF_FAULT_MINOR */
 	__u64 dropped_major;	/* major faults not recorded, ever */
 	__u64 dropped_minor;	/* sampled minor faults not recorded, ever */
-	__u32 unattributed;	/* processes with more threads than events */
+	__u32 unattributed;	/* processes not recorded: see above */
 	__u32 reserved2;
-	__u64 reserved3[4];
+	__u64 reserved3[2];
 };
 
 /*

@@ -235,11 +235,13 @@ pub struct FaultsHeader {
     pub reserved1: [u64; 7],
 
     pub write_seq: u64,
+    pub written_major: u64,
+    pub written_minor: u64,
     pub dropped_major: u64,
     pub dropped_minor: u64,
     pub unattributed: u32,
     pub reserved2: u32,
-    pub reserved3: [u64; 4],
+    pub reserved3: [u64; 2],
 }
 
 /// `struct pfprof_attribution`: `PFPROF_IOC_ATTRIBUTE`'s argument.
@@ -356,8 +358,8 @@ assert_layout!(FaultsHeader, size 192, align 8, {
     magic: 0, record_size: 4, region_size: 8, data_offset: 16, record_count: 24,
     minor_period: 32, reserved0: 40,
     claimed_seq: 64, reserved1: 72,
-    write_seq: 128, dropped_major: 136, dropped_minor: 144, unattributed: 152,
-    reserved2: 156, reserved3: 160,
+    write_seq: 128, written_major: 136, written_minor: 144, dropped_major: 152,
+    dropped_minor: 160, unattributed: 168, reserved2: 172, reserved3: 176,
 });
 assert_layout!(Attribute, size 16, align 8, { minor_period: 0, flags: 4, reserved: 8 });
 

@@ -18,6 +18,7 @@ use memmap2::MmapOptions;
 
 use crate::abi::{self, Info};
 use crate::area::{Area, LayoutError, SemKind};
+use crate::faults::FaultsRegion;
 use crate::mode::Mode;
 use crate::wait::{WaitError, Waiter};
 
@@ -80,10 +81,11 @@ mod ioctls {
     nix::ioctl_write_ptr_bad!(ioc_follow, abi::IOC_FOLLOW, abi::Follow);
     nix::ioctl_none_bad!(ioc_end, abi::IOC_END);
     nix::ioctl_write_ptr_bad!(ioc_add_cgroup, abi::IOC_ADD_CGROUP, abi::AddCgroup);
+    nix::ioctl_write_ptr_bad!(ioc_attribute, abi::IOC_ATTRIBUTE, abi::Attribute);
 }
 use ioctls::{
-    ioc_add, ioc_add_cgroup, ioc_end, ioc_follow, ioc_info, ioc_set_mode, ioc_wait_full,
-    ioc_wake_producer,
+    ioc_add, ioc_add_cgroup, ioc_attribute, ioc_end, ioc_follow, ioc_info, ioc_set_mode,
+    ioc_wait_full, ioc_wake_producer,
 };
 
 /// Which `/proc/pfprof/status` registrations a session takes in ([`Device::follow`]).
@@ -236,6 +238,28 @@ impl Device {
             ));
         }
         Ok(Arc::new(area))
+    }
+
+    /// Asks the module to record where the session's processes fault, one minor fault in
+    /// `minor_period` (every major one), and maps the faults region it writes them to.
+    pub fn attribute(&self, minor_period: u32) -> Result<FaultsRegion, DeviceError> {
+        let attribution = abi::Attribute {
+            minor_period,
+            flags: 0,
+            reserved: 0,
+        };
+        // SAFETY: IOC_ATTRIBUTE is _IOW(.., struct pfprof_attribution), which Attribute
+        // mirrors; `attribution` is a live local.
+        ioctl_result(unsafe { ioc_attribute(self.file.as_raw_fd(), &attribution) })
+            .map_err(|e| self.io("PFPROF_IOC_ATTRIBUTE", e))?;
+        let len = usize::try_from(self.info.faults_size)
+            .map_err(|_| DeviceError::BadInfo("faults_size does not fit in memory"))?;
+        let map = MmapOptions::new()
+            .offset(self.info.faults_offset)
+            .len(len)
+            .map_raw(&*self.file)
+            .map_err(|e| self.io("mmap of the faults region", e))?;
+        Ok(FaultsRegion::attach(map)?)
     }
 
     /// The waiter a strict consumer of this device sleeps and wakes with.

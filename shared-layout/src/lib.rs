@@ -6,6 +6,8 @@ pub mod abi;
 mod area;
 #[cfg(not(loom))]
 pub mod device;
+#[cfg(not(loom))]
+pub mod faults;
 mod lock;
 mod mode;
 #[cfg(not(loom))]

@@ -163,6 +163,8 @@ fn facts() -> Vec<Fact> {
             claimed_seq,
             reserved1,
             write_seq,
+            written_major,
+            written_minor,
             dropped_major,
             dropped_minor,
             unattributed,

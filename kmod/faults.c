@@ -1,0 +1,571 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * pfprof: where a session's processes fault (pfprof.h, "Where the faults
+ * were").
+ *
+ * Each process member that counts with its descendants gets two kernel
+ * perf counters per thread, PERF_COUNT_SW_PAGE_FAULTS_MAJ (period 1) and
+ * _MIN (period minor_period), with inherit: threads and children created
+ * later carry them, with the same overflow handler and context.  Events
+ * are created and released in process context only: the ATTRIBUTE and ADD
+ * ioctls and the session's sampler.
+ *
+ * The handler runs in the faulting task, preemption off and under RCU
+ * (the software event path, __perf_sw_event()), after the fault is
+ * accounted (mm_account_fault()).  It takes no lock: it appends the fault
+ * to its CPU's buffer, whose only writer it is (preemption off; the perf
+ * core keeps a context from recursing), and counts it as dropped when the
+ * buffer is full.  The sampler, once a period, empties every CPU's buffer
+ * into the faults region, keeping only the faults of processes the opener
+ * may read then.
+ *
+ * Lifetime: an event's handler may run until the event is released and
+ * the RCU readers that found it are done; the per-CPU buffers go only
+ * after every event is released and a grace period has passed, the
+ * region with the session (mappings hold the file).
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/cpumask.h>
+#include <linux/hashtable.h>
+#include <linux/log2.h>
+#include <linux/mm.h>
+#include <linux/perf_event.h>
+#include <linux/pid.h>
+#include <linux/pid_namespace.h>
+#include <linux/rcupdate.h>
+#include <linux/sched/signal.h>
+#include <linux/slab.h>
+#include <linux/timekeeping.h>
+#include <linux/vmalloc.h>
+
+#include "pfprof_internal.h"
+
+/* One fault, as the handler keeps it until the sampler copies it. */
+struct pfprof_cpu_fault {
+	u64 time_ns;
+	u64 address;
+	s32 pid;
+	u32 kind;
+};
+
+/*
+ * A CPU's faults: head written by the handlers on that CPU only, tail by
+ * the sampler only; head - tail records wait.  The drop counts are the
+ * handlers', read by the sampler.
+ */
+struct pfprof_cpu_faults {
+	u32 head;
+	u32 tail;
+	u64 dropped_major;
+	u64 dropped_minor;
+	struct pfprof_cpu_fault records[];
+};
+
+/* A process whose threads carry the session's events. */
+struct pfprof_watch {
+	struct hlist_node node;		/* faults.watches, keyed by tgid */
+	struct pid *tgid;		/* referenced */
+	unsigned int nr_events;
+	unsigned int seen;		/* the sync that last found it a member */
+	struct perf_event **events;	/* two a thread: major, minor */
+};
+
+/* How often a process's threads are listed for those without events. */
+#define PFPROF_THREAD_LOOKS	4
+
+/* Records copied to the region at once: one claim, one publication. */
+#define PFPROF_FAULT_BATCH	16
+
+void pfprof_faults_init(struct pfprof_session *s)
+{
+	struct pfprof_faults *f = &s->faults;
+
+	mutex_init(&f->lock);
+	hash_init(f->watches);
+}
+
+static struct pfprof_cpu_faults *pfprof_cpu_buffer(struct pfprof_faults *f,
+						   unsigned int cpu)
+{
+	return f->cpus[cpu];
+}
+
+/*
+ * The overflow handler: in the faulting task, preemption off, under RCU.
+ * No lock, no sleep, nothing read from user space.
+ */
+static void pfprof_fault_handler(struct perf_event *event,
+				 struct perf_sample_data *data,
+				 struct pt_regs *regs)
+{
+	struct pfprof_faults *f = event->overflow_handler_context;
+	struct pfprof_cpu_faults *c = pfprof_cpu_buffer(f, smp_processor_id());
+	bool major = event->attr.config == PERF_COUNT_SW_PAGE_FAULTS_MAJ;
+	struct pfprof_cpu_fault *r;
+	u32 head = c->head;
+
+	/* Acquire: the sampler has copied the records it freed. */
+	if (head - smp_load_acquire(&c->tail) >= f->cpu_records) {
+		if (major)
+			WRITE_ONCE(c->dropped_major, c->dropped_major + 1);
+		else
+			WRITE_ONCE(c->dropped_minor, c->dropped_minor + 1);
+		return;
+	}
+	r = &c->records[head & (f->cpu_records - 1)];
+	r->time_ns = ktime_get_mono_fast_ns();
+	/* perf_sample_data_init() leaves addr unset for address 0. */
+	r->address = data->sample_flags & PERF_SAMPLE_ADDR ? data->addr : 0;
+	r->pid = task_tgid_nr_ns(current, f->pid_ns);
+	r->kind = major ? PFPROF_FAULT_MAJOR : PFPROF_FAULT_MINOR;
+	/* Release: the record is complete before the sampler sees it. */
+	smp_store_release(&c->head, head + 1);
+}
+
+static void pfprof_watch_release(struct pfprof_faults *f,
+				 struct pfprof_watch *w)
+{
+	unsigned int i;
+
+	for (i = 0; i < w->nr_events; i++)
+		perf_event_release_kernel(w->events[i]);
+	f->nr_events -= w->nr_events;
+	hash_del(&w->node);
+	put_pid(w->tgid);
+	kvfree(w->events);
+	kfree(w);
+}
+
+static struct perf_event *pfprof_event_create(struct pfprof_faults *f,
+					      struct task_struct *t, bool major)
+{
+	struct perf_event_attr attr = {
+		.type = PERF_TYPE_SOFTWARE,
+		.size = sizeof(attr),
+		.config = major ? PERF_COUNT_SW_PAGE_FAULTS_MAJ :
+				  PERF_COUNT_SW_PAGE_FAULTS_MIN,
+		.sample_period = major ? 1 : f->minor_period,
+		.inherit = 1,
+	};
+
+	return perf_event_create_kernel_counter(&attr, -1, t,
+						pfprof_fault_handler, f);
+}
+
+/* Whether one of @w's events counts the thread @t. */
+static bool pfprof_watch_covers(struct pfprof_watch *w, struct task_struct *t)
+{
+	unsigned int i;
+
+	for (i = 0; i < w->nr_events; i++) {
+		if (w->events[i]->hw.target == t)
+			return true;
+	}
+	return false;
+}
+
+/* Room for @n more events in @w's array. */
+static bool pfprof_watch_grow(struct pfprof_watch *w, unsigned int n)
+{
+	struct perf_event **grown;
+
+	grown = kvmalloc_array(w->nr_events + n, sizeof(*grown),
+			       GFP_KERNEL_ACCOUNT);
+	if (!grown)
+		return false;
+	if (w->nr_events)
+		memcpy(grown, w->events, w->nr_events * sizeof(*grown));
+	kvfree(w->events);
+	w->events = grown;
+	return true;
+}
+
+/*
+ * Both events on the thread @t, or none: then true only if it exited
+ * meanwhile (-ESRCH: none needed).
+ */
+static bool pfprof_watch_thread(struct pfprof_faults *f, struct pfprof_watch *w,
+				struct task_struct *t)
+{
+	struct perf_event *major, *minor;
+
+	major = pfprof_event_create(f, t, true);
+	if (IS_ERR(major))
+		return PTR_ERR(major) == -ESRCH;
+	minor = pfprof_event_create(f, t, false);
+	if (IS_ERR(minor)) {
+		perf_event_release_kernel(major);
+		return PTR_ERR(minor) == -ESRCH;
+	}
+	w->events[w->nr_events++] = major;
+	w->events[w->nr_events++] = minor;
+	f->nr_events += 2;
+	return true;
+}
+
+/*
+ * Events on every thread of @leader's process not covered yet, within the
+ * session's bound (max_fault_threads).  Returns false when the bound, memory
+ * or perf says no: the caller then releases the process's events, so that
+ * it is not recorded at all rather than in part.  A thread created
+ * meanwhile by one that had no event yet is found by the next look, which
+ * repeats until none is new, a few times at most (a thread whose event
+ * could not be made, exiting, is found again).
+ */
+static bool pfprof_watch_threads(struct pfprof_faults *f, struct pfprof_watch *w,
+				 struct task_struct *leader)
+{
+	struct task_struct *t, **found;
+	unsigned int n, i, cap, budget, look;
+	bool ok = true;
+
+	for (look = 0; look < PFPROF_THREAD_LOOKS; look++) {
+		budget = pfprof_max_fault_threads - f->nr_events / 2;
+		cap = min_t(unsigned int, READ_ONCE(leader->signal->nr_threads) + 8,
+			    budget + 1);
+		found = kmalloc_array(cap, sizeof(*found), GFP_KERNEL_ACCOUNT);
+		if (!found)
+			return false;
+		n = 0;
+		rcu_read_lock();
+		for_each_thread(leader, t) {
+			if (n == cap)
+				break;
+			if (!(t->flags & PF_EXITING) && !pfprof_watch_covers(w, t))
+				found[n++] = get_task_struct(t);
+		}
+		rcu_read_unlock();
+		if (n > budget || (n && !pfprof_watch_grow(w, 2 * n))) {
+			for (i = 0; i < n; i++)
+				put_task_struct(found[i]);
+			kfree(found);
+			return false;
+		}
+		for (i = 0; i < n; i++) {
+			ok = ok && pfprof_watch_thread(f, w, found[i]);
+			put_task_struct(found[i]);
+		}
+		kfree(found);
+		if (!n || !ok)
+			break;
+	}
+	return ok;
+}
+
+static struct pfprof_watch *pfprof_watch_of(struct pfprof_faults *f,
+					    struct pid *tgid)
+{
+	struct pfprof_watch *w;
+
+	hash_for_each_possible(f->watches, w, node, (unsigned long)tgid) {
+		if (w->tgid == tgid)
+			return w;
+	}
+	return NULL;
+}
+
+/* @m's process carries events, unless the bound or memory says no. */
+static bool pfprof_watch_member(struct pfprof_faults *f,
+				struct pfprof_member *m, unsigned int sync)
+{
+	struct pfprof_watch *w = pfprof_watch_of(f, m->tgid);
+	struct task_struct *leader;
+	bool ok;
+
+	if (w) {
+		w->seen = sync;
+		return true;
+	}
+	leader = get_pid_task(m->tgid, PIDTYPE_TGID);
+	if (!leader)
+		return true;		/* gone: nothing to record */
+	w = kzalloc(sizeof(*w), GFP_KERNEL_ACCOUNT);
+	if (!w) {
+		put_task_struct(leader);
+		return false;
+	}
+	w->tgid = get_pid(m->tgid);
+	w->seen = sync;
+	hash_add(f->watches, &w->node, (unsigned long)w->tgid);
+	ok = pfprof_watch_threads(f, w, leader);
+	put_task_struct(leader);
+	if (!ok)
+		pfprof_watch_release(f, w);
+	return ok;
+}
+
+/*
+ * Every member that can be recorded carries events, those that left
+ * release theirs.  Process context; takes members_lock.
+ */
+void pfprof_faults_sync(struct pfprof_session *s)
+{
+	struct pfprof_faults *f = &s->faults;
+	struct pfprof_member *m;
+	struct pfprof_watch *w;
+	struct hlist_node *tmp;
+	unsigned int bkt, unattributed = 0;
+
+	mutex_lock(&f->lock);
+	if (!f->minor_period || f->released) {
+		mutex_unlock(&f->lock);
+		return;
+	}
+	f->sync++;
+	mutex_lock(&s->members_lock);
+	list_for_each_entry(m, &s->members, node) {
+		/* Offered, not joined yet: the collection after its join. */
+		if (m->joining)
+			continue;
+		if (m->cgrp || !m->inherit || !pfprof_watch_member(f, m, f->sync))
+			unattributed++;
+	}
+	mutex_unlock(&s->members_lock);
+	hash_for_each_safe(f->watches, bkt, tmp, w, node) {
+		if (w->seen != f->sync)
+			pfprof_watch_release(f, w);
+	}
+	f->unattributed = unattributed;
+	mutex_unlock(&f->lock);
+}
+
+/*
+ * Whether the opener may read the process @nr (in its pid namespace) now:
+ * the faults of one it may not, or that is gone, are dropped.
+ */
+static bool pfprof_fault_readable(struct pfprof_session *s, s32 nr)
+{
+	struct task_struct *leader = NULL;
+	struct pid *pid;
+	bool ok;
+
+	if (nr <= 0)
+		return false;
+	rcu_read_lock();
+	pid = find_pid_ns(nr, s->pid_ns);
+	if (pid)
+		leader = pid_task(pid, PIDTYPE_TGID);
+	if (leader)
+		get_task_struct(leader);
+	rcu_read_unlock();
+	if (!leader)
+		return false;
+	ok = pfprof_creds_may_read(s->opener_cred, s->opener_cred, leader);
+	put_task_struct(leader);
+	return ok;
+}
+
+/* The processes a drain judged last, so that interleaved faults are judged once. */
+#define PFPROF_JUDGED	8
+
+struct pfprof_judged {
+	s32 pid[PFPROF_JUDGED];
+	bool readable[PFPROF_JUDGED];
+	unsigned int next;		/* the entry replaced next */
+};
+
+static bool pfprof_judge(struct pfprof_session *s, struct pfprof_judged *j,
+			 s32 pid)
+{
+	unsigned int i;
+
+	for (i = 0; i < PFPROF_JUDGED; i++) {
+		if (j->pid[i] == pid)
+			return j->readable[i];
+	}
+	i = j->next++ % PFPROF_JUDGED;
+	j->pid[i] = pid;
+	j->readable[i] = pfprof_fault_readable(s, pid);
+	return j->readable[i];
+}
+
+/* Copies @n records to the region: claimed first, published after. */
+static void pfprof_faults_publish(struct pfprof_faults *f,
+				  const struct pfprof_fault *batch,
+				  unsigned int n)
+{
+	struct pfprof_faults_area *a = f->area;
+	unsigned int i;
+
+	if (!n)
+		return;
+	WRITE_ONCE(a->claimed_seq, f->write_seq + n);
+	/* The claim is seen before any record or count it covers changes. */
+	smp_wmb();
+	for (i = 0; i < n; i++) {
+		f->records[(f->write_seq + i) % f->record_count] = batch[i];
+		if (batch[i].kind == PFPROF_FAULT_MAJOR)
+			f->written_major++;
+		else
+			f->written_minor++;
+	}
+	WRITE_ONCE(a->written_major, f->written_major);
+	WRITE_ONCE(a->written_minor, f->written_minor);
+	f->write_seq += n;
+	smp_store_release(&a->write_seq, f->write_seq);
+}
+
+/*
+ * The sampler's, once a period before it offers the sample: every CPU's
+ * faults into the region, the drop counts after them.
+ */
+void pfprof_faults_drain(struct pfprof_session *s)
+{
+	struct pfprof_faults *f = &s->faults;
+	struct pfprof_fault batch[PFPROF_FAULT_BATCH];
+	u64 dropped_major = 0, dropped_minor = 0;
+	/* pid 0 (none in the opener's namespace) is never readable. */
+	struct pfprof_judged judged = {};
+	unsigned int cpu, n = 0;
+
+	mutex_lock(&f->lock);
+	if (!f->minor_period || f->released) {
+		mutex_unlock(&f->lock);
+		return;
+	}
+	for_each_possible_cpu(cpu) {
+		struct pfprof_cpu_faults *c = pfprof_cpu_buffer(f, cpu);
+		/* Acquire: the records up to head are complete. */
+		u32 head = smp_load_acquire(&c->head);
+		u32 tail = c->tail;
+
+		for (; tail != head; tail++) {
+			const struct pfprof_cpu_fault *r =
+				&c->records[tail & (f->cpu_records - 1)];
+			bool major = r->kind == PFPROF_FAULT_MAJOR;
+
+			if (!pfprof_judge(s, &judged, r->pid)) {
+				if (major)
+					f->withheld_major++;
+				else
+					f->withheld_minor++;
+				continue;
+			}
+			batch[n++] = (struct pfprof_fault){
+				.time_ns = r->time_ns,
+				.address = r->address,
+				.pid = r->pid,
+				.kind = r->kind,
+			};
+			if (n == PFPROF_FAULT_BATCH) {
+				pfprof_faults_publish(f, batch, n);
+				n = 0;
+			}
+		}
+		/* Release: copied before the handler may write them again. */
+		smp_store_release(&c->tail, tail);
+		dropped_major += READ_ONCE(c->dropped_major);
+		dropped_minor += READ_ONCE(c->dropped_minor);
+	}
+	pfprof_faults_publish(f, batch, n);
+	WRITE_ONCE(f->area->dropped_major, dropped_major + f->withheld_major);
+	WRITE_ONCE(f->area->dropped_minor, dropped_minor + f->withheld_minor);
+	WRITE_ONCE(f->area->unattributed, f->unattributed);
+	mutex_unlock(&f->lock);
+}
+
+static void pfprof_cpu_buffers_free(struct pfprof_faults *f)
+{
+	unsigned int cpu;
+
+	if (!f->cpus)
+		return;
+	for_each_possible_cpu(cpu)
+		kvfree(f->cpus[cpu]);
+	kfree(f->cpus);
+	f->cpus = NULL;
+}
+
+/* PFPROF_IOC_ATTRIBUTE: the region and buffers, then the members' events. */
+int pfprof_faults_start(struct pfprof_session *s, u32 minor_period)
+{
+	struct pfprof_faults *f = &s->faults;
+	struct pfprof_faults_area *a;
+	unsigned int cpu;
+	int ret = 0;
+
+	if (minor_period < PFPROF_MINOR_PERIOD_MIN ||
+	    minor_period > PFPROF_MINOR_PERIOD_MAX)
+		return -EINVAL;
+	mutex_lock(&f->lock);
+	if (f->minor_period || f->released) {
+		ret = -EBUSY;
+		goto out;
+	}
+	f->size = pfprof_faults_size();
+	f->record_count = (f->size - PFPROF_PAGE_SIZE) / sizeof(struct pfprof_fault);
+	/* A power of two: the u32 positions wrap without moving a slot. */
+	f->cpu_records = rounddown_pow_of_two(pfprof_fault_cpu_records);
+	f->pid_ns = s->pid_ns;
+	/* Zeroed, charged to the opener's memory cgroup, as the area is. */
+	a = __vmalloc(f->size, GFP_KERNEL_ACCOUNT | __GFP_ZERO);
+	if (!a) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	f->cpus = kcalloc(nr_cpu_ids, sizeof(*f->cpus), GFP_KERNEL_ACCOUNT);
+	if (!f->cpus)
+		goto err_nomem;
+	for_each_possible_cpu(cpu) {
+		f->cpus[cpu] = kvzalloc_node(struct_size(f->cpus[cpu], records,
+							 f->cpu_records),
+					     GFP_KERNEL_ACCOUNT, cpu_to_node(cpu));
+		if (!f->cpus[cpu])
+			goto err_nomem;
+	}
+	a->magic = PFPROF_FAULTS_MAGIC;
+	a->record_size = sizeof(struct pfprof_fault);
+	a->region_size = f->size;
+	a->data_offset = PFPROF_PAGE_SIZE;
+	a->record_count = f->record_count;
+	a->minor_period = minor_period;
+	f->records = (void *)a + PFPROF_PAGE_SIZE;
+	/* mmap and the fault handler of the mapping look without the lock. */
+	smp_store_release(&f->area, a);
+	f->minor_period = minor_period;
+	mutex_unlock(&f->lock);
+	pfprof_faults_sync(s);
+	return 0;
+
+err_nomem:
+	pfprof_cpu_buffers_free(f);
+	vfree(a);
+	ret = -ENOMEM;
+out:
+	mutex_unlock(&f->lock);
+	return ret;
+}
+
+/*
+ * The session is closing, its sampler stopped: every event goes, then,
+ * once no handler can be running, the buffers.  The region stays until
+ * the session is freed.
+ */
+void pfprof_faults_release(struct pfprof_session *s)
+{
+	struct pfprof_faults *f = &s->faults;
+	struct pfprof_watch *w;
+	struct hlist_node *tmp;
+	unsigned int bkt;
+
+	mutex_lock(&f->lock);
+	f->released = true;
+	hash_for_each_safe(f->watches, bkt, tmp, w, node)
+		pfprof_watch_release(f, w);
+	mutex_unlock(&f->lock);
+	/*
+	 * A handler runs under rcu_read_lock() with preemption off
+	 * (__perf_sw_event()): one that found an event before its release
+	 * is done after a grace period.
+	 */
+	synchronize_rcu();
+	pfprof_cpu_buffers_free(f);
+}
+
+/* The session is freed: no mapping is left. */
+void pfprof_faults_exit(struct pfprof_session *s)
+{
+	vfree(s->faults.area);
+	s->faults.area = NULL;
+}
