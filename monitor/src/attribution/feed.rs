@@ -27,11 +27,27 @@ pub enum Attribution {
     Off(String),
 }
 
+/// Where a feed's tables come from when nobody pushes them: the consumer pulls them as
+/// it takes its samples (the module wrote a period's faults before its sample).
+pub trait Source: Send {
+    /// The tables of every period ending at `end_ns` or before not given yet.
+    fn tables_until(&mut self, end_ns: u64) -> Vec<PeriodTable>;
+}
+
 /// Period tables from the producer, taken by the consumer as their samples come.
-#[derive(Debug)]
 pub struct Feed {
     attribution: Attribution,
     queue: Mutex<VecDeque<PeriodTable>>,
+    source: Option<Mutex<Box<dyn Source>>>,
+}
+
+impl std::fmt::Debug for Feed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Feed")
+            .field("attribution", &self.attribution)
+            .field("queue", &self.queue)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Feed {
@@ -39,6 +55,15 @@ impl Feed {
         Feed {
             attribution,
             queue: Mutex::new(VecDeque::new()),
+            source: None,
+        }
+    }
+
+    /// A feed whose tables `source` makes when the consumer asks for them.
+    pub fn pulling(attribution: Attribution, source: Box<dyn Source>) -> Feed {
+        Feed {
+            source: Some(Mutex::new(source)),
+            ..Feed::new(attribution)
         }
     }
 
@@ -62,6 +87,13 @@ impl Feed {
     /// Appends to `out` every table of a period ending at `end_ns` or before: a sample's
     /// own, and those of samples merged into it or lost.
     pub fn take_until(&self, end_ns: u64, out: &mut Vec<PeriodTable>) {
+        if let Some(source) = &self.source {
+            let tables =
+                (source.lock().unwrap_or_else(PoisonError::into_inner)).tables_until(end_ns);
+            for table in tables {
+                self.push(table);
+            }
+        }
         let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         while queue.front().is_some_and(|t| t.end_ns <= end_ns) {
             out.extend(queue.pop_front());

@@ -6,15 +6,16 @@
 //! `/proc/PID/maps` names them), each with the process that took it, every major fault
 //! and a sample of the minor ones, with the records the kernel could not deliver counted
 //! apart; and each process's own faults over the period, exact. The procfs backend fills
-//! them from perf events and `/proc` (`backend/procfs/attribute.rs`); the module's ABI 5
-//! region is to fill the same tables. [`Tally`] adds tables up and ranks what they hold.
+//! them from perf events and `/proc` (`backend/procfs/attribute.rs`), the kernel backend
+//! from the module's faults region (`backend/kernel/attribute.rs`), both resolving
+//! addresses with the same maps cache. [`Tally`] adds tables up and ranks what they hold.
 
 pub mod feed;
 pub mod mapping;
 pub mod table;
 pub mod tally;
 
-pub use feed::{Attribution, Feed};
+pub use feed::{Attribution, Feed, Source};
 
 /// One minor fault in this many is recorded by default (`--minor-sampling`): estimates
 /// within 5% for mappings of 10,000 faults and more; what attribution costs hardly

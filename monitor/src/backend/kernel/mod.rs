@@ -3,9 +3,14 @@
 //! The monitor's own open of `/dev/pfprof` is its session: it adds the processes it was
 //! given (`--pid`, the command) with `PFPROF_IOC_ADD`, and takes in `/proc/pfprof/status`
 //! registrations with `PFPROF_IOC_FOLLOW`: a bare `monitor` every one it may see,
-//! `monitor run` those of its command's descendants (`work` registers itself).
+//! `monitor run` those of its command's descendants (`work` registers itself). Unless
+//! `--no-attribution`, it asks the module to record where they fault
+//! (`PFPROF_IOC_ATTRIBUTE`) first, so that each process is recorded from its joining.
+
+mod attribute;
 
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,13 +18,53 @@ use shared_layout::device::{Device, DeviceWaiter, Follow};
 use shared_layout::{Area, Mode};
 
 use super::{Backend, BackendError, ExitWatch, OnEnd, Selection, Stopper};
-use crate::attribution::Feed;
+use crate::attribution::{Attribution, Feed};
+use crate::system::procstat;
+use attribute::KernelAttributor;
 
 pub struct Kernel {
     device: Device,
     period: Duration,
     inherit: bool,
     waits_for_registrations: bool,
+    /// Whether faults are attributed, and, when they are, from where, until `produce`
+    /// hands it to the feed.
+    attribution: Attribution,
+    attributor: Option<KernelAttributor>,
+    feed: Option<Arc<Feed>>,
+    /// Processes the module said it did not record, at most.
+    unattributed: Option<Arc<AtomicU32>>,
+}
+
+/// Asks the module to attribute the selection's faults, one minor fault in
+/// `minor_period`; why not when it cannot.
+fn attribute(
+    device: &Device,
+    selection: &Selection,
+    minor_period: u64,
+) -> Result<(Attribution, KernelAttributor), String> {
+    if selection.cgroup.is_some() {
+        return Err("the pfprof module does not attribute a cgroup's faults \
+                    (--backend procfs does, where perf events are allowed)"
+            .into());
+    }
+    if !selection.inherit {
+        return Err(
+            "the pfprof module attributes the faults of processes counted with \
+                    their descendants only (without --no-inherit), or use --backend procfs"
+                .into(),
+        );
+    }
+    let period = u32::try_from(minor_period)
+        .map_err(|_| format!("--minor-sampling {minor_period} is more than the module takes"))?;
+    let region = device.attribute(period).map_err(|e| e.to_string())?;
+    let attribution = Attribution::On {
+        minor_period: region.minor_period(),
+        // Kernel counters count the faults the kernel takes for the process too.
+        kernel_faults: true,
+    };
+    let attributor = KernelAttributor::new(region, procstat::boot_ticks(), &selection.pids);
+    Ok((attribution, attributor))
 }
 
 impl Backend for Kernel {
@@ -34,6 +79,17 @@ impl Backend for Kernel {
                 asked_ms: ms,
             });
         }
+        // Before the processes join: each is recorded from its joining.
+        let (attribution, attributor) = match selection.attribution {
+            Some(minor_period) => match attribute(&device, selection, minor_period) {
+                Ok((attribution, attributor)) => (attribution, Some(attributor)),
+                Err(why) => (Attribution::Off(why), None),
+            },
+            None => (
+                Attribution::Off("turned off (--no-attribution)".into()),
+                None,
+            ),
+        };
         for &pid in &selection.pids {
             device
                 .add(pid, selection.inherit, false)
@@ -56,6 +112,10 @@ impl Backend for Kernel {
             period,
             inherit: selection.inherit,
             waits_for_registrations,
+            attribution,
+            unattributed: attributor.as_ref().map(KernelAttributor::unattributed),
+            attributor,
+            feed: None,
         })
     }
 
@@ -64,6 +124,9 @@ impl Backend for Kernel {
     }
 
     fn adopt(&mut self, pid: u32) -> Result<(), BackendError> {
+        if let Some(attributor) = self.attributor.as_mut() {
+            attributor.follow(pid);
+        }
         // Held before exec: its whole life is counted, as its rusage is.
         self.device
             .add(pid, self.inherit, true)
@@ -86,6 +149,11 @@ impl Backend for Kernel {
         _command: Option<u32>,
         _on_end: OnEnd,
     ) -> Result<Option<Box<dyn ExitWatch>>, BackendError> {
+        let feed = match self.attributor.take() {
+            Some(attributor) => Feed::pulling(self.attribution.clone(), Box::new(attributor)),
+            None => Feed::new(self.attribution.clone()),
+        };
+        self.feed = Some(Arc::new(feed));
         // The module samples already; it sees the command's exit once it is reaped.
         if self.waits_for_registrations {
             eprintln!(
@@ -97,8 +165,7 @@ impl Backend for Kernel {
     }
 
     fn attribution(&self) -> Option<Arc<Feed>> {
-        // The module's attribution is to come through ABI 5 (issue 29).
-        None
+        self.feed.clone()
     }
 
     fn stopper(&self) -> Stopper {
@@ -118,6 +185,16 @@ impl Backend for Kernel {
 
     fn finish(self) -> Result<Vec<String>, BackendError> {
         // The module's count needs no note; the cgroup's cross-check is the profile's.
-        Ok(Vec::new())
+        let unattributed = (self.unattributed).map_or(0, |n| n.load(Ordering::Relaxed));
+        Ok((unattributed > 0)
+            .then(|| {
+                format!(
+                    "{unattributed} of the profiled processes were not attributed (the module's \
+                     events may cover max_fault_threads threads a session, and only processes \
+                     counted with their descendants): their faults are counted, not placed"
+                )
+            })
+            .into_iter()
+            .collect())
     }
 }

@@ -17,7 +17,7 @@ pub mod perf;
 pub mod process;
 pub mod sampler;
 pub mod tree;
-mod who;
+pub mod who;
 
 use std::os::fd::AsFd;
 use std::sync::Arc;

@@ -166,6 +166,15 @@ pub fn add(file: &File, pid: i32, flags: u32, reserved: u64) -> std::result::Res
     ioctl(file, abi::IOC_ADD, &mut arg)
 }
 
+/// PFPROF_IOC_ATTRIBUTE: record where the session's processes fault.
+pub fn attribute(file: &File, minor_period: u32) -> std::result::Result<(), i32> {
+    let mut arg = abi::Attribute {
+        minor_period,
+        ..abi::Attribute::default()
+    };
+    ioctl(file, abi::IOC_ATTRIBUTE, &mut arg)
+}
+
 pub fn follow(file: &File, arg: abi::Follow) -> std::result::Result<(), i32> {
     let mut arg = arg;
     ioctl(file, abi::IOC_FOLLOW, &mut arg)

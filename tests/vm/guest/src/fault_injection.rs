@@ -1,6 +1,6 @@
-//! The module under fault injection: every allocation of its open, mmap, ioctls,
-//! registrations and of an exec it records fails once in turn, and each fails
-//! cleanly. From the hostile review of kmod/ (docs/reliability.md, "A hostile local
+//! The module under fault injection: every allocation of its open, mmap, ioctls
+//! (ATTRIBUTE's events included), registrations and of an exec it records fails once
+//! in turn, and each fails cleanly. From the hostile review of kmod/ (docs/reliability.md, "A hostile local
 //! user").
 
 use std::fs;
@@ -10,7 +10,7 @@ use anyhow::{bail, ensure, Context, Result};
 use shared_layout::device::Device;
 use shared_layout::{abi, Mode};
 
-use crate::device::{add, errno_of, raw_open, set_mode, Mapping};
+use crate::device::{add, attribute, errno_of, raw_open, set_mode, Mapping};
 use crate::harness::{Env, Skipped};
 use crate::klog;
 use crate::kmod::{self, Profiled};
@@ -183,6 +183,19 @@ pub fn every_allocation_of_the_module_fails_cleanly_under_fault_injection(env: &
                 add(&file, pid as i32, abi::TARGET_INHERIT, 0),
                 &[libc::EEXIST],
             )
+        })?,
+    ));
+    // A session attributing faults: its region, each CPU's buffer, and the events on
+    // every thread of the tree's process.
+    points.push((
+        "ATTRIBUTE with a process",
+        fail_each_allocation(&fail, "ATTRIBUTE", || {
+            let session = match raw_open() {
+                Ok(session) => session,
+                Err(e) => return clean(Err(errno_of(&e)), &[]),
+            };
+            clean(add(&session, pid as i32, abi::TARGET_INHERIT, 0), &[])?;
+            clean(attribute(&session, 61), &[])
         })?,
     ));
     points.push((

@@ -12,6 +12,7 @@
 
 mod ancestry;
 mod anon;
+mod attribution;
 mod cgroups;
 mod charging;
 mod child;
@@ -129,6 +130,7 @@ const TESTS: &[(&str, Test)] = tests![
     isolation::opens_killed_while_their_sampler_starts_leave_no_session_to_another_users_recall,
     isolation::a_process_execing_again_and_again_is_never_withdrawn,
     isolation::a_descendant_that_runs_a_setuid_program_between_two_looks_is_not_counted,
+    attribution::each_mappings_faults_are_where_work_put_them_in_both_backends,
 ];
 
 fn run(env: &Env, filters: &[String]) -> ExitCode {

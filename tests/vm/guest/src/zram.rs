@@ -14,21 +14,9 @@ const ZRAM: &str = "/sys/block/zram0";
 pub(crate) struct ZramSwap;
 
 impl ZramSwap {
-    /// Loads zram (the modules run.sh put in /modules, in their order, on a kernel that
-    /// has it as a module) and swaps on `mib` of it.
+    /// Loads zram ([`load_zram`]) and swaps on `mib` of it.
     pub(crate) fn on(mib: u64) -> Result<ZramSwap> {
-        if let Ok(order) = fs::read_to_string("/modules/order") {
-            for module in order.lines() {
-                // Loaded already by an earlier test: EEXIST.
-                let _ = Command::new("insmod")
-                    .arg(format!("/modules/{module}.ko"))
-                    .status()?;
-            }
-        }
-        ensure!(
-            Path::new(ZRAM).exists(),
-            "no {ZRAM}: this kernel has no zram (CONFIG_ZRAM), or run.sh did not stage it"
-        );
+        load_zram()?;
         fs::write(format!("{ZRAM}/disksize"), format!("{}", mib * MIB))
             .context("setting the zram disk size")?;
         let swap = ZramSwap;
@@ -36,6 +24,24 @@ impl ZramSwap {
         sh(&["swapon", "/dev/zram0"])?;
         Ok(swap)
     }
+}
+
+/// Loads zram (the modules run.sh put in /modules, in their order, on a kernel that has
+/// it as a module): /dev/zram0 and /sys/class/zram-control then exist.
+pub(crate) fn load_zram() -> Result<()> {
+    if let Ok(order) = fs::read_to_string("/modules/order") {
+        for module in order.lines() {
+            // Loaded already by an earlier test: EEXIST.
+            let _ = Command::new("insmod")
+                .arg(format!("/modules/{module}.ko"))
+                .status()?;
+        }
+    }
+    ensure!(
+        Path::new(ZRAM).exists(),
+        "no {ZRAM}: this kernel has no zram (CONFIG_ZRAM), or run.sh did not stage it"
+    );
+    Ok(())
 }
 
 impl Drop for ZramSwap {

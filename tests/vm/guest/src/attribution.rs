@@ -1,0 +1,191 @@
+//! Where the faults were, in both backends: `work`s announce how many faults each of their
+//! mappings should take (an anonymous buffer, a file on a real file system evicted before
+//! its sweeps, a file kept cached), and the monitor must have put them there; and another
+//! user's session learns nothing of a process once it runs what that user may not read.
+
+use std::fs;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{bail, ensure, Context, Result};
+use serde_json::Value;
+
+use crate::harness::Env;
+use crate::kmod;
+use crate::monitor::{finished, within};
+use crate::zram::load_zram;
+
+const MIB: u64 = 1 << 20;
+
+/// An ext2 file system on a zram device of its own, mounted at `dir`, for as long as it
+/// lives: files whose pages can be evicted and read back (a tmpfs's cannot).
+struct ZramDisk {
+    index: u32,
+    dir: &'static str,
+}
+
+impl ZramDisk {
+    fn mount(mib: u64, dir: &'static str) -> Result<ZramDisk> {
+        load_zram()?;
+        let index: u32 = fs::read_to_string("/sys/class/zram-control/hot_add")
+            .context("adding a zram device")?
+            .trim()
+            .parse()?;
+        let disk = ZramDisk { index, dir };
+        fs::write(
+            format!("/sys/block/zram{index}/disksize"),
+            format!("{}", mib * MIB),
+        )?;
+        let dev = format!("/dev/zram{index}");
+        run(&["mke2fs", "-q", &dev])?;
+        fs::create_dir_all(dir)?;
+        run(&["mount", "-t", "ext2", &dev, dir])?;
+        Ok(disk)
+    }
+}
+
+impl Drop for ZramDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir).status();
+        let _ = fs::write("/sys/class/zram-control/hot_remove", self.index.to_string());
+    }
+}
+
+fn run(args: &[&str]) -> Result<()> {
+    let out = Command::new(args[0]).args(&args[1..]).output()?;
+    ensure!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(())
+}
+
+/// What one `work` said one of its mappings should have taken.
+#[derive(Debug)]
+struct Announced {
+    pid: u64,
+    /// The file's path; `None`: its anonymous buffer.
+    file: Option<String>,
+    minor: u64,
+    major: u64,
+}
+
+/// Every `work mapping:` line.
+fn announced(stderr: &str) -> Result<Vec<Announced>> {
+    stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("work mapping: pid "))
+        .map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let number_before = |what: &str| -> Result<u64> {
+                let at = words
+                    .iter()
+                    .position(|w| w.starts_with(what))
+                    .with_context(|| format!("no {what} in {line:?}"))?;
+                Ok(words[at - 1].parse()?)
+            };
+            Ok(Announced {
+                pid: words[0].parse()?,
+                file: (words.get(1) == Some(&"file")).then(|| words[2].to_owned()),
+                minor: number_before("minor")?,
+                major: number_before("major")?,
+            })
+        })
+        .collect()
+}
+
+/// The summary's mapping entry for what `work` announced.
+fn entry<'a>(top: &'a [Value], a: &Announced) -> Option<&'a Value> {
+    top.iter().find(|m| match &a.file {
+        Some(path) => m["name"] == path.as_str() && m["kind"] == "shared",
+        None => m["kind"] == "anonymous" && m["pid"] == a.pid && m["name"] == "",
+    })
+}
+
+fn array<'a>(v: &'a Value, what: &str) -> Result<&'a Vec<Value>> {
+    v.as_array()
+        .with_context(|| format!("{what} is not an array: {v}"))
+}
+
+/// One backend's run of two `work`s (the second a child of the shell as the first) and
+/// its checks; what it found, for the figure.
+fn check_backend(backend: &str, dir: &str) -> Result<String> {
+    let (a, b) = (format!("{dir}/a-{backend}"), format!("{dir}/b-{backend}"));
+    let summary = format!("/tmp/where-{backend}.json");
+    let script = format!(
+        "/bin/work 32 R 30000 3 --sleep-ms 50 --file {a} --evict & \
+         /bin/work 24 R 30000 2 --sleep-ms 50 --file {b}; wait"
+    );
+    let monitor = Command::new("/bin/monitor")
+        .args(["run", "--backend", backend, "-o", "/dev/null"])
+        .args(["--summary", &summary, "--", "sh", "-c", &script])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("running /bin/monitor")?;
+    let err = finished(backend, within(monitor, Duration::from_secs(300))?)?;
+    let announced = announced(&err)?;
+    ensure!(announced.len() == 4, "{backend}: {err}");
+    let summary: Value = serde_json::from_str(&fs::read_to_string(&summary)?)?;
+    let place = &summary["where"];
+    ensure!(
+        place["attributed"] == true,
+        "{backend}: not attributed: {place}"
+    );
+    let minor_top = array(&place["minor"]["top"], "minor.top")?;
+    let major_top = array(&place["major"]["top"], "major.top")?;
+    let mut worst = 0.0f64;
+    for x in announced.iter().filter(|x| x.minor >= 10_000) {
+        let Some(m) = entry(minor_top, x) else {
+            bail!("{backend}: {x:?} not in {minor_top:?}");
+        };
+        let estimate = m["minor_est"].as_u64().context("minor_est")?;
+        let error = estimate.abs_diff(x.minor) as f64 / x.minor as f64;
+        worst = worst.max(error);
+        ensure!(
+            error <= 0.05,
+            "{backend}: {x:?}: estimated {estimate}, {:.1}% off",
+            error * 100.0
+        );
+    }
+    let Some(evicted) = announced.iter().find(|x| x.file.as_deref() == Some(&*a)) else {
+        bail!("{backend}: no announcement of {a}: {err}");
+    };
+    ensure!(evicted.major >= 5_000, "{backend}: {evicted:?}");
+    let Some(on_a) = entry(major_top, evicted) else {
+        bail!("{backend}: {a} not in {major_top:?}");
+    };
+    let all = summary["major_faults"].as_u64().context("major_faults")?;
+    let on_a = on_a["major"].as_u64().context("major")?;
+    ensure!(
+        on_a as f64 >= 0.95 * all as f64,
+        "{backend}: {on_a} of {all} major faults on {a}"
+    );
+    // The child (the second work, the first's sibling: both the shell's children) named
+    // with its own faults.
+    let processes = array(&place["processes"], "processes")?;
+    for anon in announced.iter().filter(|x| x.file.is_none()) {
+        let Some(p) = processes.iter().find(|p| p["pid"] == anon.pid) else {
+            bail!("{backend}: pid {} not in {processes:?}", anon.pid);
+        };
+        ensure!(p["comm"] == "work", "{backend}: {p}");
+    }
+    Ok(format!(
+        "{backend}: {on_a} of {all} major faults on the evicted file, minor estimates \
+         within {:.1}%",
+        worst * 100.0
+    ))
+}
+
+pub fn each_mappings_faults_are_where_work_put_them_in_both_backends(env: &Env) -> Result<()> {
+    let module = kmod::insmod(env, &[])?;
+    let disk = ZramDisk::mount(256, "/mnt/where")?;
+    let mut figures = Vec::new();
+    for backend in ["kernel", "procfs"] {
+        figures.push(check_backend(backend, disk.dir)?);
+    }
+    drop(disk);
+    crate::harness::figure(&format!("where: {}", figures.join("; ")));
+    module.unload()
+}
