@@ -162,6 +162,26 @@ bool pfprof_hidden_from(const struct cred *cred, struct task_struct *task,
 	return hidden_ns && !pfprof_cred_capable(cred, hidden_ns);
 }
 
+/*
+ * @cred may read the current task now, asked from its perf overflow
+ * handler (under RCU, preemption off: nothing may sleep or lock): as
+ * PFPROF_ASKER asks, no security module consulted.  Its credentials first,
+ * then its dumpability, as an exec changes them (commit_creds()'s
+ * smp_wmb()).
+ */
+bool pfprof_may_read_current(const struct cred *cred)
+{
+	const struct cred *tcred = __task_cred(current);
+	struct user_namespace *ns;
+
+	if (!pfprof_ids_match(cred, tcred) &&
+	    !pfprof_cred_capable(cred, tcred->user_ns))
+		return false;
+	smp_rmb();
+	ns = pfprof_current_undumpable_ns();
+	return !ns || pfprof_cred_capable(cred, ns);
+}
+
 /* Whoever opened @file may read @task. */
 static bool pfprof_opener_may_read(const struct file *file,
 				   struct task_struct *task)

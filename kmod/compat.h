@@ -86,6 +86,31 @@ static inline struct user_namespace *pfprof_undumpable_ns(struct task_struct *ta
 }
 
 /*
+ * As pfprof_undumpable_ns(), for the current task from where nothing may
+ * sleep or lock (a perf overflow handler, under RCU): no reference, no
+ * lock, since its mm and exec state change only by its own exec, which
+ * is not running while it is here.
+ */
+static inline struct user_namespace *pfprof_current_undumpable_ns(void)
+{
+#if defined(PFPROF_HAVE_TASK_EXEC_STATE)
+	const struct task_exec_state *es = rcu_dereference(current->exec_state);
+
+	return es && es->dumpable != TASK_DUMPABLE_OWNER ? es->user_ns : NULL;
+#else
+	struct mm_struct *mm = current->mm;
+
+	if (mm && get_dumpable(mm) != SUID_DUMP_USER)
+		return mm->user_ns;
+#ifdef PFPROF_HAVE_TASK_USER_DUMPABLE
+	if (!mm && !current->user_dumpable)
+		return &init_user_ns;
+#endif
+	return NULL;
+#endif
+}
+
+/*
  * Pages of @mm's counter @member (MM_ANONPAGES, MM_FILEPAGES,
  * MM_SHMEMPAGES, MM_SWAPENTS), as exactly as the kernel keeps them: the sum
  * of its per-CPU counters, or (before 6.2) its count and what the threads

@@ -12,12 +12,14 @@
  *
  * The handler runs in the faulting task, preemption off and under RCU
  * (the software event path, __perf_sw_event()), after the fault is
- * accounted (mm_account_fault()).  It takes no lock: it appends the fault
- * to its CPU's buffer, whose only writer it is (preemption off; the perf
- * core keeps a context from recursing), and counts it as dropped when the
- * buffer is full.  The sampler, once a period, empties every CPU's buffer
- * into the faults region, keeping only the faults of processes the opener
- * may read then.
+ * accounted (mm_account_fault()).  It takes no lock: it keeps the fault
+ * only if the opener may read the faulting process then (its credentials
+ * and dumpability, as a setuid program's exec changes them) and can name
+ * it, and appends it to its CPU's buffer, whose only writer it is
+ * (preemption off; page faults are taken in task context only, and the
+ * perf core keeps a context from recursing), counting it as dropped when
+ * it may not or the buffer is full.  The sampler, once a period, empties
+ * every CPU's buffer into the faults region.
  *
  * Lifetime: an event's handler may run until the event is released and
  * the RCU readers that found it are done; the per-CPU buffers go only
@@ -104,9 +106,15 @@ static void pfprof_fault_handler(struct perf_event *event,
 	bool major = event->attr.config == PERF_COUNT_SW_PAGE_FAULTS_MAJ;
 	struct pfprof_cpu_fault *r;
 	u32 head = c->head;
+	s32 pid = task_tgid_nr_ns(current, f->pid_ns);
 
-	/* Acquire: the sampler has copied the records it freed. */
-	if (head - smp_load_acquire(&c->tail) >= f->cpu_records) {
+	/*
+	 * Only what the opener may read as the fault is taken (a setuid
+	 * program's exec hides what follows), and can name; acquire: the
+	 * sampler has copied the records it freed.
+	 */
+	if (!pid || !pfprof_may_read_current(f->opener_cred) ||
+	    head - smp_load_acquire(&c->tail) >= f->cpu_records) {
 		if (major)
 			WRITE_ONCE(c->dropped_major, c->dropped_major + 1);
 		else
@@ -117,7 +125,7 @@ static void pfprof_fault_handler(struct perf_event *event,
 	r->time_ns = ktime_get_mono_fast_ns();
 	/* perf_sample_data_init() leaves addr unset for address 0. */
 	r->address = data->sample_flags & PERF_SAMPLE_ADDR ? data->addr : 0;
-	r->pid = task_tgid_nr_ns(current, f->pid_ns);
+	r->pid = pid;
 	r->kind = major ? PFPROF_FAULT_MAJOR : PFPROF_FAULT_MINOR;
 	/* Release: the record is complete before the sampler sees it. */
 	smp_store_release(&c->head, head + 1);
@@ -330,56 +338,6 @@ void pfprof_faults_sync(struct pfprof_session *s)
 	mutex_unlock(&f->lock);
 }
 
-/*
- * Whether the opener may read the process @nr (in its pid namespace) now:
- * the faults of one it may not, or that is gone, are dropped.
- */
-static bool pfprof_fault_readable(struct pfprof_session *s, s32 nr)
-{
-	struct task_struct *leader = NULL;
-	struct pid *pid;
-	bool ok;
-
-	if (nr <= 0)
-		return false;
-	rcu_read_lock();
-	pid = find_pid_ns(nr, s->pid_ns);
-	if (pid)
-		leader = pid_task(pid, PIDTYPE_TGID);
-	if (leader)
-		get_task_struct(leader);
-	rcu_read_unlock();
-	if (!leader)
-		return false;
-	ok = pfprof_creds_may_read(s->opener_cred, s->opener_cred, leader);
-	put_task_struct(leader);
-	return ok;
-}
-
-/* The processes a drain judged last, so that interleaved faults are judged once. */
-#define PFPROF_JUDGED	8
-
-struct pfprof_judged {
-	s32 pid[PFPROF_JUDGED];
-	bool readable[PFPROF_JUDGED];
-	unsigned int next;		/* the entry replaced next */
-};
-
-static bool pfprof_judge(struct pfprof_session *s, struct pfprof_judged *j,
-			 s32 pid)
-{
-	unsigned int i;
-
-	for (i = 0; i < PFPROF_JUDGED; i++) {
-		if (j->pid[i] == pid)
-			return j->readable[i];
-	}
-	i = j->next++ % PFPROF_JUDGED;
-	j->pid[i] = pid;
-	j->readable[i] = pfprof_fault_readable(s, pid);
-	return j->readable[i];
-}
-
 /* Copies @n records to the region: claimed first, published after. */
 static void pfprof_faults_publish(struct pfprof_faults *f,
 				  const struct pfprof_fault *batch,
@@ -415,8 +373,6 @@ void pfprof_faults_drain(struct pfprof_session *s)
 	struct pfprof_faults *f = &s->faults;
 	struct pfprof_fault batch[PFPROF_FAULT_BATCH];
 	u64 dropped_major = 0, dropped_minor = 0;
-	/* pid 0 (none in the opener's namespace) is never readable. */
-	struct pfprof_judged judged = {};
 	unsigned int cpu, n = 0;
 
 	mutex_lock(&f->lock);
@@ -433,15 +389,7 @@ void pfprof_faults_drain(struct pfprof_session *s)
 		for (; tail != head; tail++) {
 			const struct pfprof_cpu_fault *r =
 				&c->records[tail & (f->cpu_records - 1)];
-			bool major = r->kind == PFPROF_FAULT_MAJOR;
 
-			if (!pfprof_judge(s, &judged, r->pid)) {
-				if (major)
-					f->withheld_major++;
-				else
-					f->withheld_minor++;
-				continue;
-			}
 			batch[n++] = (struct pfprof_fault){
 				.time_ns = r->time_ns,
 				.address = r->address,
@@ -459,8 +407,8 @@ void pfprof_faults_drain(struct pfprof_session *s)
 		dropped_minor += READ_ONCE(c->dropped_minor);
 	}
 	pfprof_faults_publish(f, batch, n);
-	WRITE_ONCE(f->area->dropped_major, dropped_major + f->withheld_major);
-	WRITE_ONCE(f->area->dropped_minor, dropped_minor + f->withheld_minor);
+	WRITE_ONCE(f->area->dropped_major, dropped_major);
+	WRITE_ONCE(f->area->dropped_minor, dropped_minor);
 	WRITE_ONCE(f->area->unattributed, f->unattributed);
 	mutex_unlock(&f->lock);
 }
@@ -498,6 +446,7 @@ int pfprof_faults_start(struct pfprof_session *s, u32 minor_period)
 	/* A power of two: the u32 positions wrap without moving a slot. */
 	f->cpu_records = rounddown_pow_of_two(pfprof_fault_cpu_records);
 	f->pid_ns = s->pid_ns;
+	f->opener_cred = s->opener_cred;
 	/* Zeroed, charged to the opener's memory cgroup, as the area is. */
 	a = __vmalloc(f->size, GFP_KERNEL_ACCOUNT | __GFP_ZERO);
 	if (!a) {

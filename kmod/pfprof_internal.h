@@ -100,6 +100,7 @@ bool pfprof_hidden_from(const struct cred *cred, struct task_struct *task,
 bool pfprof_creds_may_read(const struct cred *opener, const struct cred *asker,
 			   struct task_struct *task);
 bool pfprof_may_read(const struct file *file, struct task_struct *task);
+bool pfprof_may_read_current(const struct cred *cred);
 bool pfprof_may_list(const struct file *file, struct task_struct *task);
 int pfprof_lookup(const struct file *file, pid_t nr, struct pid **pidp,
 		  struct task_struct **leaderp);
@@ -266,13 +267,11 @@ struct pfprof_faults {
 	struct pfprof_cpu_faults **cpus;
 	unsigned int cpu_records;
 	struct pid_namespace *pid_ns;	/* the opener's: the records' pids */
+	const struct cred *opener_cred;	/* the session's: who may read what */
 	DECLARE_HASHTABLE(watches, PFPROF_WATCH_HASH_BITS);
 	unsigned int nr_events;
 	unsigned int sync;		/* bumped by each pfprof_faults_sync() */
 	unsigned int unattributed;	/* at the last sync */
-	/* Faults of processes the opener may no longer read, or gone. */
-	u64 withheld_major;
-	u64 withheld_minor;
 };
 
 void pfprof_faults_init(struct pfprof_session *s);

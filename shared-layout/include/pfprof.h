@@ -214,10 +214,10 @@
  * a consumer that holds a sample of time T finds every fault recorded up
  * to T here already.  Addresses are resolved to mappings by the consumer,
  * from /proc/<pid>/maps with its own rights: the module never names a
- * mapping.  A process's faults are recorded only while the opener may
- * ptrace-read it (checked by the sampler when it copies them: those of a
- * process it may no longer read, or that is gone by then, are dropped and
- * counted as dropped).
+ * mapping.  A fault is recorded only if the opener may ptrace-read its
+ * process as it is taken (after a setuid program's exec, say, it may not;
+ * such faults are counted as dropped) and can name it in its pid
+ * namespace.
  *
  * The module is the only writer, and never blocks on the consumer: the
  * slot of sequence s is s % record_count, and the oldest records are
@@ -242,9 +242,8 @@
  * lost records of each kind.
  * The consumer's count of lost records is exact.  What the module could
  * not record (its per-CPU buffers full between two periods, a process the
- * opener may no longer read or that is gone by the copy) is counted in
- * dropped_major and dropped_minor: faults not in the region, exactly
- * counted.  A process whose
+ * opener may not read or name) is counted in dropped_major and
+ * dropped_minor: faults not in the region, exactly counted.  A process whose
  * threads exceed the module's bound on events (the module parameter
  * max_fault_threads, per session) is not recorded at all: unattributed
  * counts such processes, and those PFPROF_IOC_ATTRIBUTE does not cover.

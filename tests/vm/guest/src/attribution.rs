@@ -189,3 +189,95 @@ pub fn each_mappings_faults_are_where_work_put_them_in_both_backends(env: &Env) 
     crate::harness::figure(&format!("where: {}", figures.join("; ")));
     module.unload()
 }
+
+/// Pages the exec'd program touches: a fault each, every one recorded (minor period 1).
+const EXEC_PAGES: u64 = 4096;
+
+/// `hardening-child attribute-exec <program>` (as nobody): a session recording every
+/// fault of a child of its own, which touches a few pages, then execs `program`
+/// (`child touch EXEC_PAGES 0`); says "after-exec <recorded> withheld <dropped>": the
+/// faults recorded of the child after it said it execs, and those the module withheld.
+pub fn attribute_exec(program: &str) -> Result<()> {
+    use shared_layout::device::Device;
+    use shared_layout::faults::Missed;
+    use shared_layout::{abi, Mode};
+
+    let dev = Device::open()?;
+    let mut region = dev.attribute(1)?;
+    let pages = EXEC_PAGES.to_string();
+    let mut child = kmod::Profiled::spawn(&[
+        "exec-after-go",
+        "64",
+        program,
+        "child",
+        "touch",
+        &pages,
+        "0",
+    ])?;
+    dev.add(child.pid, true, false)?;
+    let _area = dev.start(Mode::Relaxed)?;
+    child.go()?;
+    ensure!(child.read_line()? == "exec", "the child did not say exec");
+    let exec_ns = abi::monotonic_ns();
+    child.reap()?;
+    // Two periods: the sampler has copied every fault the child took.
+    std::thread::sleep(Duration::from_millis(200));
+    let mut faults = Vec::new();
+    let withheld: Missed = region.drain(&mut faults);
+    let after = faults
+        .iter()
+        .filter(|f| f.pid == child.pid && f.time_ns > exec_ns)
+        .count();
+    println!("after-exec {after} withheld {}", withheld.minor);
+    Ok(())
+}
+
+/// Nobody's session records its child's faults up to an exec and after it only when it
+/// may still read the child: after a setuid program's exec, none; after a plain one's,
+/// all (the same test, which could fail).
+pub fn another_users_session_learns_nothing_of_a_process_once_it_execs_setuid(
+    env: &Env,
+) -> Result<()> {
+    use crate::users::{open_to_all, setuid_copy, NOBODY};
+
+    let module = kmod::insmod(env, &[])?;
+    open_to_all()?;
+    let setuid = setuid_copy()?;
+    let plain = "/tmp/plain-guest";
+    fs::copy(std::env::current_exe()?, plain)?;
+    let mut said = Vec::new();
+    for program in [setuid, plain] {
+        let mut helper = kmod::Profiled::spawn_mode(
+            "hardening-child",
+            &["attribute-exec", program],
+            Some(NOBODY),
+        )?;
+        let line = helper.read_line()?;
+        helper.reap()?;
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let (after, withheld): (u64, u64) = match words[..] {
+            ["after-exec", after, "withheld", withheld] => (after.parse()?, withheld.parse()?),
+            _ => bail!("{program}: the helper said {line:?}"),
+        };
+        said.push(format!(
+            "{program}: {after} recorded after the exec, {withheld} withheld"
+        ));
+        if program == setuid {
+            // A few faults of the exec itself may be recorded before its credentials
+            // change, none of what the program did: it took EXEC_PAGES.
+            ensure!(
+                after < 64 && withheld >= EXEC_PAGES,
+                "nobody's session, after a setuid exec: {}",
+                said.join("; ")
+            );
+        } else {
+            ensure!(
+                after >= EXEC_PAGES,
+                "nobody's session, after a plain exec: {}",
+                said.join("; ")
+            );
+        }
+    }
+    crate::harness::figure(&format!("attribution across exec: {}", said.join("; ")));
+    module.unload()
+}
