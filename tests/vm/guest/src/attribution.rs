@@ -4,6 +4,7 @@
 //! user's session learns nothing of a process once it runs what that user may not read.
 
 use std::fs;
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -279,5 +280,132 @@ pub fn another_users_session_learns_nothing_of_a_process_once_it_execs_setuid(
         }
     }
     crate::harness::figure(&format!("attribution across exec: {}", said.join("; ")));
+    module.unload()
+}
+
+/// Rounds of each setup in `bench_attribution_cost_by_backend`, in turns.
+const COST_ROUNDS: usize = 7;
+
+/// One run of `work` under `monitor run` with `setup`: the command's CPU time (its
+/// rusage, from the summary), seconds, and its faults.
+fn cost_once(setup: &[&str], work: &[&str]) -> Result<(f64, u64)> {
+    let summary = "/tmp/cost-summary.json";
+    let monitor = Command::new("/bin/monitor")
+        .args(["run", "-q", "-o", "/dev/null", "--summary", summary])
+        .args(setup)
+        .arg("--")
+        .args(work)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("running /bin/monitor")?;
+    finished(
+        &format!("{setup:?}"),
+        within(monitor, Duration::from_secs(300))?,
+    )?;
+    let summary: Value = serde_json::from_str(&fs::read_to_string(summary)?)?;
+    let command = &summary["command"];
+    let faults = command["minor_faults"].as_u64().context("minor_faults")?
+        + command["major_faults"].as_u64().context("major_faults")?;
+    Ok((command["cpu_s"].as_f64().context("cpu_s")?, faults))
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// What attribution costs the profiled command, in each backend: a minor-fault-bound
+/// `work` (a cached file's pages written after the mapping was emptied, a minor fault
+/// each) and a major-fault-bound one (a file on zram evicted before each sweep), each
+/// under `monitor run` with attribution off and on (and, with the module, recording one
+/// minor fault in a million: the events' own cost, the floor), in turns; medians of the
+/// command's CPU time. A measurement for docs/benchmarks.md, run only when named.
+pub fn bench_attribution_cost_by_backend(env: &Env) -> Result<()> {
+    let module = kmod::insmod(env, &[])?;
+    let disk = ZramDisk::mount(256, "/mnt/cost")?;
+    let major_file = format!("{}/major", disk.dir);
+    let minor: Vec<&str> = vec![
+        "/bin/work",
+        "1",
+        "R",
+        "1",
+        "20",
+        "--sleep-ms",
+        "0",
+        "--file",
+        "/tmp/cost-minor",
+        "--file-mib",
+        "64",
+    ];
+    let major: Vec<&str> = vec![
+        "/bin/work",
+        "1",
+        "R",
+        "1",
+        "3",
+        "--sleep-ms",
+        "0",
+        "--file",
+        &major_file,
+        "--file-mib",
+        "64",
+        "--evict",
+    ];
+    let setups: [(&str, Vec<&str>); 5] = [
+        (
+            "kernel, off",
+            vec!["--backend", "kernel", "--no-attribution"],
+        ),
+        ("kernel, on", vec!["--backend", "kernel"]),
+        (
+            "kernel, 1 in 10^6",
+            vec!["--backend", "kernel", "--minor-sampling", "1000000"],
+        ),
+        (
+            "procfs, off",
+            vec!["--backend", "procfs", "--no-attribution"],
+        ),
+        ("procfs, on", vec!["--backend", "procfs"]),
+    ];
+    let mut lines = Vec::new();
+    for (name, work) in [("minor", &minor), ("major", &major)] {
+        let mut cpu = vec![Vec::new(); setups.len()];
+        let mut rate = vec![Vec::new(); setups.len()];
+        for round in 0..COST_ROUNDS {
+            for i in 0..setups.len() {
+                let s = (i + round) % setups.len();
+                let (cpu_s, faults) = cost_once(&setups[s].1, work)?;
+                cpu[s].push(cpu_s);
+                rate[s].push(faults as f64 / cpu_s);
+            }
+        }
+        let medians: Vec<f64> = cpu.iter_mut().map(|c| median(c)).collect();
+        let rates: Vec<f64> = rate.iter_mut().map(|r| median(r)).collect();
+        lines.push(format!(
+            "{name}: CPU medians {} s; kernel on/off {:.3}, floor/off {:.3}, procfs on/off {:.3} \
+             ({:.0} faults per CPU second off)",
+            setups
+                .iter()
+                .zip(&medians)
+                .map(|((setup, _), m)| format!("{setup} {m:.3}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            medians[1] / medians[0],
+            medians[2] / medians[0],
+            medians[4] / medians[3],
+            rates[0],
+        ));
+    }
+    drop(disk);
+    // perf record is the issue's comparison; the initramfs has no perf to run.
+    ensure!(
+        !Path::new("/usr/bin/perf").exists(),
+        "perf is in the guest now: run it beside the monitor here"
+    );
+    crate::harness::figure(&format!(
+        "attribution cost, {COST_ROUNDS} rounds (no perf in the guest): {}",
+        lines.join("; ")
+    ));
     module.unload()
 }

@@ -132,6 +132,7 @@ const TESTS: &[(&str, Test)] = tests![
     isolation::a_descendant_that_runs_a_setuid_program_between_two_looks_is_not_counted,
     attribution::each_mappings_faults_are_where_work_put_them_in_both_backends,
     attribution::another_users_session_learns_nothing_of_a_process_once_it_execs_setuid,
+    attribution::bench_attribution_cost_by_backend,
 ];
 
 fn run(env: &Env, filters: &[String]) -> ExitCode {
