@@ -257,6 +257,7 @@ static int pfprof_sampler_fn(void *data)
 		.retry_earned = true,
 	};
 	struct mem_cgroup *charged;
+	bool collected;
 	ktime_t now;
 
 	st.deadline = ktime_add_ns(ktime_get(), st.period);
@@ -280,9 +281,10 @@ static int pfprof_sampler_fn(void *data)
 				pfprof_sampler_offer(&st, true);
 			continue;
 		}
-		if (pfprof_sampler_collect(&st)) {
-			/* Members that joined or left carry events or not. */
-			pfprof_faults_sync(s);
+		collected = pfprof_sampler_collect(&st);
+		/* Members that joined carry events, those that left none. */
+		pfprof_faults_sync(s);
+		if (collected) {
 			/* A sample's consumer finds its period's faults. */
 			pfprof_faults_drain(s);
 			pfprof_sampler_offer(&st, false);

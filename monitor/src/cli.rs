@@ -200,9 +200,10 @@ pub struct Options {
     /// before stays counted.
     #[arg(long)]
     pub no_inherit: bool,
-    /// Do not attribute faults to the mappings and processes that took them (the procfs
-    /// backend does, through perf events, where the kernel allows them; never with
-    /// --cgroups-under or --unit: 2 perf events per CPU per target).
+    /// Do not attribute faults to the mappings and processes that took them (both backends
+    /// do: the module with its own kernel counters, the procfs backend through perf events
+    /// where the kernel allows them; never with --cgroups-under or --unit: 2 perf events
+    /// per CPU per target).
     #[arg(long, conflicts_with = "minor_sampling")]
     pub no_attribution: bool,
     /// Record one minor fault in N to attribute them (every major fault is recorded):
