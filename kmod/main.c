@@ -100,35 +100,16 @@ static int pfprof_check_params(void)
 				 PFPROF_FAULT_CPU_RECORDS_MIN,
 				 PFPROF_FAULT_CPU_RECORDS_MAX) ?:
 	      pfprof_check_range("max_fault_threads", pfprof_max_fault_threads,
-				 1, PFPROF_MAX_FAULT_THREADS_MAX);
-	if (ret)
-		return ret;
-	if (pfprof_period_ms < PFPROF_PERIOD_MS_MIN ||
-	    pfprof_period_ms > PFPROF_PERIOD_MS_MAX) {
-		pr_err("period_ms=%u out of range %u..%u\n", pfprof_period_ms,
-		       PFPROF_PERIOD_MS_MIN, PFPROF_PERIOD_MS_MAX);
-		return -EINVAL;
-	}
-	if (pfprof_buffer_pages < PFPROF_BUFFER_PAGES_MIN ||
-	    pfprof_buffer_pages > PFPROF_BUFFER_PAGES_MAX) {
-		pr_err("buffer_pages=%u out of range %u..%u\n",
-		       pfprof_buffer_pages, PFPROF_BUFFER_PAGES_MIN,
-		       PFPROF_BUFFER_PAGES_MAX);
-		return -EINVAL;
-	}
-	if (pfprof_max_sessions < 1 ||
-	    pfprof_max_sessions > PFPROF_MAX_SESSIONS_MAX) {
-		pr_err("max_sessions=%u out of range 1..%u\n",
-		       pfprof_max_sessions, PFPROF_MAX_SESSIONS_MAX);
-		return -EINVAL;
-	}
-	if (pfprof_max_registrations < 1 ||
-	    pfprof_max_registrations > PFPROF_MEMBERS_MAX) {
-		pr_err("max_registrations=%u out of range 1..%u\n",
-		       pfprof_max_registrations, PFPROF_MEMBERS_MAX);
-		return -EINVAL;
-	}
-	return 0;
+				 1, PFPROF_MAX_FAULT_THREADS_MAX) ?:
+	      pfprof_check_range("period_ms", pfprof_period_ms,
+				 PFPROF_PERIOD_MS_MIN, PFPROF_PERIOD_MS_MAX) ?:
+	      pfprof_check_range("buffer_pages", pfprof_buffer_pages,
+				 PFPROF_BUFFER_PAGES_MIN, PFPROF_BUFFER_PAGES_MAX) ?:
+	      pfprof_check_range("max_sessions", pfprof_max_sessions,
+				 1, PFPROF_MAX_SESSIONS_MAX) ?:
+	      pfprof_check_range("max_registrations", pfprof_max_registrations,
+				 1, PFPROF_MEMBERS_MAX);
+	return ret;
 }
 
 static int __init pfprof_init(void)

@@ -90,6 +90,23 @@ pub enum LayoutError {
     Io(#[from] std::io::Error),
 }
 
+/// A field of a header the other side wrote is `expected`, or the layout is refused.
+pub(crate) fn expect_geometry(
+    field: &'static str,
+    found: u64,
+    expected: u64,
+) -> Result<(), LayoutError> {
+    if found == expected {
+        Ok(())
+    } else {
+        Err(LayoutError::Geometry {
+            field,
+            found,
+            expected,
+        })
+    }
+}
+
 /// The area's progress counters, as the producer and consumer published them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -253,17 +270,7 @@ impl Area {
             .h32(offset_of!(AreaHeader, mode))
             .load(Ordering::Relaxed);
         area.mode = Mode::from_raw(mode).ok_or(LayoutError::NotStarted { found: mode })?;
-        let expect = |field, found: u64, expected: u64| {
-            if found == expected {
-                Ok(())
-            } else {
-                Err(LayoutError::Geometry {
-                    field,
-                    found,
-                    expected,
-                })
-            }
-        };
+        let expect = expect_geometry;
         let sample_size = area
             .h32(offset_of!(AreaHeader, sample_size))
             .load(Ordering::Relaxed);

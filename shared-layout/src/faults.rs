@@ -12,7 +12,7 @@ use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use memmap2::MmapRaw;
 
 use crate::abi::{self, FaultRecord, FaultsHeader};
-use crate::area::LayoutError;
+use crate::area::{expect_geometry, LayoutError};
 
 const RECORD_SIZE: u64 = size_of::<FaultRecord>() as u64;
 const RECORD_WORDS: usize = size_of::<FaultRecord>() / size_of::<u64>();
@@ -77,17 +77,7 @@ impl FaultsRegion {
         if magic != abi::FAULTS_MAGIC {
             return Err(LayoutError::BadMagic { found: magic });
         }
-        let expect = |field, found: u64, expected: u64| {
-            if found == expected {
-                Ok(())
-            } else {
-                Err(LayoutError::Geometry {
-                    field,
-                    found,
-                    expected,
-                })
-            }
-        };
+        let expect = expect_geometry;
         expect(
             "record_size",
             region.h32(offset_of!(FaultsHeader, record_size)).into(),

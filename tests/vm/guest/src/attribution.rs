@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::harness::Env;
 use crate::kmod;
 use crate::monitor::{finished, within};
-use crate::zram::load_zram;
+use crate::zram::{load_zram, sh};
 
 const MIB: u64 = 1 << 20;
 
@@ -38,9 +38,9 @@ impl ZramDisk {
             format!("{}", mib * MIB),
         )?;
         let dev = format!("/dev/zram{index}");
-        run(&["mke2fs", "-q", &dev])?;
+        sh(&["mke2fs", "-q", &dev])?;
         fs::create_dir_all(dir)?;
-        run(&["mount", "-t", "ext2", &dev, dir])?;
+        sh(&["mount", "-t", "ext2", &dev, dir])?;
         Ok(disk)
     }
 }
@@ -50,16 +50,6 @@ impl Drop for ZramDisk {
         let _ = Command::new("umount").arg(self.dir).status();
         let _ = fs::write("/sys/class/zram-control/hot_remove", self.index.to_string());
     }
-}
-
-fn run(args: &[&str]) -> Result<()> {
-    let out = Command::new(args[0]).args(&args[1..]).output()?;
-    ensure!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-    Ok(())
 }
 
 /// What one `work` said one of its mappings should have taken.

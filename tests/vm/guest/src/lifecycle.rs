@@ -66,6 +66,12 @@ pub fn module_refuses_out_of_range_parameters_at_load(env: &Env) -> Result<()> {
         "period_ms=-1",
         "period_ms=4294967296",
         "buffer_pages=lots",
+        "fault_pages=1",
+        "fault_pages=16385",
+        "fault_cpu_records=63",
+        "fault_cpu_records=65537",
+        "max_fault_threads=0",
+        "max_fault_threads=65537",
     ] {
         let mark = klog::Mark::now()?;
         if kmod::try_insmod(env, &[bad])?.is_ok() {

@@ -51,7 +51,8 @@ impl Drop for ZramSwap {
     }
 }
 
-fn sh(args: &[&str]) -> Result<()> {
+/// Runs `args`, which must succeed.
+pub(crate) fn sh(args: &[&str]) -> Result<()> {
     let out = Command::new(args[0]).args(&args[1..]).output()?;
     ensure!(
         out.status.success(),
