@@ -107,13 +107,18 @@ static void pfprof_fault_handler(struct perf_event *event,
 	struct pfprof_cpu_fault *r;
 	u32 head = c->head;
 	s32 pid = task_tgid_nr_ns(current, f->pid_ns);
+	bool readable;
 
+	/* The software event path holds it already: nested, it costs nothing. */
+	rcu_read_lock();
+	readable = pfprof_may_read_current(f->opener_cred);
+	rcu_read_unlock();
 	/*
 	 * Only what the opener may read as the fault is taken (a setuid
 	 * program's exec hides what follows), and can name; acquire: the
 	 * sampler has copied the records it freed.
 	 */
-	if (!pid || !pfprof_may_read_current(f->opener_cred) ||
+	if (!pid || !readable ||
 	    head - smp_load_acquire(&c->tail) >= f->cpu_records) {
 		if (major)
 			WRITE_ONCE(c->dropped_major, c->dropped_major + 1);
