@@ -116,7 +116,7 @@ static void pfprof_fault_handler(struct perf_event *event,
 	/*
 	 * Only what the opener may read as the fault is taken (a setuid
 	 * program's exec hides what follows), and can name; acquire: the
-	 * sampler has copied the records it freed.
+	 * sampler has copied the records it freed (litmus faults-cpu-buffer).
 	 */
 	if (!pid || !readable ||
 	    head - smp_load_acquire(&c->tail) >= f->cpu_records) {
@@ -132,7 +132,7 @@ static void pfprof_fault_handler(struct perf_event *event,
 	r->address = data->sample_flags & PERF_SAMPLE_ADDR ? data->addr : 0;
 	r->pid = pid;
 	r->kind = major ? PFPROF_FAULT_MAJOR : PFPROF_FAULT_MINOR;
-	/* Release: the record is complete before the sampler sees it. */
+	/* Release: the record is complete before the sampler sees it (faults-cpu-buffer). */
 	smp_store_release(&c->head, head + 1);
 }
 
@@ -354,7 +354,7 @@ static void pfprof_faults_publish(struct pfprof_faults *f,
 	if (!n)
 		return;
 	WRITE_ONCE(a->claimed_seq, f->write_seq + n);
-	/* The claim is seen before any record or count it covers changes. */
+	/* The claim is seen before any record or count it covers changes (faults-torn). */
 	smp_wmb();
 	for (i = 0; i < n; i++) {
 		f->records[(f->write_seq + i) % f->record_count] = batch[i];
@@ -366,6 +366,7 @@ static void pfprof_faults_publish(struct pfprof_faults *f,
 	WRITE_ONCE(a->written_major, f->written_major);
 	WRITE_ONCE(a->written_minor, f->written_minor);
 	f->write_seq += n;
+	/* The records before write_seq (litmus faults-publish). */
 	smp_store_release(&a->write_seq, f->write_seq);
 }
 
@@ -387,7 +388,7 @@ void pfprof_faults_drain(struct pfprof_session *s)
 	}
 	for_each_possible_cpu(cpu) {
 		struct pfprof_cpu_faults *c = pfprof_cpu_buffer(f, cpu);
-		/* Acquire: the records up to head are complete. */
+		/* Acquire: the records up to head are complete (faults-cpu-buffer). */
 		u32 head = smp_load_acquire(&c->head);
 		u32 tail = c->tail;
 
@@ -406,7 +407,7 @@ void pfprof_faults_drain(struct pfprof_session *s)
 				n = 0;
 			}
 		}
-		/* Release: copied before the handler may write them again. */
+		/* Release: copied before the handler may write them again (faults-cpu-buffer). */
 		smp_store_release(&c->tail, tail);
 		dropped_major += READ_ONCE(c->dropped_major);
 		dropped_minor += READ_ONCE(c->dropped_minor);

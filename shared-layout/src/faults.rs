@@ -123,7 +123,8 @@ impl FaultsRegion {
     /// the module could not record.
     pub fn drain(&mut self, out: &mut Vec<Fault>) -> Missed {
         let n = self.record_count;
-        // Acquire: the records below write_seq are complete (pairs with its release).
+        // Acquire: the records below write_seq are complete (pairs with its release; litmus
+        // faults-publish).
         let written = self
             .word64(offset_of!(FaultsHeader, write_seq))
             .load(Ordering::Acquire);
@@ -134,7 +135,7 @@ impl FaultsRegion {
             copied.push((seq, self.record_words(seq % n)));
         }
         // The claim is read after the copies: one the writer made before overwriting a
-        // record copied is seen (pairs with its write barrier).
+        // record copied is seen (pairs with its write barrier; litmus faults-torn).
         fence(Ordering::Acquire);
         let claimed = self
             .word64(offset_of!(FaultsHeader, claimed_seq))

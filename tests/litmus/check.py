@@ -35,6 +35,7 @@ WEAKER = [
     (re.compile(r'\b(atomic_)?(cmpxchg|xchg)\('), r'\1\2_relaxed('),
     (re.compile(r'\b(atomic_inc_return|atomic_fetch_add)\('), r'\1_relaxed('),
     (re.compile(r'\bsmp_mb\(\);'), ''),
+    (re.compile(r'\bsmp_(r|w)mb\(\);'), ''),
     (re.compile(r'memory_order_(seq_cst|acq_rel|acquire|release)\b'), 'memory_order_relaxed'),
     (re.compile(r'\batomic_thread_fence\(memory_order_\w+\);'), ''),
 ]
