@@ -11,7 +11,7 @@ use shared_layout::abi::{self, Info};
 use shared_layout::Mode;
 
 use crate::device::{
-    add, follow, handshake, info, ioctl, raw_open, raw_session, set_mode, Mapping,
+    add, attribute, follow, handshake, info, ioctl, raw_open, raw_session, set_mode, Mapping,
 };
 use crate::harness::Env;
 use crate::klog;
@@ -142,7 +142,9 @@ pub fn device_refuses_bad_mmaps_and_bad_ioctls(env: &Env) -> Result<()> {
         );
         ensure!(
             got.sample_size as usize == std::mem::size_of::<abi::Sample>()
-                && got.period_ns == 50_000_000,
+                && got.period_ns == 50_000_000
+                && got.faults_offset == size
+                && got.faults_size == abi::area_size(64),
             "{got:?}"
         );
         let (ret, got) = info(
@@ -245,7 +247,7 @@ pub fn device_refuses_bad_mmaps_and_bad_ioctls(env: &Env) -> Result<()> {
             )?;
         }
 
-        // Exactly one mapping shape.
+        // Exactly two mapping shapes: the area, below; the faults region after it.
         let page = abi::PAGE_SIZE;
         expect_errno(
             "mmap at offset one page",
@@ -270,6 +272,59 @@ pub fn device_refuses_bad_mmaps_and_bad_ioctls(env: &Env) -> Result<()> {
         ensure!(
             try_mmap(&file, size, 0).is_ok(),
             "the exact mapping was refused"
+        );
+
+        // The faults region: only once ATTRIBUTE made it, only whole, from its offset.
+        let faults = abi::area_size(64);
+        expect_errno(
+            "mmap of the faults region before ATTRIBUTE",
+            try_mmap(&file, faults, size),
+            libc::EINVAL,
+        )?;
+        for (what, minor_period, flags, reserved) in [
+            ("minor_period 0", 0, 0, 0),
+            (
+                "minor_period past the bound",
+                abi::MINOR_PERIOD_MAX + 1,
+                0,
+                0,
+            ),
+            ("flags", 61, 1, 0),
+            ("reserved", 61, 0, 1),
+        ] {
+            let mut arg = abi::Attribute {
+                minor_period,
+                flags,
+                reserved,
+            };
+            expect_errno(
+                &format!("ATTRIBUTE with {what}"),
+                ioctl(&file, abi::IOC_ATTRIBUTE, &mut arg),
+                libc::EINVAL,
+            )?;
+        }
+        attribute(&file, 61).map_err(|e| anyhow::anyhow!("ATTRIBUTE: {e}"))?;
+        expect_errno("ATTRIBUTE again", attribute(&file, 61), libc::EBUSY)?;
+        for (what, len, offset) in [
+            ("one page short", faults - page, size),
+            ("one page long", faults + page, size),
+            ("a page past its offset", faults - page, size + page),
+            ("a page before its offset", faults, size - page),
+        ] {
+            expect_errno(
+                &format!("mmap of the faults region {what}"),
+                try_mmap(&file, len, offset),
+                libc::EINVAL,
+            )?;
+        }
+        expect_errno(
+            "private mmap of the faults region",
+            try_mmap_flags(&file, faults, size, libc::MAP_PRIVATE),
+            libc::EINVAL,
+        )?;
+        ensure!(
+            try_mmap(&file, faults, size).is_ok(),
+            "the faults region's exact mapping was refused"
         );
     }
     // Closed: a new opener gets a working device.
