@@ -240,10 +240,13 @@
  * write_seq == w and a claimed_seq still equal to w (after a read
  * barrier), they are w's, and those the consumer did not receive are its
  * lost records of each kind.
+ *
  * The consumer's count of lost records is exact.  What the module could
  * not record (its per-CPU buffers full between two periods, a process the
  * opener may not read or name) is counted in dropped_major and
- * dropped_minor: faults not in the region, exactly counted.  A process whose
+ * dropped_minor (published with each period's records): faults not in
+ * the region, exactly counted.  Faults taken after the session's last
+ * sample are not copied.  A process whose
  * threads exceed the module's bound on events (the module parameter
  * max_fault_threads, per session) is not recorded at all: unattributed
  * counts such processes, and those PFPROF_IOC_ATTRIBUTE does not cover.
