@@ -38,7 +38,9 @@ impl ZramDisk {
             format!("{}", mib * MIB),
         )?;
         let dev = format!("/dev/zram{index}");
-        sh(&["mke2fs", "-q", &dev])?;
+        // Blocks of the device's own logical size (zram's is a page): ext2's default 1 KiB
+        // ones do not mount on it.
+        sh(&["mke2fs", "-q", "-b", "4096", &dev])?;
         fs::create_dir_all(dir)?;
         sh(&["mount", "-t", "ext2", &dev, dir])?;
         Ok(disk)
