@@ -18,7 +18,8 @@
  * it, and appends it to its CPU's buffer, whose only writer it is
  * (preemption off; page faults are taken in task context only, and the
  * perf core keeps a context from recursing), counting it as dropped when
- * it may not or the buffer is full.  The sampler, once a period, empties
+ * it may not or the buffer is full.  The sampler, once a period and
+ * whenever a buffer is half full (an interrupt work wakes it), empties
  * every CPU's buffer into the faults region.
  *
  * Lifetime: an event's handler may run until the event is released and
@@ -79,12 +80,29 @@ struct pfprof_watch {
 /* Records copied to the region at once: one claim, one publication. */
 #define PFPROF_FAULT_BATCH	16
 
+/* In hard interrupt context: the sampler empties the buffers now. */
+static void pfprof_faults_wake(struct irq_work *work)
+{
+	struct pfprof_session *s = container_of(work, struct pfprof_session,
+						faults.wake);
+
+	atomic_set(&s->faults.filling, 1);
+	pfprof_sampler_kick(s);
+}
+
 void pfprof_faults_init(struct pfprof_session *s)
 {
 	struct pfprof_faults *f = &s->faults;
 
 	mutex_init(&f->lock);
 	hash_init(f->watches);
+	init_irq_work(&f->wake, pfprof_faults_wake);
+}
+
+/* Whether a buffer filled past half since the sampler last asked. */
+bool pfprof_faults_filling(struct pfprof_session *s)
+{
+	return atomic_read(&s->faults.filling);
 }
 
 static struct pfprof_cpu_faults *pfprof_cpu_buffer(struct pfprof_faults *f,
@@ -134,6 +152,13 @@ static void pfprof_fault_handler(struct perf_event *event,
 	r->kind = major ? PFPROF_FAULT_MAJOR : PFPROF_FAULT_MINOR;
 	/* Release: the record is complete before the sampler sees it (faults-cpu-buffer). */
 	smp_store_release(&c->head, head + 1);
+	/*
+	 * Half full: the sampler empties it before the period ends (a faster
+	 * stream of faults than a period's buffer holds loses none).  The
+	 * interrupt work wakes it: no wait queue's lock is taken here.
+	 */
+	if (head + 1 - READ_ONCE(c->tail) == f->cpu_records / 2)
+		irq_work_queue(&f->wake);
 }
 
 static void pfprof_watch_release(struct pfprof_faults *f,
@@ -381,6 +406,7 @@ void pfprof_faults_drain(struct pfprof_session *s)
 	u64 dropped_major = 0, dropped_minor = 0;
 	unsigned int cpu, n = 0;
 
+	atomic_set(&f->filling, 0);
 	mutex_lock(&f->lock);
 	if (!f->minor_period || f->released) {
 		mutex_unlock(&f->lock);
@@ -512,9 +538,10 @@ void pfprof_faults_release(struct pfprof_session *s)
 	/*
 	 * A handler runs under rcu_read_lock() with preemption off
 	 * (__perf_sw_event()): one that found an event before its release
-	 * is done after a grace period.
+	 * is done after a grace period, and so is any wake-up it queued.
 	 */
 	synchronize_rcu();
+	irq_work_sync(&f->wake);
 	pfprof_cpu_buffers_free(f);
 }
 

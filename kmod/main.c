@@ -49,8 +49,8 @@ MODULE_PARM_DESC(max_registrations,
 		 "Processes one user may have registered through /proc at once " PFPROF_RANGE(
 		 1, PFPROF_MEMBERS_MAX, PFPROF_MAX_REGISTRATIONS_DEFAULT));
 
-/* The faults region: 64 pages hold 8064 records, half a second of 1M minor faults/s at 1 in 61. */
-#define PFPROF_FAULT_PAGES_DEFAULT	64
+/* The faults region: 256 pages hold 32,640 records, a period of 650,000 recorded faults a second. */
+#define PFPROF_FAULT_PAGES_DEFAULT	256
 #define PFPROF_FAULT_PAGES_MIN		2
 #define PFPROF_FAULT_PAGES_MAX		16384
 /* Each CPU's buffer between two periods: 24 bytes a record. */

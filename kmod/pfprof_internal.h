@@ -19,6 +19,7 @@
 
 #include <linux/atomic.h>
 #include <linux/hashtable.h>
+#include <linux/irq_work.h>
 #include <linux/kref.h>
 #include <linux/list.h>
 #include <linux/minmax.h>
@@ -270,6 +271,13 @@ struct pfprof_faults {
 	const struct cred *opener_cred;	/* the session's: who may read what */
 	DECLARE_HASHTABLE(watches, PFPROF_WATCH_HASH_BITS);
 	unsigned int nr_events;
+	/*
+	 * A CPU's buffer is half full: the handler queues the wake-up, which
+	 * sets filling and wakes the sampler to empty the buffers before the
+	 * period ends.
+	 */
+	struct irq_work wake;
+	atomic_t filling;
 	unsigned int sync;		/* bumped by each pfprof_faults_sync() */
 	unsigned int unattributed;	/* at the last sync */
 };
@@ -278,6 +286,7 @@ void pfprof_faults_init(struct pfprof_session *s);
 int pfprof_faults_start(struct pfprof_session *s, u32 minor_period);
 void pfprof_faults_sync(struct pfprof_session *s);
 void pfprof_faults_drain(struct pfprof_session *s);
+bool pfprof_faults_filling(struct pfprof_session *s);
 void pfprof_faults_release(struct pfprof_session *s);
 void pfprof_faults_exit(struct pfprof_session *s);
 

@@ -76,7 +76,7 @@ static bool pfprof_woken(const struct pfprof_wake *w)
 		return pfprof_sampler_has_work(s, w->seen);
 	/* The last process left or is leaving: its final sample ends the ring now. */
 	return (!w->draining && pfprof_last_sample_due(s)) ||
-	       pfprof_ring_retry_fired(&s->ring);
+	       pfprof_ring_retry_fired(&s->ring) || pfprof_faults_filling(s);
 }
 
 /*
@@ -275,6 +275,9 @@ static int pfprof_sampler_fn(void *data)
 		pfprof_sleep_until(st.deadline, &st.wake);
 		if (kthread_should_stop())
 			break;
+		/* A CPU's buffer of faults half full: emptied now, not lost. */
+		if (pfprof_faults_filling(s))
+			pfprof_faults_drain(s);
 		now = ktime_get();
 		if (pfprof_sampler_early(&st, now)) {
 			if (pfprof_ring_take_retry(&s->ring) && st.undelivered)

@@ -1,17 +1,20 @@
-//! Where the kernel backend's faults were: the module's faults region, drained when the
-//! consumer takes a sample (the module wrote the period's faults before it), each
-//! fault's address resolved to its mapping by the same maps cache as the procfs
-//! backend's, from `/proc/<pid>/maps` with the monitor's own rights; each process's own
-//! faults read from its `/proc/<pid>/stat`, as the procfs backend's are.
+//! Where the kernel backend's faults were: the module's faults region, drained every
+//! period by a thread of its own (so that each fault is resolved while its process
+//! lives, whenever the consumer takes its rows) and when the consumer takes a sample
+//! (the module wrote the period's faults before it), each fault's address resolved to
+//! its mapping by the same maps cache as the procfs backend's, from `/proc/<pid>/maps`
+//! with the monitor's own rights; each process's own faults read from its
+//! `/proc/<pid>/stat`, as the procfs backend's are.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
 
 use shared_layout::faults::{Fault, FaultsRegion, Missed};
 
 use crate::attribution::table::Builder;
-use crate::attribution::{Faults, PeriodTable, Source};
+use crate::attribution::{Faults, Mapping, PeriodTable, Source};
 use crate::backend::procfs::maps::MapsCache;
 use crate::backend::procfs::who::Who;
 use crate::system::procstat;
@@ -21,6 +24,18 @@ use crate::system::procstat;
 /// placed, their own counts not listed).
 const MAX_FOLLOWED: usize = 256;
 
+/// The most faults resolved and waiting for the consumer's next table: beyond them, a
+/// consumer that stopped taking rows costs no more memory, and the faults count as lost.
+const MAX_WAITING: usize = 1 << 20;
+
+/// A fault resolved to its mapping, waiting for its period's table.
+struct Resolved {
+    time_ns: u64,
+    pid: u32,
+    mapping: Arc<Mapping>,
+    major: bool,
+}
+
 /// The faults region and what the periods not given yet hold.
 pub struct KernelAttributor {
     region: FaultsRegion,
@@ -29,8 +44,7 @@ pub struct KernelAttributor {
     /// Processes whose own faults are read each period: the targets, and each process
     /// a fault was recorded of.
     followed: HashSet<u32>,
-    /// Faults drained that came after the last table's end.
-    later: Vec<Fault>,
+    waiting: Vec<Resolved>,
     lost: Faults,
     drained: Vec<Fault>,
     /// The most processes the module said it did not record at once.
@@ -45,7 +59,7 @@ impl KernelAttributor {
             maps: MapsCache::default(),
             who: Who::new(began),
             followed: targets.iter().copied().collect(),
-            later: Vec::new(),
+            waiting: Vec::new(),
             lost: Faults::default(),
             drained: Vec::new(),
             unattributed: Arc::new(AtomicU32::new(0)),
@@ -62,17 +76,18 @@ impl KernelAttributor {
         self.followed.insert(pid);
     }
 
-    fn follow_faulters(&mut self) {
+    /// Drains the region and resolves what it held, now: new processes' maps are read
+    /// while they live.
+    fn advance(&mut self) {
+        let missed = self.region.drain(&mut self.drained);
+        self.lost += lost(missed);
+        (self.unattributed).fetch_max(self.region.unattributed(), Ordering::Relaxed);
         for fault in &self.drained {
             if self.followed.len() >= MAX_FOLLOWED {
                 break;
             }
             self.followed.insert(fault.pid);
         }
-    }
-
-    /// Reads each followed process's own counters; forgets those gone.
-    fn observe(&mut self) {
         let who = &mut self.who;
         self.followed.retain(|&pid| match procstat::read(pid) {
             Ok(stat) => {
@@ -81,35 +96,70 @@ impl KernelAttributor {
             }
             Err(_) => false,
         });
-    }
-}
-
-impl Source for KernelAttributor {
-    fn tables_until(&mut self, end_ns: u64) -> Vec<PeriodTable> {
-        let missed = self.region.drain(&mut self.drained);
-        (self.unattributed).fetch_max(self.region.unattributed(), Ordering::Relaxed);
-        self.lost += lost(missed);
-        self.follow_faulters();
-        self.observe();
         for pid in self.who.changed() {
             // New to the profile, or exec'd: its maps now, while it lives.
             self.maps.read_now(pid);
         }
-        let mut builder = Builder::default();
-        let faults = std::mem::take(&mut self.later)
-            .into_iter()
-            .chain(self.drained.drain(..));
-        for fault in faults {
-            if fault.time_ns > end_ns {
-                self.later.push(fault);
+        for fault in self.drained.drain(..) {
+            if self.waiting.len() >= MAX_WAITING {
+                self.lost += one(fault.major);
                 continue;
             }
-            let mapping = self.maps.resolve(fault.pid, fault.address);
-            builder.add(fault.pid, mapping, one(fault.major));
+            self.waiting.push(Resolved {
+                time_ns: fault.time_ns,
+                pid: fault.pid,
+                mapping: self.maps.resolve(fault.pid, fault.address),
+                major: fault.major,
+            });
         }
+    }
+
+    /// The table of the period ending at `end_ns`: the faults resolved up to then.
+    fn table(&mut self, end_ns: u64) -> PeriodTable {
+        self.advance();
+        let mut builder = Builder::default();
+        let mut later = Vec::new();
+        for fault in self.waiting.drain(..) {
+            if fault.time_ns > end_ns {
+                later.push(fault);
+            } else {
+                builder.add(fault.pid, fault.mapping, one(fault.major));
+            }
+        }
+        self.waiting = later;
         let table = builder.finish(end_ns, std::mem::take(&mut self.lost), self.who.take());
         self.maps.next_period();
-        vec![table]
+        table
+    }
+}
+
+/// A [`KernelAttributor`] both the consumer (through the feed) and its period thread
+/// hold.
+pub struct Shared(Arc<Mutex<KernelAttributor>>);
+
+impl Shared {
+    /// Shares `attributor`, and starts the thread that advances it every `period` for
+    /// as long as the feed holds it.
+    pub fn start(attributor: KernelAttributor, period: Duration) -> std::io::Result<Shared> {
+        let shared = Arc::new(Mutex::new(attributor));
+        let weak: Weak<Mutex<KernelAttributor>> = Arc::downgrade(&shared);
+        std::thread::Builder::new()
+            .name("faults".into())
+            .spawn(move || loop {
+                std::thread::sleep(period);
+                let Some(attributor) = weak.upgrade() else {
+                    return;
+                };
+                (attributor.lock().unwrap_or_else(PoisonError::into_inner)).advance();
+            })?;
+        Ok(Shared(shared))
+    }
+}
+
+impl Source for Shared {
+    fn tables_until(&mut self, end_ns: u64) -> Vec<PeriodTable> {
+        let mut attributor = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        vec![attributor.table(end_ns)]
     }
 }
 

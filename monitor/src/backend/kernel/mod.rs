@@ -19,8 +19,9 @@ use shared_layout::{Area, Mode};
 
 use super::{Backend, BackendError, ExitWatch, OnEnd, Selection, Stopper};
 use crate::attribution::{Attribution, Feed};
+use crate::system::error::SystemError;
 use crate::system::procstat;
-use attribute::KernelAttributor;
+use attribute::{KernelAttributor, Shared};
 
 pub struct Kernel {
     device: Device,
@@ -150,7 +151,11 @@ impl Backend for Kernel {
         _on_end: OnEnd,
     ) -> Result<Option<Box<dyn ExitWatch>>, BackendError> {
         let feed = match self.attributor.take() {
-            Some(attributor) => Feed::pulling(self.attribution.clone(), Box::new(attributor)),
+            Some(attributor) => {
+                let shared = Shared::start(attributor, self.period)
+                    .map_err(SystemError::doing("starting the faults thread"))?;
+                Feed::pulling(self.attribution.clone(), Box::new(shared))
+            }
             None => Feed::new(self.attribution.clone()),
         };
         self.feed = Some(Arc::new(feed));

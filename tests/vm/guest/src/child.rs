@@ -25,6 +25,7 @@ pub fn main(args: &[String]) -> ExitCode {
         ["wait-full"] => wait_full(),
         ["register", pid] => register(pid),
         ["touch", pages, hold_ms] => touch(pages, hold_ms),
+        ["touch-after-go", pages, how] => touch_after_go(pages, how),
         ["rounds", pages] => rounds(pages),
         ["swapped", pages] => swapped(pages),
         ["exec-after-go", pages, program @ ..] if !program.is_empty() => {
@@ -229,6 +230,24 @@ fn ready_then_wait_for_go_with(mut round: impl FnMut(u8) -> Result<()>) -> Resul
 
 /// Touches `pages` fresh pages, stays `hold_ms` (long enough for samplers to
 /// look at it), exits: the program a setuid copy of this binary runs.
+/// Says ready, waits for go, then, `undumpable`, makes itself not dumpable (what only
+/// CAP_SYS_PTRACE may read then; `readable`: not), and touches `pages` fresh pages.
+fn touch_after_go(pages: &str, how: &str) -> Result<()> {
+    let pages: usize = pages.parse()?;
+    let mem = Fresh::new(pages)?;
+    ready_then_wait_for_go()?;
+    if how == "undumpable" {
+        ensure!(
+            // SAFETY: prctl with integer arguments only.
+            unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0) } == 0,
+            "prctl: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    mem.touch(0..pages);
+    Ok(())
+}
+
 fn touch(pages: &str, hold_ms: &str) -> Result<()> {
     let pages: usize = pages.parse()?;
     let mem = Fresh::new(pages)?;
