@@ -144,7 +144,7 @@ pub fn device_refuses_bad_mmaps_and_bad_ioctls(env: &Env) -> Result<()> {
             got.sample_size as usize == std::mem::size_of::<abi::Sample>()
                 && got.period_ns == 50_000_000
                 && got.faults_offset == size
-                && got.faults_size == abi::area_size(64),
+                && got.faults_size == abi::area_size(256),
             "{got:?}"
         );
         let (ret, got) = info(
@@ -275,7 +275,7 @@ pub fn device_refuses_bad_mmaps_and_bad_ioctls(env: &Env) -> Result<()> {
         );
 
         // The faults region: only once ATTRIBUTE made it, only whole, from its offset.
-        let faults = abi::area_size(64);
+        let faults = abi::area_size(256);
         expect_errno(
             "mmap of the faults region before ATTRIBUTE",
             try_mmap(&file, faults, size),
