@@ -77,8 +77,10 @@ impl KernelAttributor {
     }
 
     /// Drains the region and resolves what it held, now: new processes' maps are read
-    /// while they live.
+    /// while they live, and a process's again (at most once each call) when a fault
+    /// falls outside what was read (a file it mapped since).
     fn advance(&mut self) {
+        self.maps.next_period();
         let missed = self.region.drain(&mut self.drained);
         self.lost += lost(missed);
         (self.unattributed).fetch_max(self.region.unattributed(), Ordering::Relaxed);
@@ -127,9 +129,7 @@ impl KernelAttributor {
             }
         }
         self.waiting = later;
-        let table = builder.finish(end_ns, std::mem::take(&mut self.lost), self.who.take());
-        self.maps.next_period();
-        table
+        builder.finish(end_ns, std::mem::take(&mut self.lost), self.who.take())
     }
 }
 
