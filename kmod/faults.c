@@ -30,6 +30,7 @@
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/cpumask.h>
+#include <linux/bsearch.h>
 #include <linux/hashtable.h>
 #include <linux/log2.h>
 #include <linux/mm.h>
@@ -39,6 +40,7 @@
 #include <linux/rcupdate.h>
 #include <linux/sched/signal.h>
 #include <linux/slab.h>
+#include <linux/sort.h>
 #include <linux/timekeeping.h>
 #include <linux/vmalloc.h>
 
@@ -71,8 +73,13 @@ struct pfprof_watch {
 	struct pid *tgid;		/* referenced */
 	unsigned int nr_events;
 	unsigned int seen;		/* the sync that last found it a member */
-	struct perf_event **events;	/* two a thread: major, minor */
+	struct perf_event **events;	/* a thread's: major, minor, or one */
 };
+
+/* The kinds of a watch's events a thread carries. */
+#define PFPROF_EVENTS_MAJOR	1u
+#define PFPROF_EVENTS_MINOR	2u
+#define PFPROF_EVENTS_BOTH	(PFPROF_EVENTS_MAJOR | PFPROF_EVENTS_MINOR)
 
 /* How often a process's threads are listed for those without events. */
 #define PFPROF_THREAD_LOOKS	4
@@ -191,16 +198,63 @@ static struct perf_event *pfprof_event_create(struct pfprof_faults *f,
 						pfprof_fault_handler, f);
 }
 
-/* Whether one of @w's events counts the thread @t. */
-static bool pfprof_watch_covers(struct pfprof_watch *w, struct task_struct *t)
+/* Which of the watch's kinds of event @e is. */
+static unsigned int pfprof_event_kind(const struct perf_event *e)
 {
+	return e->attr.config == PERF_COUNT_SW_PAGE_FAULTS_MAJ ?
+		       PFPROF_EVENTS_MAJOR : PFPROF_EVENTS_MINOR;
+}
+
+/* A thread listed, and the kinds of the watch's events it carries. */
+struct pfprof_listed {
+	struct task_struct *task;
+	unsigned int kinds;
+};
+
+static int pfprof_listed_cmp(const void *a, const void *b)
+{
+	unsigned long x = (unsigned long)((const struct pfprof_listed *)a)->task;
+	unsigned long y = (unsigned long)((const struct pfprof_listed *)b)->task;
+
+	return (x > y) - (x < y);
+}
+
+/* @e counts the thread @t: marks @t's entry in @listed (sorted), if any. */
+static void pfprof_listed_mark(struct pfprof_listed *listed, unsigned int n,
+			       struct task_struct *t, const struct perf_event *e)
+{
+	struct pfprof_listed key = { .task = t }, *hit;
+
+	hit = bsearch(&key, listed, n, sizeof(*listed), pfprof_listed_cmp);
+	if (hit)
+		hit->kinds |= pfprof_event_kind(e);
+}
+
+/*
+ * Which kinds of @w's events each listed thread carries: one made for it,
+ * or one it inherited from a thread that carried it when it was created.
+ * The perf core links every inherited event to the one it descends from
+ * (inherit_event(): never to an inherited one) before the new thread is
+ * in its thread list, and unlinks it when the thread exits; a thread may
+ * have inherited one kind only, if created between the two creations.
+ * One pass over each event's inherited list, not one a thread: a process
+ * may create thousands.  Sleeps: child_mutex pins that list.
+ */
+static void pfprof_watch_mark(struct pfprof_watch *w,
+			      struct pfprof_listed *listed, unsigned int n)
+{
+	struct perf_event *e, *child;
 	unsigned int i;
 
+	sort(listed, n, sizeof(*listed), pfprof_listed_cmp, NULL);
 	for (i = 0; i < w->nr_events; i++) {
-		if (w->events[i]->hw.target == t)
-			return true;
+		e = w->events[i];
+		pfprof_listed_mark(listed, n, e->hw.target, e);
+		mutex_lock(&e->child_mutex);
+		list_for_each_entry(child, &e->child_list, child_list)
+			pfprof_listed_mark(listed, n, child->hw.target, e);
+		mutex_unlock(&e->child_mutex);
 	}
-	return false;
 }
 
 /* Room for @n more events in @w's array. */
@@ -220,72 +274,103 @@ static bool pfprof_watch_grow(struct pfprof_watch *w, unsigned int n)
 }
 
 /*
- * Both events on the thread @t, or none: then true only if it exited
- * meanwhile (-ESRCH: none needed).
+ * The kinds of event @t misses, both or one, on @t, or none: then true
+ * only if it exited meanwhile (-ESRCH: none needed).
  */
 static bool pfprof_watch_thread(struct pfprof_faults *f, struct pfprof_watch *w,
-				struct task_struct *t)
+				struct task_struct *t, unsigned int missing)
 {
-	struct perf_event *major, *minor;
+	struct perf_event *major = NULL, *minor = NULL;
 
-	major = pfprof_event_create(f, t, true);
-	if (IS_ERR(major))
-		return PTR_ERR(major) == -ESRCH;
-	minor = pfprof_event_create(f, t, false);
-	if (IS_ERR(minor)) {
-		perf_event_release_kernel(major);
-		return PTR_ERR(minor) == -ESRCH;
+	if (missing & PFPROF_EVENTS_MAJOR) {
+		major = pfprof_event_create(f, t, true);
+		if (IS_ERR(major))
+			return PTR_ERR(major) == -ESRCH;
 	}
-	w->events[w->nr_events++] = major;
-	w->events[w->nr_events++] = minor;
-	f->nr_events += 2;
+	if (missing & PFPROF_EVENTS_MINOR) {
+		minor = pfprof_event_create(f, t, false);
+		if (IS_ERR(minor)) {
+			if (major)
+				perf_event_release_kernel(major);
+			return PTR_ERR(minor) == -ESRCH;
+		}
+	}
+	if (major)
+		w->events[w->nr_events++] = major;
+	if (minor)
+		w->events[w->nr_events++] = minor;
+	f->nr_events += !!major + !!minor;
 	return true;
 }
 
+static void pfprof_listed_put(struct pfprof_listed *listed, unsigned int n)
+{
+	unsigned int i;
+
+	for (i = 0; i < n; i++)
+		put_task_struct(listed[i].task);
+	kvfree(listed);
+}
+
 /*
- * Events on every thread of @leader's process not covered yet, within the
+ * Events on every thread of @leader's process that lacks them, within the
  * session's bound (max_fault_threads).  Returns false when the bound, memory
  * or perf says no: the caller then releases the process's events, so that
- * it is not recorded at all rather than in part.  A thread created
- * meanwhile by one that had no event yet is found by the next look, which
- * repeats until none is new, a few times at most (a thread whose event
- * could not be made, exiting, is found again).
+ * it is not recorded at all rather than in part (nor twice: a thread that
+ * inherited them gets none of its own).  A thread created meanwhile by one
+ * that had no event yet is found by the next look, which repeats until
+ * none is new, a few times at most (a thread whose event could not be made,
+ * exiting, is found again).  The first look, before any event, lists one
+ * thread over the budget at most; the next ones every thread, since those
+ * that inherited events do not count against it.
  */
 static bool pfprof_watch_threads(struct pfprof_faults *f, struct pfprof_watch *w,
 				 struct task_struct *leader)
 {
-	struct task_struct *t, **found;
-	unsigned int n, i, cap, budget, look;
+	struct pfprof_listed *listed;
+	struct task_struct *t;
+	unsigned int n, i, lacking, cap, budget, look;
 	bool ok = true;
 
 	for (look = 0; look < PFPROF_THREAD_LOOKS; look++) {
 		budget = pfprof_max_fault_threads - f->nr_events / 2;
-		cap = min_t(unsigned int, READ_ONCE(leader->signal->nr_threads) + 8,
-			    budget + 1);
-		found = kmalloc_array(cap, sizeof(*found), GFP_KERNEL_ACCOUNT);
-		if (!found)
+		cap = READ_ONCE(leader->signal->nr_threads) + 8;
+		if (!w->nr_events)
+			cap = min(cap, budget + 1);
+		listed = kvmalloc_array(cap, sizeof(*listed), GFP_KERNEL_ACCOUNT);
+		if (!listed)
 			return false;
 		n = 0;
 		rcu_read_lock();
 		for_each_thread(leader, t) {
 			if (n == cap)
 				break;
-			if (!(t->flags & PF_EXITING) && !pfprof_watch_covers(w, t))
-				found[n++] = get_task_struct(t);
+			if (!(t->flags & PF_EXITING))
+				listed[n++] = (struct pfprof_listed){
+					.task = get_task_struct(t),
+				};
 		}
 		rcu_read_unlock();
-		if (n > budget || (n && !pfprof_watch_grow(w, 2 * n))) {
-			for (i = 0; i < n; i++)
-				put_task_struct(found[i]);
-			kfree(found);
+		pfprof_watch_mark(w, listed, n);
+		/* The threads that lack an event first, the others let go. */
+		lacking = 0;
+		for (i = 0; i < n; i++) {
+			if (listed[i].kinds == PFPROF_EVENTS_BOTH)
+				put_task_struct(listed[i].task);
+			else
+				listed[lacking++] = listed[i];
+		}
+		if (lacking > budget ||
+		    (lacking && !pfprof_watch_grow(w, 2 * lacking))) {
+			pfprof_listed_put(listed, lacking);
 			return false;
 		}
-		for (i = 0; i < n; i++) {
-			ok = ok && pfprof_watch_thread(f, w, found[i]);
-			put_task_struct(found[i]);
-		}
-		kfree(found);
-		if (!n || !ok)
+		for (i = 0; i < lacking && ok; i++)
+			ok = pfprof_watch_thread(f, w, listed[i].task,
+						 PFPROF_EVENTS_BOTH &
+							 ~listed[i].kinds);
+		pfprof_listed_put(listed, lacking);
+		if (!lacking || !ok)
 			break;
 	}
 	return ok;

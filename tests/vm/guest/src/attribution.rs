@@ -273,6 +273,81 @@ pub fn another_users_session_learns_nothing_of_a_process_it_may_not_read(env: &E
     module.unload()
 }
 
+/// Threads that create threads, the most each creates, threads that only wait (and make
+/// each listing long), and the pages each working thread touches, in
+/// `threads_created_while_their_process_is_listed_are_recorded_once`.
+const SPAWNERS: &str = "4";
+const SPAWNED_MOST: &str = "150";
+const IDLE_THREADS: &str = "1000";
+const SPAWNED_PAGES: &str = "4";
+
+/// A thread created by one that carries a session's events inherits them: the module
+/// must not give it events of its own as well when it lists the process's threads
+/// again, or all it and its own threads do is recorded twice. Spawners create a thread
+/// every millisecond while the module lists the process's threads (a thousand more that
+/// only wait, listed after the spawners: events on them all take long); then every
+/// spawner and thread spawned touches fresh pages and creates a thread that touches as
+/// many: the module records each minor fault of that window (minor period 1: none
+/// sampled out), exactly as many as the process took. (The module before the fix
+/// recorded 5,774 of 4,221 on 6.1.)
+pub fn threads_created_while_their_process_is_listed_are_recorded_once(env: &Env) -> Result<()> {
+    use shared_layout::device::Device;
+    use shared_layout::faults::Missed;
+    use shared_layout::Mode;
+
+    // Room in a CPU's buffer for every fault of the window within a period, and for
+    // events on every thread.
+    let module = kmod::insmod(env, &["fault_cpu_records=16384", "max_fault_threads=4096"])?;
+    let dev = Device::open()?;
+    let mut region = dev.attribute(1)?;
+    let mut child = kmod::Profiled::spawn_raw(
+        &[
+            "threads-while-listed",
+            SPAWNERS,
+            SPAWNED_MOST,
+            IDLE_THREADS,
+            SPAWNED_PAGES,
+        ],
+        None,
+    )?;
+    let line = child.read_line()?;
+    ensure!(line == "spawning", "the child said {line:?}");
+    dev.add(child.pid, true, false)?;
+    let area = dev.start(Mode::Relaxed)?;
+    // Periods enough for the join and the listings after it, spawners busy all along.
+    std::thread::sleep(Duration::from_millis(400));
+    child.send(b's')?;
+    let line = child.read_line()?;
+    ensure!(line == "ready", "the child said {line:?}");
+    child.wait_asleep()?;
+    child.go()?;
+    let line = child.read_line()?;
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let (t0, t1, taken, threads): (u64, u64, u64, u64) = match words[..] {
+        ["window", t0, t1, "minflt", taken, "threads", threads] => {
+            (t0.parse()?, t1.parse()?, taken.parse()?, threads.parse()?)
+        }
+        _ => bail!("the child said {line:?}"),
+    };
+    child.reap()?;
+    // Two periods: the sampler has copied every fault of the window.
+    std::thread::sleep(Duration::from_millis(200));
+    let mut faults = Vec::new();
+    let missed = region.drain(&mut faults);
+    ensure!(missed == Missed::default(), "missed {missed:?}");
+    let recorded = faults
+        .iter()
+        .filter(|f| f.pid == child.pid && (t0..=t1).contains(&f.time_ns))
+        .count() as u64;
+    let figure = format!(
+        "{threads} threads created while listed: {recorded} faults recorded of {taken} taken"
+    );
+    ensure!(recorded == taken, "{figure}");
+    crate::harness::figure(&figure);
+    drop((area, region, dev));
+    module.unload()
+}
+
 /// Rounds of each setup in `bench_attribution_cost_by_backend`, in turns.
 const COST_ROUNDS: usize = 7;
 

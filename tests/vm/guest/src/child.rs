@@ -9,6 +9,7 @@ use std::thread;
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
+use shared_layout::abi::monotonic_ns;
 use shared_layout::strict::{StrictConsumer, Take};
 use shared_layout::Mode;
 
@@ -26,6 +27,9 @@ pub fn main(args: &[String]) -> ExitCode {
         ["register", pid] => register(pid),
         ["touch", pages, hold_ms] => touch(pages, hold_ms),
         ["touch-after-go", pages, how] => touch_after_go(pages, how),
+        ["threads-while-listed", spawners, most, idle, pages] => {
+            threads_while_listed(spawners, most, idle, pages)
+        }
         ["rounds", pages] => rounds(pages),
         ["swapped", pages] => swapped(pages),
         ["exec-after-go", pages, program @ ..] if !program.is_empty() => {
@@ -246,6 +250,179 @@ fn touch_after_go(pages: &str, how: &str) -> Result<()> {
     }
     mem.touch(0..pages);
     Ok(())
+}
+
+/// The process's minor faults so far, all its threads' (those gone included).
+fn process_minflt() -> u64 {
+    // SAFETY: rusage is plain old data; getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a local.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    ru.ru_minflt as u64
+}
+
+/// Where the threads of `threads-while-listed` are: 0 waiting, 1 working, 2 leaving.
+struct Stage {
+    stage: std::sync::Mutex<(u8, usize)>,
+    changed: std::sync::Condvar,
+}
+
+impl Stage {
+    /// Waits for stage `at`.
+    fn wait(&self, at: u8) {
+        let mut state = self.stage.lock().unwrap_or_else(|e| e.into_inner());
+        while state.0 < at {
+            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// One more thread done with its work.
+    fn done(&self) {
+        self.stage.lock().unwrap_or_else(|e| e.into_inner()).1 += 1;
+        self.changed.notify_all();
+    }
+
+    fn set(&self, at: u8) {
+        self.stage.lock().unwrap_or_else(|e| e.into_inner()).0 = at;
+        self.changed.notify_all();
+    }
+
+    /// Waits until `n` threads are done.
+    fn wait_done(&self, n: usize) {
+        let mut state = self.stage.lock().unwrap_or_else(|e| e.into_inner());
+        while state.1 < n {
+            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// A thread's work once told: `pages` fresh pages, then a thread of its own that
+/// touches `pages` more.
+fn touch_and_create(pages: usize) -> Result<()> {
+    Fresh::new(pages)?.touch(0..pages);
+    thread::Builder::new()
+        .stack_size(64 << 10)
+        .spawn(move || Fresh::new(pages).map(|m| m.touch(0..pages)))?
+        .join()
+        .map_err(|_| anyhow::anyhow!("a thread panicked"))?
+}
+
+/// `spawners` threads, then `idle` threads that only wait (after the spawners in the
+/// process's list of threads: the module lists them long after the spawners, which go on
+/// creating threads meanwhile); then each spawner creates a thread every millisecond,
+/// `most` at most, which waits; says `spawning`, and the spawners go on until a byte on stdin
+/// (the parent registers the process meanwhile); then says `ready` when all are there.
+/// At go, every spawner and thread spawned does `touch_and_create`; then says `window
+/// <t0> <t1> minflt <n> threads <m>`: CLOCK_MONOTONIC (ns) before and after the work,
+/// the minor faults the process took between, and how many threads did it.
+fn threads_while_listed(spawners: &str, most: &str, idle: &str, pages: &str) -> Result<()> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let (spawners, most, idle, pages): (usize, usize, usize, usize) = (
+        spawners.parse()?,
+        most.parse()?,
+        idle.parse()?,
+        pages.parse()?,
+    );
+    let stage = Arc::new(Stage {
+        stage: std::sync::Mutex::new((0, 0)),
+        changed: std::sync::Condvar::new(),
+    });
+    // The spawners' start (once the idle threads are there) and end.
+    let (begin, stop) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    // Threads made, and spawners done making them.
+    let (spawned, finished) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let worker = move |stage: Arc<Stage>| {
+        move || -> Result<()> {
+            stage.wait(1);
+            let worked = touch_and_create(pages);
+            stage.done();
+            stage.wait(2);
+            worked
+        }
+    };
+    let mut handles = Vec::new();
+    for _ in 0..spawners {
+        let (stage, begin, stop) = (Arc::clone(&stage), Arc::clone(&begin), Arc::clone(&stop));
+        let (spawned, finished) = (Arc::clone(&spawned), Arc::clone(&finished));
+        let spawner = move || -> Result<()> {
+            let mut made = Vec::new();
+            while !begin.load(Ordering::Relaxed) {
+                thread::sleep(Duration::from_millis(1));
+            }
+            while made.len() < most && !stop.load(Ordering::Relaxed) {
+                made.push(
+                    thread::Builder::new()
+                        .stack_size(64 << 10)
+                        .spawn(worker(Arc::clone(&stage)))?,
+                );
+                spawned.fetch_add(1, Ordering::Relaxed);
+                thread::sleep(Duration::from_millis(1));
+            }
+            finished.fetch_add(1, Ordering::Release);
+            let worked = worker(stage)();
+            for t in made {
+                t.join()
+                    .map_err(|_| anyhow::anyhow!("a thread panicked"))??;
+            }
+            worked
+        };
+        handles.push(thread::Builder::new().stack_size(64 << 10).spawn(spawner)?);
+    }
+    let mut idlers = Vec::new();
+    for _ in 0..idle {
+        let stage = Arc::clone(&stage);
+        idlers.push(
+            thread::Builder::new()
+                .stack_size(64 << 10)
+                .spawn(move || stage.wait(2))?,
+        );
+    }
+    begin.store(true, Ordering::Relaxed);
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "spawning")?;
+    out.flush()?;
+    drop(out);
+    let mut byte = [0u8; 1];
+    std::io::stdin()
+        .read_exact(&mut byte)
+        .context("waiting for stop")?;
+    stop.store(true, Ordering::Relaxed);
+    // Every thread there: every spawner done, and as many threads in /proc.
+    while finished.load(Ordering::Acquire) < spawners {
+        thread::sleep(Duration::from_millis(10));
+    }
+    let all = spawners + spawned.load(Ordering::Relaxed);
+    while fs_threads()? <= all + idle {
+        thread::sleep(Duration::from_millis(10));
+    }
+    ready_then_wait_for_go()?;
+    // Both clocks read once before: the window's reads touch no new page.
+    let _ = (monotonic_ns(), process_minflt());
+    let before = process_minflt();
+    let t0 = monotonic_ns();
+    stage.set(1);
+    stage.wait_done(all);
+    let t1 = monotonic_ns();
+    let taken = process_minflt() - before;
+    stage.set(2);
+    for h in handles {
+        h.join()
+            .map_err(|_| anyhow::anyhow!("a spawner panicked"))??;
+    }
+    for h in idlers {
+        h.join().map_err(|_| anyhow::anyhow!("a thread panicked"))?;
+    }
+    println!("window {t0} {t1} minflt {taken} threads {all}");
+    Ok(())
+}
+
+/// The number of this process's threads.
+fn fs_threads() -> Result<usize> {
+    Ok(std::fs::read_dir("/proc/self/task")?.count())
 }
 
 fn touch(pages: &str, hold_ms: &str) -> Result<()> {
