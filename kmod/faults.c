@@ -74,6 +74,14 @@ struct pfprof_watch {
 	unsigned int nr_events;
 	unsigned int seen;		/* the sync that last found it a member */
 	struct perf_event **events;	/* a thread's: major, minor, or one */
+	/*
+	 * Refused (over the bound, out of memory, a perf error): no events,
+	 * its threads listed again at sync retry_at, after backoff syncs, a
+	 * number that doubles at each refusal (PFPROF_RETRY_MAX_SYNCS at most).
+	 */
+	bool refused;
+	unsigned int retry_at;
+	unsigned int backoff;
 };
 
 /* The kinds of a watch's events a thread carries. */
@@ -83,6 +91,9 @@ struct pfprof_watch {
 
 /* How often a process's threads are listed for those without events. */
 #define PFPROF_THREAD_LOOKS	4
+
+/* Syncs, a period each, a refused process waits at most before another try. */
+#define PFPROF_RETRY_MAX_SYNCS	64
 
 /* Records copied to the region at once: one claim, one publication. */
 #define PFPROF_FAULT_BATCH	16
@@ -168,18 +179,41 @@ static void pfprof_fault_handler(struct perf_event *event,
 		irq_work_queue(&f->wake);
 }
 
-static void pfprof_watch_release(struct pfprof_faults *f,
-				 struct pfprof_watch *w)
+static void pfprof_watch_drop_events(struct pfprof_faults *f,
+				     struct pfprof_watch *w)
 {
 	unsigned int i;
 
 	for (i = 0; i < w->nr_events; i++)
 		perf_event_release_kernel(w->events[i]);
 	f->nr_events -= w->nr_events;
+	w->nr_events = 0;
+	kvfree(w->events);
+	w->events = NULL;
+}
+
+static void pfprof_watch_release(struct pfprof_faults *f,
+				 struct pfprof_watch *w)
+{
+	pfprof_watch_drop_events(f, w);
 	hash_del(&w->node);
 	put_pid(w->tgid);
-	kvfree(w->events);
 	kfree(w);
+}
+
+/*
+ * @w's process is not recorded at all rather than in part: its events go,
+ * and its threads are listed again only after a wait that doubles at each
+ * refusal (a process over the bound would otherwise cost every period up to
+ * max_fault_threads events made and released).
+ */
+static void pfprof_watch_refuse(struct pfprof_faults *f,
+				struct pfprof_watch *w, unsigned int sync)
+{
+	pfprof_watch_drop_events(f, w);
+	w->backoff = clamp(2 * w->backoff, 1u, (unsigned int)PFPROF_RETRY_MAX_SYNCS);
+	w->retry_at = sync + w->backoff;
+	w->refused = true;
 }
 
 static struct perf_event *pfprof_event_create(struct pfprof_faults *f,
@@ -388,47 +422,95 @@ static struct pfprof_watch *pfprof_watch_of(struct pfprof_faults *f,
 	return NULL;
 }
 
-/* @m's process carries events, unless the bound or memory says no. */
-static bool pfprof_watch_member(struct pfprof_faults *f,
-				struct pfprof_member *m, unsigned int sync)
+/*
+ * The process @tgid carries events, unless the bound, memory or perf says
+ * no, now or at its last try (then false until its retry).
+ */
+static bool pfprof_watch_member(struct pfprof_faults *f, struct pid *tgid,
+				unsigned int sync)
 {
-	struct pfprof_watch *w = pfprof_watch_of(f, m->tgid);
+	struct pfprof_watch *w = pfprof_watch_of(f, tgid);
 	struct task_struct *leader;
 	bool ok;
 
 	if (w) {
 		w->seen = sync;
-		return true;
+		if (!w->refused)
+			return true;
+		if ((int)(sync - w->retry_at) < 0)
+			return false;
 	}
-	leader = get_pid_task(m->tgid, PIDTYPE_TGID);
+	leader = get_pid_task(tgid, PIDTYPE_TGID);
 	if (!leader)
 		return true;		/* gone: nothing to record */
-	w = kzalloc(sizeof(*w), GFP_KERNEL_ACCOUNT);
 	if (!w) {
-		put_task_struct(leader);
-		return false;
+		w = kzalloc(sizeof(*w), GFP_KERNEL_ACCOUNT);
+		if (!w) {
+			put_task_struct(leader);
+			return false;
+		}
+		w->tgid = get_pid(tgid);
+		w->seen = sync;
+		hash_add(f->watches, &w->node, (unsigned long)w->tgid);
 	}
-	w->tgid = get_pid(m->tgid);
-	w->seen = sync;
-	hash_add(f->watches, &w->node, (unsigned long)w->tgid);
 	ok = pfprof_watch_threads(f, w, leader);
 	put_task_struct(leader);
-	if (!ok)
-		pfprof_watch_release(f, w);
+	if (ok)
+		w->refused = false;
+	else
+		pfprof_watch_refuse(f, w, sync);
 	return ok;
 }
 
 /*
+ * The processes of the members to record (referenced), in @tgids, their
+ * number returned; the other members counted in @unattributed.  Only the
+ * references are taken under members_lock: the events, whose creation may
+ * interrupt other CPUs, are made after it.  NULL when memory says no.
+ */
+static struct pid **pfprof_members_to_watch(struct pfprof_session *s,
+					    unsigned int *n,
+					    unsigned int *unattributed)
+{
+	struct pfprof_member *m;
+	struct pid **tgids;
+	unsigned int cap = 0;
+
+	mutex_lock(&s->members_lock);
+	list_for_each_entry(m, &s->members, node) {
+		/* Offered, not joined yet: the collection after its join. */
+		if (m->joining)
+			continue;
+		if (m->cgrp || !m->inherit)
+			(*unattributed)++;
+		else
+			cap++;
+	}
+	tgids = kmalloc_array(max(cap, 1u), sizeof(*tgids), GFP_KERNEL_ACCOUNT);
+	*n = 0;
+	if (tgids) {
+		list_for_each_entry(m, &s->members, node) {
+			if (!m->joining && !m->cgrp && m->inherit)
+				tgids[(*n)++] = get_pid(m->tgid);
+		}
+	} else {
+		*unattributed += cap;
+	}
+	mutex_unlock(&s->members_lock);
+	return tgids;
+}
+
+/*
  * Every member that can be recorded carries events, those that left
- * release theirs.  Process context; takes members_lock.
+ * release theirs.  Process context; takes members_lock briefly.
  */
 void pfprof_faults_sync(struct pfprof_session *s)
 {
 	struct pfprof_faults *f = &s->faults;
-	struct pfprof_member *m;
 	struct pfprof_watch *w;
 	struct hlist_node *tmp;
-	unsigned int bkt, unattributed = 0;
+	unsigned int bkt, i, n, unattributed = 0;
+	struct pid **tgids;
 
 	mutex_lock(&f->lock);
 	if (!f->minor_period || f->released) {
@@ -436,18 +518,19 @@ void pfprof_faults_sync(struct pfprof_session *s)
 		return;
 	}
 	f->sync++;
-	mutex_lock(&s->members_lock);
-	list_for_each_entry(m, &s->members, node) {
-		/* Offered, not joined yet: the collection after its join. */
-		if (m->joining)
-			continue;
-		if (m->cgrp || !m->inherit || !pfprof_watch_member(f, m, f->sync))
+	tgids = pfprof_members_to_watch(s, &n, &unattributed);
+	for (i = 0; i < n; i++) {
+		if (!pfprof_watch_member(f, tgids[i], f->sync))
 			unattributed++;
+		put_pid(tgids[i]);
 	}
-	mutex_unlock(&s->members_lock);
-	hash_for_each_safe(f->watches, bkt, tmp, w, node) {
-		if (w->seen != f->sync)
-			pfprof_watch_release(f, w);
+	kfree(tgids);
+	/* Without the list, keep what is there: the next sync decides. */
+	if (tgids) {
+		hash_for_each_safe(f->watches, bkt, tmp, w, node) {
+			if (w->seen != f->sync)
+				pfprof_watch_release(f, w);
+		}
 	}
 	f->unattributed = unattributed;
 	mutex_unlock(&f->lock);
