@@ -13,8 +13,9 @@
  * The handler runs in the faulting task, preemption off and under RCU
  * (the software event path, __perf_sw_event()), after the fault is
  * accounted (mm_account_fault()).  It takes no lock: it keeps the fault
- * only if the opener may read the faulting process then (its credentials
- * and dumpability, as a setuid program's exec changes them) and can name
+ * only if the opener and whoever asked for the process (the member's
+ * asker) may read the faulting process then (its credentials and
+ * dumpability, as a setuid program's exec changes them) and it can name
  * it, and appends it to its CPU's buffer, whose only writer it is
  * (preemption off; page faults are taken in task context only, and the
  * perf core keeps a context from recursing), counting it as dropped when
@@ -23,13 +24,15 @@
  * every CPU's buffer into the faults region.
  *
  * Lifetime: an event's handler may run until the event is released and
- * the RCU readers that found it are done; the per-CPU buffers go only
- * after every event is released and a grace period has passed, the
- * region with the session (mappings hold the file).
+ * the RCU readers that found it are done; a watch's context (its asker)
+ * goes a grace period after its events, the per-CPU buffers only after
+ * every event is released and a grace period has passed, the region with
+ * the session (mappings hold the file).
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/cpumask.h>
+#include <linux/cred.h>
 #include <linux/bsearch.h>
 #include <linux/hashtable.h>
 #include <linux/log2.h>
@@ -67,10 +70,23 @@ struct pfprof_cpu_faults {
 	struct pfprof_cpu_fault records[];
 };
 
+/*
+ * What a watch's events hand their handler: the session's faults, and who
+ * asked for the process (struct pfprof_member), whom the handler checks
+ * beside the opener, as the rest of the module does.  Freed a grace period
+ * after the events that point to it (a handler may still be running).
+ */
+struct pfprof_watch_ctx {
+	struct pfprof_faults *faults;
+	const struct cred *asker;	/* referenced */
+	struct rcu_head rcu;
+};
+
 /* A process whose threads carry the session's events. */
 struct pfprof_watch {
 	struct hlist_node node;		/* faults.watches, keyed by tgid */
 	struct pid *tgid;		/* referenced */
+	struct pfprof_watch_ctx *ctx;
 	unsigned int nr_events;
 	unsigned int seen;		/* the sync that last found it a member */
 	struct perf_event **events;	/* a thread's: major, minor, or one */
@@ -137,7 +153,8 @@ static void pfprof_fault_handler(struct perf_event *event,
 				 struct perf_sample_data *data,
 				 struct pt_regs *regs)
 {
-	struct pfprof_faults *f = event->overflow_handler_context;
+	struct pfprof_watch_ctx *ctx = event->overflow_handler_context;
+	struct pfprof_faults *f = ctx->faults;
 	struct pfprof_cpu_faults *c = pfprof_cpu_buffer(f, smp_processor_id());
 	bool major = event->attr.config == PERF_COUNT_SW_PAGE_FAULTS_MAJ;
 	struct pfprof_cpu_fault *r;
@@ -147,10 +164,11 @@ static void pfprof_fault_handler(struct perf_event *event,
 
 	/* The software event path holds it already: nested, it costs nothing. */
 	rcu_read_lock();
-	readable = pfprof_may_read_current(f->opener_cred);
+	readable = pfprof_may_read_current(f->opener_cred) &&
+		   pfprof_may_read_current(ctx->asker);
 	rcu_read_unlock();
 	/*
-	 * Only what the opener may read as the fault is taken (a setuid
+	 * Only what the opener and the asker may read as the fault is taken (a setuid
 	 * program's exec hides what follows), and can name; acquire: the
 	 * sampler has copied the records it freed (litmus faults-cpu-buffer).
 	 */
@@ -198,6 +216,9 @@ static void pfprof_watch_release(struct pfprof_faults *f,
 	pfprof_watch_drop_events(f, w);
 	hash_del(&w->node);
 	put_pid(w->tgid);
+	/* Credentials are freed a grace period after their last put, too. */
+	put_cred(w->ctx->asker);
+	kfree_rcu(w->ctx, rcu);
 	kfree(w);
 }
 
@@ -216,9 +237,10 @@ static void pfprof_watch_refuse(struct pfprof_faults *f,
 	w->refused = true;
 }
 
-static struct perf_event *pfprof_event_create(struct pfprof_faults *f,
+static struct perf_event *pfprof_event_create(struct pfprof_watch *w,
 					      struct task_struct *t, bool major)
 {
+	struct pfprof_faults *f = w->ctx->faults;
 	struct perf_event_attr attr = {
 		.type = PERF_TYPE_SOFTWARE,
 		.size = sizeof(attr),
@@ -229,7 +251,7 @@ static struct perf_event *pfprof_event_create(struct pfprof_faults *f,
 	};
 
 	return perf_event_create_kernel_counter(&attr, -1, t,
-						pfprof_fault_handler, f);
+						pfprof_fault_handler, w->ctx);
 }
 
 /* Which of the watch's kinds of event @e is. */
@@ -317,12 +339,12 @@ static bool pfprof_watch_thread(struct pfprof_faults *f, struct pfprof_watch *w,
 	struct perf_event *major = NULL, *minor = NULL;
 
 	if (missing & PFPROF_EVENTS_MAJOR) {
-		major = pfprof_event_create(f, t, true);
+		major = pfprof_event_create(w, t, true);
 		if (IS_ERR(major))
 			return PTR_ERR(major) == -ESRCH;
 	}
 	if (missing & PFPROF_EVENTS_MINOR) {
-		minor = pfprof_event_create(f, t, false);
+		minor = pfprof_event_create(w, t, false);
 		if (IS_ERR(minor)) {
 			if (major)
 				perf_event_release_kernel(major);
@@ -422,17 +444,42 @@ static struct pfprof_watch *pfprof_watch_of(struct pfprof_faults *f,
 	return NULL;
 }
 
+/* A watch of @tgid for @asker, in no hash yet, or NULL. */
+static struct pfprof_watch *pfprof_watch_new(struct pfprof_faults *f,
+					     struct pid *tgid,
+					     const struct cred *asker)
+{
+	struct pfprof_watch *w = kzalloc(sizeof(*w), GFP_KERNEL_ACCOUNT);
+
+	if (!w)
+		return NULL;
+	w->ctx = kzalloc(sizeof(*w->ctx), GFP_KERNEL_ACCOUNT);
+	if (!w->ctx) {
+		kfree(w);
+		return NULL;
+	}
+	w->ctx->faults = f;
+	w->ctx->asker = get_cred(asker);
+	w->tgid = get_pid(tgid);
+	return w;
+}
+
 /*
- * The process @tgid carries events, unless the bound, memory or perf says
- * no, now or at its last try (then false until its retry).
+ * The process @tgid carries events for @asker, unless the bound, memory or
+ * perf says no, now or at its last try (then false until its retry).
  */
 static bool pfprof_watch_member(struct pfprof_faults *f, struct pid *tgid,
-				unsigned int sync)
+				const struct cred *asker, unsigned int sync)
 {
 	struct pfprof_watch *w = pfprof_watch_of(f, tgid);
 	struct task_struct *leader;
 	bool ok;
 
+	/* Another member for the process since (it left, and joined again). */
+	if (w && w->ctx->asker != asker) {
+		pfprof_watch_release(f, w);
+		w = NULL;
+	}
 	if (w) {
 		w->seen = sync;
 		if (!w->refused)
@@ -444,12 +491,11 @@ static bool pfprof_watch_member(struct pfprof_faults *f, struct pid *tgid,
 	if (!leader)
 		return true;		/* gone: nothing to record */
 	if (!w) {
-		w = kzalloc(sizeof(*w), GFP_KERNEL_ACCOUNT);
+		w = pfprof_watch_new(f, tgid, asker);
 		if (!w) {
 			put_task_struct(leader);
 			return false;
 		}
-		w->tgid = get_pid(tgid);
 		w->seen = sync;
 		hash_add(f->watches, &w->node, (unsigned long)w->tgid);
 	}
@@ -462,18 +508,24 @@ static bool pfprof_watch_member(struct pfprof_faults *f, struct pid *tgid,
 	return ok;
 }
 
+/* A member to record, as a sync finds it: references to its process and asker. */
+struct pfprof_to_watch {
+	struct pid *tgid;
+	const struct cred *asker;
+};
+
 /*
- * The processes of the members to record (referenced), in @tgids, their
- * number returned; the other members counted in @unattributed.  Only the
- * references are taken under members_lock: the events, whose creation may
- * interrupt other CPUs, are made after it.  NULL when memory says no.
+ * The members to record, referenced, in the array returned, their number
+ * in @n; the other members counted in @unattributed.  Only the references
+ * are taken under members_lock: the events, whose creation may interrupt
+ * other CPUs, are made after it.  NULL when memory says no.
  */
-static struct pid **pfprof_members_to_watch(struct pfprof_session *s,
-					    unsigned int *n,
-					    unsigned int *unattributed)
+static struct pfprof_to_watch *pfprof_members_to_watch(struct pfprof_session *s,
+						       unsigned int *n,
+						       unsigned int *unattributed)
 {
+	struct pfprof_to_watch *tgids;
 	struct pfprof_member *m;
-	struct pid **tgids;
 	unsigned int cap = 0;
 
 	mutex_lock(&s->members_lock);
@@ -490,8 +542,10 @@ static struct pid **pfprof_members_to_watch(struct pfprof_session *s,
 	*n = 0;
 	if (tgids) {
 		list_for_each_entry(m, &s->members, node) {
-			if (!m->joining && !m->cgrp && m->inherit)
-				tgids[(*n)++] = get_pid(m->tgid);
+			if (m->joining || m->cgrp || !m->inherit)
+				continue;
+			tgids[*n].tgid = get_pid(m->tgid);
+			tgids[(*n)++].asker = get_cred(m->asker);
 		}
 	} else {
 		*unattributed += cap;
@@ -510,7 +564,7 @@ void pfprof_faults_sync(struct pfprof_session *s)
 	struct pfprof_watch *w;
 	struct hlist_node *tmp;
 	unsigned int bkt, i, n, unattributed = 0;
-	struct pid **tgids;
+	struct pfprof_to_watch *tgids;
 
 	mutex_lock(&f->lock);
 	if (!f->minor_period || f->released) {
@@ -520,9 +574,11 @@ void pfprof_faults_sync(struct pfprof_session *s)
 	f->sync++;
 	tgids = pfprof_members_to_watch(s, &n, &unattributed);
 	for (i = 0; i < n; i++) {
-		if (!pfprof_watch_member(f, tgids[i], f->sync))
+		if (!pfprof_watch_member(f, tgids[i].tgid, tgids[i].asker,
+					 f->sync))
 			unattributed++;
-		put_pid(tgids[i]);
+		put_pid(tgids[i].tgid);
+		put_cred(tgids[i].asker);
 	}
 	kfree(tgids);
 	/* Without the list, keep what is there: the next sync decides. */
