@@ -80,7 +80,7 @@ fn run(args: &WorkArgs) -> anyhow::Result<()> {
 
 /// Says how many faults each mapping should have taken, one line each (one write each,
 /// as the report below): the anonymous buffer's, by the pages its accesses touched, and
-/// the file's, by what was in the page cache before each sweep.
+/// the file's, by what its sweeps took.
 fn announce_mappings(pid: u32, workload: &Workload, file: &FileMap) -> anyhow::Result<()> {
     let (start, end) = workload.range();
     let touched = workload
@@ -94,15 +94,10 @@ fn announce_mappings(pid: u32, workload: &Workload, file: &FileMap) -> anyhow::R
     let (start, end) = file.range();
     let expected = file.expected();
     let mapped = format!(
-        "work mapping: pid {pid} file {} {start:#x}-{end:#x}: {} pages, {}{} minor faults, \
+        "work mapping: pid {pid} file {} {start:#x}-{end:#x}: {} pages, {} minor faults, \
          {} major faults\n",
         file.path().display(),
         file.pages(),
-        if expected.minor_at_most {
-            "at most "
-        } else {
-            ""
-        },
         expected.minor,
         expected.major
     );

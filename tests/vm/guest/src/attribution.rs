@@ -142,9 +142,10 @@ fn check_backend(backend: &str, dir: &str) -> Result<String> {
     // minor_period faults each. Here the anonymous buffers' faults come in a run an
     // iteration (its first-touch faults, two a page: the zero page, then the copy), a
     // file's in a run a sweep: within 3 x 61 of 12,288 at most, 1.5%. (File b's 6.2% on
-    // 6.1 was work's announcement, not the estimate: its sweeps read before they wrote,
-    // and the read fault mapped 15 cached neighbours read-only, each faulting again on
-    // its write: 2 x (6,144 + 384) = 13,056, estimated 13,054.)
+    // 6.1 was work's announcement, not the estimate: it forecast a fault a page, but its
+    // sweeps read before they wrote, and the read fault mapped 15 cached neighbours
+    // read-only, each faulting again on its write: 2 x (6,144 + 384) = 13,056, estimated
+    // 13,054. work now announces what its sweeps took, by its thread's counters.)
     let mut worst = 0.0f64;
     for x in announced.iter().filter(|x| x.minor >= 10_000) {
         let Some(m) = entry(minor_top, x) else {
