@@ -250,6 +250,9 @@
  * threads exceed the module's bound on events (the module parameter
  * max_fault_threads, per session) is not recorded at all: unattributed
  * counts such processes, and those PFPROF_IOC_ATTRIBUTE does not cover.
+ * Not yet counted anywhere: processes already below an inheriting member
+ * when it joins, and members taken into another member's tree (the
+ * events follow what a thread starts after they exist).
  *
  * Cache lines
  * -----------
