@@ -36,6 +36,7 @@
 #include <linux/bsearch.h>
 #include <linux/hashtable.h>
 #include <linux/log2.h>
+#include <linux/math64.h>
 #include <linux/mm.h>
 #include <linux/perf_event.h>
 #include <linux/pid.h>
@@ -114,7 +115,10 @@ struct pfprof_watch {
 /* Records copied to the region at once: one claim, one publication. */
 #define PFPROF_FAULT_BATCH	16
 
-/* In hard interrupt context: the sampler empties the buffers now. */
+/*
+ * In interrupt context (on PREEMPT_RT, a per-CPU thread, as irq_work is
+ * there without IRQ_WORK_HARD_IRQ): the sampler empties the buffers now.
+ */
 static void pfprof_faults_wake(struct irq_work *work)
 {
 	struct pfprof_session *s = container_of(work, struct pfprof_session,
@@ -606,7 +610,11 @@ static void pfprof_faults_publish(struct pfprof_faults *f,
 	/* The claim is seen before any record or count it covers changes (faults-torn). */
 	smp_wmb();
 	for (i = 0; i < n; i++) {
-		f->records[(f->write_seq + i) % f->record_count] = batch[i];
+		u64 slot;
+
+		/* div64: a 32-bit kernel has no u64 % of its own. */
+		div64_u64_rem(f->write_seq + i, f->record_count, &slot);
+		f->records[slot] = batch[i];
 		if (batch[i].kind == PFPROF_FAULT_MAJOR)
 			f->written_major++;
 		else
@@ -698,7 +706,8 @@ int pfprof_faults_start(struct pfprof_session *s, u32 minor_period)
 		goto out;
 	}
 	f->size = pfprof_faults_size();
-	f->record_count = (f->size - PFPROF_PAGE_SIZE) / sizeof(struct pfprof_fault);
+	f->record_count = div_u64(f->size - PFPROF_PAGE_SIZE,
+				  sizeof(struct pfprof_fault));
 	/* A power of two: the u32 positions wrap without moving a slot. */
 	f->cpu_records = rounddown_pow_of_two(pfprof_fault_cpu_records);
 	f->pid_ns = s->pid_ns;
