@@ -140,12 +140,13 @@ fn check_backend(backend: &str, dir: &str) -> Result<String> {
     // minor_period-th minor fault of a thread, from its start), so a mapping whose faults
     // come in k unbroken runs of its thread's faults is estimated within k samples of
     // minor_period faults each. Here the anonymous buffers' faults come in a run an
-    // iteration (its first-touch faults, two a page: the zero page, then the copy), a
-    // file's in a run a sweep: within 3 x 61 of 12,288 at most, 1.5%. (File b's 6.2% on
-    // 6.1 was work's announcement, not the estimate: it forecast a fault a page, but its
-    // sweeps read before they wrote, and the read fault mapped 15 cached neighbours
-    // read-only, each faulting again on its write: 2 x (6,144 + 384) = 13,056, estimated
-    // 13,054. work now announces what its sweeps took, by its thread's counters.)
+    // iteration, a file's in a run a sweep: sampling's own error is within 3 x 61 of
+    // 12,288 at most, 1.5%. The rest is the announcements': a file's are what its sweeps
+    // took (work's thread counters), the anonymous buffers' a forecast (two faults a page
+    // touched: the zero page, then the copy). The worst seen, 6.1, both backends: 2.3%.
+    // (File b's 6.2% on 6.1 before was work's forecast of a fault a page: its sweeps read
+    // before they wrote, and the read fault mapped 15 cached neighbours read-only, each
+    // faulting again on its write: 2 x (6,144 + 384) = 13,056 taken, 13,054 estimated.)
     let mut worst = 0.0f64;
     for x in announced.iter().filter(|x| x.minor >= 10_000) {
         let Some(m) = entry(minor_top, x) else {
