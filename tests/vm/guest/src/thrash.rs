@@ -392,7 +392,10 @@ fn quarters(rows: &[serde_like::Row], from: u64, to: u64) -> String {
             .filter(|r| r.mono_ns > start && r.mono_ns <= end)
             .collect();
         let ns = inside.iter().map(|r| r.period_ns).sum::<u64>().max(1) as f64;
-        let full = inside.iter().map(|r| r.stall_full_us.unwrap_or(0)).sum::<u64>() as f64;
+        let full = inside
+            .iter()
+            .map(|r| r.stall_full_us.unwrap_or(0))
+            .sum::<u64>() as f64;
         let major = inside.iter().map(|r| r.major).sum::<u64>() as f64;
         let cpu = inside.iter().map(|r| r.cpu_ns).sum::<u64>() as f64;
         out.push(format!(
