@@ -500,20 +500,30 @@ fn sample_until_the_end(
         if counts.all_gone() {
             return Ok(());
         }
-        let now = Instant::now();
-        if now >= next {
-            // A deadline the sampler was held up past is skipped, as the module skips
-            // it: its time is in this sample, not in samples a few µs apart.
-            while next <= now {
-                next += period;
-            }
+        if Instant::now() >= next {
             let time_ns = counts.poll()?;
             if counts.all_gone() {
                 return Ok(());
             }
             counts.record(producer, time_ns)?;
+            // The next deadline is the first still ahead once the work is done, as the
+            // module's: those the sampler was held up past, or its work outran, are
+            // skipped and their time is in the next sample. Counted from before the
+            // work, a poll slower than the period found its deadline passed every
+            // time and polled again at once, never sleeping (a loaded debug kernel,
+            // a cgroup target at 10 ms: a minute without one voluntary switch).
+            next = next_deadline(next, Instant::now(), period);
         }
     }
+}
+
+/// The first deadline after `now` on the grid of `deadline` + k `period`.
+fn next_deadline(deadline: Instant, now: Instant, period: Duration) -> Instant {
+    if now < deadline {
+        return deadline;
+    }
+    let behind = (now - deadline).as_nanos() / period.as_nanos().max(1);
+    deadline + period * u32::try_from(behind + 1).unwrap_or(u32::MAX)
 }
 
 /// A process that is not our child exited: read its final counts while it is a zombie;
