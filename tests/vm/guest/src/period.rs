@@ -268,9 +268,10 @@ pub fn a_sampler_slower_than_its_period_sleeps_after_every_collection(env: &Env)
         ))
         .into());
     }
-    // Half a period on average after each; a tenth of one is asked. One that collected
-    // again at once slept none.
-    let asked = collections * PERIOD_NS / 10;
+    // Half a period on average after each; a quarter of one is asked. One that collected
+    // again at once slept only as long as its timer, already expired, took to fire: 154 us
+    // a collection on 6.12 under TCG.
+    let asked = collections * PERIOD_NS / 4;
     ensure!(
         asleep >= asked,
         "the sampler slept {:.1} ms over {collections} collections, each longer than its \
