@@ -8,11 +8,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
-use shared_layout::abi::monotonic_ns;
 
-use crate::device::samplers;
+use crate::device::{samplers, wakeups};
 use crate::kmod::{self, Profiled};
-use crate::monitor::{csv_column, csv_minor, finished, within};
+use crate::monitor::{csv_minor, finished, within};
 use crate::{harness::Env, klog};
 
 const ROOT: &str = "/sys/fs/cgroup";
@@ -60,42 +59,26 @@ fn sampler_of(backend: &str, monitor: u32) -> Result<u32> {
     }
 }
 
-/// The thread that looks and the rows it leads to: the monitor writes one CSV row per
-/// sample, stamped once the sample's counts were read.
-struct Looker<'a> {
-    sampler: u32,
-    csv: &'a str,
-}
-
-/// Waits until the sampler has made a whole look after the call: two rows stamped after
-/// it, the second's look begun after the first's ended. Sleeps of the sampler are no
-/// proof of a look (a wake-up for nothing, a lock waited for), and a loaded machine's
-/// sampler may look far less often than its period; a move it did not see between two
-/// looks would count what came between them in the wrong place (seen twice: a round
-/// taken outside counted inside, 1,518 for 1,011).
-fn after_looks(looker: &Looker) -> Result<()> {
-    let called = monotonic_ns();
+/// Waits until `sampler` has gone to sleep `LOOKS` times more: the last of its looks
+/// began after the call. A second at least, as many periods on a quiet machine; on a
+/// loaded one the sampler may look far less often than its period, and a move it did
+/// not see between two looks would count what came between them in the wrong place.
+fn after_looks(sampler: u32) -> Result<()> {
+    /// Sleeps of the sampler (its period's, and any on a lock) that make sure one
+    /// whole look came after the call.
+    const LOOKS: u64 = 5;
     let start = Instant::now();
-    loop {
-        // The file grows as the monitor writes: a last line cut short is not parsed.
-        let text = fs::read_to_string(looker.csv).unwrap_or_default();
-        let complete = text.rfind('\n').map_or("", |end| &text[..end]);
-        let after = csv_column(complete, "mono_ns")
-            .map(|stamps| stamps.into_iter().filter(|&t| t > called).count())
-            .unwrap_or(0);
-        if after >= 2 {
-            return Ok(());
-        }
+    let slept = wakeups(sampler)?;
+    thread::sleep(Duration::from_secs(1));
+    while wakeups(sampler)? < slept + LOOKS {
         ensure!(
             start.elapsed() < Duration::from_secs(60),
-            "the sampler {} made no whole look in 60 s: {after} rows of {} stamped after \
-             the call ({})",
-            looker.sampler,
-            looker.csv,
-            how_it_ran(looker.sampler)
+            "the sampler {sampler} looked fewer than {LOOKS} times in 60 s ({})",
+            how_it_ran(sampler)
         );
         thread::sleep(Duration::from_millis(10));
     }
+    Ok(())
 }
 
 /// What says whether a sampler that did not sleep was spinning or stuck: its state,
@@ -143,11 +126,11 @@ fn how_it_ran(pid: u32) -> String {
 /// it was, and lets it see it there: what is missed at a move, what came between the
 /// last look and the move, is then zero. (Fixed waits of 100 periods once counted a
 /// whole round outside, on a loaded machine: the sampler had not looked between.)
-fn move_to(cgroup: &str, pid: u32, looker: &Looker) -> Result<()> {
-    after_looks(looker)?;
+fn move_to(cgroup: &str, pid: u32, sampler: u32) -> Result<()> {
+    after_looks(sampler)?;
     fs::write(format!("{cgroup}/cgroup.procs"), pid.to_string())
         .with_context(|| format!("moving {pid} to {cgroup}"))?;
-    after_looks(looker)
+    after_looks(sampler)
 }
 
 /// Minor faults of `pid` and of the children it reaped (stat fields 10 and 11).
@@ -194,21 +177,18 @@ pub fn a_cgroup_target_counts_exactly_what_its_processes_did_inside_in_both_back
             .stderr(Stdio::piped())
             .spawn()
             .context("starting the monitor")?;
-        let looker = Looker {
-            sampler: sampler_of(backend, monitor.id())?,
-            csv: &csv,
-        };
-        after_looks(&looker)?;
+        let sampler = sampler_of(backend, monitor.id())?;
+        after_looks(sampler)?;
         // Outside, inside (in a cgroup below), outside again, inside through a child.
         let mut inside = 0;
         round(&mut p, b'l')?;
-        move_to(&inner, p.pid, &looker)?;
+        move_to(&inner, p.pid, sampler)?;
         inside += round(&mut p, b'l')?;
-        move_to(ROOT, p.pid, &looker)?;
+        move_to(ROOT, p.pid, sampler)?;
         round(&mut p, b'l')?;
-        move_to(&cgroup, p.pid, &looker)?;
+        move_to(&cgroup, p.pid, sampler)?;
         inside += round(&mut p, b'f')?;
-        move_to(ROOT, p.pid, &looker)?;
+        move_to(ROOT, p.pid, sampler)?;
         fs::remove_dir(&inner)?;
         fs::remove_dir(&cgroup)?;
         let stderr = finished(
