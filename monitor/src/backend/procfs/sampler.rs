@@ -512,18 +512,12 @@ fn sample_until_the_end(
             // work, a poll slower than the period found its deadline passed every
             // time and polled again at once, never sleeping (a loaded debug kernel,
             // a cgroup target at 10 ms: a minute without one voluntary switch).
-            next = next_deadline(next, Instant::now(), period);
+            let now = Instant::now();
+            while next <= now {
+                next += period;
+            }
         }
     }
-}
-
-/// The first deadline after `now` on the grid of `deadline` + k `period`.
-fn next_deadline(deadline: Instant, now: Instant, period: Duration) -> Instant {
-    if now < deadline {
-        return deadline;
-    }
-    let behind = (now - deadline).as_nanos() / period.as_nanos().max(1);
-    deadline + period * u32::try_from(behind + 1).unwrap_or(u32::MAX)
 }
 
 /// A process that is not our child exited: read its final counts while it is a zombie;
