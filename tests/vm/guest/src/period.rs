@@ -3,14 +3,13 @@
 //! sampler collect more often; and what a collection costs as the registered
 //! processes and their threads grow (a benchmark, run only when named).
 
-use std::fs;
 use std::mem::offset_of;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use shared_layout::abi::{self, AreaHeader, Sem};
 use shared_layout::device::Device;
 use shared_layout::strict::StrictConsumer;
@@ -202,16 +201,6 @@ pub fn the_sampler_keeps_the_period_asked_on_absolute_deadlines(env: &Env) -> Re
     mark.ensure_clean()
 }
 
-/// A thread's time on a CPU and waiting for one, ns (`/proc/<pid>/schedstat`).
-fn ran_and_waited(pid: u32) -> Result<(u64, u64)> {
-    let text = fs::read_to_string(format!("/proc/{pid}/schedstat"))?;
-    let mut fields = text.split_whitespace().map(str::parse::<u64>);
-    match (fields.next(), fields.next()) {
-        (Some(ran), Some(waited)) => Ok((ran?, waited?)),
-        _ => bail!("schedstat of {pid}: {text:?}"),
-    }
-}
-
 /// A sampler slower than its period. One that dated its next deadline from before its
 /// work found it passed after every collection longer than the period and started the
 /// next at once, never asleep. At 1 ms, a collection of a process of 6,000 threads takes
@@ -233,12 +222,12 @@ pub fn a_sampler_slower_than_its_period_sleeps_after_every_collection(env: &Env)
     let mut samples = Vec::new();
     thread::sleep(Duration::from_millis(100));
     consumer.take(&mut samples, Some(Duration::ZERO))?;
-    let (before, (ran, waited)) = (samples.len(), ran_and_waited(sampler)?);
+    let (before, (ran, waited)) = (samples.len(), kmod::main_thread_ran_and_waited_ns(sampler)?);
     let started = Instant::now();
     while started.elapsed() < SPAN {
         let _ = consumer.take(&mut samples, Some(Duration::from_millis(100)));
     }
-    let (ran_after, waited_after) = ran_and_waited(sampler)?;
+    let (ran_after, waited_after) = kmod::main_thread_ran_and_waited_ns(sampler)?;
     let wall = started.elapsed().as_nanos() as u64;
     let collections = (samples.len() - before) as u64;
     kmod::unregister(child.pid)?;
