@@ -500,18 +500,22 @@ fn sample_until_the_end(
         if counts.all_gone() {
             return Ok(());
         }
-        let now = Instant::now();
-        if now >= next {
-            // A deadline the sampler was held up past is skipped, as the module skips
-            // it: its time is in this sample, not in samples a few µs apart.
-            while next <= now {
-                next += period;
-            }
+        if Instant::now() >= next {
             let time_ns = counts.poll()?;
             if counts.all_gone() {
                 return Ok(());
             }
             counts.record(producer, time_ns)?;
+            // The next deadline is the first still ahead once the work is done, as the
+            // module's: those the sampler was held up past, or its work outran, are
+            // skipped and their time is in the next sample. Counted from before the
+            // work, a poll slower than the period found its deadline passed every
+            // time and polled again at once, never sleeping (a loaded debug kernel,
+            // a cgroup target at 10 ms: a minute without one voluntary switch).
+            let now = Instant::now();
+            while next <= now {
+                next += period;
+            }
         }
     }
 }

@@ -97,12 +97,28 @@ fn how_it_ran(pid: u32) -> String {
         .filter(|l| l.contains("ctxt_switches"))
         .collect();
     let wchan = fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+    // Where it runs: its kernel stack whenever it is off the CPU, five looks 100 ms
+    // apart (CONFIG_STACKTRACE; a thread on the CPU shows none).
+    let mut stacks: Vec<String> = Vec::new();
+    for _ in 0..5 {
+        let stack = fs::read_to_string(format!("/proc/{pid}/stack")).unwrap_or_default();
+        let frames: Vec<&str> = stack
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .collect();
+        let stack = frames.join(" < ");
+        if !stack.is_empty() && !stacks.contains(&stack) {
+            stacks.push(stack);
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
     format!(
-        "state {}, utime {} stime {} ticks, {}, wchan {wchan:?}",
+        "state {}, utime {} stime {} ticks, {}, wchan {wchan:?}, stacks: [{}]",
         field(0),
         field(11),
         field(12),
-        switches.join(", ")
+        switches.join(", "),
+        stacks.join("] [")
     )
 }
 

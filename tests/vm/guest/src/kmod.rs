@@ -169,8 +169,18 @@ pub struct Reaped {
 
 /// CPU time (sum_exec_runtime, ns) of a process's main thread.
 pub fn main_thread_cpu_ns(pid: u32) -> Result<u64> {
+    Ok(main_thread_ran_and_waited_ns(pid)?.0)
+}
+
+/// A process's main thread's time on a CPU and waiting for one, ns
+/// (`/proc/<pid>/schedstat`).
+pub fn main_thread_ran_and_waited_ns(pid: u32) -> Result<(u64, u64)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/schedstat"))?;
-    Ok(text.split(' ').next().context("empty schedstat")?.parse()?)
+    let mut fields = text.split_whitespace().map(str::parse::<u64>);
+    match (fields.next(), fields.next()) {
+        (Some(ran), Some(waited)) => Ok((ran?, waited?)),
+        _ => bail!("schedstat of {pid}: {text:?}"),
+    }
 }
 
 impl Profiled {
