@@ -247,8 +247,9 @@ pub fn attribute_hidden(how: &str) -> Result<()> {
 pub fn another_users_session_learns_nothing_of_a_process_it_may_not_read(env: &Env) -> Result<()> {
     use crate::users::{open_to_all, setuid_copy, NOBODY};
 
-    // Room in a CPU's buffer for every fault of the child within a period.
-    let module = kmod::insmod(env, &["fault_cpu_records=16384"])?;
+    // Room in a CPU's buffer for every fault of the child within a period; nobody may
+    // attribute.
+    let module = kmod::insmod(env, &["fault_cpu_records=16384", "attribution=2"])?;
     open_to_all()?;
     let setuid = setuid_copy()?;
     let mut said = Vec::new();
@@ -357,6 +358,269 @@ pub fn threads_created_while_their_process_is_listed_are_recorded_once(env: &Env
     crate::harness::figure(&figure);
     drop((area, region, dev));
     module.unload()
+}
+
+/// `window <pid> <t0> <t1> minflt <n>` (child.rs's `window`): the process, its window
+/// (CLOCK_MONOTONIC, ns) and the minor faults it took in it.
+fn window_of(line: &str) -> Result<(u32, std::ops::RangeInclusive<u64>, u64)> {
+    match line.split_whitespace().collect::<Vec<_>>()[..] {
+        ["window", pid, t0, t1, "minflt", taken] => {
+            Ok((pid.parse()?, t0.parse()?..=t1.parse()?, taken.parse()?))
+        }
+        _ => bail!("the child said {line:?} instead of its window"),
+    }
+}
+
+/// The faults of `pid` in `window` in what the region holds now, which must be every
+/// fault it recorded: none lost or dropped.
+fn recorded_in(
+    region: &mut shared_layout::faults::FaultsRegion,
+    pid: u32,
+    window: &std::ops::RangeInclusive<u64>,
+) -> Result<u64> {
+    use shared_layout::faults::Missed;
+
+    let mut faults = Vec::new();
+    let missed = region.drain(&mut faults);
+    ensure!(missed == Missed::default(), "missed {missed:?}");
+    Ok(faults
+        .iter()
+        .filter(|f| f.pid == pid && window.contains(&f.time_ns))
+        .count() as u64)
+}
+
+/// Pages a process touches in its window, a minor fault each, in
+/// `a_descendant_reparented_then_added_is_recorded_once` and
+/// `a_process_that_execs_a_setuid_program_and_back_counts_as_unattributed`.
+const WINDOW_PAGES: u64 = 2048;
+
+/// A process created below an inheriting member carries that member's events (it
+/// inherited them) wherever it is reparented: added itself once out of the tree (its
+/// parent gone, init's now, the walk up its parents no longer finds the member), it
+/// must not get events of its own as well, or each of its faults is recorded twice
+/// (the review of 2026-11-27, D1). Member A forks D, D forks C and exits; C joins with
+/// its descendants; then every minor fault C takes in a window (minor period 1) is
+/// recorded exactly once.
+pub fn a_descendant_reparented_then_added_is_recorded_once(env: &Env) -> Result<()> {
+    use shared_layout::device::Device;
+    use shared_layout::Mode;
+
+    // Room in a CPU's buffer for every fault of the window, twice, within a period.
+    let module = kmod::insmod(env, &["fault_cpu_records=16384"])?;
+    let dev = Device::open()?;
+    let mut region = dev.attribute(1)?;
+    let mut a = kmod::Profiled::spawn(&["orphan-after-go", &WINDOW_PAGES.to_string()])?;
+    dev.add(a.pid, true, false)?;
+    let area = dev.start(Mode::Relaxed)?;
+    // Periods enough for A's events before it forks: D and C inherit them.
+    std::thread::sleep(Duration::from_millis(300));
+    a.go()?;
+    let line = a.read_line()?;
+    let orphan: u32 = match line.split_whitespace().collect::<Vec<_>>()[..] {
+        ["orphan", pid] => pid.parse()?,
+        _ => bail!("A said {line:?}"),
+    };
+    dev.add(orphan, true, false)
+        .context("adding the reparented descendant")?;
+    // Periods enough for its join and the module's look at its threads.
+    std::thread::sleep(Duration::from_millis(300));
+    // The orphan reads it: A reads nothing more.
+    a.send(b'g')?;
+    let (pid, window, taken) = window_of(&a.read_line()?)?;
+    ensure!(
+        pid == orphan,
+        "the window of {pid}, not of the orphan {orphan}"
+    );
+    // Two periods: the sampler has copied every fault of the window.
+    std::thread::sleep(Duration::from_millis(200));
+    let recorded = recorded_in(&mut region, orphan, &window)?;
+    let figure = format!(
+        "a descendant reparented, then added: {recorded} of its faults recorded, {taken} taken"
+    );
+    ensure!(taken >= WINDOW_PAGES && recorded == taken, "{figure}");
+    crate::harness::figure(&figure);
+    a.kill()?;
+    a.reap()?;
+    drop((area, region, dev));
+    module.unload()
+}
+
+/// One session of `a_process_that_execs_a_setuid_program_and_back_counts_as_unattributed`:
+/// member A's child execs `via` (this binary, or a setuid copy of it), which drops back
+/// to root and execs this binary to touch WINDOW_PAGES fresh pages in a window. The
+/// faults of the window the region recorded and those A's child took, the minor faults
+/// in the session's samples, and `unattributed` after the window.
+fn exec_back(via: &str) -> Result<(u64, u64, u64, u32)> {
+    use shared_layout::device::Device;
+    use shared_layout::relaxed::RelaxedConsumer;
+    use shared_layout::Mode;
+
+    let me = std::env::current_exe()?;
+    let me = me.to_str().context("the guest's path is not UTF-8")?;
+    let pages = WINDOW_PAGES.to_string();
+    let dev = Device::open()?;
+    let mut region = dev.attribute(1)?;
+    let mut a = kmod::Profiled::spawn(&[
+        "fork-exec-after-go",
+        via,
+        "child",
+        "setresuid-exec",
+        me,
+        "child",
+        "window",
+        &pages,
+    ])?;
+    dev.add(a.pid, true, false)?;
+    let mut consumer = RelaxedConsumer::new(dev.start(Mode::Relaxed)?);
+    // Periods enough for A's events before it forks: its child inherits them.
+    std::thread::sleep(Duration::from_millis(300));
+    a.go()?;
+    let (pid, window, taken) = window_of(&a.read_line()?)?;
+    let line = a.read_line()?;
+    ensure!(line == format!("child {pid} status 0"), "A said {line:?}");
+    // Two periods: the sampler has copied every fault of the window, and has looked at
+    // the members since the exec.
+    std::thread::sleep(Duration::from_millis(200));
+    let recorded = recorded_in(&mut region, pid, &window)?;
+    let unattributed = region.unattributed();
+    // A leaves, and the session ends with it.
+    a.reap()?;
+    let mut samples = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let drained = consumer.drain(&mut samples)?;
+        ensure!(drained.lost == 0, "lost {} samples", drained.lost);
+        if drained.ended {
+            break;
+        }
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "the session never ended"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sampled = samples.iter().map(|s| s.minor).sum();
+    Ok((recorded, taken, sampled, unattributed))
+}
+
+/// Perf removes a process's events when an exec leaves it not dumpable (a setuid
+/// program: perf_event_exit_task()), and nothing gives them back when it execs a
+/// readable program again (the setuid program dropping back to its real user, as `sg`,
+/// `newgrp` or `sudo -u $USER` do): its tree still counts its faults in the samples,
+/// the region records none of them, and `unattributed` must say so (the review of
+/// 2026-11-27, D2). Root's member A has a child exec a copy of this binary setuid to
+/// nobody, which drops back to root and execs this binary to touch fresh pages; the
+/// control runs the same chain through this binary, not setuid: every fault recorded,
+/// none unattributed.
+pub fn a_process_that_execs_a_setuid_program_and_back_counts_as_unattributed(
+    env: &Env,
+) -> Result<()> {
+    // Room in a CPU's buffer for every fault of the window within a period.
+    let module = kmod::insmod(env, &["fault_cpu_records=16384"])?;
+    let me = std::env::current_exe()?;
+    let me = me.to_str().context("the guest's path is not UTF-8")?;
+    let setuid = crate::users::setuid_nobody_copy()?;
+    let mut said = Vec::new();
+    for (how, via) in [("readable", me), ("setuid", setuid)] {
+        let (recorded, taken, sampled, unattributed) = exec_back(via)?;
+        said.push(format!(
+            "{how}: {recorded} of the child's {taken} faults of its window recorded, \
+             {sampled} minor faults in the samples, {unattributed} unattributed"
+        ));
+        let ok = taken >= WINDOW_PAGES
+            && sampled >= taken
+            && match how {
+                "readable" => recorded == taken && unattributed == 0,
+                _ => recorded < taken && unattributed >= 1,
+            };
+        ensure!(ok, "{}", said.join("; "));
+    }
+    crate::harness::figure(&format!(
+        "a child execing a setuid program and back: {}",
+        said.join("; ")
+    ));
+    module.unload()
+}
+
+/// `hardening-child try-attribute`: PFPROF_IOC_ATTRIBUTE on a session of its own; says
+/// `ok` or `errno <n>`.
+pub fn try_attribute() -> Result<()> {
+    let file = crate::device::raw_open()?;
+    match crate::device::attribute(&file, 1) {
+        Ok(()) => println!("ok"),
+        Err(errno) => println!("errno {errno}"),
+    }
+    Ok(())
+}
+
+/// What the monitor's summary says of where the faults were, run by `uid` (root
+/// without) on a command that takes a few faults.
+fn monitor_says_where(uid: Option<u32>) -> Result<String> {
+    let monitor =
+        crate::monitor::monitor_run(uid, "kernel", "relaxed", "/dev/null", &[], &["/bin/true"])?;
+    let err = finished("monitor", within(monitor, Duration::from_secs(60))?)?;
+    err.lines()
+        .find(|l| l.contains("where the faults were"))
+        .map(|l| l.trim().to_owned())
+        .with_context(|| format!("no \"where the faults were\" in the summary: {err}"))
+}
+
+/// Attribution puts kernel perf events on the profiled processes, which Debian's
+/// kernel.perf_event_paranoid 3 keeps from unprivileged users: the module lets only an
+/// opener with CAP_PERFMON (or CAP_SYS_ADMIN) attribute by default, every opener with
+/// `attribution=2`, none with `attribution=0` (the review of 2026-11-27, R3), and the
+/// monitor refused says why and what would allow it, in its summary.
+pub fn attribution_is_refused_to_an_opener_without_cap_perfmon_unless_the_module_allows_every_opener(
+    env: &Env,
+) -> Result<()> {
+    use crate::users::{open_to_all, NOBODY};
+
+    let refused_to_nobody = "where the faults were: not attributed to mappings: the pfprof \
+                             module attributes faults for openers with CAP_PERFMON only; run \
+                             as root or load pfprof with attribution=2";
+    let refused_to_all = "where the faults were: not attributed to mappings: the pfprof module \
+                          is loaded with attribution=0: it attributes no session's faults; \
+                          reload it with attribution=1 (openers with CAP_PERFMON) or \
+                          attribution=2 (every opener)";
+    let attributed = "where the faults were (perf events";
+    let settings: [(&[&str], bool, bool, &str, &str); 3] = [
+        (&[], true, false, attributed, refused_to_nobody),
+        (&["attribution=2"], true, true, attributed, attributed),
+        (
+            &["attribution=0"],
+            false,
+            false,
+            refused_to_all,
+            refused_to_all,
+        ),
+    ];
+    for (params, root_may, nobody_may, root_told, nobody_told) in settings {
+        let module = kmod::insmod(env, params)?;
+        open_to_all()?;
+        let roots = crate::device::attribute(&crate::device::raw_open()?, 1).err();
+        let mut helper =
+            kmod::Profiled::spawn_mode("hardening-child", &["try-attribute"], Some(NOBODY))?;
+        let nobodys = helper.read_line()?;
+        helper.reap()?;
+        let refused = |may: bool| (!may).then_some(libc::EPERM);
+        ensure!(
+            roots == refused(root_may)
+                && nobodys == refused(nobody_may).map_or("ok".to_owned(), |e| format!("errno {e}")),
+            "{params:?}: root's ATTRIBUTE: {roots:?}, nobody's: {nobodys}"
+        );
+        for (who, uid, told) in [
+            ("root", None, root_told),
+            ("nobody", Some(NOBODY), nobody_told),
+        ] {
+            let said = monitor_says_where(uid)?;
+            ensure!(
+                said.starts_with(told),
+                "{params:?}: {who}'s monitor said {said:?}, not {told:?}"
+            );
+        }
+        module.unload()?;
+    }
+    Ok(())
 }
 
 /// Rounds of each setup in `bench_attribution_cost_by_backend`, in turns.

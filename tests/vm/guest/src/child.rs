@@ -37,6 +37,10 @@ pub fn main(args: &[String]) -> ExitCode {
         }
         ["thread-exec", program @ ..] if !program.is_empty() => exec_after_go("0", program, true),
         ["exec-chain", left, start] => exec_chain(left, start),
+        ["orphan-after-go", pages] => orphan_after_go(pages),
+        ["fork-exec-after-go", program @ ..] if !program.is_empty() => fork_exec_after_go(program),
+        ["setresuid-exec", program @ ..] if !program.is_empty() => setresuid_exec(program),
+        ["window", pages] => window(pages),
         ["fail-nth-left"] => fail_nth_left(),
         ["autoreap-tree", child_pages, parent_pages, report] => {
             autoreap_tree(child_pages, parent_pages, report)
@@ -194,21 +198,12 @@ fn rounds(pages: &str) -> Result<()> {
             b'l' => Fresh::new(pages)?.touch(0..pages),
             b'f' => {
                 let mem = Fresh::new(pages)?;
-                // SAFETY: the child only touches memory and exits.
-                let pid = unsafe { libc::fork() };
-                ensure!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+                let pid = fork()?;
                 if pid == 0 {
                     mem.touch(0..pages);
-                    // SAFETY: leaving the forked child without the parent's destructors.
-                    unsafe { libc::_exit(0) };
+                    exit_child(Ok(()));
                 }
-                let mut status = 0;
-                ensure!(
-                    // SAFETY: waiting for our own child.
-                    unsafe { libc::waitpid(pid, &mut status, 0) } == pid,
-                    "waitpid: {}",
-                    std::io::Error::last_os_error()
-                );
+                reap(pid)?;
             }
             other => bail!("rounds: unknown round {other:#x}"),
         }
@@ -464,6 +459,136 @@ fn exec_after_go(pages: &str, program: &[&str], from_thread: bool) -> Result<()>
         exec()
     };
     bail!("execv {}: {err}", program[0])
+}
+
+/// A fork: the child's 0 or the child's pid.
+fn fork() -> Result<libc::pid_t> {
+    // SAFETY: the callers' processes are single-threaded, and their children run
+    // only this binary's code before they exec or exit.
+    let pid = unsafe { libc::fork() };
+    ensure!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    Ok(pid)
+}
+
+/// Reaps the child `pid`: its wait status.
+fn reap(pid: libc::pid_t) -> Result<i32> {
+    let mut status = 0;
+    ensure!(
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) } == pid,
+        "waitpid: {}",
+        std::io::Error::last_os_error()
+    );
+    Ok(status)
+}
+
+/// Leaves a forked child with `result`, without the parent's destructors.
+fn exit_child(result: Result<()>) -> ! {
+    let code = match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("child: {e:#}");
+            1
+        }
+    };
+    // SAFETY: ends this process only.
+    unsafe { libc::_exit(code) }
+}
+
+/// Execs `program`: returns only its failure.
+fn exec(program: &[&str]) -> anyhow::Error {
+    use std::os::unix::process::CommandExt;
+    let err = std::process::Command::new(program[0])
+        .args(&program[1..])
+        .exec();
+    anyhow::anyhow!("exec {}: {err}", program[0])
+}
+
+/// Says ready, waits for go, then forks a child that forks a grandchild and exits at
+/// once. The grandchild, reparented once its parent is gone (to init: it is no longer
+/// below this process), says `orphan <pid>`, and at a byte on the stdin it shares with
+/// this process (which reads nothing more) runs `window <pages>`. This process reaps
+/// the child and stays until it is killed.
+fn orphan_after_go(pages: &str) -> Result<()> {
+    ready_then_wait_for_go()?;
+    let child = fork()?;
+    if child == 0 {
+        // SAFETY: getpid has no failure.
+        let parent = unsafe { libc::getpid() };
+        match fork() {
+            Ok(0) => exit_child(orphan(parent, pages)),
+            Ok(_) => exit_child(Ok(())),
+            Err(e) => exit_child(Err(e)),
+        }
+    }
+    let status = reap(child)?;
+    ensure!(status == 0, "the orphan's parent ended with {status:#x}");
+    loop {
+        thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+/// `orphan-after-go`'s grandchild, below `parent` until it is gone.
+fn orphan(parent: libc::pid_t, pages: &str) -> Result<()> {
+    // SAFETY: getppid has no failure.
+    while unsafe { libc::getppid() } == parent {
+        thread::sleep(Duration::from_millis(1));
+    }
+    println!("orphan {}", std::process::id());
+    std::io::stdout().flush()?;
+    let mut byte = [0u8; 1];
+    std::io::stdin()
+        .read_exact(&mut byte)
+        .context("waiting for go")?;
+    window(pages)
+}
+
+/// Says ready, waits for go, then forks a child that execs `program`, reaps it and says
+/// `child <pid> status <wait status>`; exits at the end of stdin.
+fn fork_exec_after_go(program: &[&str]) -> Result<()> {
+    ready_then_wait_for_go()?;
+    let child = fork()?;
+    if child == 0 {
+        exit_child(Err(exec(program)));
+    }
+    let status = reap(child)?;
+    println!("child {child} status {status}");
+    std::io::stdout().flush()?;
+    let mut byte = [0u8; 1];
+    while std::io::stdin().read(&mut byte)? == 1 {}
+    Ok(())
+}
+
+/// Drops back to its real user and group, as a setuid program does before it runs the
+/// user's own (`sg`, `newgrp`, `sudo -u $USER`), then execs `program`.
+fn setresuid_exec(program: &[&str]) -> Result<()> {
+    // SAFETY: getuid and getgid have no failure.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    // SAFETY: plain syscalls with integer arguments.
+    let dropped =
+        unsafe { libc::setresgid(gid, gid, gid) == 0 && libc::setresuid(uid, uid, uid) == 0 };
+    ensure!(
+        dropped,
+        "setresuid {uid}: {}",
+        std::io::Error::last_os_error()
+    );
+    Err(exec(program))
+}
+
+/// Touches `pages` fresh pages and says `window <pid> <t0> <t1> minflt <n>`:
+/// CLOCK_MONOTONIC (ns) before and after, and the minor faults it took between.
+fn window(pages: &str) -> Result<()> {
+    let pages: usize = pages.parse()?;
+    let mem = Fresh::new(pages)?;
+    // Both clocks read once before: the window's reads touch no new page.
+    let _ = (monotonic_ns(), process_minflt());
+    let before = process_minflt();
+    let t0 = monotonic_ns();
+    mem.touch(0..pages);
+    let t1 = monotonic_ns();
+    let taken = process_minflt() - before;
+    println!("window {} {t0} {t1} minflt {taken}", std::process::id());
+    Ok(())
 }
 
 /// Execs itself `left` more times, touching a page each time, then exits; the

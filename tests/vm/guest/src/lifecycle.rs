@@ -72,6 +72,7 @@ pub fn module_refuses_out_of_range_parameters_at_load(env: &Env) -> Result<()> {
         "fault_cpu_records=65537",
         "max_fault_threads=0",
         "max_fault_threads=65537",
+        "attribution=3",
     ] {
         let mark = klog::Mark::now()?;
         if kmod::try_insmod(env, &[bad])?.is_ok() {

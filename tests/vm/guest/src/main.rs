@@ -133,6 +133,9 @@ const TESTS: &[(&str, Test)] = tests![
     attribution::each_mappings_faults_are_where_work_put_them_in_both_backends,
     attribution::another_users_session_learns_nothing_of_a_process_it_may_not_read,
     attribution::threads_created_while_their_process_is_listed_are_recorded_once,
+    attribution::a_descendant_reparented_then_added_is_recorded_once,
+    attribution::a_process_that_execs_a_setuid_program_and_back_counts_as_unattributed,
+    attribution::attribution_is_refused_to_an_opener_without_cap_perfmon_unless_the_module_allows_every_opener,
     attribution::bench_attribution_cost_by_backend,
 ];
 
@@ -275,6 +278,7 @@ fn hardening_child(args: &[String]) -> ExitCode {
         Some("attribute-hidden") if args.len() == 2 => {
             attribution::attribute_hidden(&args[1]).map(|()| ExitCode::SUCCESS)
         }
+        Some("try-attribute") => attribution::try_attribute().map(|()| ExitCode::SUCCESS),
         Some("own-session") if args.len() == 2 => {
             permissions::own_session(&args[1]).map(|()| ExitCode::SUCCESS)
         }

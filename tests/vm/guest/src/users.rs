@@ -43,9 +43,25 @@ pub(crate) fn register_as_nobody(pid: u32) -> Result<()> {
 /// and may not read once it runs.
 const SETUID_COPY: &str = "/tmp/setuid-guest";
 
+/// Where the tests put a setuid-nobody copy: root runs it as nobody (its effective
+/// uid changed), and it is not dumpable then, as any setuid program is.
+const SETUID_NOBODY_COPY: &str = "/tmp/setuid-nobody-guest";
+
 /// A setuid-root copy of this binary (the /tmp tmpfs allows setuid).
 pub(crate) fn setuid_copy() -> Result<&'static str> {
-    fs::copy(std::env::current_exe()?, SETUID_COPY).context("copying the guest binary")?;
-    fs::set_permissions(SETUID_COPY, fs::Permissions::from_mode(0o4755))?;
-    Ok(SETUID_COPY)
+    copy_setuid(SETUID_COPY, 0)
+}
+
+/// A copy of this binary setuid to nobody.
+pub(crate) fn setuid_nobody_copy() -> Result<&'static str> {
+    copy_setuid(SETUID_NOBODY_COPY, NOBODY)
+}
+
+/// A copy of this binary at `path`, owned by `owner` and setuid to it.
+fn copy_setuid(path: &'static str, owner: u32) -> Result<&'static str> {
+    fs::copy(std::env::current_exe()?, path).context("copying the guest binary")?;
+    // Before the mode: a chown clears the setuid bit.
+    chown(path, Some(owner), Some(owner))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o4755))?;
+    Ok(path)
 }
