@@ -43,6 +43,10 @@ pub enum DeviceError {
     Full,
     #[error("the session has ended")]
     Ended,
+    /// PFPROF_IOC_ATTRIBUTE's EPERM: the module's `attribution` parameter does not let
+    /// this session's opener attribute faults.
+    #[error("the pfprof module does not let this session's opener attribute faults (its attribution parameter)")]
+    AttributionRefused,
     #[error("not a directory of a cgroup2 file system")]
     NotACgroup,
     #[error("this pfprof module or kernel takes no cgroups (rebuild the module from this source, or use --backend procfs)")]
@@ -250,8 +254,12 @@ impl Device {
         };
         // SAFETY: IOC_ATTRIBUTE is _IOW(.., struct pfprof_attribution), which Attribute
         // mirrors; `attribution` is a live local.
-        ioctl_result(unsafe { ioc_attribute(self.file.as_raw_fd(), &attribution) })
-            .map_err(|e| self.io("PFPROF_IOC_ATTRIBUTE", e))?;
+        ioctl_result(unsafe { ioc_attribute(self.file.as_raw_fd(), &attribution) }).map_err(
+            |e| match e.raw_os_error() {
+                Some(libc::EPERM) => DeviceError::AttributionRefused,
+                _ => self.io("PFPROF_IOC_ATTRIBUTE", e),
+            },
+        )?;
         let len = usize::try_from(self.info.faults_size)
             .map_err(|_| DeviceError::BadInfo("faults_size does not fit in memory"))?;
         let map = MmapOptions::new()

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use shared_layout::device::{Device, DeviceWaiter, Follow};
+use shared_layout::device::{Device, DeviceError, DeviceWaiter, Follow};
 use shared_layout::{Area, Mode};
 
 use super::{Backend, BackendError, ExitWatch, OnEnd, Selection, Stopper};
@@ -58,7 +58,10 @@ fn attribute(
     }
     let period = u32::try_from(minor_period)
         .map_err(|_| format!("--minor-sampling {minor_period} is more than the module takes"))?;
-    let region = device.attribute(period).map_err(|e| e.to_string())?;
+    let region = device.attribute(period).map_err(|e| match e {
+        DeviceError::AttributionRefused => refusal_advice(attribution_setting()),
+        e => e.to_string(),
+    })?;
     let attribution = Attribution::On {
         minor_period: region.minor_period(),
         // Kernel counters count the faults the kernel takes for the process too.
@@ -66,6 +69,33 @@ fn attribute(
     };
     let attributor = KernelAttributor::new(region, procstat::boot_ticks(), &selection.pids);
     Ok((attribution, attributor))
+}
+
+/// Where the loaded module says who may attribute faults: its `attribution` parameter.
+const ATTRIBUTION_PARAMETER: &str = "/sys/module/pfprof/parameters/attribution";
+
+/// The module's `attribution` parameter, if it can be read.
+fn attribution_setting() -> Option<u32> {
+    std::fs::read_to_string(ATTRIBUTION_PARAMETER)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Why the module refused to attribute this session's faults and what would allow it,
+/// by its `attribution` parameter (0: nobody may; 1, its default: openers with
+/// CAP_PERFMON or CAP_SYS_ADMIN, as kernel.perf_event_paranoid 3 allows perf events).
+fn refusal_advice(setting: Option<u32>) -> String {
+    match setting {
+        Some(0) => "the pfprof module is loaded with attribution=0: it attributes no \
+                    session's faults; reload it with attribution=1 (openers with CAP_PERFMON) \
+                    or attribution=2 (every opener)"
+            .into(),
+        _ => "the pfprof module attributes faults for openers with CAP_PERFMON only; run as \
+              root or load pfprof with attribution=2"
+            .into(),
+    }
 }
 
 impl Backend for Kernel {
@@ -195,11 +225,32 @@ impl Backend for Kernel {
             .then(|| {
                 format!(
                     "{unattributed} of the profiled processes were not attributed (the module's \
-                     events may cover max_fault_threads threads a session, and only processes \
-                     counted with their descendants): their faults are counted, not placed"
+                     events may cover max_fault_threads threads a session, only processes \
+                     counted with their descendants, and none after a process's exec of a \
+                     setuid program): their faults are counted, not placed"
                 )
             })
             .into_iter()
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_attribution_says_what_would_allow_it_by_the_modules_setting() {
+        let perfmon = "the pfprof module attributes faults for openers with CAP_PERFMON only; \
+                       run as root or load pfprof with attribution=2";
+        // The default, and a module whose parameter cannot be read.
+        assert_eq!(refusal_advice(Some(1)), perfmon);
+        assert_eq!(refusal_advice(None), perfmon);
+        assert_eq!(
+            refusal_advice(Some(0)),
+            "the pfprof module is loaded with attribution=0: it attributes no session's \
+             faults; reload it with attribution=1 (openers with CAP_PERFMON) or \
+             attribution=2 (every opener)"
+        );
     }
 }
