@@ -60,15 +60,15 @@ struct pfprof_cpu_fault {
 
 /*
  * A CPU's faults: head written by the handlers on that CPU only, tail by
- * the sampler only; head - tail records wait.  The drop counts are the
- * handlers', read by the sampler.
+ * the sampler only, on lines of their own; head - tail records wait.  The
+ * drop counts are the handlers', read by the sampler.
  */
 struct pfprof_cpu_faults {
 	u32 head;
-	u32 tail;
 	u64 dropped_major;
 	u64 dropped_minor;
-	struct pfprof_cpu_fault records[];
+	u32 tail ____cacheline_aligned;
+	struct pfprof_cpu_fault records[] ____cacheline_aligned;
 };
 
 /*
@@ -92,9 +92,11 @@ struct pfprof_watch {
 	unsigned int seen;		/* the sync that last found it a member */
 	struct perf_event **events;	/* a thread's: major, minor, or one */
 	/*
-	 * Refused (over the bound, out of memory, a perf error): no events,
-	 * its threads listed again at sync retry_at, after backoff syncs, a
-	 * number that doubles at each refusal (PFPROF_RETRY_MAX_SYNCS at most).
+	 * Refused (over the bound, out of memory, a perf error, threads made
+	 * faster than listed, an exec under way, a process its session may
+	 * not read): no events, its threads listed again at the sampler's
+	 * sync retry_at, after backoff of them, a number that doubles at each
+	 * refusal (PFPROF_RETRY_MAX_SYNCS at most).
 	 */
 	bool refused;
 	unsigned int retry_at;
@@ -106,8 +108,17 @@ struct pfprof_watch {
 #define PFPROF_EVENTS_MINOR	2u
 #define PFPROF_EVENTS_BOTH	(PFPROF_EVENTS_MAJOR | PFPROF_EVENTS_MINOR)
 
-/* How often a process's threads are listed for those without events. */
+/*
+ * How often a process's threads are listed, at most, until a look finds
+ * every one with events: then any thread made later inherits them.
+ */
 #define PFPROF_THREAD_LOOKS	4
+
+/*
+ * Times a sync goes over the members, at most: again when a refusal took
+ * away events whose inherited copies another member's threads had.
+ */
+#define PFPROF_SYNC_PASSES	3
 
 /* Syncs, a period each, a refused process waits at most before another try. */
 #define PFPROF_RETRY_MAX_SYNCS	64
@@ -201,11 +212,17 @@ static void pfprof_fault_handler(struct perf_event *event,
 		irq_work_queue(&f->wake);
 }
 
+/*
+ * Releasing an event releases its inherited copies too: the threads of
+ * another member that had only those must be listed again.
+ */
 static void pfprof_watch_drop_events(struct pfprof_faults *f,
 				     struct pfprof_watch *w)
 {
 	unsigned int i;
 
+	if (w->nr_events)
+		atomic_set(&f->relist, 1);
 	for (i = 0; i < w->nr_events; i++)
 		perf_event_release_kernel(w->events[i]);
 	f->nr_events -= w->nr_events;
@@ -233,11 +250,11 @@ static void pfprof_watch_release(struct pfprof_faults *f,
  * max_fault_threads events made and released).
  */
 static void pfprof_watch_refuse(struct pfprof_faults *f,
-				struct pfprof_watch *w, unsigned int sync)
+				struct pfprof_watch *w)
 {
 	pfprof_watch_drop_events(f, w);
 	w->backoff = clamp(2 * w->backoff, 1u, (unsigned int)PFPROF_RETRY_MAX_SYNCS);
-	w->retry_at = sync + w->backoff;
+	w->retry_at = f->sampler_syncs + w->backoff;
 	w->refused = true;
 }
 
@@ -291,30 +308,66 @@ static void pfprof_listed_mark(struct pfprof_listed *listed, unsigned int n,
 }
 
 /*
- * Which kinds of @w's events each listed thread carries: one made for it,
- * or one it inherited from a thread that carried it when it was created.
- * The perf core links every inherited event to the one it descends from
- * (inherit_event(): never to an inherited one) before the new thread is
- * in its thread list, and unlinks it when the thread exits; a thread may
- * have inherited one kind only, if created between the two creations.
- * One pass over each event's inherited list, not one a thread: a process
- * may create thousands.  Sleeps: child_mutex pins that list.
+ * Which kinds of the session's events each listed thread carries: one made
+ * for it, or one it inherited from a thread that carried it when it was
+ * created, of any watch (a process forked under a member, then a member
+ * itself, carries that member's).  The perf core links every inherited
+ * event to the one it descends from (inherit_event(): never to an
+ * inherited one) before the new thread is in its thread list, and unlinks
+ * it when the thread exits or an exec leaves it not dumpable
+ * (perf_event_exit_task()); an event made for a thread is over (EXIT) then.
+ * A thread may have inherited one kind only, if created between the two
+ * creations.  One pass over each event's inherited list, not one a
+ * thread: a process may create thousands.  Sleeps: child_mutex pins that
+ * list.
  */
-static void pfprof_watch_mark(struct pfprof_watch *w,
-			      struct pfprof_listed *listed, unsigned int n)
+static void pfprof_watches_mark(struct pfprof_faults *f,
+				struct pfprof_listed *listed, unsigned int n)
 {
 	struct perf_event *e, *child;
-	unsigned int i;
+	struct pfprof_watch *w;
+	unsigned int bkt, i;
 
 	sort(listed, n, sizeof(*listed), pfprof_listed_cmp, NULL);
+	hash_for_each(f->watches, bkt, w, node) {
+		for (i = 0; i < w->nr_events; i++) {
+			e = w->events[i];
+			if (READ_ONCE(e->state) >= PERF_EVENT_STATE_INACTIVE)
+				pfprof_listed_mark(listed, n, e->hw.target, e);
+			mutex_lock(&e->child_mutex);
+			list_for_each_entry(child, &e->child_list, child_list)
+				pfprof_listed_mark(listed, n, child->hw.target, e);
+			mutex_unlock(&e->child_mutex);
+		}
+	}
+}
+
+/*
+ * Releases @w's events that are over for good: each made for a thread that
+ * exited or exec'd into a program it may not be read in (perf then ends
+ * it: EXIT), with no inherited copy left, so that none can be made again
+ * (every copy descends from the event made here, through a thread that
+ * carries one).  Their threads are held no longer, their budget is free.
+ */
+static void pfprof_watch_prune(struct pfprof_faults *f, struct pfprof_watch *w)
+{
+	unsigned int i, kept = 0;
+	struct perf_event *e;
+	bool over;
+
 	for (i = 0; i < w->nr_events; i++) {
 		e = w->events[i];
-		pfprof_listed_mark(listed, n, e->hw.target, e);
 		mutex_lock(&e->child_mutex);
-		list_for_each_entry(child, &e->child_list, child_list)
-			pfprof_listed_mark(listed, n, child->hw.target, e);
+		over = READ_ONCE(e->state) == PERF_EVENT_STATE_EXIT &&
+		       list_empty(&e->child_list);
 		mutex_unlock(&e->child_mutex);
+		if (over)
+			perf_event_release_kernel(e);
+		else
+			w->events[kept++] = e;
 	}
+	f->nr_events -= w->nr_events - kept;
+	w->nr_events = kept;
 }
 
 /* Room for @n more events in @w's array. */
@@ -373,13 +426,40 @@ static void pfprof_listed_put(struct pfprof_listed *listed, unsigned int n)
 }
 
 /*
+ * Events on @w's threads that lack them, made while no exec replaces the
+ * process's program, and only if its session may read it: events are
+ * never put on a program its opener or asker may not read (perf's own
+ * open asks the same, under the same lock).
+ */
+static bool pfprof_watch_lacking(struct pfprof_faults *f, struct pfprof_watch *w,
+				 struct task_struct *leader,
+				 const struct pfprof_listed *lacking, unsigned int n)
+{
+	struct rw_semaphore *exec_lock = &leader->signal->exec_update_lock;
+	unsigned int i;
+	bool ok;
+
+	/* An exec under way: the next try finds its program. */
+	if (!down_read_trylock(exec_lock))
+		return false;
+	ok = pfprof_creds_may_read(f->opener_cred, w->ctx->asker, leader);
+	for (i = 0; i < n && ok; i++)
+		ok = pfprof_watch_thread(f, w, lacking[i].task,
+					 PFPROF_EVENTS_BOTH & ~lacking[i].kinds);
+	up_read(exec_lock);
+	return ok;
+}
+
+/*
  * Events on every thread of @leader's process that lacks them, within the
- * session's bound (max_fault_threads).  Returns false when the bound, memory
- * or perf says no: the caller then releases the process's events, so that
- * it is not recorded at all rather than in part (nor twice: a thread that
- * inherited them gets none of its own).  A thread created meanwhile by one
- * that had no event yet is found by the next look, which repeats until
- * none is new, a few times at most (a thread whose event could not be made,
+ * session's bound (max_fault_threads).  Returns false when the bound,
+ * memory, perf or the process's readability says no, or threads are made
+ * faster than they are listed: the caller then releases the process's
+ * events, so that it is not recorded at all rather than in part (nor twice:
+ * a thread that carries inherited events gets none of its own).  A thread
+ * created meanwhile by one that had no event yet is found by the next
+ * look, which repeats until one lists every thread and finds each with
+ * events, a few times at most (a thread whose event could not be made,
  * exiting, is found again).  The first look, before any event, lists one
  * thread over the budget at most; the next ones every thread, since those
  * that inherited events do not count against it.
@@ -390,7 +470,7 @@ static bool pfprof_watch_threads(struct pfprof_faults *f, struct pfprof_watch *w
 	struct pfprof_listed *listed;
 	struct task_struct *t;
 	unsigned int n, i, lacking, cap, budget, look;
-	bool ok = true;
+	bool ok, every_thread;
 
 	for (look = 0; look < PFPROF_THREAD_LOOKS; look++) {
 		budget = pfprof_max_fault_threads - f->nr_events / 2;
@@ -411,7 +491,8 @@ static bool pfprof_watch_threads(struct pfprof_faults *f, struct pfprof_watch *w
 				};
 		}
 		rcu_read_unlock();
-		pfprof_watch_mark(w, listed, n);
+		every_thread = n < cap;
+		pfprof_watches_mark(f, listed, n);
 		/* The threads that lack an event first, the others let go. */
 		lacking = 0;
 		for (i = 0; i < n; i++) {
@@ -420,20 +501,20 @@ static bool pfprof_watch_threads(struct pfprof_faults *f, struct pfprof_watch *w
 			else
 				listed[lacking++] = listed[i];
 		}
-		if (lacking > budget ||
-		    (lacking && !pfprof_watch_grow(w, 2 * lacking))) {
-			pfprof_listed_put(listed, lacking);
-			return false;
+		if (!lacking) {
+			kvfree(listed);
+			if (every_thread)
+				return true;
+			continue;
 		}
-		for (i = 0; i < lacking && ok; i++)
-			ok = pfprof_watch_thread(f, w, listed[i].task,
-						 PFPROF_EVENTS_BOTH &
-							 ~listed[i].kinds);
+		ok = lacking <= budget && pfprof_watch_grow(w, 2 * lacking) &&
+		     pfprof_watch_lacking(f, w, leader, listed, lacking);
 		pfprof_listed_put(listed, lacking);
-		if (!lacking || !ok)
-			break;
+		if (!ok)
+			return false;
 	}
-	return ok;
+	/* Still threads made by threads without events: not in part. */
+	return false;
 }
 
 static struct pfprof_watch *pfprof_watch_of(struct pfprof_faults *f,
@@ -469,26 +550,24 @@ static struct pfprof_watch *pfprof_watch_new(struct pfprof_faults *f,
 }
 
 /*
- * The process @tgid carries events for @asker, unless the bound, memory or
- * perf says no, now or at its last try (then false until its retry).
+ * The process @tgid carries events for @asker, unless the bound, memory,
+ * perf or its readability says no, now or at its last try (then false
+ * until its retry, which only the sampler's syncs make).  @relist: its
+ * threads are listed again, even if they had events.
  */
 static bool pfprof_watch_member(struct pfprof_faults *f, struct pid *tgid,
-				const struct cred *asker, unsigned int sync)
+				const struct cred *asker, bool relist,
+				bool may_retry)
 {
 	struct pfprof_watch *w = pfprof_watch_of(f, tgid);
 	struct task_struct *leader;
 	bool ok;
 
-	/* Another member for the process since (it left, and joined again). */
-	if (w && w->ctx->asker != asker) {
-		pfprof_watch_release(f, w);
-		w = NULL;
-	}
 	if (w) {
-		w->seen = sync;
-		if (!w->refused)
+		if (!w->refused && !relist)
 			return true;
-		if ((int)(sync - w->retry_at) < 0)
+		if (w->refused &&
+		    (!may_retry || (int)(f->sampler_syncs - w->retry_at) < 0))
 			return false;
 	}
 	leader = get_pid_task(tgid, PIDTYPE_TGID);
@@ -500,15 +579,18 @@ static bool pfprof_watch_member(struct pfprof_faults *f, struct pid *tgid,
 			put_task_struct(leader);
 			return false;
 		}
-		w->seen = sync;
+		w->seen = f->sync;
 		hash_add(f->watches, &w->node, (unsigned long)w->tgid);
 	}
+	pfprof_watch_prune(f, w);
 	ok = pfprof_watch_threads(f, w, leader);
 	put_task_struct(leader);
-	if (ok)
+	if (ok) {
 		w->refused = false;
-	else
-		pfprof_watch_refuse(f, w, sync);
+		w->backoff = 0;
+	} else {
+		pfprof_watch_refuse(f, w);
+	}
 	return ok;
 }
 
@@ -559,41 +641,91 @@ static struct pfprof_to_watch *pfprof_members_to_watch(struct pfprof_session *s,
 }
 
 /*
- * Every member that can be recorded carries events, those that left
- * release theirs.  Process context; takes members_lock briefly.
+ * Watches of members that left, or that another asker asked for since
+ * (the process left and joined again), are released: first, since their
+ * events' inherited copies may be all that threads of a member listed
+ * after carry.
  */
-void pfprof_faults_sync(struct pfprof_session *s)
+static void pfprof_watches_release_left(struct pfprof_faults *f,
+					const struct pfprof_to_watch *tgids,
+					unsigned int n)
 {
-	struct pfprof_faults *f = &s->faults;
 	struct pfprof_watch *w;
 	struct hlist_node *tmp;
-	unsigned int bkt, i, n, unattributed = 0;
+	unsigned int bkt, i;
+
+	for (i = 0; i < n; i++) {
+		w = pfprof_watch_of(f, tgids[i].tgid);
+		if (w && w->ctx->asker == tgids[i].asker)
+			w->seen = f->sync;
+	}
+	hash_for_each_safe(f->watches, bkt, tmp, w, node) {
+		if (w->seen != f->sync)
+			pfprof_watch_release(f, w);
+	}
+}
+
+/*
+ * Every member that can be recorded carries events, those that left
+ * release theirs.  Only once the ring started: a session that never
+ * starts has no sampler to release them.  @sampler: the sampler's sync,
+ * the only one that retries refused processes (an ADD's would shorten
+ * their wait).  Process context; takes members_lock briefly.
+ */
+void pfprof_faults_sync(struct pfprof_session *s, bool sampler)
+{
+	struct pfprof_faults *f = &s->faults;
+	unsigned int i, n, pass, refused = 0, unattributed = 0;
 	struct pfprof_to_watch *tgids;
+	bool relist;
 
 	mutex_lock(&f->lock);
-	if (!f->minor_period || f->released) {
-		mutex_unlock(&f->lock);
-		return;
-	}
+	if (!f->minor_period || f->released ||
+	    READ_ONCE(s->ring.mode) == PFPROF_MODE_NONE)
+		goto out;
 	f->sync++;
+	f->sampler_syncs += sampler;
 	tgids = pfprof_members_to_watch(s, &n, &unattributed);
+	/* Without the list, keep what is there: the next sync decides. */
+	if (!tgids) {
+		f->unattributed = unattributed;
+		goto out;
+	}
+	pfprof_watches_release_left(f, tgids, n);
+	for (pass = 0; pass < PFPROF_SYNC_PASSES; pass++) {
+		relist = atomic_xchg(&f->relist, 0);
+		if (pass && !relist)
+			break;
+		refused = 0;
+		for (i = 0; i < n; i++)
+			refused += !pfprof_watch_member(f, tgids[i].tgid,
+							tgids[i].asker, relist,
+							sampler);
+	}
 	for (i = 0; i < n; i++) {
-		if (!pfprof_watch_member(f, tgids[i].tgid, tgids[i].asker,
-					 f->sync))
-			unattributed++;
 		put_pid(tgids[i].tgid);
 		put_cred(tgids[i].asker);
 	}
 	kfree(tgids);
-	/* Without the list, keep what is there: the next sync decides. */
-	if (tgids) {
-		hash_for_each_safe(f->watches, bkt, tmp, w, node) {
-			if (w->seen != f->sync)
-				pfprof_watch_release(f, w);
-		}
-	}
-	f->unattributed = unattributed;
+	f->unattributed = unattributed + refused;
+out:
 	mutex_unlock(&f->lock);
+}
+
+/*
+ * An exec left a process of @s not dumpable, and perf removed its events
+ * (begin_new_exec()): a @member's threads are listed again at the next
+ * sync (events only if @s may read the new program); a process of a
+ * member's tree is counted as not recorded for good, since what it does
+ * after it execs back into a readable program is counted, not recorded.
+ * Atomic: the exec probe's.
+ */
+void pfprof_faults_exec(struct pfprof_session *s, bool member)
+{
+	if (member)
+		atomic_set(&s->faults.relist, 1);
+	else
+		atomic_inc(&s->faults.exec_unrecorded);
 }
 
 /* Copies @n records to the region: claimed first, published after. */
@@ -673,7 +805,8 @@ void pfprof_faults_drain(struct pfprof_session *s)
 	pfprof_faults_publish(f, batch, n);
 	WRITE_ONCE(f->area->dropped_major, dropped_major);
 	WRITE_ONCE(f->area->dropped_minor, dropped_minor);
-	WRITE_ONCE(f->area->unattributed, f->unattributed);
+	WRITE_ONCE(f->area->unattributed,
+		   f->unattributed + atomic_read(&f->exec_unrecorded));
 	mutex_unlock(&f->lock);
 }
 
@@ -690,7 +823,8 @@ static void pfprof_cpu_buffers_free(struct pfprof_faults *f)
 }
 
 /* PFPROF_IOC_ATTRIBUTE: the region and buffers, then the members' events. */
-int pfprof_faults_start(struct pfprof_session *s, u32 minor_period)
+int pfprof_faults_start(struct pfprof_session *s, const struct file *file,
+			u32 minor_period)
 {
 	struct pfprof_faults *f = &s->faults;
 	struct pfprof_faults_area *a;
@@ -700,6 +834,8 @@ int pfprof_faults_start(struct pfprof_session *s, u32 minor_period)
 	if (minor_period < PFPROF_MINOR_PERIOD_MIN ||
 	    minor_period > PFPROF_MINOR_PERIOD_MAX)
 		return -EINVAL;
+	if (!pfprof_may_attribute(file))
+		return -EPERM;
 	mutex_lock(&f->lock);
 	if (f->minor_period || f->released) {
 		ret = -EBUSY;
@@ -739,7 +875,7 @@ int pfprof_faults_start(struct pfprof_session *s, u32 minor_period)
 	smp_store_release(&f->area, a);
 	f->minor_period = minor_period;
 	mutex_unlock(&f->lock);
-	pfprof_faults_sync(s);
+	pfprof_faults_sync(s, false);
 	return 0;
 
 err_nomem:
