@@ -33,7 +33,6 @@
 
 #include <linux/cpumask.h>
 #include <linux/cred.h>
-#include <linux/bsearch.h>
 #include <linux/hashtable.h>
 #include <linux/log2.h>
 #include <linux/math64.h>
@@ -44,10 +43,10 @@
 #include <linux/rcupdate.h>
 #include <linux/sched/signal.h>
 #include <linux/slab.h>
-#include <linux/sort.h>
 #include <linux/timekeeping.h>
 #include <linux/vmalloc.h>
 
+#include "compat.h"
 #include "pfprof_internal.h"
 
 /* One fault, as the handler keeps it until the sampler copies it. */
@@ -113,12 +112,6 @@ struct pfprof_watch {
  * every one with events: then any thread made later inherits them.
  */
 #define PFPROF_THREAD_LOOKS	4
-
-/*
- * Times a sync goes over the members, at most: again when a refusal took
- * away events whose inherited copies another member's threads had.
- */
-#define PFPROF_SYNC_PASSES	3
 
 /* Syncs, a period each, a refused process waits at most before another try. */
 #define PFPROF_RETRY_MAX_SYNCS	64
@@ -282,64 +275,42 @@ static unsigned int pfprof_event_kind(const struct perf_event *e)
 		       PFPROF_EVENTS_MAJOR : PFPROF_EVENTS_MINOR;
 }
 
-/* A thread listed, and the kinds of the watch's events it carries. */
+/* A thread listed, and the kinds of the session's events it carries. */
 struct pfprof_listed {
 	struct task_struct *task;
 	unsigned int kinds;
 };
 
-static int pfprof_listed_cmp(const void *a, const void *b)
-{
-	unsigned long x = (unsigned long)((const struct pfprof_listed *)a)->task;
-	unsigned long y = (unsigned long)((const struct pfprof_listed *)b)->task;
-
-	return (x > y) - (x < y);
-}
-
-/* @e counts the thread @t: marks @t's entry in @listed (sorted), if any. */
-static void pfprof_listed_mark(struct pfprof_listed *listed, unsigned int n,
-			       struct task_struct *t, const struct perf_event *e)
-{
-	struct pfprof_listed key = { .task = t }, *hit;
-
-	hit = bsearch(&key, listed, n, sizeof(*listed), pfprof_listed_cmp);
-	if (hit)
-		hit->kinds |= pfprof_event_kind(e);
-}
-
 /*
- * Which kinds of the session's events each listed thread carries: one made
- * for it, or one it inherited from a thread that carried it when it was
- * created, of any watch (a process forked under a member, then a member
- * itself, carries that member's).  The perf core links every inherited
- * event to the one it descends from (inherit_event(): never to an
- * inherited one) before the new thread is in its thread list, and unlinks
- * it when the thread exits or an exec leaves it not dumpable
- * (perf_event_exit_task()); an event made for a thread is over (EXIT) then.
- * A thread may have inherited one kind only, if created between the two
- * creations.  One pass over each event's inherited list, not one a
- * thread: a process may create thousands.  Sleeps: child_mutex pins that
- * list.
+ * Which kinds of @f's events count for @t: made for it or inherited, of any
+ * member's watch (a process forked under one member, reparented, then a
+ * member itself, carries the first one's), and not over (an exit, or an
+ * exec that left the thread not dumpable, ends an event: perf's EXIT).
+ * Read from the context that counts for @t now, not from the task an event
+ * was made for: perf swaps the contexts of a parent and a child whose
+ * events were all inherited.  Under RCU: contexts and events are freed a
+ * grace period after they leave a task's list, a watch's context after
+ * its events.
  */
-static void pfprof_watches_mark(struct pfprof_faults *f,
-				struct pfprof_listed *listed, unsigned int n)
+static unsigned int pfprof_thread_kinds(struct pfprof_faults *f,
+					struct task_struct *t)
 {
-	struct perf_event *e, *child;
-	struct pfprof_watch *w;
-	unsigned int bkt, i;
+	struct perf_event_context *ctx = pfprof_task_sw_ctx(t);
+	const struct pfprof_watch_ctx *wc;
+	struct perf_event *e;
+	unsigned int kinds = 0;
 
-	sort(listed, n, sizeof(*listed), pfprof_listed_cmp, NULL);
-	hash_for_each(f->watches, bkt, w, node) {
-		for (i = 0; i < w->nr_events; i++) {
-			e = w->events[i];
-			if (READ_ONCE(e->state) >= PERF_EVENT_STATE_INACTIVE)
-				pfprof_listed_mark(listed, n, e->hw.target, e);
-			mutex_lock(&e->child_mutex);
-			list_for_each_entry(child, &e->child_list, child_list)
-				pfprof_listed_mark(listed, n, child->hw.target, e);
-			mutex_unlock(&e->child_mutex);
-		}
+	if (!ctx)
+		return 0;
+	list_for_each_entry_rcu(e, &ctx->event_list, event_entry) {
+		if (e->overflow_handler != pfprof_fault_handler)
+			continue;
+		wc = e->overflow_handler_context;
+		if (wc->faults == f &&
+		    READ_ONCE(e->state) >= PERF_EVENT_STATE_INACTIVE)
+			kinds |= pfprof_event_kind(e);
 	}
+	return kinds;
 }
 
 /*
@@ -426,26 +397,31 @@ static void pfprof_listed_put(struct pfprof_listed *listed, unsigned int n)
 }
 
 /*
- * Events on @w's threads that lack them, made while no exec replaces the
- * process's program, and only if its session may read it: events are
- * never put on a program its opener or asker may not read (perf's own
- * open asks the same, under the same lock).
+ * Events on the threads @lacking of @w's process, made while no exec
+ * replaces its program, and only on a thread its session may read: events
+ * are never put on a program its opener or asker may not read (perf's own
+ * open asks the same, under the same lock).  A thread exiting needs none.
  */
 static bool pfprof_watch_lacking(struct pfprof_faults *f, struct pfprof_watch *w,
 				 struct task_struct *leader,
 				 const struct pfprof_listed *lacking, unsigned int n)
 {
 	struct rw_semaphore *exec_lock = &leader->signal->exec_update_lock;
+	struct task_struct *t;
 	unsigned int i;
-	bool ok;
+	bool ok = true;
 
 	/* An exec under way: the next try finds its program. */
 	if (!down_read_trylock(exec_lock))
 		return false;
-	ok = pfprof_creds_may_read(f->opener_cred, w->ctx->asker, leader);
-	for (i = 0; i < n && ok; i++)
-		ok = pfprof_watch_thread(f, w, lacking[i].task,
+	for (i = 0; i < n && ok; i++) {
+		t = lacking[i].task;
+		if (t->flags & PF_EXITING)
+			continue;
+		ok = pfprof_creds_may_read(f->opener_cred, w->ctx->asker, t) &&
+		     pfprof_watch_thread(f, w, t,
 					 PFPROF_EVENTS_BOTH & ~lacking[i].kinds);
+	}
 	up_read(exec_lock);
 	return ok;
 }
@@ -456,60 +432,56 @@ static bool pfprof_watch_lacking(struct pfprof_faults *f, struct pfprof_watch *w
  * memory, perf or the process's readability says no, or threads are made
  * faster than they are listed: the caller then releases the process's
  * events, so that it is not recorded at all rather than in part (nor twice:
- * a thread that carries inherited events gets none of its own).  A thread
- * created meanwhile by one that had no event yet is found by the next
- * look, which repeats until one lists every thread and finds each with
- * events, a few times at most (a thread whose event could not be made,
- * exiting, is found again).  The first look, before any event, lists one
- * thread over the budget at most; the next ones every thread, since those
- * that inherited events do not count against it.
+ * a thread that carries the session's events, made or inherited, gets none
+ * of their kind).  A thread created meanwhile by one that had no event yet
+ * is found by the next look, which repeats until one finds every thread
+ * with events, a few times at most (a thread whose event could not be
+ * made, exiting, is found again): any thread made after that inherits
+ * them.  A look lists one lacking thread over the budget at most.
  */
 static bool pfprof_watch_threads(struct pfprof_faults *f, struct pfprof_watch *w,
 				 struct task_struct *leader)
 {
 	struct pfprof_listed *listed;
 	struct task_struct *t;
-	unsigned int n, i, lacking, cap, budget, look;
+	unsigned int n, kinds, cap, budget, look;
 	bool ok, every_thread;
 
 	for (look = 0; look < PFPROF_THREAD_LOOKS; look++) {
 		budget = pfprof_max_fault_threads - f->nr_events / 2;
-		cap = READ_ONCE(leader->signal->nr_threads) + 8;
-		if (!w->nr_events)
-			cap = min(cap, budget + 1);
+		cap = min_t(unsigned int, READ_ONCE(leader->signal->nr_threads) + 8,
+			    budget + 1);
 		listed = kvmalloc_array(cap, sizeof(*listed), GFP_KERNEL_ACCOUNT);
 		if (!listed)
 			return false;
 		n = 0;
+		every_thread = true;
 		rcu_read_lock();
 		for_each_thread(leader, t) {
-			if (n == cap)
+			if (t->flags & PF_EXITING)
+				continue;
+			kinds = pfprof_thread_kinds(f, t);
+			if (kinds == PFPROF_EVENTS_BOTH)
+				continue;
+			if (n == cap) {
+				every_thread = false;
 				break;
-			if (!(t->flags & PF_EXITING))
-				listed[n++] = (struct pfprof_listed){
-					.task = get_task_struct(t),
-				};
+			}
+			listed[n++] = (struct pfprof_listed){
+				.task = get_task_struct(t),
+				.kinds = kinds,
+			};
 		}
 		rcu_read_unlock();
-		every_thread = n < cap;
-		pfprof_watches_mark(f, listed, n);
-		/* The threads that lack an event first, the others let go. */
-		lacking = 0;
-		for (i = 0; i < n; i++) {
-			if (listed[i].kinds == PFPROF_EVENTS_BOTH)
-				put_task_struct(listed[i].task);
-			else
-				listed[lacking++] = listed[i];
-		}
-		if (!lacking) {
+		if (!n) {
 			kvfree(listed);
 			if (every_thread)
 				return true;
 			continue;
 		}
-		ok = lacking <= budget && pfprof_watch_grow(w, 2 * lacking) &&
-		     pfprof_watch_lacking(f, w, leader, listed, lacking);
-		pfprof_listed_put(listed, lacking);
+		ok = n <= budget && pfprof_watch_grow(w, 2 * n) &&
+		     pfprof_watch_lacking(f, w, leader, listed, n);
+		pfprof_listed_put(listed, n);
 		if (!ok)
 			return false;
 	}
@@ -692,7 +664,12 @@ void pfprof_faults_sync(struct pfprof_session *s, bool sampler)
 		goto out;
 	}
 	pfprof_watches_release_left(f, tgids, n);
-	for (pass = 0; pass < PFPROF_SYNC_PASSES; pass++) {
+	/*
+	 * Again while a pass released events (a refusal): their inherited
+	 * copies may have been all some member's threads had.  A watch refused
+	 * is not tried again in this sync, so n + 1 passes at most.
+	 */
+	for (pass = 0; pass <= n; pass++) {
 		relist = atomic_xchg(&f->relist, 0);
 		if (pass && !relist)
 			break;
@@ -725,7 +702,7 @@ void pfprof_faults_exec(struct pfprof_session *s, bool member)
 	if (member)
 		atomic_set(&s->faults.relist, 1);
 	else
-		atomic_inc(&s->faults.exec_unrecorded);
+		atomic_add_unless(&s->faults.exec_unrecorded, 1, INT_MAX);
 }
 
 /* Copies @n records to the region: claimed first, published after. */
@@ -873,7 +850,7 @@ int pfprof_faults_start(struct pfprof_session *s, const struct file *file,
 	f->records = (void *)a + PFPROF_PAGE_SIZE;
 	/* mmap and the fault handler of the mapping look without the lock. */
 	smp_store_release(&f->area, a);
-	f->minor_period = minor_period;
+	WRITE_ONCE(f->minor_period, minor_period);
 	mutex_unlock(&f->lock);
 	pfprof_faults_sync(s, false);
 	return 0;

@@ -216,8 +216,8 @@
  * then (it comes with the next period's).  Addresses are resolved to
  * mappings by the consumer, from /proc/<pid>/maps with its own rights: the
  * module never names a mapping.  A fault is recorded only if the opener
- * and whoever asked for its process may ptrace-read that process as the
- * fault is taken (such faults are counted as dropped) and the opener can
+ * and whoever asked for the member whose events count it may ptrace-read
+ * its process as the fault is taken (such faults are counted as dropped) and the opener can
  * name it in its pid namespace.  Who may ask for attribution at all is the
  * module parameter attribution's to say (by default an opener with
  * CAP_PERFMON or CAP_SYS_ADMIN, as Debian's perf_event_paranoid=3 allows
@@ -256,7 +256,7 @@
  * module lists them, or that its session may not read (a member running a
  * setuid program) is not recorded at all, until a later try: unattributed
  * counts such processes, those PFPROF_IOC_ATTRIBUTE does not cover, and,
- * for good, each process of a member's tree whose exec left it not
+ * for good, each exec that left a process of a member's tree not
  * dumpable (perf removes its events then; what it does after an exec
  * back into a program the opener may read is counted, not recorded).
  * Not counted anywhere (the events follow what a thread starts after they
