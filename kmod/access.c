@@ -226,6 +226,24 @@ bool pfprof_creds_may_read(const struct cred *opener, const struct cred *asker,
 	       pfprof_cred_may_read(NULL, asker, task, PFPROF_ASKER);
 }
 
+/*
+ * Whoever opened @file may have its processes' faults attributed: the
+ * module parameter attribution says who (perf events, which Debian's
+ * perf_event_paranoid=3 keeps for CAP_PERFMON), asked at the request.
+ */
+bool pfprof_may_attribute(const struct file *file)
+{
+	switch (pfprof_attribution) {
+	case PFPROF_ATTRIBUTION_EVERY_OPENER:
+		return true;
+	case PFPROF_ATTRIBUTION_PERFMON:
+		return file_ns_capable(file, &init_user_ns, CAP_PERFMON) ||
+		       file_ns_capable(file, &init_user_ns, CAP_SYS_ADMIN);
+	default:
+		return false;
+	}
+}
+
 /* Both the caller and whoever opened @file may read @task. */
 bool pfprof_may_read(const struct file *file, struct task_struct *task)
 {

@@ -11,6 +11,7 @@
 
 #include <linux/err.h>
 #include <linux/mm.h>
+#include <linux/perf_event.h>
 #include <linux/rcupdate.h>
 #include <linux/sched.h>
 #include <linux/sched/coredump.h>
@@ -255,5 +256,21 @@ static inline int pfprof_cgroups_join(struct task_struct *tsk)
 	return 0;
 }
 #endif
+
+/*
+ * The perf context whose events count for @t's software events: its one
+ * context from 6.2 on, its software one before.  Under RCU: perf swaps
+ * contexts between a parent and a child whose events were all inherited
+ * (perf_event_context_sched_out()), so an event made for one task may
+ * count for another; what counts for @t is what its context holds now.
+ */
+static inline struct perf_event_context *pfprof_task_sw_ctx(struct task_struct *t)
+{
+#ifdef PFPROF_HAVE_TASK_PERF_CTX_SINGLE
+	return rcu_dereference(t->perf_event_ctxp);
+#else
+	return rcu_dereference(t->perf_event_ctxp[perf_sw_context]);
+#endif
+}
 
 #endif /* _PFPROF_COMPAT_H */

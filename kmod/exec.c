@@ -207,6 +207,29 @@ static void pfprof_exec_keep(struct pfprof_session *s, struct pfprof_exec *e)
 }
 
 /*
+ * perf removed the events of @p, which an exec left not dumpable: tells
+ * @s's attribution if @p is its member or in a member's tree (or too deep
+ * to tell), whoever may read it.  Under RCU.
+ */
+static void pfprof_exec_unrecorded(struct pfprof_session *s,
+				   struct task_struct *p)
+{
+	struct pfprof_member *m = pfprof_member_of_rcu(s, p->signal);
+	unsigned int depth;
+
+	if (m) {
+		if (READ_ONCE(m->inherit))
+			pfprof_faults_exec(s, true);
+		return;
+	}
+	if (!READ_ONCE(s->nr_inheriting))
+		return;
+	m = pfprof_exec_owner(s, p, &depth);
+	if (depth > PFPROF_TREE_DEPTH_MAX || (m && !m->cgrp))
+		pfprof_faults_exec(s, false);
+}
+
+/*
  * Tells @s of @p's exec (its totals then: @at_exec; where it left it not
  * dumpable: @hidden_ns) if the exec hides @p from @s: a member is marked
  * (members.c withdraws it), a process in a tree of @s gets a record for its
@@ -222,6 +245,8 @@ static void pfprof_exec_offer(struct pfprof_session *s, struct task_struct *p,
 	struct task_struct *a = p;
 	unsigned int depth, i;
 
+	if (hidden_ns && READ_ONCE(s->faults.minor_period))
+		pfprof_exec_unrecorded(s, p);
 	/* Cheap first: a process of another user than those it asks for. */
 	if (!READ_ONCE(s->foreign_asker) &&
 	    !uid_eq(s->opener_cred->fsuid, __task_cred(p)->uid))

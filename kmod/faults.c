@@ -33,7 +33,6 @@
 
 #include <linux/cpumask.h>
 #include <linux/cred.h>
-#include <linux/bsearch.h>
 #include <linux/hashtable.h>
 #include <linux/log2.h>
 #include <linux/math64.h>
@@ -44,10 +43,10 @@
 #include <linux/rcupdate.h>
 #include <linux/sched/signal.h>
 #include <linux/slab.h>
-#include <linux/sort.h>
 #include <linux/timekeeping.h>
 #include <linux/vmalloc.h>
 
+#include "compat.h"
 #include "pfprof_internal.h"
 
 /* One fault, as the handler keeps it until the sampler copies it. */
@@ -60,15 +59,15 @@ struct pfprof_cpu_fault {
 
 /*
  * A CPU's faults: head written by the handlers on that CPU only, tail by
- * the sampler only; head - tail records wait.  The drop counts are the
- * handlers', read by the sampler.
+ * the sampler only, on lines of their own; head - tail records wait.  The
+ * drop counts are the handlers', read by the sampler.
  */
 struct pfprof_cpu_faults {
 	u32 head;
-	u32 tail;
 	u64 dropped_major;
 	u64 dropped_minor;
-	struct pfprof_cpu_fault records[];
+	u32 tail ____cacheline_aligned;
+	struct pfprof_cpu_fault records[] ____cacheline_aligned;
 };
 
 /*
@@ -92,9 +91,11 @@ struct pfprof_watch {
 	unsigned int seen;		/* the sync that last found it a member */
 	struct perf_event **events;	/* a thread's: major, minor, or one */
 	/*
-	 * Refused (over the bound, out of memory, a perf error): no events,
-	 * its threads listed again at sync retry_at, after backoff syncs, a
-	 * number that doubles at each refusal (PFPROF_RETRY_MAX_SYNCS at most).
+	 * Refused (over the bound, out of memory, a perf error, threads made
+	 * faster than listed, an exec under way, a process its session may
+	 * not read): no events, its threads listed again at the sampler's
+	 * sync retry_at, after backoff of them, a number that doubles at each
+	 * refusal (PFPROF_RETRY_MAX_SYNCS at most).
 	 */
 	bool refused;
 	unsigned int retry_at;
@@ -106,7 +107,10 @@ struct pfprof_watch {
 #define PFPROF_EVENTS_MINOR	2u
 #define PFPROF_EVENTS_BOTH	(PFPROF_EVENTS_MAJOR | PFPROF_EVENTS_MINOR)
 
-/* How often a process's threads are listed for those without events. */
+/*
+ * How often a process's threads are listed, at most, until a look finds
+ * every one with events: then any thread made later inherits them.
+ */
 #define PFPROF_THREAD_LOOKS	4
 
 /* Syncs, a period each, a refused process waits at most before another try. */
@@ -201,11 +205,17 @@ static void pfprof_fault_handler(struct perf_event *event,
 		irq_work_queue(&f->wake);
 }
 
+/*
+ * Releasing an event releases its inherited copies too: the threads of
+ * another member that had only those must be listed again.
+ */
 static void pfprof_watch_drop_events(struct pfprof_faults *f,
 				     struct pfprof_watch *w)
 {
 	unsigned int i;
 
+	if (w->nr_events)
+		atomic_set(&f->relist, 1);
 	for (i = 0; i < w->nr_events; i++)
 		perf_event_release_kernel(w->events[i]);
 	f->nr_events -= w->nr_events;
@@ -233,11 +243,11 @@ static void pfprof_watch_release(struct pfprof_faults *f,
  * max_fault_threads events made and released).
  */
 static void pfprof_watch_refuse(struct pfprof_faults *f,
-				struct pfprof_watch *w, unsigned int sync)
+				struct pfprof_watch *w)
 {
 	pfprof_watch_drop_events(f, w);
 	w->backoff = clamp(2 * w->backoff, 1u, (unsigned int)PFPROF_RETRY_MAX_SYNCS);
-	w->retry_at = sync + w->backoff;
+	w->retry_at = f->sampler_syncs + w->backoff;
 	w->refused = true;
 }
 
@@ -265,56 +275,70 @@ static unsigned int pfprof_event_kind(const struct perf_event *e)
 		       PFPROF_EVENTS_MAJOR : PFPROF_EVENTS_MINOR;
 }
 
-/* A thread listed, and the kinds of the watch's events it carries. */
+/* A thread listed, and the kinds of the session's events it carries. */
 struct pfprof_listed {
 	struct task_struct *task;
 	unsigned int kinds;
 };
 
-static int pfprof_listed_cmp(const void *a, const void *b)
+/*
+ * Which kinds of @f's events count for @t: made for it or inherited, of any
+ * member's watch (a process forked under one member, reparented, then a
+ * member itself, carries the first one's), and not over (an exit, or an
+ * exec that left the thread not dumpable, ends an event: perf's EXIT).
+ * Read from the context that counts for @t now, not from the task an event
+ * was made for: perf swaps the contexts of a parent and a child whose
+ * events were all inherited.  Under RCU: contexts and events are freed a
+ * grace period after they leave a task's list, a watch's context after
+ * its events.
+ */
+static unsigned int pfprof_thread_kinds(struct pfprof_faults *f,
+					struct task_struct *t)
 {
-	unsigned long x = (unsigned long)((const struct pfprof_listed *)a)->task;
-	unsigned long y = (unsigned long)((const struct pfprof_listed *)b)->task;
+	struct perf_event_context *ctx = pfprof_task_sw_ctx(t);
+	const struct pfprof_watch_ctx *wc;
+	struct perf_event *e;
+	unsigned int kinds = 0;
 
-	return (x > y) - (x < y);
-}
-
-/* @e counts the thread @t: marks @t's entry in @listed (sorted), if any. */
-static void pfprof_listed_mark(struct pfprof_listed *listed, unsigned int n,
-			       struct task_struct *t, const struct perf_event *e)
-{
-	struct pfprof_listed key = { .task = t }, *hit;
-
-	hit = bsearch(&key, listed, n, sizeof(*listed), pfprof_listed_cmp);
-	if (hit)
-		hit->kinds |= pfprof_event_kind(e);
+	if (!ctx)
+		return 0;
+	list_for_each_entry_rcu(e, &ctx->event_list, event_entry) {
+		if (e->overflow_handler != pfprof_fault_handler)
+			continue;
+		wc = e->overflow_handler_context;
+		if (wc->faults == f &&
+		    READ_ONCE(e->state) >= PERF_EVENT_STATE_INACTIVE)
+			kinds |= pfprof_event_kind(e);
+	}
+	return kinds;
 }
 
 /*
- * Which kinds of @w's events each listed thread carries: one made for it,
- * or one it inherited from a thread that carried it when it was created.
- * The perf core links every inherited event to the one it descends from
- * (inherit_event(): never to an inherited one) before the new thread is
- * in its thread list, and unlinks it when the thread exits; a thread may
- * have inherited one kind only, if created between the two creations.
- * One pass over each event's inherited list, not one a thread: a process
- * may create thousands.  Sleeps: child_mutex pins that list.
+ * Releases @w's events that are over for good: each made for a thread that
+ * exited or exec'd into a program it may not be read in (perf then ends
+ * it: EXIT), with no inherited copy left, so that none can be made again
+ * (every copy descends from the event made here, through a thread that
+ * carries one).  Their threads are held no longer, their budget is free.
  */
-static void pfprof_watch_mark(struct pfprof_watch *w,
-			      struct pfprof_listed *listed, unsigned int n)
+static void pfprof_watch_prune(struct pfprof_faults *f, struct pfprof_watch *w)
 {
-	struct perf_event *e, *child;
-	unsigned int i;
+	unsigned int i, kept = 0;
+	struct perf_event *e;
+	bool over;
 
-	sort(listed, n, sizeof(*listed), pfprof_listed_cmp, NULL);
 	for (i = 0; i < w->nr_events; i++) {
 		e = w->events[i];
-		pfprof_listed_mark(listed, n, e->hw.target, e);
 		mutex_lock(&e->child_mutex);
-		list_for_each_entry(child, &e->child_list, child_list)
-			pfprof_listed_mark(listed, n, child->hw.target, e);
+		over = READ_ONCE(e->state) == PERF_EVENT_STATE_EXIT &&
+		       list_empty(&e->child_list);
 		mutex_unlock(&e->child_mutex);
+		if (over)
+			perf_event_release_kernel(e);
+		else
+			w->events[kept++] = e;
 	}
+	f->nr_events -= w->nr_events - kept;
+	w->nr_events = kept;
 }
 
 /* Room for @n more events in @w's array. */
@@ -373,67 +397,96 @@ static void pfprof_listed_put(struct pfprof_listed *listed, unsigned int n)
 }
 
 /*
+ * Events on the threads @lacking of @w's process, made while no exec
+ * replaces its program, and only on a thread its session may read: events
+ * are never put on a program its opener or asker may not read (perf's own
+ * open asks the same, under the same lock).  A thread exiting needs none.
+ */
+static bool pfprof_watch_lacking(struct pfprof_faults *f, struct pfprof_watch *w,
+				 struct task_struct *leader,
+				 const struct pfprof_listed *lacking, unsigned int n)
+{
+	struct rw_semaphore *exec_lock = &leader->signal->exec_update_lock;
+	struct task_struct *t;
+	unsigned int i;
+	bool ok = true;
+
+	/* An exec under way: the next try finds its program. */
+	if (!down_read_trylock(exec_lock))
+		return false;
+	for (i = 0; i < n && ok; i++) {
+		t = lacking[i].task;
+		if (t->flags & PF_EXITING)
+			continue;
+		ok = pfprof_creds_may_read(f->opener_cred, w->ctx->asker, t) &&
+		     pfprof_watch_thread(f, w, t,
+					 PFPROF_EVENTS_BOTH & ~lacking[i].kinds);
+	}
+	up_read(exec_lock);
+	return ok;
+}
+
+/*
  * Events on every thread of @leader's process that lacks them, within the
- * session's bound (max_fault_threads).  Returns false when the bound, memory
- * or perf says no: the caller then releases the process's events, so that
- * it is not recorded at all rather than in part (nor twice: a thread that
- * inherited them gets none of its own).  A thread created meanwhile by one
- * that had no event yet is found by the next look, which repeats until
- * none is new, a few times at most (a thread whose event could not be made,
- * exiting, is found again).  The first look, before any event, lists one
- * thread over the budget at most; the next ones every thread, since those
- * that inherited events do not count against it.
+ * session's bound (max_fault_threads).  Returns false when the bound,
+ * memory, perf or the process's readability says no, or threads are made
+ * faster than they are listed: the caller then releases the process's
+ * events, so that it is not recorded at all rather than in part (nor twice:
+ * a thread that carries the session's events, made or inherited, gets none
+ * of their kind).  A thread created meanwhile by one that had no event yet
+ * is found by the next look, which repeats until one finds every thread
+ * with events, a few times at most (a thread whose event could not be
+ * made, exiting, is found again): any thread made after that inherits
+ * them.  A look lists one lacking thread over the budget at most.
  */
 static bool pfprof_watch_threads(struct pfprof_faults *f, struct pfprof_watch *w,
 				 struct task_struct *leader)
 {
 	struct pfprof_listed *listed;
 	struct task_struct *t;
-	unsigned int n, i, lacking, cap, budget, look;
-	bool ok = true;
+	unsigned int n, kinds, cap, budget, look;
+	bool ok, every_thread;
 
 	for (look = 0; look < PFPROF_THREAD_LOOKS; look++) {
 		budget = pfprof_max_fault_threads - f->nr_events / 2;
-		cap = READ_ONCE(leader->signal->nr_threads) + 8;
-		if (!w->nr_events)
-			cap = min(cap, budget + 1);
+		cap = min_t(unsigned int, READ_ONCE(leader->signal->nr_threads) + 8,
+			    budget + 1);
 		listed = kvmalloc_array(cap, sizeof(*listed), GFP_KERNEL_ACCOUNT);
 		if (!listed)
 			return false;
 		n = 0;
+		every_thread = true;
 		rcu_read_lock();
 		for_each_thread(leader, t) {
-			if (n == cap)
+			if (t->flags & PF_EXITING)
+				continue;
+			kinds = pfprof_thread_kinds(f, t);
+			if (kinds == PFPROF_EVENTS_BOTH)
+				continue;
+			if (n == cap) {
+				every_thread = false;
 				break;
-			if (!(t->flags & PF_EXITING))
-				listed[n++] = (struct pfprof_listed){
-					.task = get_task_struct(t),
-				};
+			}
+			listed[n++] = (struct pfprof_listed){
+				.task = get_task_struct(t),
+				.kinds = kinds,
+			};
 		}
 		rcu_read_unlock();
-		pfprof_watch_mark(w, listed, n);
-		/* The threads that lack an event first, the others let go. */
-		lacking = 0;
-		for (i = 0; i < n; i++) {
-			if (listed[i].kinds == PFPROF_EVENTS_BOTH)
-				put_task_struct(listed[i].task);
-			else
-				listed[lacking++] = listed[i];
+		if (!n) {
+			kvfree(listed);
+			if (every_thread)
+				return true;
+			continue;
 		}
-		if (lacking > budget ||
-		    (lacking && !pfprof_watch_grow(w, 2 * lacking))) {
-			pfprof_listed_put(listed, lacking);
+		ok = n <= budget && pfprof_watch_grow(w, 2 * n) &&
+		     pfprof_watch_lacking(f, w, leader, listed, n);
+		pfprof_listed_put(listed, n);
+		if (!ok)
 			return false;
-		}
-		for (i = 0; i < lacking && ok; i++)
-			ok = pfprof_watch_thread(f, w, listed[i].task,
-						 PFPROF_EVENTS_BOTH &
-							 ~listed[i].kinds);
-		pfprof_listed_put(listed, lacking);
-		if (!lacking || !ok)
-			break;
 	}
-	return ok;
+	/* Still threads made by threads without events: not in part. */
+	return false;
 }
 
 static struct pfprof_watch *pfprof_watch_of(struct pfprof_faults *f,
@@ -469,26 +522,24 @@ static struct pfprof_watch *pfprof_watch_new(struct pfprof_faults *f,
 }
 
 /*
- * The process @tgid carries events for @asker, unless the bound, memory or
- * perf says no, now or at its last try (then false until its retry).
+ * The process @tgid carries events for @asker, unless the bound, memory,
+ * perf or its readability says no, now or at its last try (then false
+ * until its retry, which only the sampler's syncs make).  @relist: its
+ * threads are listed again, even if they had events.
  */
 static bool pfprof_watch_member(struct pfprof_faults *f, struct pid *tgid,
-				const struct cred *asker, unsigned int sync)
+				const struct cred *asker, bool relist,
+				bool may_retry)
 {
 	struct pfprof_watch *w = pfprof_watch_of(f, tgid);
 	struct task_struct *leader;
 	bool ok;
 
-	/* Another member for the process since (it left, and joined again). */
-	if (w && w->ctx->asker != asker) {
-		pfprof_watch_release(f, w);
-		w = NULL;
-	}
 	if (w) {
-		w->seen = sync;
-		if (!w->refused)
+		if (!w->refused && !relist)
 			return true;
-		if ((int)(sync - w->retry_at) < 0)
+		if (w->refused &&
+		    (!may_retry || (int)(f->sampler_syncs - w->retry_at) < 0))
 			return false;
 	}
 	leader = get_pid_task(tgid, PIDTYPE_TGID);
@@ -500,15 +551,18 @@ static bool pfprof_watch_member(struct pfprof_faults *f, struct pid *tgid,
 			put_task_struct(leader);
 			return false;
 		}
-		w->seen = sync;
+		w->seen = f->sync;
 		hash_add(f->watches, &w->node, (unsigned long)w->tgid);
 	}
+	pfprof_watch_prune(f, w);
 	ok = pfprof_watch_threads(f, w, leader);
 	put_task_struct(leader);
-	if (ok)
+	if (ok) {
 		w->refused = false;
-	else
-		pfprof_watch_refuse(f, w, sync);
+		w->backoff = 0;
+	} else {
+		pfprof_watch_refuse(f, w);
+	}
 	return ok;
 }
 
@@ -559,41 +613,96 @@ static struct pfprof_to_watch *pfprof_members_to_watch(struct pfprof_session *s,
 }
 
 /*
- * Every member that can be recorded carries events, those that left
- * release theirs.  Process context; takes members_lock briefly.
+ * Watches of members that left, or that another asker asked for since
+ * (the process left and joined again), are released: first, since their
+ * events' inherited copies may be all that threads of a member listed
+ * after carry.
  */
-void pfprof_faults_sync(struct pfprof_session *s)
+static void pfprof_watches_release_left(struct pfprof_faults *f,
+					const struct pfprof_to_watch *tgids,
+					unsigned int n)
 {
-	struct pfprof_faults *f = &s->faults;
 	struct pfprof_watch *w;
 	struct hlist_node *tmp;
-	unsigned int bkt, i, n, unattributed = 0;
+	unsigned int bkt, i;
+
+	for (i = 0; i < n; i++) {
+		w = pfprof_watch_of(f, tgids[i].tgid);
+		if (w && w->ctx->asker == tgids[i].asker)
+			w->seen = f->sync;
+	}
+	hash_for_each_safe(f->watches, bkt, tmp, w, node) {
+		if (w->seen != f->sync)
+			pfprof_watch_release(f, w);
+	}
+}
+
+/*
+ * Every member that can be recorded carries events, those that left
+ * release theirs.  Only once the ring started: a session that never
+ * starts has no sampler to release them.  @sampler: the sampler's sync,
+ * the only one that retries refused processes (an ADD's would shorten
+ * their wait).  Process context; takes members_lock briefly.
+ */
+void pfprof_faults_sync(struct pfprof_session *s, bool sampler)
+{
+	struct pfprof_faults *f = &s->faults;
+	unsigned int i, n, pass, refused = 0, unattributed = 0;
 	struct pfprof_to_watch *tgids;
+	bool relist;
 
 	mutex_lock(&f->lock);
-	if (!f->minor_period || f->released) {
-		mutex_unlock(&f->lock);
-		return;
-	}
+	if (!f->minor_period || f->released ||
+	    READ_ONCE(s->ring.mode) == PFPROF_MODE_NONE)
+		goto out;
 	f->sync++;
+	f->sampler_syncs += sampler;
 	tgids = pfprof_members_to_watch(s, &n, &unattributed);
+	/* Without the list, keep what is there: the next sync decides. */
+	if (!tgids) {
+		f->unattributed = unattributed;
+		goto out;
+	}
+	pfprof_watches_release_left(f, tgids, n);
+	/*
+	 * Again while a pass released events (a refusal): their inherited
+	 * copies may have been all some member's threads had.  A watch refused
+	 * is not tried again in this sync, so n + 1 passes at most.
+	 */
+	for (pass = 0; pass <= n; pass++) {
+		relist = atomic_xchg(&f->relist, 0);
+		if (pass && !relist)
+			break;
+		refused = 0;
+		for (i = 0; i < n; i++)
+			refused += !pfprof_watch_member(f, tgids[i].tgid,
+							tgids[i].asker, relist,
+							sampler);
+	}
 	for (i = 0; i < n; i++) {
-		if (!pfprof_watch_member(f, tgids[i].tgid, tgids[i].asker,
-					 f->sync))
-			unattributed++;
 		put_pid(tgids[i].tgid);
 		put_cred(tgids[i].asker);
 	}
 	kfree(tgids);
-	/* Without the list, keep what is there: the next sync decides. */
-	if (tgids) {
-		hash_for_each_safe(f->watches, bkt, tmp, w, node) {
-			if (w->seen != f->sync)
-				pfprof_watch_release(f, w);
-		}
-	}
-	f->unattributed = unattributed;
+	f->unattributed = unattributed + refused;
+out:
 	mutex_unlock(&f->lock);
+}
+
+/*
+ * An exec left a process of @s not dumpable, and perf removed its events
+ * (begin_new_exec()): a @member's threads are listed again at the next
+ * sync (events only if @s may read the new program); a process of a
+ * member's tree is counted as not recorded for good, since what it does
+ * after it execs back into a readable program is counted, not recorded.
+ * Atomic: the exec probe's.
+ */
+void pfprof_faults_exec(struct pfprof_session *s, bool member)
+{
+	if (member)
+		atomic_set(&s->faults.relist, 1);
+	else
+		atomic_add_unless(&s->faults.exec_unrecorded, 1, INT_MAX);
 }
 
 /* Copies @n records to the region: claimed first, published after. */
@@ -673,7 +782,8 @@ void pfprof_faults_drain(struct pfprof_session *s)
 	pfprof_faults_publish(f, batch, n);
 	WRITE_ONCE(f->area->dropped_major, dropped_major);
 	WRITE_ONCE(f->area->dropped_minor, dropped_minor);
-	WRITE_ONCE(f->area->unattributed, f->unattributed);
+	WRITE_ONCE(f->area->unattributed,
+		   f->unattributed + atomic_read(&f->exec_unrecorded));
 	mutex_unlock(&f->lock);
 }
 
@@ -690,7 +800,8 @@ static void pfprof_cpu_buffers_free(struct pfprof_faults *f)
 }
 
 /* PFPROF_IOC_ATTRIBUTE: the region and buffers, then the members' events. */
-int pfprof_faults_start(struct pfprof_session *s, u32 minor_period)
+int pfprof_faults_start(struct pfprof_session *s, const struct file *file,
+			u32 minor_period)
 {
 	struct pfprof_faults *f = &s->faults;
 	struct pfprof_faults_area *a;
@@ -700,6 +811,8 @@ int pfprof_faults_start(struct pfprof_session *s, u32 minor_period)
 	if (minor_period < PFPROF_MINOR_PERIOD_MIN ||
 	    minor_period > PFPROF_MINOR_PERIOD_MAX)
 		return -EINVAL;
+	if (!pfprof_may_attribute(file))
+		return -EPERM;
 	mutex_lock(&f->lock);
 	if (f->minor_period || f->released) {
 		ret = -EBUSY;
@@ -737,9 +850,9 @@ int pfprof_faults_start(struct pfprof_session *s, u32 minor_period)
 	f->records = (void *)a + PFPROF_PAGE_SIZE;
 	/* mmap and the fault handler of the mapping look without the lock. */
 	smp_store_release(&f->area, a);
-	f->minor_period = minor_period;
+	WRITE_ONCE(f->minor_period, minor_period);
 	mutex_unlock(&f->lock);
-	pfprof_faults_sync(s);
+	pfprof_faults_sync(s, false);
 	return 0;
 
 err_nomem:

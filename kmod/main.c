@@ -81,6 +81,18 @@ MODULE_PARM_DESC(max_fault_threads,
 		 "Threads an attributing session's fault events cover " PFPROF_RANGE(
 		 1, PFPROF_MAX_FAULT_THREADS_MAX, PFPROF_MAX_FAULT_THREADS_DEFAULT));
 
+/*
+ * Who may ask a session's faults attributed (PFPROF_IOC_ATTRIBUTE): it puts
+ * kernel perf events on the profiled processes, which Debian's
+ * perf_event_paranoid=3 keeps from unprivileged users.
+ */
+unsigned int pfprof_attribution = PFPROF_ATTRIBUTION_PERFMON;
+module_param_named(attribution, pfprof_attribution, uint, 0444);
+MODULE_PARM_DESC(attribution,
+		 "Who may attribute faults: 0 nobody, 1 an opener with CAP_PERFMON or CAP_SYS_ADMIN, 2 every opener " PFPROF_RANGE(
+		 PFPROF_ATTRIBUTION_NOBODY, PFPROF_ATTRIBUTION_EVERY_OPENER,
+		 PFPROF_ATTRIBUTION_PERFMON));
+
 static int pfprof_check_range(const char *name, unsigned int value,
 			      unsigned int min, unsigned int max)
 {
@@ -101,6 +113,9 @@ static int pfprof_check_params(void)
 				 PFPROF_FAULT_CPU_RECORDS_MAX) ?:
 	      pfprof_check_range("max_fault_threads", pfprof_max_fault_threads,
 				 1, PFPROF_MAX_FAULT_THREADS_MAX) ?:
+	      pfprof_check_range("attribution", pfprof_attribution,
+				 PFPROF_ATTRIBUTION_NOBODY,
+				 PFPROF_ATTRIBUTION_EVERY_OPENER) ?:
 	      pfprof_check_range("period_ms", pfprof_period_ms,
 				 PFPROF_PERIOD_MS_MIN, PFPROF_PERIOD_MS_MAX) ?:
 	      pfprof_check_range("buffer_pages", pfprof_buffer_pages,

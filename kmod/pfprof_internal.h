@@ -74,6 +74,12 @@ extern unsigned int pfprof_max_registrations;
 extern unsigned int pfprof_fault_pages;
 extern unsigned int pfprof_fault_cpu_records;
 extern unsigned int pfprof_max_fault_threads;
+extern unsigned int pfprof_attribution;
+
+/* pfprof_attribution: who may attribute a session's faults. */
+#define PFPROF_ATTRIBUTION_NOBODY		0
+#define PFPROF_ATTRIBUTION_PERFMON		1
+#define PFPROF_ATTRIBUTION_EVERY_OPENER	2
 
 /* The faults region's size, control page included. */
 static inline u64 pfprof_faults_size(void)
@@ -102,6 +108,7 @@ bool pfprof_creds_may_read(const struct cred *opener, const struct cred *asker,
 			   struct task_struct *task);
 bool pfprof_may_read(const struct file *file, struct task_struct *task);
 bool pfprof_may_read_current(const struct cred *cred);
+bool pfprof_may_attribute(const struct file *file);
 bool pfprof_may_list(const struct file *file, struct task_struct *task);
 int pfprof_lookup(const struct file *file, pid_t nr, struct pid **pidp,
 		  struct task_struct **leaderp);
@@ -279,12 +286,24 @@ struct pfprof_faults {
 	struct irq_work wake;
 	atomic_t filling;
 	unsigned int sync;		/* bumped by each pfprof_faults_sync() */
+	unsigned int sampler_syncs;	/* of them, the sampler's: the back-off's clock */
 	unsigned int unattributed;	/* at the last sync */
+	/*
+	 * Set where events some thread of a member carried may be gone: a
+	 * watch's released (its inherited copies with it), an exec that left a
+	 * process not dumpable (perf removes its events).  The next sync lists
+	 * every member's threads again.
+	 */
+	atomic_t relist;
+	/* Processes of the trees whose events such an exec removed: ever. */
+	atomic_t exec_unrecorded;
 };
 
 void pfprof_faults_init(struct pfprof_session *s);
-int pfprof_faults_start(struct pfprof_session *s, u32 minor_period);
-void pfprof_faults_sync(struct pfprof_session *s);
+int pfprof_faults_start(struct pfprof_session *s, const struct file *file,
+			u32 minor_period);
+void pfprof_faults_sync(struct pfprof_session *s, bool sampler);
+void pfprof_faults_exec(struct pfprof_session *s, bool member);
 void pfprof_faults_drain(struct pfprof_session *s);
 bool pfprof_faults_filling(struct pfprof_session *s);
 void pfprof_faults_release(struct pfprof_session *s);

@@ -286,7 +286,7 @@ static int pfprof_sampler_fn(void *data)
 		}
 		collected = pfprof_sampler_collect(&st);
 		/* Members that joined carry events, those that left none. */
-		pfprof_faults_sync(s);
+		pfprof_faults_sync(s, true);
 		if (collected) {
 			/* A sample's consumer finds its period's faults. */
 			pfprof_faults_drain(s);

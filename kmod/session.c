@@ -425,6 +425,8 @@ static long pfprof_ioc_set_mode(struct pfprof_session *s, u32 __user *uarg)
 	/* Ended before it counted anything: there is nothing to wait for. */
 	pfprof_ring_start(&s->ring, mode,
 			  READ_ONCE(s->ended) && !READ_ONCE(s->counted_any));
+	/* Attributing: the members carry events from the start. */
+	pfprof_faults_sync(s, false);
 	/* The sampler waits for the start. */
 	pfprof_sampler_kick(s);
 	return 0;
@@ -472,23 +474,24 @@ static long pfprof_ioc_add(struct file *file, struct pfprof_target __user *uarg)
 	put_pid(pid);
 	/* Its faults are recorded from now, not from the next period. */
 	if (ret >= 0)
-		pfprof_faults_sync(s);
+		pfprof_faults_sync(s, false);
 	/* The first process: an idle sampler starts its deadlines. */
 	if (ret > 0)
 		pfprof_sampler_kick(s);
 	return min_t(long, ret, 0);
 }
 
-static long pfprof_ioc_attribute(struct pfprof_session *s,
+static long pfprof_ioc_attribute(struct file *file,
 				 struct pfprof_attribution __user *uarg)
 {
+	struct pfprof_session *s = file->private_data;
 	struct pfprof_attribution attr;
 
 	if (copy_from_user(&attr, uarg, sizeof(attr)))
 		return -EFAULT;
 	if (attr.flags || attr.reserved)
 		return -EINVAL;
-	return pfprof_faults_start(s, attr.minor_period);
+	return pfprof_faults_start(s, file, attr.minor_period);
 }
 
 /*
@@ -618,7 +621,7 @@ long pfprof_session_ioctl(struct file *file, unsigned int cmd,
 	case PFPROF_IOC_ADD_CGROUP:
 		return pfprof_ioc_add_cgroup(s, uarg);
 	case PFPROF_IOC_ATTRIBUTE:
-		return pfprof_ioc_attribute(s, uarg);
+		return pfprof_ioc_attribute(file, uarg);
 	default:
 		return -ENOTTY;
 	}

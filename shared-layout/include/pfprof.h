@@ -211,13 +211,17 @@
  * (PERF_COUNT_SW_PAGE_FAULTS_MAJ: every one; _MIN: one in minor_period),
  * each with its process, address and time, and its sampler copies them
  * here once a period, before that period's sample is offered to the ring:
- * a consumer that holds a sample of time T finds every fault recorded up
- * to T here already.  Addresses are resolved to mappings by the consumer,
- * from /proc/<pid>/maps with its own rights: the module never names a
- * mapping.  A fault is recorded only if the opener may ptrace-read its
- * process as it is taken (after a setuid program's exec, say, it may not;
- * such faults are counted as dropped) and can name it in its pid
- * namespace.
+ * a consumer that holds a sample of time T finds here every fault recorded
+ * up to T, but for one whose handler was still running on another CPU
+ * then (it comes with the next period's).  Addresses are resolved to
+ * mappings by the consumer, from /proc/<pid>/maps with its own rights: the
+ * module never names a mapping.  A fault is recorded only if the opener
+ * and whoever asked for the member whose events count it may ptrace-read
+ * its process as the fault is taken (such faults are counted as dropped) and the opener can
+ * name it in its pid namespace.  Who may ask for attribution at all is the
+ * module parameter attribution's to say (by default an opener with
+ * CAP_PERFMON or CAP_SYS_ADMIN, as Debian's perf_event_paranoid=3 allows
+ * perf events to them only): -EPERM for others.
  *
  * The module is the only writer, and never blocks on the consumer: the
  * slot of sequence s is s % record_count, and the oldest records are
@@ -248,11 +252,19 @@
  * the region, exactly counted.  Faults taken after the session's last
  * sample are not copied.  A process whose
  * threads exceed the module's bound on events (the module parameter
- * max_fault_threads, per session) is not recorded at all: unattributed
- * counts such processes, and those PFPROF_IOC_ATTRIBUTE does not cover.
- * Not yet counted anywhere: processes already below an inheriting member
- * when it joins, and members taken into another member's tree (the
- * events follow what a thread starts after they exist).
+ * max_fault_threads, per session), that makes threads faster than the
+ * module lists them, or that its session may not read (a member running a
+ * setuid program) is not recorded at all, until a later try: unattributed
+ * counts such processes, those PFPROF_IOC_ATTRIBUTE does not cover, and,
+ * for good, each exec that left a process of a member's tree not
+ * dumpable (perf removes its events then; what it does after an exec
+ * back into a program the opener may read is counted, not recorded).
+ * Not counted anywhere (the events follow what a thread starts after they
+ * exist): processes already below an inheriting member when it joins or
+ * its events are made, the descendants of a member whose events went
+ * (it left, or was refused) while they live on, and, for the moment a
+ * sync takes to make its own, a member whose threads carried only the
+ * inherited events of one that left.
  *
  * Cache lines
  * -----------

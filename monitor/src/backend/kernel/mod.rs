@@ -224,10 +224,10 @@ impl Backend for Kernel {
         Ok((unattributed > 0)
             .then(|| {
                 format!(
-                    "{unattributed} of the profiled processes were not attributed (the module's \
-                     events may cover max_fault_threads threads a session, only processes \
-                     counted with their descendants, and none after a process's exec of a \
-                     setuid program): their faults are counted, not placed"
+                    "{unattributed} of the profiled processes were not attributed, or not \
+                     wholly (the module's events cover max_fault_threads threads a session, \
+                     only processes counted with their descendants, and none after an exec \
+                     of a setuid program): their faults are counted, not placed"
                 )
             })
             .into_iter()
