@@ -389,6 +389,29 @@ fn recorded_in(
         .count() as u64)
 }
 
+/// Takes the session's samples into `samples` until it has offered two of periods that
+/// ended after `after_ns` (CLOCK_MONOTONIC), or until it ended: the sampler has copied
+/// every fault recorded up to then, and has looked at the members since (each period).
+fn periods_after(
+    consumer: &mut shared_layout::relaxed::RelaxedConsumer,
+    samples: &mut Vec<shared_layout::Sample>,
+    after_ns: u64,
+) -> Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let drained = consumer.drain(samples)?;
+        ensure!(drained.lost == 0, "lost {} samples", drained.lost);
+        if drained.ended || samples.iter().filter(|s| s.time_ns > after_ns).count() >= 2 {
+            return Ok(());
+        }
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "no two periods after {after_ns} ns within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Pages a process touches in its window, a minor fault each, in
 /// `a_descendant_reparented_then_added_is_recorded_once` and
 /// `a_process_that_execs_a_setuid_program_and_back_counts_as_unattributed`.
@@ -403,6 +426,7 @@ const WINDOW_PAGES: u64 = 2048;
 /// recorded exactly once.
 pub fn a_descendant_reparented_then_added_is_recorded_once(env: &Env) -> Result<()> {
     use shared_layout::device::Device;
+    use shared_layout::relaxed::RelaxedConsumer;
     use shared_layout::Mode;
 
     // Room in a CPU's buffer for every fault of the window, twice, within a period.
@@ -411,8 +435,9 @@ pub fn a_descendant_reparented_then_added_is_recorded_once(env: &Env) -> Result<
     let mut region = dev.attribute(1)?;
     let mut a = kmod::Profiled::spawn(&["orphan-after-go", &WINDOW_PAGES.to_string()])?;
     dev.add(a.pid, true, false)?;
-    let area = dev.start(Mode::Relaxed)?;
-    // Periods enough for A's events before it forks: D and C inherit them.
+    let mut consumer = RelaxedConsumer::new(dev.start(Mode::Relaxed)?);
+    // The start made A's events; the sampler has run a few periods before A forks, D
+    // and C inheriting them.
     std::thread::sleep(Duration::from_millis(300));
     a.go()?;
     let line = a.read_line()?;
@@ -422,7 +447,7 @@ pub fn a_descendant_reparented_then_added_is_recorded_once(env: &Env) -> Result<
     };
     dev.add(orphan, true, false)
         .context("adding the reparented descendant")?;
-    // Periods enough for its join and the module's look at its threads.
+    // The ADD made what events it makes; the sampler runs a few periods since.
     std::thread::sleep(Duration::from_millis(300));
     // The orphan reads it: A reads nothing more.
     a.send(b'g')?;
@@ -431,8 +456,7 @@ pub fn a_descendant_reparented_then_added_is_recorded_once(env: &Env) -> Result<
         pid == orphan,
         "the window of {pid}, not of the orphan {orphan}"
     );
-    // Two periods: the sampler has copied every fault of the window.
-    std::thread::sleep(Duration::from_millis(200));
+    periods_after(&mut consumer, &mut Vec::new(), *window.end())?;
     let recorded = recorded_in(&mut region, orphan, &window)?;
     let figure = format!(
         "a descendant reparented, then added: {recorded} of its faults recorded, {taken} taken"
@@ -441,7 +465,7 @@ pub fn a_descendant_reparented_then_added_is_recorded_once(env: &Env) -> Result<
     crate::harness::figure(&figure);
     a.kill()?;
     a.reap()?;
-    drop((area, region, dev));
+    drop((consumer, region, dev));
     module.unload()
 }
 
@@ -472,33 +496,24 @@ fn exec_back(via: &str) -> Result<(u64, u64, u64, u32)> {
     ])?;
     dev.add(a.pid, true, false)?;
     let mut consumer = RelaxedConsumer::new(dev.start(Mode::Relaxed)?);
-    // Periods enough for A's events before it forks: its child inherits them.
+    // The start made A's events; the sampler has run a few periods before A forks,
+    // its child inheriting them.
     std::thread::sleep(Duration::from_millis(300));
     a.go()?;
     let (pid, window, taken) = window_of(&a.read_line()?)?;
     let line = a.read_line()?;
     ensure!(line == format!("child {pid} status 0"), "A said {line:?}");
-    // Two periods: the sampler has copied every fault of the window, and has looked at
-    // the members since the exec.
-    std::thread::sleep(Duration::from_millis(200));
+    let mut samples = Vec::new();
+    periods_after(
+        &mut consumer,
+        &mut samples,
+        shared_layout::abi::monotonic_ns(),
+    )?;
     let recorded = recorded_in(&mut region, pid, &window)?;
     let unattributed = region.unattributed();
     // A leaves, and the session ends with it.
     a.reap()?;
-    let mut samples = Vec::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let drained = consumer.drain(&mut samples)?;
-        ensure!(drained.lost == 0, "lost {} samples", drained.lost);
-        if drained.ended {
-            break;
-        }
-        ensure!(
-            std::time::Instant::now() < deadline,
-            "the session never ended"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    periods_after(&mut consumer, &mut samples, u64::MAX)?;
     let sampled = samples.iter().map(|s| s.minor).sum();
     Ok((recorded, taken, sampled, unattributed))
 }
