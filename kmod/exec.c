@@ -245,6 +245,11 @@ static void pfprof_exec_offer(struct pfprof_session *s, struct task_struct *p,
 	struct task_struct *a = p;
 	unsigned int depth, i;
 
+	/*
+	 * Before the cheap filter below: a session that may read another
+	 * user's processes (CAP_SYS_PTRACE) counts them, and perf removed
+	 * their events all the same.
+	 */
 	if (hidden_ns && READ_ONCE(s->faults.minor_period))
 		pfprof_exec_unrecorded(s, p);
 	/* Cheap first: a process of another user than those it asks for. */

@@ -108,6 +108,12 @@ struct pfprof_watch {
 #define PFPROF_EVENTS_BOTH	(PFPROF_EVENTS_MAJOR | PFPROF_EVENTS_MINOR)
 
 /*
+ * Events a look reads in its threads' contexts, at most, under one RCU read
+ * lock: a user may put thousands of its own perf events on each thread.
+ */
+#define PFPROF_EVENTS_SCAN_MAX	(1u << 20)
+
+/*
  * How often a process's threads are listed, at most, until a look finds
  * every one with events: then any thread made later inherits them.
  */
@@ -215,7 +221,7 @@ static void pfprof_watch_drop_events(struct pfprof_faults *f,
 	unsigned int i;
 
 	if (w->nr_events)
-		atomic_set(&f->relist, 1);
+		f->dropped = true;
 	for (i = 0; i < w->nr_events; i++)
 		perf_event_release_kernel(w->events[i]);
 	f->nr_events -= w->nr_events;
@@ -293,7 +299,8 @@ struct pfprof_listed {
  * its events.
  */
 static unsigned int pfprof_thread_kinds(struct pfprof_faults *f,
-					struct task_struct *t)
+					struct task_struct *t,
+					unsigned int *scanned)
 {
 	struct perf_event_context *ctx = pfprof_task_sw_ctx(t);
 	const struct pfprof_watch_ctx *wc;
@@ -303,7 +310,8 @@ static unsigned int pfprof_thread_kinds(struct pfprof_faults *f,
 	if (!ctx)
 		return 0;
 	list_for_each_entry_rcu(e, &ctx->event_list, event_entry) {
-		if (e->overflow_handler != pfprof_fault_handler)
+		++*scanned;
+		if (READ_ONCE(e->overflow_handler) != pfprof_fault_handler)
 			continue;
 		wc = e->overflow_handler_context;
 		if (wc->faults == f &&
@@ -444,7 +452,7 @@ static bool pfprof_watch_threads(struct pfprof_faults *f, struct pfprof_watch *w
 {
 	struct pfprof_listed *listed;
 	struct task_struct *t;
-	unsigned int n, kinds, cap, budget, look;
+	unsigned int n, kinds, cap, budget, look, scanned;
 	bool ok, every_thread;
 
 	for (look = 0; look < PFPROF_THREAD_LOOKS; look++) {
@@ -455,12 +463,15 @@ static bool pfprof_watch_threads(struct pfprof_faults *f, struct pfprof_watch *w
 		if (!listed)
 			return false;
 		n = 0;
+		scanned = 0;
 		every_thread = true;
 		rcu_read_lock();
 		for_each_thread(leader, t) {
+			if (scanned > PFPROF_EVENTS_SCAN_MAX)
+				break;
 			if (t->flags & PF_EXITING)
 				continue;
-			kinds = pfprof_thread_kinds(f, t);
+			kinds = pfprof_thread_kinds(f, t, &scanned);
 			if (kinds == PFPROF_EVENTS_BOTH)
 				continue;
 			if (n == cap) {
@@ -473,6 +484,10 @@ static bool pfprof_watch_threads(struct pfprof_faults *f, struct pfprof_watch *w
 			};
 		}
 		rcu_read_unlock();
+		if (scanned > PFPROF_EVENTS_SCAN_MAX) {
+			pfprof_listed_put(listed, n);
+			return false;
+		}
 		if (!n) {
 			kvfree(listed);
 			if (every_thread)
@@ -667,12 +682,17 @@ void pfprof_faults_sync(struct pfprof_session *s, bool sampler)
 	/*
 	 * Again while a pass released events (a refusal): their inherited
 	 * copies may have been all some member's threads had.  A watch refused
-	 * is not tried again in this sync, so n + 1 passes at most.
+	 * is not tried again in this sync, so n + 1 passes at most.  A member's
+	 * exec asks for one listing, not for more passes: an exec removes only
+	 * its own process's events.
 	 */
 	for (pass = 0; pass <= n; pass++) {
-		relist = atomic_xchg(&f->relist, 0);
-		if (pass && !relist)
+		relist = f->dropped;
+		if (!pass)
+			relist |= atomic_xchg(&f->member_execd, 0);
+		else if (!relist)
 			break;
+		f->dropped = false;
 		refused = 0;
 		for (i = 0; i < n; i++)
 			refused += !pfprof_watch_member(f, tgids[i].tgid,
@@ -690,19 +710,18 @@ out:
 }
 
 /*
- * An exec left a process of @s not dumpable, and perf removed its events
- * (begin_new_exec()): a @member's threads are listed again at the next
- * sync (events only if @s may read the new program); a process of a
- * member's tree is counted as not recorded for good, since what it does
- * after it execs back into a readable program is counted, not recorded.
- * Atomic: the exec probe's.
+ * An exec left a member of @s, or a process of a member's tree, not
+ * dumpable, and perf removed its events (begin_new_exec()): counted as not
+ * recorded for good, since what it does after (a member until the next
+ * sync gives it events again, if @s may read the new program; another
+ * process after it execs back into a readable one) is counted, not
+ * recorded.  Atomic: the exec probe's.
  */
 void pfprof_faults_exec(struct pfprof_session *s, bool member)
 {
 	if (member)
-		atomic_set(&s->faults.relist, 1);
-	else
-		atomic_add_unless(&s->faults.exec_unrecorded, 1, INT_MAX);
+		atomic_set(&s->faults.member_execd, 1);
+	atomic_add_unless(&s->faults.exec_unrecorded, 1, INT_MAX);
 }
 
 /* Copies @n records to the region: claimed first, published after. */

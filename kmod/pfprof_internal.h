@@ -289,13 +289,13 @@ struct pfprof_faults {
 	unsigned int sampler_syncs;	/* of them, the sampler's: the back-off's clock */
 	unsigned int unattributed;	/* at the last sync */
 	/*
-	 * Set where events some thread of a member carried may be gone: a
-	 * watch's released (its inherited copies with it), an exec that left a
-	 * process not dumpable (perf removes its events).  The next sync lists
-	 * every member's threads again.
+	 * A watch released events: their inherited copies may have been all
+	 * some member's threads carried, and the members are listed again.
 	 */
-	atomic_t relist;
-	/* Processes of the trees whose events such an exec removed: ever. */
+	bool dropped;
+	/* The exec probe's: a member exec'd not dumpable, perf removed its events. */
+	atomic_t member_execd;
+	/* Execs that left a member or a process of its tree not dumpable: ever. */
 	atomic_t exec_unrecorded;
 };
 

@@ -256,9 +256,11 @@
  * module lists them, or that its session may not read (a member running a
  * setuid program) is not recorded at all, until a later try: unattributed
  * counts such processes, those PFPROF_IOC_ATTRIBUTE does not cover, and,
- * for good, each exec that left a process of a member's tree not
- * dumpable (perf removes its events then; what it does after an exec
- * back into a program the opener may read is counted, not recorded).
+ * for good, each exec that left a member or a process of a member's tree
+ * not dumpable (perf removes its events then; what it does after is
+ * counted, not recorded: a member's until the next period gives it events
+ * again, if its session may read the new program, another process's after
+ * an exec back into a program the opener may read).
  * Not counted anywhere (the events follow what a thread starts after they
  * exist): processes already below an inheriting member when it joins or
  * its events are made, the descendants of a member whose events went

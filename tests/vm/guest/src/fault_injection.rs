@@ -185,17 +185,18 @@ pub fn every_allocation_of_the_module_fails_cleanly_under_fault_injection(env: &
             )
         })?,
     ));
-    // A session attributing faults: its region, each CPU's buffer, and the events on
-    // every thread of the tree's process.
+    // A session attributing faults: its region, each CPU's buffer, and, once its ring
+    // starts, the events on every thread of the tree's process.
     points.push((
-        "ATTRIBUTE with a process",
+        "ATTRIBUTE with a process, then the start",
         fail_each_allocation(&fail, "ATTRIBUTE", || {
             let session = match raw_open() {
                 Ok(session) => session,
                 Err(e) => return clean(Err(errno_of(&e)), &[]),
             };
             clean(add(&session, pid as i32, abi::TARGET_INHERIT, 0), &[])?;
-            clean(attribute(&session, 61), &[])
+            clean(attribute(&session, 61), &[])?;
+            clean(set_mode(&session, Mode::Relaxed.as_raw()), &[])
         })?,
     ));
     points.push((
