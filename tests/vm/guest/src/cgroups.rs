@@ -153,12 +153,15 @@ impl Rows {
         Ok(())
     }
 
-    /// Every row's minor faults, once the monitor has ended (and closed its output).
-    fn minor(mut self) -> Result<Vec<u64>> {
+    /// Every row's `mono_ns` and minor faults, once the monitor has ended (and closed
+    /// its output).
+    fn minor(mut self) -> Result<Vec<(u64, u64)>> {
         while let Ok(line) = self.lines.recv() {
             self.take(line.context("reading the monitor's rows")?)?;
         }
-        csv_column(&self.text, "minor")
+        let minor = csv_column(&self.text, "minor")?;
+        ensure!(minor.len() == self.stamps.len(), "rows without mono_ns");
+        Ok(self.stamps.into_iter().zip(minor).collect())
     }
 }
 
@@ -210,11 +213,14 @@ fn how_it_ran(pid: u32) -> String {
 /// looks that both find the process inside. (Fixed waits of 100 periods, then waits for
 /// the sampler's sleeps, which a wait on a lock also makes, once counted a whole round
 /// taken outside, on a loaded machine.)
-fn move_to(cgroup: &str, pid: u32, rows: &mut Rows) -> Result<()> {
+/// Each move's time goes to `steps`, for a failure to show among the rows.
+fn move_to(cgroup: &str, pid: u32, rows: &mut Rows, steps: &mut Vec<String>) -> Result<()> {
     rows.look_after(monotonic_ns())?;
     fs::write(format!("{cgroup}/cgroup.procs"), pid.to_string())
         .with_context(|| format!("moving {pid} to {cgroup}"))?;
-    rows.look_after(monotonic_ns())
+    let moved = monotonic_ns();
+    steps.push(format!("{moved} moved to {cgroup}"));
+    rows.look_after(moved)
 }
 
 /// Minor faults of `pid` and of the children it reaped (stat fields 10 and 11).
@@ -226,13 +232,20 @@ fn minflt_with_children(pid: u32) -> Result<u64> {
 }
 
 /// One round of `child rounds` (`l` itself, `f` through a child), and the
-/// faults it took, children included.
-fn round(p: &mut Profiled, kind: u8) -> Result<u64> {
+/// faults it took, children included; when it ran goes to `steps`.
+fn round(p: &mut Profiled, kind: u8, steps: &mut Vec<String>) -> Result<u64> {
     let before = minflt_with_children(p.pid)?;
+    let began = monotonic_ns();
     p.send(kind)?;
     ensure!(p.read_line()? == "done");
     p.wait_asleep()?;
-    Ok(minflt_with_children(p.pid)? - before)
+    let faults = minflt_with_children(p.pid)? - before;
+    steps.push(format!(
+        "{began}..{} round {}: {faults} faults",
+        monotonic_ns(),
+        char::from(kind)
+    ));
+    Ok(faults)
 }
 
 pub fn a_cgroup_target_counts_exactly_what_its_processes_did_inside_in_both_backends(
@@ -266,15 +279,15 @@ pub fn a_cgroup_target_counts_exactly_what_its_processes_did_inside_in_both_back
         let stdout = monitor.stdout.take().context("no stdout")?;
         let mut rows = Rows::read(stdout, sampler_of(backend, monitor.id())?);
         // Outside, inside (in a cgroup below), outside again, inside through a child.
-        let mut inside = 0;
-        round(&mut p, b'l')?;
-        move_to(&inner, p.pid, &mut rows)?;
-        inside += round(&mut p, b'l')?;
-        move_to(ROOT, p.pid, &mut rows)?;
-        round(&mut p, b'l')?;
-        move_to(&cgroup, p.pid, &mut rows)?;
-        inside += round(&mut p, b'f')?;
-        move_to(ROOT, p.pid, &mut rows)?;
+        let (mut inside, mut steps) = (0, Vec::new());
+        round(&mut p, b'l', &mut steps)?;
+        move_to(&inner, p.pid, &mut rows, &mut steps)?;
+        inside += round(&mut p, b'l', &mut steps)?;
+        move_to(ROOT, p.pid, &mut rows, &mut steps)?;
+        round(&mut p, b'l', &mut steps)?;
+        move_to(&cgroup, p.pid, &mut rows, &mut steps)?;
+        inside += round(&mut p, b'f', &mut steps)?;
+        move_to(ROOT, p.pid, &mut rows, &mut steps)?;
         fs::remove_dir(&inner)?;
         fs::remove_dir(&cgroup)?;
         let stderr = finished(
@@ -285,16 +298,24 @@ pub fn a_cgroup_target_counts_exactly_what_its_processes_did_inside_in_both_back
         p.reap()?;
         let longest_wait = rows.longest_wait;
         let minor = rows.minor()?;
-        let sum: u64 = minor.iter().sum();
+        let sum: u64 = minor.iter().map(|&(_, faults)| faults).sum();
         said.push(format!(
             "{backend}: {sum} of {inside} in {} rows, a look waited for {} ms at most",
             minor.len(),
             longest_wait.as_millis()
         ));
+        let faulting: Vec<String> = minor
+            .iter()
+            .filter(|&&(_, faults)| faults > 0)
+            .map(|(mono_ns, faults)| format!("{mono_ns}: {faults}"))
+            .collect();
         ensure!(
             sum == inside,
             "{backend} backend: the samples hold {sum} minor faults, the process took {inside} \
-             inside the cgroup: {stderr}"
+             inside the cgroup; what happened (CLOCK_MONOTONIC ns): [{}]; the rows with faults: \
+             [{}]: {stderr}",
+            steps.join("; "),
+            faulting.join(", ")
         );
         mark.ensure_clean()?;
     }
