@@ -249,6 +249,7 @@ struct pfprof_tree {
 	unsigned int used[2];		/* processes each walk put in it */
 	bool complete[2];		/* each walk put every one in it */
 	u64 walked_at[2];		/* when each walk began, ktime_get_ns() */
+	u64 walked_before;		/* when the walk before the last one began */
 	unsigned int cur;		/* which map the last walk filled */
 };
 

@@ -290,7 +290,13 @@ static struct pfprof_member *pfprof_lookup_owner(struct pfprof_session *s,
 /*
  * What of @p's @total is not ours, when the walk first counts it: nothing
  * when it was born in the tree (or in the cgroup, to a process counted there,
- * since the last walk began), else all it did so far.
+ * since the walk before the last one began), else all it did so far.  Not
+ * since the last walk began: a fork dates its child (copy_process() sets
+ * start_time) before it links it where a walk finds it, and a forker
+ * preempted in between (a loaded machine) has a child the last walk did not
+ * find, born before it began; all it did since would be lost.  The price: a
+ * process born outside in those two periods and moved in to a counted
+ * parent's cgroup has its life outside counted.
  */
 static struct pfprof_counters pfprof_entry_offset(struct pfprof_session *s,
 						struct task_struct *p,
@@ -304,7 +310,7 @@ static struct pfprof_counters pfprof_entry_offset(struct pfprof_session *s,
 		return (struct pfprof_counters){};
 	up = pfprof_find(t, t->cur, parent);
 	if (up && !up->excluded && t->complete[!t->cur] &&
-	    p->start_time > t->walked_at[!t->cur])
+	    p->start_time > (t->walked_before ?: t->walked_at[!t->cur]))
 		return (struct pfprof_counters){};
 	return *total;
 }
@@ -333,6 +339,7 @@ static bool pfprof_tree_walk(struct pfprof_session *s, bool mapped)
 	struct pfprof_member *m;
 	struct task_struct *p;
 
+	t->walked_before = t->walked_at[t->cur];
 	t->walked_at[t->cur] = ktime_get_ns();
 	rcu_read_lock();
 	for_each_process(p) {

@@ -3,15 +3,18 @@
 //! is inside, its children forked inside too.
 
 use std::fs;
-use std::process::{Command, Stdio};
+use std::io::{self, BufRead, BufReader};
+use std::process::{ChildStdout, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
+use shared_layout::abi::monotonic_ns;
 
-use crate::device::{samplers, wakeups};
+use crate::device::samplers;
 use crate::kmod::{self, Profiled};
-use crate::monitor::{csv_minor, finished, within};
+use crate::monitor::{csv_column, finished, within};
 use crate::{harness::Env, klog};
 
 const ROOT: &str = "/sys/fs/cgroup";
@@ -59,29 +62,110 @@ fn sampler_of(backend: &str, monitor: u32) -> Result<u32> {
     }
 }
 
-/// Waits until `sampler` has gone to sleep `LOOKS` times more: the last of its looks
-/// began after the call. A second at least, as many periods on a quiet machine; on a
-/// loaded one the sampler may look far less often than its period, and a move it did
-/// not see between two looks would count what came between them in the wrong place.
-fn after_looks(sampler: u32) -> Result<()> {
-    /// Sleeps of the sampler (its period's, and any on a lock) that make sure one
-    /// whole look came after the call.
-    const LOOKS: u64 = 5;
-    let start = Instant::now();
-    let slept = wakeups(sampler)?;
-    thread::sleep(Duration::from_secs(1));
-    while wakeups(sampler)? < slept + LOOKS {
-        ensure!(
-            start.elapsed() < Duration::from_secs(60),
-            "the sampler {sampler} looked fewer than {LOOKS} times in 60 s ({})",
-            how_it_ran(sampler)
-        );
-        thread::sleep(Duration::from_millis(10));
-    }
-    Ok(())
+/// The monitor's CSV as it comes on its standard output (a pipe: the rows are flushed
+/// after every batch), read by a thread of its own; each row's `mono_ns` is when the
+/// sampler read the counts of its last sample (the module's `ktime_get_ns()` after the
+/// collection, the procfs backend's clock before the poll), which says when it looked.
+struct Rows {
+    lines: Receiver<io::Result<String>>,
+    /// Every line so far, the metadata and header included.
+    text: String,
+    mono_ns_column: Option<usize>,
+    /// Every row's `mono_ns`, in order.
+    stamps: Vec<u64>,
+    /// The thread that looks, for what says how it ran when it did not look.
+    sampler: u32,
+    /// The longest [`Rows::look_after`] waited.
+    longest_wait: Duration,
 }
 
-/// What says whether a sampler that did not sleep was spinning or stuck: its state,
+impl Rows {
+    fn read(stdout: ChildStdout, sampler: u32) -> Rows {
+        let (sender, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let failed = line.is_err();
+                if sender.send(line).is_err() || failed {
+                    break;
+                }
+            }
+        });
+        Rows {
+            lines,
+            text: String::new(),
+            mono_ns_column: None,
+            stamps: Vec::new(),
+            sampler,
+            longest_wait: Duration::ZERO,
+        }
+    }
+
+    fn take(&mut self, line: String) -> Result<()> {
+        if !line.starts_with('#') {
+            match self.mono_ns_column {
+                None => {
+                    let column = line.split(',').position(|name| name == "mono_ns");
+                    self.mono_ns_column =
+                        Some(column.with_context(|| format!("no mono_ns in {line:?}"))?);
+                }
+                Some(column) => self.stamps.push(
+                    line.split(',')
+                        .nth(column)
+                        .and_then(|stamp| stamp.parse().ok())
+                        .with_context(|| format!("no mono_ns in the row {line:?}"))?,
+                ),
+            }
+        }
+        self.text.push_str(&line);
+        self.text.push('\n');
+        Ok(())
+    }
+
+    /// Waits until a whole look of the sampler began after `since` (`CLOCK_MONOTONIC`
+    /// ns): two rows stamped after it, since the module stamps a sample once its
+    /// collection is done, so the first may have read the counts before `since`; the
+    /// second's collection began after the first's stamp. Strict mode (the monitor's
+    /// default) loses no sample: one the ring had no room for is merged into the next,
+    /// under the later stamp.
+    fn look_after(&mut self, since: u64) -> Result<()> {
+        const LIMIT: Duration = Duration::from_secs(60);
+        let start = Instant::now();
+        while self.stamps.iter().rev().take_while(|&&t| t > since).count() < 2 {
+            match self
+                .lines
+                .recv_timeout(LIMIT.saturating_sub(start.elapsed()))
+            {
+                Ok(line) => self.take(line.context("reading the monitor's rows")?)?,
+                Err(RecvTimeoutError::Timeout) => bail!(
+                    "no look of the sampler {} began in 60 s after {since} ns ({} rows, the \
+                     last stamped {:?} ns): {}",
+                    self.sampler,
+                    self.stamps.len(),
+                    self.stamps.last(),
+                    how_it_ran(self.sampler)
+                ),
+                Err(RecvTimeoutError::Disconnected) => {
+                    bail!("the monitor's rows ended while waiting for a look after {since} ns")
+                }
+            }
+        }
+        self.longest_wait = self.longest_wait.max(start.elapsed());
+        Ok(())
+    }
+
+    /// Every row's `mono_ns` and minor faults, once the monitor has ended (and closed
+    /// its output).
+    fn minor(mut self) -> Result<Vec<(u64, u64)>> {
+        while let Ok(line) = self.lines.recv() {
+            self.take(line.context("reading the monitor's rows")?)?;
+        }
+        let minor = csv_column(&self.text, "minor")?;
+        ensure!(minor.len() == self.stamps.len(), "rows without mono_ns");
+        Ok(self.stamps.into_iter().zip(minor).collect())
+    }
+}
+
+/// What says whether a sampler that did not look was spinning or stuck: its state,
 /// its CPU time, its switches and where it waits.
 fn how_it_ran(pid: u32) -> String {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -122,15 +206,21 @@ fn how_it_ran(pid: u32) -> String {
     )
 }
 
-/// Moves `pid` (asleep) to `cgroup`, after the sampler has seen its last faults where
-/// it was, and lets it see it there: what is missed at a move, what came between the
-/// last look and the move, is then zero. (Fixed waits of 100 periods once counted a
-/// whole round outside, on a loaded machine: the sampler had not looked between.)
-fn move_to(cgroup: &str, pid: u32, sampler: u32) -> Result<()> {
-    after_looks(sampler)?;
+/// Moves `pid` (asleep) to `cgroup` once a look of the sampler has begun after its last
+/// round (it has seen all of it where it was), and returns once another has begun after
+/// the move (it sees the process where it is now): what is missed at a move, what came
+/// between the last look and the move, is then zero, and no round is taken between two
+/// looks that both find the process inside. (Fixed waits of 100 periods, then waits for
+/// the sampler's sleeps, which a wait on a lock also makes, once counted a whole round
+/// taken outside, on a loaded machine.)
+/// Each move's time goes to `steps`, for a failure to show among the rows.
+fn move_to(cgroup: &str, pid: u32, rows: &mut Rows, steps: &mut Vec<String>) -> Result<()> {
+    rows.look_after(monotonic_ns())?;
     fs::write(format!("{cgroup}/cgroup.procs"), pid.to_string())
         .with_context(|| format!("moving {pid} to {cgroup}"))?;
-    after_looks(sampler)
+    let moved = monotonic_ns();
+    steps.push(format!("{moved} moved to {cgroup}"));
+    rows.look_after(moved)
 }
 
 /// Minor faults of `pid` and of the children it reaped (stat fields 10 and 11).
@@ -142,13 +232,20 @@ fn minflt_with_children(pid: u32) -> Result<u64> {
 }
 
 /// One round of `child rounds` (`l` itself, `f` through a child), and the
-/// faults it took, children included.
-fn round(p: &mut Profiled, kind: u8) -> Result<u64> {
+/// faults it took, children included; when it ran goes to `steps`.
+fn round(p: &mut Profiled, kind: u8, steps: &mut Vec<String>) -> Result<u64> {
     let before = minflt_with_children(p.pid)?;
+    let began = monotonic_ns();
     p.send(kind)?;
     ensure!(p.read_line()? == "done");
     p.wait_asleep()?;
-    Ok(minflt_with_children(p.pid)? - before)
+    let faults = minflt_with_children(p.pid)? - before;
+    steps.push(format!(
+        "{began}..{} round {}: {faults} faults",
+        monotonic_ns(),
+        char::from(kind)
+    ));
+    Ok(faults)
 }
 
 pub fn a_cgroup_target_counts_exactly_what_its_processes_did_inside_in_both_backends(
@@ -161,10 +258,11 @@ pub fn a_cgroup_target_counts_exactly_what_its_processes_did_inside_in_both_back
         let cgroup = format!("{ROOT}/pfprof-{backend}");
         let inner = format!("{cgroup}/inner");
         fs::create_dir_all(&inner)?;
-        let csv = format!("/tmp/cgroup-{backend}.csv");
         let mark = klog::Mark::now()?;
         let mut p = Profiled::spawn(&["rounds", "500"])?;
-        let monitor = Command::new("/bin/monitor")
+        // Its rows on standard output (its default without -o): a file named by -o
+        // appears only when the monitor ends.
+        let mut monitor = Command::new("/bin/monitor")
             .args([
                 "--backend",
                 backend,
@@ -173,22 +271,23 @@ pub fn a_cgroup_target_counts_exactly_what_its_processes_did_inside_in_both_back
                 "--cgroup",
                 &cgroup,
             ])
-            .args(["--interval", "100ms", "-o", &csv])
+            .args(["--interval", "100ms"])
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .context("starting the monitor")?;
-        let sampler = sampler_of(backend, monitor.id())?;
-        after_looks(sampler)?;
+        let stdout = monitor.stdout.take().context("no stdout")?;
+        let mut rows = Rows::read(stdout, sampler_of(backend, monitor.id())?);
         // Outside, inside (in a cgroup below), outside again, inside through a child.
-        let mut inside = 0;
-        round(&mut p, b'l')?;
-        move_to(&inner, p.pid, sampler)?;
-        inside += round(&mut p, b'l')?;
-        move_to(ROOT, p.pid, sampler)?;
-        round(&mut p, b'l')?;
-        move_to(&cgroup, p.pid, sampler)?;
-        inside += round(&mut p, b'f')?;
-        move_to(ROOT, p.pid, sampler)?;
+        let (mut inside, mut steps) = (0, Vec::new());
+        round(&mut p, b'l', &mut steps)?;
+        move_to(&inner, p.pid, &mut rows, &mut steps)?;
+        inside += round(&mut p, b'l', &mut steps)?;
+        move_to(ROOT, p.pid, &mut rows, &mut steps)?;
+        round(&mut p, b'l', &mut steps)?;
+        move_to(&cgroup, p.pid, &mut rows, &mut steps)?;
+        inside += round(&mut p, b'f', &mut steps)?;
+        move_to(ROOT, p.pid, &mut rows, &mut steps)?;
         fs::remove_dir(&inner)?;
         fs::remove_dir(&cgroup)?;
         let stderr = finished(
@@ -197,15 +296,26 @@ pub fn a_cgroup_target_counts_exactly_what_its_processes_did_inside_in_both_back
                 .with_context(|| format!("{backend} backend"))?,
         )?;
         p.reap()?;
-        let (sum, rows) = csv_minor(&csv)?;
+        let longest_wait = rows.longest_wait;
+        let minor = rows.minor()?;
+        let sum: u64 = minor.iter().map(|&(_, faults)| faults).sum();
         said.push(format!(
-            "{backend}: {sum} of {inside} in {} rows",
-            rows.len()
+            "{backend}: {sum} of {inside} in {} rows, a look waited for {} ms at most",
+            minor.len(),
+            longest_wait.as_millis()
         ));
+        let faulting: Vec<String> = minor
+            .iter()
+            .filter(|&&(_, faults)| faults > 0)
+            .map(|(mono_ns, faults)| format!("{mono_ns}: {faults}"))
+            .collect();
         ensure!(
             sum == inside,
             "{backend} backend: the samples hold {sum} minor faults, the process took {inside} \
-             inside the cgroup: {stderr}"
+             inside the cgroup; what happened (CLOCK_MONOTONIC ns): [{}]; the rows with faults: \
+             [{}]: {stderr}",
+            steps.join("; "),
+            faulting.join(", ")
         );
         mark.ensure_clean()?;
     }
