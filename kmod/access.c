@@ -268,6 +268,7 @@ int pfprof_lookup(const struct file *file, pid_t nr, struct pid **pidp,
 {
 	struct task_struct *leader;
 	struct pid *pid;
+	bool readable;
 	int ret;
 
 	if (nr <= 0)
@@ -281,7 +282,18 @@ int pfprof_lookup(const struct file *file, pid_t nr, struct pid **pidp,
 		ret = -ESRCH;
 		goto err_put_pid;
 	}
-	if (!pfprof_may_read(file, leader)) {
+	/*
+	 * Not while an exec replaces its credentials and dumpability, as /proc
+	 * waits (mm_access()): in between, 7.x's exec state may read as not
+	 * dumpable, and a process just spawned, whose parent learnt of its exec
+	 * when its close-on-exec files closed, would be refused.
+	 */
+	ret = down_read_killable(&leader->signal->exec_update_lock);
+	if (ret)
+		goto err_put_task;
+	readable = pfprof_may_read(file, leader);
+	up_read(&leader->signal->exec_update_lock);
+	if (!readable) {
 		ret = -EPERM;
 		goto err_put_task;
 	}
