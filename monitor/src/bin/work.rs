@@ -54,6 +54,15 @@ fn run(args: &WorkArgs) -> anyhow::Result<()> {
     }
     if let Some(file) = &file {
         announce_mappings(pid, &workload, file)?;
+        if file.stayed_cached() > 0 {
+            let line = format!(
+                "work: warning: {} page reads of {} found the page cached though evicted \
+                 (the kernel held them): minor faults, not major\n",
+                file.stayed_cached(),
+                file.path().display()
+            );
+            let _ = std::io::stderr().write_all(line.as_bytes());
+        }
     }
     drop(file);
     let counters = procstat::read_self().context("reading this process's fault counters")?;

@@ -14,6 +14,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use memmap2::{Advice, MmapMut, UncheckedAdvice};
 use nix::fcntl::{posix_fadvise, PosixFadviseAdvice};
@@ -25,8 +26,12 @@ pub struct Expected {
     pub major: u64,
 }
 
-/// How many times eviction is tried before a sweep gives up on it.
-const EVICTIONS: u32 = 3;
+/// How many times a sweep tries to evict the file's pages, and the longest wait between
+/// two tries: a page the kernel holds at that moment (reclaim isolating it, a writeback,
+/// a read of another process) cannot be dropped, and a loaded machine holds some for a
+/// while. The waits double from 1 ms: about 0.8 s in all.
+const EVICTION_TRIES: u32 = 20;
+const EVICTION_WAIT_MAX: Duration = Duration::from_millis(50);
 
 /// The file and its shared mapping.
 pub struct FileMap {
@@ -37,6 +42,7 @@ pub struct FileMap {
     evict: bool,
     sweeps: u32,
     expected: Expected,
+    stayed_cached: u64,
 }
 
 impl FileMap {
@@ -66,6 +72,7 @@ impl FileMap {
             evict,
             sweeps: 0,
             expected: Expected::default(),
+            stayed_cached: 0,
         })
     }
 
@@ -88,24 +95,33 @@ impl FileMap {
         self.expected
     }
 
+    /// Pages that stayed in the page cache through a sweep's evictions, all sweeps
+    /// together: each was read as a minor fault where an evicted one takes a major.
+    pub fn stayed_cached(&self) -> u64 {
+        self.stayed_cached
+    }
+
     /// Touches each page once, after emptying the mapping (and, with `evict`, the page
     /// cache) when it was swept before: writes to each if all are cached, else reads each;
-    /// returns a checksum.
+    /// returns a checksum. Pages the kernel would not drop are read all the same (what
+    /// the sweep took is its thread's counts, whatever they were): `stayed_cached` says
+    /// how many.
     pub fn sweep(&mut self) -> io::Result<u8> {
         let pages = self.pages() as u64;
         let mut cached = pages;
         if self.sweeps > 0 {
-            for _ in 0..EVICTIONS {
+            let mut wait = Duration::from_millis(1);
+            for _ in 0..EVICTION_TRIES {
                 self.empty()?;
                 cached = self.cached_pages()?;
                 if !self.evict || cached == 0 {
                     break;
                 }
+                std::thread::sleep(wait);
+                wait = (2 * wait).min(EVICTION_WAIT_MAX);
             }
-            if self.evict && cached > 0 {
-                return Err(io::Error::other(format!(
-                    "{cached} of {pages} pages stayed in the page cache after {EVICTIONS} evictions"
-                )));
+            if self.evict {
+                self.stayed_cached += cached;
             }
         } else {
             cached = self.cached_pages()?;
@@ -221,5 +237,30 @@ mod tests {
         assert!(after.minor - before.minor >= expected.minor, "{expected:?}");
         drop(map);
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn a_sweep_whose_pages_another_mapping_keeps_cached_reads_them_and_says_so() {
+        let exe = std::env::current_exe().unwrap();
+        let path = exe.with_file_name(format!("kept-{}", std::process::id()));
+        let mut map = FileMap::create(&path, 1, true).unwrap();
+        let pages = map.pages() as u64;
+        map.sweep().unwrap();
+        // Another mapping of the file, every page of it mapped: the page cache drops no
+        // page mapped anywhere, as a loaded machine's other reader, or reclaim holding a
+        // page, keeps it. A sweep that gave up on eviction failed `work` (a loaded CI
+        // lane lost a `work`'s announcements so).
+        let other = File::open(&path).unwrap();
+        // SAFETY: a read-only shared mapping of a file nobody truncates while it lives.
+        let reader = unsafe { memmap2::Mmap::map(&other).unwrap() };
+        let mapped: u64 = reader.iter().step_by(4096).map(|&b| u64::from(b)).sum();
+        assert!(mapped > 0);
+        map.sweep().unwrap();
+        assert_eq!(map.stayed_cached(), pages);
+        // Read cached: minor faults, by the sweep's own thread counts.
+        let expected = map.expected();
+        assert_eq!(expected.major, 0, "{expected:?}");
+        drop(reader);
+        drop(map);
     }
 }
