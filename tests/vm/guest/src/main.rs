@@ -6,7 +6,8 @@
 //! which runs every test whose name contains one of the filters (all without
 //! one; the `bench_` ones, measurements for docs/benchmarks.md, only when a
 //! filter names them) but those whose name contains a filter's WORD given as
-//! `-WORD`, prints `ok   <name>` or `FAIL <name>: <why>` per test and
+//! `-WORD`, prints `ok   <name>` or `FAIL <name>: <why>` per test (a why of several
+//! lines goes on under it, each line as `  | <line>`) and
 //! `N passed, M failed`, and exits non-zero if any failed. The same binary
 //! plays the processes the tests profile (`pfprof-guest child ...`).
 
@@ -139,6 +140,17 @@ const TESTS: &[(&str, Test)] = tests![
     attribution::bench_attribution_cost_by_backend,
 ];
 
+/// Prints a failure's verdict: `FAIL <what>`, its first line, then every further line
+/// as `  | <line>`, which run.sh passes to CI's log as it does figures: a guest's
+/// stderr quoted in a reason is read whole, not cut at its first line.
+fn fail(what: &str) {
+    let mut lines = what.lines();
+    println!("FAIL {}", lines.next().unwrap_or_default());
+    for line in lines {
+        figure(line);
+    }
+}
+
 fn run(env: &Env, filters: &[String]) -> ExitCode {
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
     let (left_out, named_by): (Vec<&str>, Vec<&str>) = filters
@@ -176,7 +188,7 @@ fn run(env: &Env, filters: &[String]) -> ExitCode {
                 skipped += 1;
             }
             Err(e) => {
-                println!("FAIL {name} {took}: {e:#}");
+                fail(&format!("{name} {took}: {e:#}"));
                 failed += 1;
             }
         }
@@ -197,11 +209,11 @@ fn run(env: &Env, filters: &[String]) -> ExitCode {
             passed += 1;
         }
         Ok(Some((ours, _))) => {
-            println!("FAIL {KMEMLEAK}: {}", ours.join("\n"));
+            fail(&format!("{KMEMLEAK}: {}", ours.join("\n")));
             failed += 1;
         }
         Err(e) => {
-            println!("FAIL {KMEMLEAK}: {e:#}");
+            fail(&format!("{KMEMLEAK}: {e:#}"));
             failed += 1;
         }
     }
