@@ -227,9 +227,11 @@ bool pfprof_creds_may_read(const struct cred *opener, const struct cred *asker,
 }
 
 /*
- * Whoever opened @file may have its processes' faults attributed: the
- * module parameter attribution says who (perf events, which Debian's
- * perf_event_paranoid=3 keeps for CAP_PERFMON), asked at the request.
+ * Whoever opened @file, and the caller, may have its processes' faults
+ * attributed: the module parameter attribution says who (perf events, which
+ * Debian's perf_event_paranoid=3 keeps for CAP_PERFMON), asked at the
+ * request of both, as ADD asks both to read a process: a privileged
+ * opener's descriptor handed to another user gives it no perf events.
  */
 bool pfprof_may_attribute(const struct file *file)
 {
@@ -237,8 +239,9 @@ bool pfprof_may_attribute(const struct file *file)
 	case PFPROF_ATTRIBUTION_EVERY_OPENER:
 		return true;
 	case PFPROF_ATTRIBUTION_PERFMON:
-		return file_ns_capable(file, &init_user_ns, CAP_PERFMON) ||
-		       file_ns_capable(file, &init_user_ns, CAP_SYS_ADMIN);
+		return (file_ns_capable(file, &init_user_ns, CAP_PERFMON) ||
+			file_ns_capable(file, &init_user_ns, CAP_SYS_ADMIN)) &&
+		       perfmon_capable();
 	default:
 		return false;
 	}

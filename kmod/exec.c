@@ -206,10 +206,18 @@ static void pfprof_exec_keep(struct pfprof_session *s, struct pfprof_exec *e)
 		pfprof_exec_free(e);
 }
 
+/* @p is a process of a user @s asks about: its opener's, or any with another asker. */
+static bool pfprof_exec_concerns(struct pfprof_session *s, struct task_struct *p)
+{
+	return READ_ONCE(s->foreign_asker) ||
+	       uid_eq(s->opener_cred->fsuid, __task_cred(p)->uid);
+}
+
 /*
  * perf removed the events of @p, which an exec left not dumpable: tells
- * @s's attribution if @p is its member or in a member's tree (or too deep
- * to tell), whoever may read it.  Under RCU.
+ * @s's attribution if @p is its member or in a member's tree, whoever may
+ * read it, or too deep to tell and a process of a user @s asks about (any
+ * user's deep chain would otherwise count in every session).  Under RCU.
  */
 static void pfprof_exec_unrecorded(struct pfprof_session *s,
 				   struct task_struct *p)
@@ -225,7 +233,8 @@ static void pfprof_exec_unrecorded(struct pfprof_session *s,
 	if (!READ_ONCE(s->nr_inheriting))
 		return;
 	m = pfprof_exec_owner(s, p, &depth);
-	if (depth > PFPROF_TREE_DEPTH_MAX || (m && !m->cgrp))
+	if (depth > PFPROF_TREE_DEPTH_MAX ? pfprof_exec_concerns(s, p) :
+					    m && !m->cgrp)
 		pfprof_faults_exec(s, false);
 }
 
@@ -253,8 +262,7 @@ static void pfprof_exec_offer(struct pfprof_session *s, struct task_struct *p,
 	if (hidden_ns && READ_ONCE(s->faults.minor_period))
 		pfprof_exec_unrecorded(s, p);
 	/* Cheap first: a process of another user than those it asks for. */
-	if (!READ_ONCE(s->foreign_asker) &&
-	    !uid_eq(s->opener_cred->fsuid, __task_cred(p)->uid))
+	if (!pfprof_exec_concerns(s, p))
 		return;
 	m = pfprof_member_of_rcu(s, p->signal);
 	if (m) {

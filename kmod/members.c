@@ -137,6 +137,7 @@ static void pfprof_read_all(struct pfprof_session *s)
 	list_for_each_entry(m, &s->members, node) {
 		pfprof_member_read(m);
 		pfprof_member_judge(s, m);
+		cond_resched();
 	}
 	if (s->nr_inheriting)
 		pfprof_tree_collect(s);
@@ -295,20 +296,29 @@ static bool pfprof_in_a_tree(struct pfprof_session *s, struct pfprof_member *m)
 }
 
 /*
- * Is @leader counted by @s already: a member, or in an inheriting one's tree?
+ * May @leader join @s: 0, or -ELOOP when it lies too deep for the looks up
+ * its ancestry (tree.c), -EEXIST when @s counts it already (a member, or in
+ * an inheriting one's tree).
  */
-static bool pfprof_counted(struct pfprof_session *s, struct task_struct *leader)
+static int pfprof_may_join(struct pfprof_session *s, struct task_struct *leader)
 {
-	bool counted;
+	int ret = 0;
 
 	rcu_read_lock();
-	counted = pfprof_member_of(s, leader->signal) ||
-		  pfprof_tree_owner(s, leader);
+	if (pfprof_too_deep(leader))
+		ret = -ELOOP;
+	else if (pfprof_member_of(s, leader->signal) ||
+		 pfprof_tree_owner(s, leader))
+		ret = -EEXIST;
 	rcu_read_unlock();
-	return counted;
+	return ret;
 }
 
-/* Frees the members inside @m's tree, accounted already: @m counts them now. */
+/*
+ * Frees the members inside @m's tree, accounted already: @m counts them now.
+ * A look up each member's ancestry, at most PFPROF_TREE_DEPTH_MAX parents:
+ * the CPU is offered between two.
+ */
 static bool pfprof_absorb(struct pfprof_session *s, struct pfprof_member *m)
 {
 	struct pfprof_member *other, *tmp;
@@ -320,6 +330,7 @@ static bool pfprof_absorb(struct pfprof_session *s, struct pfprof_member *m)
 			pfprof_member_free(s, other);
 			any = true;
 		}
+		cond_resched();
 	}
 	return any;
 }
@@ -404,12 +415,16 @@ static void pfprof_complete_joins(struct pfprof_session *s)
 
 	list_for_each_entry(m, &s->members, node)
 		inheriting |= m->joining && m->inherit;
-	/* The members inside a joining tree: each process walks up once. */
+	/*
+	 * The members inside a joining tree: each process walks up once, at
+	 * most PFPROF_TREE_DEPTH_MAX parents, and offers the CPU after it.
+	 */
 	if (inheriting) {
 		list_for_each_entry(m, &s->members, node) {
 			joiner = pfprof_member_ancestor(s, m, pfprof_tree_joiner);
 			if (joiner && !joiner->own_target)
 				joiner->refused = true;
+			cond_resched();
 		}
 		list_for_each_entry_safe(m, tmp, &s->members, node) {
 			if (m->refused)
@@ -419,9 +434,11 @@ static void pfprof_complete_joins(struct pfprof_session *s)
 	list_for_each_entry_safe(m, tmp, &s->members, node) {
 		if (m->joining && pfprof_in_a_tree(s, m))
 			pfprof_member_free(s, m);
+		cond_resched();
 	}
 	if (inheriting) {
 		list_for_each_entry_safe(m, tmp, &s->members, node) {
+			cond_resched();
 			if (m->joining ||
 			    !pfprof_member_ancestor(s, m, pfprof_tree_joiner))
 				continue;
@@ -471,6 +488,7 @@ static void pfprof_prune_dead(struct pfprof_session *s)
 
 	lockdep_assert_held(&s->members_lock);
 	list_for_each_entry_safe(m, tmp, &s->members, node) {
+		cond_resched();
 		pfprof_member_read(m);
 		if (m->alive)
 			continue;
@@ -535,10 +553,14 @@ int pfprof_members_join(struct pfprof_session *s, struct pid *tgid, u32 flags)
 		goto err_unlock;
 	}
 	pfprof_prune_dead(s);
-	if (pfprof_counted(s, m->leader)) {
-		ret = -EEXIST;
+	/* Full, and joining takes nobody in to make room. */
+	if (!m->inherit && pfprof_nr_members(s) >= PFPROF_MEMBERS_MAX) {
+		ret = -ENOSPC;
 		goto err_unlock;
 	}
+	ret = pfprof_may_join(s, m->leader);
+	if (ret)
+		goto err_unlock;
 	if (m->inherit) {
 		/* Their last changes first: from now on they are in ours. */
 		pfprof_account_all(s);
@@ -668,7 +690,7 @@ bool pfprof_members_offer(struct pfprof_session *s, struct pid *tgid, u32 flags,
 		}
 		goto drop;
 	}
-	if (pfprof_counted(s, m->leader) || pfprof_member_link(s, m))
+	if (pfprof_may_join(s, m->leader) || pfprof_member_link(s, m))
 		goto drop;
 	WRITE_ONCE(s->nr_registered, s->nr_registered + 1);
 	/*

@@ -205,8 +205,11 @@ struct pfprof_member {
 /* tree.c: the walk's maps of the processes in inheriting members' trees. */
 struct pfprof_tree_slot;
 
-/* How far up the real parents a look that must stay short goes. */
-#define PFPROF_TREE_DEPTH_MAX	256
+/*
+ * How many real parents a process may have to join a session (deeper: -ELOOP),
+ * and so how far up every look at a process's ancestry goes (tree.c).
+ */
+#define PFPROF_TREE_DEPTH_MAX	PFPROF_DEPTH_MAX
 
 /* Which process a slot is: a signal struct freed and reused is another. */
 struct pfprof_tree_key {
@@ -467,6 +470,7 @@ struct pfprof_member *pfprof_tree_joiner(struct pfprof_session *s,
 					 struct task_struct *p);
 bool pfprof_descends_from(struct task_struct *p,
 			  const struct task_struct *ancestor);
+bool pfprof_too_deep(struct task_struct *p);
 
 /*
  * exec.c: an exec that may hide a process (a setuid program's), in a tree

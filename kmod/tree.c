@@ -151,29 +151,45 @@ static bool pfprof_tree_turn(struct pfprof_tree *t)
 }
 
 /*
+ * @p lies deeper than PFPROF_TREE_DEPTH_MAX real parents below the top (init,
+ * or kthreadd).  A process that deep is never a member (a join refuses it,
+ * -ELOOP), so every look up from a member or a joiner reaches the top within
+ * the bound, and no two looks can disagree on who is above whom.  A process
+ * only rises: a reparenting gives it an ancestor (a subreaper), its
+ * namespace's init or a thread of its parent.  (One exception, fail-open and
+ * the user's own: a process forked into a pid namespace from outside it,
+ * through setns(), moves under that namespace's init when its parent dies,
+ * which may lie deeper; a member so moved is looked up only as far as the
+ * bound.)  Under RCU.
+ */
+bool pfprof_too_deep(struct task_struct *p)
+{
+	unsigned int depth = 0;
+
+	while ((p = pfprof_real_parent(p)))
+		if (++depth > PFPROF_TREE_DEPTH_MAX)
+			return true;
+	return false;
+}
+
+/*
  * The member of @s nearest among @p's real ancestors that @pick accepts,
- * or NULL; at most @depth ancestors are looked at (0: all of them).  Every
- * real parent is older than its child (a fork's, or the ancestor an orphan
- * is given to), so a walk to the top ends, as yama's ancestry walk does,
- * after at most as many steps as there are processes: the checks that
- * decide who is a member walk all the way, so that no depth limit can make
- * two of them disagree (a process too deep for one would be a member
- * inside another's tree, and a reparenting later brings it within reach).
- * Under RCU.
+ * or NULL; at most PFPROF_TREE_DEPTH_MAX ancestors are looked at, all of
+ * them for a process that is not too deep (pfprof_too_deep()), as every
+ * member is: a look costs at most the bound, however deep a user nests
+ * processes.  Under RCU.
  */
 static struct pfprof_member *
 pfprof_ancestor_member(struct pfprof_session *s, struct task_struct *p,
-		       bool (*pick)(const struct pfprof_member *m),
-		       unsigned int depth)
+		       bool (*pick)(const struct pfprof_member *m))
 {
+	unsigned int depth = 0;
 	struct pfprof_member *m;
 
-	while ((p = pfprof_real_parent(p))) {
+	while ((p = pfprof_real_parent(p)) && depth++ < PFPROF_TREE_DEPTH_MAX) {
 		m = pfprof_member_of(s, p->signal);
 		if (m && pick(m))
 			return m;
-		if (depth && !--depth)
-			break;
 	}
 	return NULL;
 }
@@ -195,24 +211,29 @@ static bool pfprof_joining_inherits(const struct pfprof_member *m)
 struct pfprof_member *pfprof_tree_owner(struct pfprof_session *s,
 					struct task_struct *p)
 {
-	return pfprof_ancestor_member(s, p, pfprof_inherits, 0);
+	return pfprof_ancestor_member(s, p, pfprof_inherits);
 }
 
 /* A joining inheriting member among @p's real ancestors, or NULL.  Under RCU. */
 struct pfprof_member *pfprof_tree_joiner(struct pfprof_session *s,
 					 struct task_struct *p)
 {
-	return pfprof_ancestor_member(s, p, pfprof_joining_inherits, 0);
+	return pfprof_ancestor_member(s, p, pfprof_joining_inherits);
 }
 
-/* @ancestor is a real parent, grandparent... of @p. */
+/*
+ * @ancestor is a real parent, grandparent... of @p, at most
+ * PFPROF_TREE_DEPTH_MAX levels up (all of them for a member's leader).
+ */
 bool pfprof_descends_from(struct task_struct *p,
 			  const struct task_struct *ancestor)
 {
+	unsigned int depth = 0;
 	bool found = false;
 
 	rcu_read_lock();
-	while (!found && (p = pfprof_real_parent(p)))
+	while (!found && (p = pfprof_real_parent(p)) &&
+	       depth++ < PFPROF_TREE_DEPTH_MAX)
 		found = p->signal == ancestor->signal;
 	rcu_read_unlock();
 	return found;
@@ -283,8 +304,7 @@ static struct pfprof_member *pfprof_lookup_owner(struct pfprof_session *s,
 {
 	if (s->cgroup)
 		return pfprof_in_session_cgroup(s, p) ? s->cgroup : NULL;
-	return pfprof_ancestor_member(s, p, pfprof_inherits,
-				      PFPROF_TREE_DEPTH_MAX);
+	return pfprof_ancestor_member(s, p, pfprof_inherits);
 }
 
 /*

@@ -450,7 +450,10 @@ struct pfprof_info {
  * PFPROF_TARGET_WHOLE_LIFE).  -EINVAL: pid <= 0,
  * unknown flags or non-zero reserved; -ESRCH: no such process; -EPERM: the
  * caller or the opener may not ptrace-read it; -EEXIST: the session counts
- * it already; -ENOSPC: the session has PFPROF_MEMBERS_MAX processes;
+ * it already; -ELOOP: it has more than PFPROF_DEPTH_MAX real parents (a
+ * chain of processes each the child of the one before: the module's looks up
+ * a process's ancestry stop there, so that no user's nesting makes them
+ * long); -ENOSPC: the session has PFPROF_MEMBERS_MAX processes;
  * -ESHUTDOWN: the session has ended.
  */
 struct pfprof_target {
@@ -460,6 +463,7 @@ struct pfprof_target {
 };
 
 #define PFPROF_MEMBERS_MAX	4096
+#define PFPROF_DEPTH_MAX	256
 
 /* Which /proc registrations a session follows (PFPROF_IOC_FOLLOW). */
 #define PFPROF_FOLLOW_NONE		0u	/* none: the default */

@@ -157,6 +157,9 @@ pub const TARGET_INHERIT: u32 = 1;
 pub const TARGET_WHOLE_LIFE: u32 = 2;
 /// The most processes one session counts.
 pub const MEMBERS_MAX: u32 = 4096;
+/// The most real parents a process may have to join a session (`PFPROF_IOC_ADD`'s
+/// `ELOOP` past it).
+pub const DEPTH_MAX: u32 = 256;
 
 /// `struct pfprof_target`: `PFPROF_IOC_ADD`'s argument, the process that joins.
 #[repr(C)]

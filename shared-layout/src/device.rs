@@ -39,6 +39,8 @@ pub enum DeviceError {
     NotAllowed { pid: u32 },
     #[error("process {pid} is profiled by this session already")]
     AlreadyCounted { pid: u32 },
+    #[error("process {pid} has more than {max} ancestors (parent, grandparent...): the pfprof module profiles no process that deep; profile one of its ancestors with its descendants, or use --backend procfs", max = abi::DEPTH_MAX)]
+    TooDeep { pid: u32 },
     #[error("the session counts {max} processes already", max = abi::MEMBERS_MAX)]
     Full,
     #[error("the session has ended")]
@@ -342,6 +344,7 @@ fn target_error(pid: u32, e: io::Error) -> Result<DeviceError, io::Error> {
         Some(libc::ESRCH) => DeviceError::NoSuchProcess { pid },
         Some(libc::EPERM | libc::EACCES) => DeviceError::NotAllowed { pid },
         Some(libc::EEXIST) => DeviceError::AlreadyCounted { pid },
+        Some(libc::ELOOP) => DeviceError::TooDeep { pid },
         Some(libc::ENOSPC) => DeviceError::Full,
         Some(libc::ESHUTDOWN) => DeviceError::Ended,
         _ => return Err(e),
@@ -491,6 +494,12 @@ mod tests {
         assert_eq!(
             adding(libc::EEXIST),
             "process 42 is profiled by this session already"
+        );
+        assert_eq!(
+            adding(libc::ELOOP),
+            "process 42 has more than 256 ancestors (parent, grandparent...): the pfprof \
+             module profiles no process that deep; profile one of its ancestors with its \
+             descendants, or use --backend procfs"
         );
         assert_eq!(adding(libc::ESHUTDOWN), "the session has ended");
         assert!(adding(libc::ENOSPC).starts_with("the session counts "));

@@ -217,6 +217,7 @@ fn facts() -> Vec<Fact> {
     number(&mut f, "PFPROF_TARGET_INHERIT", abi::TARGET_INHERIT);
     number(&mut f, "PFPROF_TARGET_WHOLE_LIFE", abi::TARGET_WHOLE_LIFE);
     number(&mut f, "PFPROF_MEMBERS_MAX", abi::MEMBERS_MAX);
+    number(&mut f, "PFPROF_DEPTH_MAX", abi::DEPTH_MAX);
     number(&mut f, "PFPROF_FOLLOW_NONE", abi::FOLLOW_NONE);
     number(&mut f, "PFPROF_FOLLOW_ALL", abi::FOLLOW_ALL);
     number(&mut f, "PFPROF_FOLLOW_DESCENDANTS", abi::FOLLOW_DESCENDANTS);

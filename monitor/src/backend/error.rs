@@ -54,6 +54,7 @@ fn device_error_is_usage(e: &DeviceError) -> bool {
             | DeviceError::NoSuchProcess { .. }
             | DeviceError::NotAllowed { .. }
             | DeviceError::AlreadyCounted { .. }
+            | DeviceError::TooDeep { .. }
             | DeviceError::Layout(LayoutError::VersionMismatch { .. })
     )
 }

@@ -557,10 +557,23 @@ pub fn a_process_that_execs_a_setuid_program_and_back_counts_as_unattributed(
     module.unload()
 }
 
-/// `hardening-child try-attribute`: PFPROF_IOC_ATTRIBUTE on a session of its own; says
-/// `ok` or `errno <n>`.
-pub fn try_attribute() -> Result<()> {
+/// `hardening-child try-attribute [handed]`: PFPROF_IOC_ATTRIBUTE on a session of its
+/// own, or (`handed`, started as root) on one it opened as root before it became nobody
+/// for good, as a process root's descriptor was handed to would be; says `ok` or
+/// `errno <n>`.
+pub fn try_attribute(handed: bool) -> Result<()> {
+    use crate::users::NOBODY;
     let file = crate::device::raw_open()?;
+    if handed {
+        ensure!(
+            // SAFETY: plain id syscalls on ourselves.
+            unsafe { libc::setresgid(NOBODY, NOBODY, NOBODY) } == 0
+                // SAFETY: the same call for the other id.
+                && unsafe { libc::setresuid(NOBODY, NOBODY, NOBODY) } == 0,
+            "becoming nobody: {}",
+            std::io::Error::last_os_error()
+        );
+    }
     match crate::device::attribute(&file, 1) {
         Ok(()) => println!("ok"),
         Err(errno) => println!("errno {errno}"),
@@ -617,11 +630,18 @@ pub fn attribution_is_refused_to_an_opener_without_cap_perfmon_unless_the_module
             kmod::Profiled::spawn_mode("hardening-child", &["try-attribute"], Some(NOBODY))?;
         let nobodys = helper.read_line()?;
         helper.reap()?;
+        // Root's descriptor in nobody's hands: nobody asks, so nobody's right counts too
+        // (review of 2026-11-29, N4: the module before asked the opener alone).
+        let mut helper =
+            kmod::Profiled::spawn_mode("hardening-child", &["try-attribute", "handed"], None)?;
+        let handed = helper.read_line()?;
+        helper.reap()?;
         let refused = |may: bool| (!may).then_some(libc::EPERM);
+        let said = |may: bool| refused(may).map_or("ok".to_owned(), |e| format!("errno {e}"));
         ensure!(
-            roots == refused(root_may)
-                && nobodys == refused(nobody_may).map_or("ok".to_owned(), |e| format!("errno {e}")),
-            "{params:?}: root's ATTRIBUTE: {roots:?}, nobody's: {nobodys}"
+            roots == refused(root_may) && nobodys == said(nobody_may) && handed == said(nobody_may),
+            "{params:?}: root's ATTRIBUTE: {roots:?}, nobody's: {nobodys}, nobody's on root's \
+             session: {handed}"
         );
         for (who, uid, told) in [
             ("root", None, root_told),

@@ -18,6 +18,7 @@ mod cgroups;
 mod charging;
 mod child;
 mod cost;
+mod depth;
 mod device;
 mod device_file;
 mod e2e;
@@ -122,6 +123,7 @@ const TESTS: &[(&str, Test)] = tests![
     ancestry::a_member_reparented_to_an_inheriting_pid_namespace_init_is_absorbed_without_harm,
     ancestry::an_inheriting_join_absorbing_members_as_others_die_leaves_the_session_working,
     ancestry::an_inheriting_join_absorbing_members_added_before_it_as_they_die_leaves_the_session_working,
+    depth::an_inheriting_join_beside_a_deep_chain_never_absorbs_for_seconds,
     charging::a_sessions_sampling_and_maps_are_charged_to_its_openers_cgroups,
     isolation::another_users_registrations_join_a_session_only_when_asked_and_never_end_it,
     isolation::another_users_registered_parent_neither_takes_in_nor_ends_a_sessions_own_target,
@@ -287,10 +289,14 @@ fn hardening_child(args: &[String]) -> ExitCode {
             fault_injection::exec_fail_walk(&args[1]).map(|()| ExitCode::SUCCESS)
         }
         Some("absorb") => ancestry::absorb(&args[1..]).map(|()| ExitCode::SUCCESS),
+        Some("deep-chain") => depth::deep_chain().map(|()| ExitCode::SUCCESS),
         Some("attribute-hidden") if args.len() == 2 => {
             attribution::attribute_hidden(&args[1]).map(|()| ExitCode::SUCCESS)
         }
-        Some("try-attribute") => attribution::try_attribute().map(|()| ExitCode::SUCCESS),
+        Some("try-attribute") => {
+            attribution::try_attribute(args.get(1).map(String::as_str) == Some("handed"))
+                .map(|()| ExitCode::SUCCESS)
+        }
         Some("own-session") if args.len() == 2 => {
             permissions::own_session(&args[1]).map(|()| ExitCode::SUCCESS)
         }
