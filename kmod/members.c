@@ -134,10 +134,13 @@ static void pfprof_read_all(struct pfprof_session *s)
 	struct pfprof_member *m;
 
 	lockdep_assert_held(&s->members_lock);
+	/*
+	 * No preemption point between the reads and the walk: a child reaped
+	 * in between is the tree's race (tree.c), and a yield would widen it.
+	 */
 	list_for_each_entry(m, &s->members, node) {
 		pfprof_member_read(m);
 		pfprof_member_judge(s, m);
-		cond_resched();
 	}
 	if (s->nr_inheriting)
 		pfprof_tree_collect(s);
@@ -296,16 +299,22 @@ static bool pfprof_in_a_tree(struct pfprof_session *s, struct pfprof_member *m)
 }
 
 /*
- * May @leader join @s: 0, or -ELOOP when it lies too deep for the looks up
- * its ancestry (tree.c), -EEXIST when @s counts it already (a member, or in
- * an inheriting one's tree).
+ * May @m's process join @s: 0, or -ESRCH when it is gone, -ELOOP when it
+ * lies too deep for the looks up its ancestry (tree.c), -EEXIST when @s
+ * counts it already (a member, or in an inheriting one's tree).  Asked of
+ * its leader now: one released since the member was made (a thread exec'd)
+ * has no parent to look up.
  */
-static int pfprof_may_join(struct pfprof_session *s, struct task_struct *leader)
+static int pfprof_may_join(struct pfprof_session *s, struct pfprof_member *m)
 {
+	struct task_struct *leader;
 	int ret = 0;
 
 	rcu_read_lock();
-	if (pfprof_too_deep(leader))
+	leader = pid_task(m->tgid, PIDTYPE_TGID);
+	if (!leader)
+		ret = -ESRCH;
+	else if (pfprof_too_deep(leader))
 		ret = -ELOOP;
 	else if (pfprof_member_of(s, leader->signal) ||
 		 pfprof_tree_owner(s, leader))
@@ -558,7 +567,7 @@ int pfprof_members_join(struct pfprof_session *s, struct pid *tgid, u32 flags)
 		ret = -ENOSPC;
 		goto err_unlock;
 	}
-	ret = pfprof_may_join(s, m->leader);
+	ret = pfprof_may_join(s, m);
 	if (ret)
 		goto err_unlock;
 	if (m->inherit) {
@@ -690,7 +699,7 @@ bool pfprof_members_offer(struct pfprof_session *s, struct pid *tgid, u32 flags,
 		}
 		goto drop;
 	}
-	if (pfprof_may_join(s, m->leader) || pfprof_member_link(s, m))
+	if (pfprof_may_join(s, m) || pfprof_member_link(s, m))
 		goto drop;
 	WRITE_ONCE(s->nr_registered, s->nr_registered + 1);
 	/*

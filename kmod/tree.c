@@ -157,10 +157,10 @@ static bool pfprof_tree_turn(struct pfprof_tree *t)
  * the bound, and no two looks can disagree on who is above whom.  A process
  * only rises: a reparenting gives it an ancestor (a subreaper), its
  * namespace's init or a thread of its parent.  (One exception, fail-open and
- * the user's own: a process forked into a pid namespace from outside it,
- * through setns(), moves under that namespace's init when its parent dies,
- * which may lie deeper; a member so moved is looked up only as far as the
- * bound.)  Under RCU.
+ * the user's own: the children of a process forked into a pid namespace from
+ * outside it, through setns(), move under that namespace's init when their
+ * parent dies, which may lie deeper; a member so moved is looked up only as
+ * far as the bound.)  Under RCU.
  */
 bool pfprof_too_deep(struct task_struct *p)
 {
