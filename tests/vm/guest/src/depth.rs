@@ -281,10 +281,8 @@ const WATCHDOG_THRESH: &str = "/proc/sys/kernel/watchdog_thresh";
 impl Watchdog {
     fn at_one_second() -> Result<Watchdog> {
         let was = std::fs::read_to_string(WATCHDOG_THRESH).ok();
-        if was.is_some() {
-            std::fs::write(WATCHDOG_THRESH, "1").context("watchdog_thresh=1")?;
-        }
-        Ok(Watchdog(was))
+        let lowered = was.filter(|_| std::fs::write(WATCHDOG_THRESH, "1").is_ok());
+        Ok(Watchdog(lowered))
     }
 }
 
@@ -325,10 +323,10 @@ impl Preemption {
                 let end = modes[start..].find(')')? + start;
                 Some(modes[start..end].to_owned())
             });
-        if was.is_some() {
-            std::fs::write(PREEMPT_MODE, "voluntary").context("voluntary preemption")?;
-        }
-        Ok(Preemption(was))
+        // A kernel without the mode (7.x's lazy preemption may have replaced it) keeps
+        // its own: the probe then measures that one's.
+        let switched = was.filter(|_| std::fs::write(PREEMPT_MODE, "voluntary").is_ok());
+        Ok(Preemption(switched))
     }
 }
 
