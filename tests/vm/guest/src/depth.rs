@@ -60,8 +60,18 @@ extern "C" fn chain_level(arg: *mut libc::c_void) -> libc::c_int {
         };
     }
     loop {
-        // SAFETY: pause(2) only sleeps; SIGKILL ends the level.
-        unsafe { libc::syscall(libc::SYS_pause) };
+        // SAFETY: ppoll(2) of no descriptors and no timeout only sleeps; SIGKILL ends
+        // the level. (pause(2) is not a system call on arm64.)
+        unsafe {
+            libc::syscall(
+                libc::SYS_ppoll,
+                std::ptr::null_mut::<libc::pollfd>(),
+                0,
+                std::ptr::null::<libc::timespec>(),
+                std::ptr::null::<libc::sigset_t>(),
+                0,
+            )
+        };
     }
 }
 
