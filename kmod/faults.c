@@ -735,7 +735,10 @@ static void pfprof_faults_publish(struct pfprof_faults *f,
 	if (!n)
 		return;
 	WRITE_ONCE(a->claimed_seq, f->write_seq + n);
-	/* The claim is seen before any record or count it covers changes (faults-torn). */
+	/*
+	 * The claim is seen before any record or count it covers changes
+	 * (litmus faults-torn, faults-counts).
+	 */
 	smp_wmb();
 	for (i = 0; i < n; i++) {
 		u64 slot;
@@ -751,7 +754,7 @@ static void pfprof_faults_publish(struct pfprof_faults *f,
 	WRITE_ONCE(a->written_major, f->written_major);
 	WRITE_ONCE(a->written_minor, f->written_minor);
 	f->write_seq += n;
-	/* The records before write_seq (litmus faults-publish). */
+	/* Records and counts before write_seq (faults-publish, faults-counts). */
 	smp_store_release(&a->write_seq, f->write_seq);
 }
 

@@ -178,7 +178,8 @@ impl FaultsRegion {
     }
 
     /// The records of each kind the module wrote up to `read`, if it was not writing
-    /// while they were read (then the next drain accounts for them).
+    /// while they were read (then the next drain accounts for them). A seqlock read:
+    /// write_seq's acquire, the counts, a fence, then claimed_seq (litmus faults-counts).
     fn written_counts(&self) -> Option<(u64, u64)> {
         for _ in 0..COUNT_TRIES {
             let seq = self
