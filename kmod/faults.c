@@ -100,6 +100,11 @@ struct pfprof_watch {
 	bool refused;
 	unsigned int retry_at;
 	unsigned int backoff;
+	/*
+	 * Refused once for its inherited copies: the descendants that lost
+	 * them are not attributed again, though the process may be.
+	 */
+	bool copies_refused;
 };
 
 /* The kinds of a watch's events a thread carries. */
@@ -349,6 +354,65 @@ static void pfprof_watch_prune(struct pfprof_faults *f, struct pfprof_watch *w)
 	w->nr_events = kept;
 }
 
+/*
+ * @e's inherited copies, counted up to @max: perf links every copy, of a
+ * copy too, to the event it made them from, and unlinks one as its thread
+ * exits.
+ */
+static unsigned int pfprof_event_copies(struct perf_event *e, unsigned int max)
+{
+	struct perf_event *copy;
+	unsigned int n = 0;
+
+	mutex_lock(&e->child_mutex);
+	list_for_each_entry(copy, &e->child_list, child_list) {
+		if (++n >= max)
+			break;
+	}
+	mutex_unlock(&e->child_mutex);
+	return n;
+}
+
+/*
+ * The session's events, made and inherited, within max_fault_threads
+ * (two a thread).  Every thread or process a watched thread starts
+ * inherits a copy of each of its events, which costs as much as one made
+ * here, and perf takes its memory from nobody's cgroup: a spawner's
+ * children would otherwise cost unbounded, uncharged kernel memory (with
+ * attribution=2, any user's).  A watch whose copies take the session past
+ * the bound is refused (pfprof_watch_refuse(): its events go, and their
+ * copies with them), and not attributed.  Counting stops at the bound: a
+ * sync costs the bound, not the copies.  Copies are made at fork, between
+ * two syncs: past the bound by a period's forks at most, as long as a
+ * user's pids limit allows.
+ */
+static void pfprof_watches_bound_copies(struct pfprof_faults *f)
+{
+	unsigned int limit = 2 * pfprof_max_fault_threads;
+	unsigned int copies = 0, own, room, i;
+	struct pfprof_watch *w;
+	struct hlist_node *tmp;
+	unsigned int bkt;
+
+	hash_for_each_safe(f->watches, bkt, tmp, w, node) {
+		own = 0;
+		for (i = 0; i < w->nr_events; i++) {
+			/* f->nr_events <= limit: made within the budget. */
+			room = limit - min(limit, f->nr_events + copies + own);
+			own += pfprof_event_copies(w->events[i], room + 1);
+			if (f->nr_events + copies + own > limit)
+				break;
+		}
+		if (f->nr_events + copies + own > limit) {
+			pfprof_watch_refuse(f, w);
+			w->copies_refused = true;
+		} else {
+			copies += own;
+		}
+	}
+	f->nr_copies = copies;
+}
+
 /* Room for @n more events in @w's array. */
 static bool pfprof_watch_grow(struct pfprof_watch *w, unsigned int n)
 {
@@ -456,7 +520,10 @@ static bool pfprof_watch_threads(struct pfprof_faults *f, struct pfprof_watch *w
 	bool ok, every_thread;
 
 	for (look = 0; look < PFPROF_THREAD_LOOKS; look++) {
-		budget = pfprof_max_fault_threads - f->nr_events / 2;
+		/* Inherited copies take the budget too. */
+		budget = pfprof_max_fault_threads -
+			 min(pfprof_max_fault_threads,
+			     (f->nr_events + f->nr_copies + 1) / 2);
 		cap = min_t(unsigned int, READ_ONCE(leader->signal->nr_threads) + 8,
 			    budget + 1);
 		listed = kvmalloc_array(cap, sizeof(*listed), GFP_KERNEL_ACCOUNT);
@@ -662,8 +729,9 @@ static void pfprof_watches_release_left(struct pfprof_faults *f,
 void pfprof_faults_sync(struct pfprof_session *s, bool sampler)
 {
 	struct pfprof_faults *f = &s->faults;
-	unsigned int i, n, pass, refused = 0, unattributed = 0;
+	unsigned int i, n, pass, bkt, refused = 0, unattributed = 0;
 	struct pfprof_to_watch *tgids;
+	struct pfprof_watch *w;
 	bool relist;
 
 	mutex_lock(&f->lock);
@@ -679,6 +747,7 @@ void pfprof_faults_sync(struct pfprof_session *s, bool sampler)
 		goto out;
 	}
 	pfprof_watches_release_left(f, tgids, n);
+	pfprof_watches_bound_copies(f);
 	/*
 	 * Again while a pass released events (a refusal): their inherited
 	 * copies may have been all some member's threads had.  A watch refused
@@ -704,6 +773,9 @@ void pfprof_faults_sync(struct pfprof_session *s, bool sampler)
 		put_cred(tgids[i].asker);
 	}
 	kfree(tgids);
+	/* Attributed again, but not whole: its descendants' copies went. */
+	hash_for_each(f->watches, bkt, w, node)
+		refused += w->copies_refused && !w->refused;
 	f->unattributed = unattributed + refused;
 out:
 	mutex_unlock(&f->lock);

@@ -281,7 +281,8 @@ struct pfprof_faults {
 	struct pid_namespace *pid_ns;	/* the opener's: the records' pids */
 	const struct cred *opener_cred;	/* the session's: who may read what */
 	DECLARE_HASHTABLE(watches, PFPROF_WATCH_HASH_BITS);
-	unsigned int nr_events;
+	unsigned int nr_events;		/* made here */
+	unsigned int nr_copies;		/* their inherited copies, at the last sync */
 	/*
 	 * A CPU's buffer is half full: the handler queues the wake-up, which
 	 * sets filling and wakes the sampler to empty the buffers before the

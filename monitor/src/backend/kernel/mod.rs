@@ -226,8 +226,9 @@ impl Backend for Kernel {
                 format!(
                     "{unattributed} of the profiled processes were not attributed, or not \
                      wholly (the module's events cover max_fault_threads threads a session, \
-                     only processes counted with their descendants, and none after an exec \
-                     of a setuid program): their faults are counted, not placed"
+                     their children's included, only processes counted with their \
+                     descendants, and none after an exec of a setuid program): their \
+                     faults are counted, not placed"
                 )
             })
             .into_iter()

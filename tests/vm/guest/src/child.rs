@@ -39,6 +39,7 @@ pub fn main(args: &[String]) -> ExitCode {
         ["exec-chain", left, start] => exec_chain(left, start),
         ["orphan-after-go", pages] => orphan_after_go(pages),
         ["fork-exec-after-go", program @ ..] if !program.is_empty() => fork_exec_after_go(program),
+        ["sleepers", per_round] => sleepers(per_round),
         ["setresuid-exec", program @ ..] if !program.is_empty() => setresuid_exec(program),
         ["window", pages] => window(pages),
         ["fail-nth-left"] => fail_nth_left(),
@@ -541,6 +542,42 @@ fn orphan(parent: libc::pid_t, pages: &str) -> Result<()> {
         .read_exact(&mut byte)
         .context("waiting for go")?;
     window(pages)
+}
+
+/// Says ready; at each byte `f` from stdin forks `per_round` children that sleep until
+/// killed and says `forked <children so far>`; at the end of stdin kills and reaps them.
+fn sleepers(per_round: &str) -> Result<()> {
+    let per_round: usize = per_round.parse()?;
+    let mut children = Vec::new();
+    println!("ready");
+    std::io::stdout().flush()?;
+    let mut byte = [0u8; 1];
+    let outcome = (|| -> Result<()> {
+        while std::io::stdin().read(&mut byte)? == 1 {
+            ensure!(byte[0] == b'f', "sleepers: unknown byte {:#x}", byte[0]);
+            for _ in 0..per_round {
+                let child = fork()?;
+                if child == 0 {
+                    loop {
+                        // SAFETY: pause(3) only sleeps; SIGKILL ends the child.
+                        unsafe { libc::pause() };
+                    }
+                }
+                children.push(child);
+            }
+            println!("forked {}", children.len());
+            std::io::stdout().flush()?;
+        }
+        Ok(())
+    })();
+    for &child in &children {
+        // SAFETY: kill(2) of our own unreaped child.
+        unsafe { libc::kill(child, libc::SIGKILL) };
+    }
+    for &child in &children {
+        reap(child)?;
+    }
+    outcome
 }
 
 /// Says ready, waits for go, then forks a child that execs `program`, reaps it and says

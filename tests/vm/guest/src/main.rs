@@ -139,6 +139,7 @@ const TESTS: &[(&str, Test)] = tests![
     attribution::a_descendant_reparented_then_added_is_recorded_once,
     attribution::a_process_that_execs_a_setuid_program_and_back_counts_as_unattributed,
     attribution::attribution_is_refused_to_an_opener_without_cap_perfmon_unless_the_module_allows_every_opener,
+    attribution::inherited_event_copies_count_against_max_fault_threads,
     attribution::bench_attribution_cost_by_backend,
 ];
 
