@@ -6,7 +6,7 @@
 
 use std::ffi::OsString;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -19,20 +19,6 @@ use crate::output::summary::SummaryStyle;
 use crate::output::writer::Format;
 use crate::system::duration::parse_duration;
 use crate::work::workload::Pattern;
-
-/// The name this process was started by (its argv[0]'s file name: `monitor` from a
-/// checkout, `pfprof` from the package), for its messages and its help.
-pub fn program_name() -> &'static str {
-    static NAME: LazyLock<String> = LazyLock::new(|| {
-        std::env::args_os()
-            .next()
-            .as_deref()
-            .and_then(|arg0| Path::new(arg0).file_name())
-            .map(|name| name.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "monitor".to_owned())
-    });
-    &NAME
-}
 
 /// `--version`: the version the packages, the module (`modinfo pfprof`) and this monitor
 /// share, and the ABI of the module's device it speaks.

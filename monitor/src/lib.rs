@@ -18,6 +18,20 @@ pub mod rows;
 pub mod system;
 pub mod work;
 
+/// The name this process was started by (its argv[0]'s file name: `monitor` from a
+/// checkout, `pfprof` from the package), for its messages and its help.
+pub fn program_name() -> &'static str {
+    static NAME: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        std::env::args_os()
+            .next()
+            .as_deref()
+            .and_then(|arg0| std::path::Path::new(arg0).file_name())
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "monitor".to_owned())
+    });
+    &NAME
+}
+
 /// Held by the unit tests that take and give back tens of MiB of this process's memory
 /// ([`fresh_pages`]): tests run as threads of one process, and those that measure its
 /// resident memory must not see another's come and go.

@@ -15,7 +15,7 @@ use monitor::work::registration::{self, RegistrationError};
 use monitor::work::workload::Workload;
 
 fn main() -> ExitCode {
-    let command_line = || cli::work_command(cli::program_name());
+    let command_line = || cli::work_command(monitor::program_name());
     let args = WorkArgs::from_arg_matches(&command_line().get_matches())
         .unwrap_or_else(|e| e.format(&mut command_line()).exit());
     match run(&args) {

@@ -149,7 +149,7 @@ impl Server {
         let _ = io::stderr().write_all(
             format!(
                 "{}: serving metrics at http://{bound}/metrics\n",
-                crate::cli::program_name()
+                crate::program_name()
             )
             .as_bytes(),
         );

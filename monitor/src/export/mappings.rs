@@ -15,7 +15,6 @@
 
 use std::sync::Arc;
 
-use super::metrics::{Metric, MAPPING_ESTIMATED_FAULTS, MAPPING_FAULTS};
 use crate::attribution::{Faults, Mapping, Tally};
 
 /// How many of an interval's top mappings by major faults, and by minor faults, are
@@ -196,16 +195,6 @@ pub struct MappingPoint {
     /// When its counters started (ns since the epoch); `None`: with the profile.
     pub since_unix_ns: Option<u64>,
 }
-
-/// A metric of the faults by mapping: the fault type it counts, and its count of a
-/// series.
-pub type MappingMetric = (&'static Metric, &'static str, fn(&MappingPoint) -> u64);
-
-/// The two metrics of the faults by mapping.
-pub const METRICS: [MappingMetric; 2] = [
-    (&MAPPING_FAULTS, "major", |p| p.major),
-    (&MAPPING_ESTIMATED_FAULTS, "minor", |p| p.minor_estimated),
-];
 
 #[cfg(test)]
 mod tests {

@@ -5,7 +5,7 @@
 //! `process.cpu.time`) and their Prometheus translation (`process_paging_faults_total`,
 //! `process_cpu_time_seconds_total`); pfprof's own are under `pfprof.`/`pfprof_`.
 
-use super::mappings::MappingSeries;
+use super::mappings::{MappingPoint, MappingSeries};
 use crate::pressure::verdict::judged_stall;
 use crate::rows::row::Row;
 
@@ -133,6 +133,16 @@ pub const MAPPING_ESTIMATED_FAULTS: Metric = Metric {
     help: "Minor faults by mapping, estimated: one in --minor-sampling recorded, times it; \
            named as pfprof_mapping_faults names them",
 };
+
+/// A metric of the faults by mapping: the fault type it counts, and its count of a
+/// series.
+pub type MappingMetric = (&'static Metric, &'static str, fn(&MappingPoint) -> u64);
+
+/// The two metrics of the faults by mapping.
+pub const MAPPING_METRICS: [MappingMetric; 2] = [
+    (&MAPPING_FAULTS, "major", |p| p.major),
+    (&MAPPING_ESTIMATED_FAULTS, "minor", |p| p.minor_estimated),
+];
 pub const BUILD_INFO: Metric = Metric {
     otel: "pfprof.build.info",
     otel_unit: "",

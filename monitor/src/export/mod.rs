@@ -241,7 +241,7 @@ impl Exporters {
                 &mut io::stderr(),
                 format!(
                     "{}: keeping the final values{} for up to {:?} (Ctrl-C ends the wait)\n",
-                    crate::cli::program_name(),
+                    crate::program_name(),
                     addr.map(|a| format!(" at {a}")).unwrap_or_default(),
                     self.linger
                 )

@@ -34,7 +34,7 @@ use prost::Message;
 
 use super::error::ExportError;
 use super::http::OneTarget;
-use super::mappings::METRICS as MAPPING_METRICS;
+use super::metrics::MAPPING_METRICS;
 use super::metrics::{
     Labels, Metric, Snapshot, BUCKETS, BUILD_INFO, CPU_TIME, FAULTS, FAULT_TYPES, MEMORY_TYPES,
     MEMORY_USAGE, PERIOD, PERIOD_FAULTS, SAMPLES_LOST, STALL, STALL_TYPES, SWAP, THRASHING,

@@ -21,7 +21,7 @@ use crate::backend::procfs::Procfs;
 use crate::command::signals::Signals;
 use crate::export::{FleetExport, Hub};
 use crate::profile::error::ProfileError;
-use crate::profile::{self, FleetTarget, Request};
+use crate::profile::{self, Request, Supervised};
 use crate::system::cgroup::cgroup2_mounts;
 use crate::system::error::SystemError;
 use crate::system::exit;
@@ -205,9 +205,14 @@ fn listed(names: &[impl AsRef<str>]) -> String {
 }
 
 fn say(line: &str) {
-    let name = crate::cli::program_name();
+    let name = crate::program_name();
     let _ = std::io::stderr().write_all(format!("{name}: {line}\n").as_bytes());
 }
+
+/// A target's procfs ring: 32 KiB, its control page and 448 samples. Targets are many and
+/// drained every interval: a ring of 22 s at 50 ms each, not the 512 KiB that stays
+/// resident once it has wrapped.
+const TARGET_RING_PAGES: u64 = 8;
 
 /// A profile of the cgroup `found`, as `--cgroup` makes one, exported through `hub`.
 fn start_target(
@@ -222,10 +227,11 @@ fn start_target(
     let signals = Signals::unhooked();
     let request = Request {
         cgroup: Some(found.dir.clone()),
-        fleet: Some(FleetTarget {
+        supervised: Some(Supervised {
             hub: Arc::clone(hub),
             derived,
             signals: signals.clone(),
+            ring_pages: TARGET_RING_PAGES,
         }),
         ..template.clone()
     };
@@ -259,5 +265,11 @@ mod tests {
         assert_eq!(listed(&names), "/c0, /c1, /c2, /c3, /c4 and 3 more");
         assert_eq!(cgroups(1), "1 cgroup");
         assert_eq!(cgroups(3), "3 cgroups");
+    }
+
+    #[test]
+    fn a_targets_ring_holds_many_intervals_of_samples() {
+        // 20 samples a second at the default period, drained every second by default.
+        assert_eq!(shared_layout::abi::slots_in(TARGET_RING_PAGES), 448);
     }
 }

@@ -68,26 +68,26 @@ pub struct Request {
     /// `--count`: the profile ends after this many rows, as after a SIGTERM, and holds
     /// exactly them.
     pub count: Option<u64>,
-    /// One target of a fleet monitor: exported through the fleet's hub.
-    pub fleet: Option<FleetTarget>,
+    /// One of many profiles a supervisor runs; `None`: the process's only one.
+    pub supervised: Option<Supervised>,
 }
 
-/// A fleet target's procfs ring: 32 KiB, its control page and 448 samples.
-const FLEET_RING_PAGES: u64 = 8;
-
-/// A fleet monitor's target: its exporter is the fleet's hub, its labels carry what its
-/// cgroup path says of it, and the fleet stops it through `signals`.
+/// What a supervisor running many profiles gives each: the hub it exports through, the
+/// labels the supervisor derived of its target, the signals it stops it with, and a ring
+/// of `ring_pages` (many profiles, each drained every interval, need small ones).
 #[derive(Clone)]
-pub struct FleetTarget {
+pub struct Supervised {
     pub hub: Arc<Hub>,
     pub derived: Vec<(&'static str, String)>,
     pub signals: Signals,
+    pub ring_pages: u64,
 }
 
-impl std::fmt::Debug for FleetTarget {
+impl std::fmt::Debug for Supervised {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FleetTarget")
+        f.debug_struct("Supervised")
             .field("derived", &self.derived)
+            .field("ring_pages", &self.ring_pages)
             .finish_non_exhaustive()
     }
 }
@@ -156,12 +156,8 @@ fn open<B: Backend>(request: &Request) -> Result<(Sinks, Opened<B>), ProfileErro
         cgroup: cgroup.clone(),
         inherit: request.inherit,
         attribution: request.attribution,
-        // A fleet's targets are many and drained every interval: a ring of 22 s at 50 ms
-        // each, not the 512 KiB that stays resident once it has wrapped.
-        ring_pages: match request.fleet {
-            Some(_) => FLEET_RING_PAGES,
-            None => abi::BUFFER_PAGES_DEFAULT.into(),
-        },
+        ring_pages: (request.supervised.as_ref())
+            .map_or(abi::BUFFER_PAGES_DEFAULT.into(), |s| s.ring_pages),
     };
     let mut backend = B::open(&selection, request.period_ms)?;
     let labels = Labels {
@@ -173,14 +169,14 @@ fn open<B: Backend>(request: &Request) -> Result<(Sinks, Opened<B>), ProfileErro
         backend: backend.name().to_owned(),
         mode: request.mode.to_string(),
         monitor_pid: std::process::id().to_string(),
-        derived: (request.fleet.as_ref()).map_or_else(Vec::new, |f| f.derived.clone()),
+        derived: (request.supervised.as_ref()).map_or_else(Vec::new, |s| s.derived.clone()),
     };
-    let exporters = match &request.fleet {
-        Some(fleet) => Some(Exporters::attach(&fleet.hub, labels)),
+    let exporters = match &request.supervised {
+        Some(supervised) => Some(Exporters::attach(&supervised.hub, labels)),
         None => Exporters::start(&request.export, labels, request.interval)?,
     };
-    let signals = match &request.fleet {
-        Some(fleet) => fleet.signals.clone(),
+    let signals = match &request.supervised {
+        Some(supervised) => supervised.signals.clone(),
         None => Signals::install()?,
     };
     let held = (request.command.as_deref())
@@ -411,15 +407,4 @@ fn end_notes(end: End, reaped: bool, command: Option<u32>) -> Vec<String> {
         ));
     }
     notes
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_fleet_targets_ring_holds_many_intervals_of_samples() {
-        // 20 samples a second at the default period, drained every second by default.
-        assert_eq!(abi::slots_in(FLEET_RING_PAGES), 448);
-    }
 }

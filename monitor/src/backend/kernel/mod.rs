@@ -193,7 +193,7 @@ impl Backend for Kernel {
         if self.waits_for_registrations {
             eprintln!(
                 "{}: waiting for processes to register (echo \"R $$\" > /proc/pfprof/status)",
-                crate::cli::program_name()
+                crate::program_name()
             );
         }
         Ok(None)

@@ -25,7 +25,7 @@ use shared_layout::abi::DEVICE_PATH;
 use shared_layout::device::DeviceError;
 
 fn main() -> ExitCode {
-    let command_line = || cli::monitor_command(cli::program_name());
+    let command_line = || cli::monitor_command(monitor::program_name());
     let cli = Cli::from_arg_matches(&command_line().get_matches())
         .unwrap_or_else(|e| e.format(&mut command_line()).exit());
     let (options, command) = match cli.command {
@@ -96,7 +96,7 @@ fn refuse_for_fleet(options: &Options, run: bool) {
         None
     };
     if let Some(refusal) = refusal {
-        cli::monitor_command(cli::program_name())
+        cli::monitor_command(monitor::program_name())
             .error(clap::error::ErrorKind::ArgumentConflict, refusal)
             .exit();
     }
@@ -134,7 +134,7 @@ fn fleet(options: Options, run: bool) -> ExitCode {
             },
             duration: None,
             count: None,
-            fleet: None,
+            supervised: None,
         },
     };
     match monitor::fleet::run(request) {
@@ -152,7 +152,7 @@ fn fleet(options: Options, run: bool) -> ExitCode {
 fn failure(e: ProfileError) -> (String, u8) {
     let code = e.blame().exit_code();
     let advice = advice(&e);
-    let name = cli::program_name();
+    let name = monitor::program_name();
     let mut message = format!("{name}: error: {:#}\n", anyhow::Error::new(e));
     if let Some(advice) = advice {
         message += &format!("{name}: {advice}\n");
@@ -197,7 +197,7 @@ fn run(options: Options, command: Option<Vec<OsString>>) -> Result<u8, ProfileEr
                 .unwrap_or(monitor::attribution::DEFAULT_MINOR_PERIOD),
         ),
         export: options.export,
-        fleet: None,
+        supervised: None,
     };
     match backend {
         BackendChoice::Kernel => profile::profile::<Kernel>(request),
@@ -286,7 +286,7 @@ mod tests {
     fn the_modules_refusals_are_usage_errors_that_say_what_to_do() {
         let device = PathBuf::from(DEVICE_PATH);
         // The messages name the program as it was started (this test's binary).
-        let name = cli::program_name();
+        let name = monitor::program_name();
         let refused = |e| failure(ProfileError::Backend(BackendError::Device(e)));
         assert_eq!(
             refused(DeviceError::PermissionDenied {
