@@ -178,7 +178,7 @@ install_and_check() {
 			expect "vermagic" "$kernel" sh -c "modinfo -F vermagic '${modules[0]}' | cut -d' ' -f1"
 	}
 	check "$release: modinfo says version $version, for $kernel" module_versions
-	# What Secure Boot needs (README.md): DKMS made its key and signed with it.
+	# What Secure Boot needs (docs/install.md): DKMS made its key and signed with it.
 	check "$release: DKMS signed the module with its own key (/var/lib/dkms/mok.pub)" sh -c "
 		test -s '$root/var/lib/dkms/mok.pub' &&
 		modinfo -F signer '${modules[0]}' | grep -qx 'DKMS module signing key'"
