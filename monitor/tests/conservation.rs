@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use monitor::backend::procfs::process::Process;
-use monitor::backend::procfs::sampler::{Attribution, Event, Sampler};
+use monitor::backend::procfs::sampler::{Event, Sampler, SamplerAttribution};
 use monitor::command::child;
 use monitor::rows::source::Source;
 use monitor::system::procstat::ProcessCounters;
@@ -100,7 +100,7 @@ fn sample_command(
         vec![Process::child(pid, true).unwrap()],
         None,
         period,
-        Attribution::off("not this test's"),
+        SamplerAttribution::off("not this test's"),
         || {},
     )
     .unwrap();
@@ -217,7 +217,7 @@ fn the_samples_taken_while_a_command_is_stopped_hold_exactly_what_its_stat_says_
         vec![Process::child(pid, true).unwrap()],
         None,
         period,
-        Attribution::off("not this test's"),
+        SamplerAttribution::off("not this test's"),
         || {},
     )
     .unwrap();

@@ -10,7 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use monitor::backend::procfs::process::Process;
-use monitor::backend::procfs::sampler::{Attribution, Event, Sampler};
+use monitor::backend::procfs::sampler::{Event, Sampler, SamplerAttribution};
 use monitor::rows::source::Source;
 use shared_layout::wait::FutexWaiter;
 use shared_layout::{Area, Mode, Sample};
@@ -75,7 +75,7 @@ fn a_sampler_whose_poll_outruns_its_period_still_sleeps_between_polls() {
         processes,
         None,
         PERIOD,
-        Attribution::off("not this test's"),
+        SamplerAttribution::off("not this test's"),
         || {},
     )
     .unwrap();

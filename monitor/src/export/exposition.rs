@@ -16,26 +16,26 @@ use super::metrics::{
 
 /// The two text formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
+pub enum TextFormat {
     OpenMetrics,
     /// Prometheus text 0.0.4.
     Classic,
 }
 
-impl Format {
+impl TextFormat {
     pub fn content_type(self) -> &'static str {
         match self {
-            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            Format::Classic => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+            TextFormat::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            TextFormat::Classic => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
         }
     }
 
     /// What an HTTP `Accept` header asks for: OpenMetrics when it ranks it at least as
     /// high as the classic text (or says nothing), the classic text when it ranks that
     /// higher or does not take OpenMetrics at all.
-    pub fn negotiate(accept: Option<&str>) -> Format {
+    pub fn negotiate(accept: Option<&str>) -> TextFormat {
         let Some(accept) = accept else {
-            return Format::OpenMetrics;
+            return TextFormat::OpenMetrics;
         };
         let (mut openmetrics, mut classic) = (0.0f32, 0.0f32);
         for range in accept.split(',') {
@@ -56,15 +56,15 @@ impl Format {
             }
         }
         if classic > openmetrics {
-            Format::Classic
+            TextFormat::Classic
         } else {
-            Format::OpenMetrics
+            TextFormat::OpenMetrics
         }
     }
 }
 
 /// `snapshot` as text in `format`, every series with `labels`.
-pub fn encode(snapshot: &Snapshot, labels: &Labels, format: Format) -> String {
+pub fn encode(snapshot: &Snapshot, labels: &Labels, format: TextFormat) -> String {
     encode_targets(&[(snapshot.clone(), labels.clone())], None, format)
 }
 
@@ -82,7 +82,7 @@ pub struct FleetGauges<'a> {
 pub fn encode_targets(
     targets: &[(Snapshot, Labels)],
     fleet: Option<FleetGauges>,
-    format: Format,
+    format: TextFormat,
 ) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(SnapshotCollector {
@@ -92,8 +92,8 @@ pub fn encode_targets(
     let mut text = String::new();
     // Writing to a String cannot fail, and the collector's own values are plain numbers.
     let encoded = match format {
-        Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut text, &registry),
-        Format::Classic => {
+        TextFormat::OpenMetrics => prometheus_client::encoding::text::encode(&mut text, &registry),
+        TextFormat::Classic => {
             prometheus_client::encoding::prometheus_text::encode(&mut text, &registry)
         }
     };
@@ -332,7 +332,7 @@ mod tests {
 
     #[test]
     fn openmetrics_carries_the_translated_names_with_their_labels_and_ends_with_eof() {
-        let text = encode(&snapshot(), &labels(), Format::OpenMetrics);
+        let text = encode(&snapshot(), &labels(), TextFormat::OpenMetrics);
         for line in [
             "# TYPE process_paging_faults counter",
             r#"process_paging_faults_total{target="work",backend="procfs",mode="strict",monitor_pid="7",system_paging_fault_type="minor"} 3012"#,
@@ -356,7 +356,7 @@ mod tests {
         let mut s = snapshot();
         s.memory = [3 << 20, 1 << 20, 4096];
         s.swap = 8192;
-        let unjudged = encode(&s, &labels(), Format::OpenMetrics);
+        let unjudged = encode(&s, &labels(), TextFormat::OpenMetrics);
         assert!(!unjudged.contains("pfprof_thrashing"), "{unjudged}");
         assert!(!unjudged.contains("pfprof_memory_stall"), "{unjudged}");
         s.stall_us = Some([1_500_000, 250_000]);
@@ -365,7 +365,7 @@ mod tests {
             now: true,
             episodes: 2,
         };
-        let text = encode(&s, &labels(), Format::OpenMetrics);
+        let text = encode(&s, &labels(), TextFormat::OpenMetrics);
         let base = r#"target="work",backend="procfs",mode="strict",monitor_pid="7""#;
         for line in [
             "# UNIT process_memory_usage_bytes bytes".to_owned(),
@@ -384,7 +384,7 @@ mod tests {
 
     #[test]
     fn the_classic_format_names_counters_by_their_samples_and_has_no_eof() {
-        let text = encode(&snapshot(), &labels(), Format::Classic);
+        let text = encode(&snapshot(), &labels(), TextFormat::Classic);
         assert!(
             text.contains("# TYPE process_paging_faults_total counter\n"),
             "{text}"
@@ -397,7 +397,7 @@ mod tests {
     fn a_label_value_with_quotes_and_newlines_is_escaped() {
         let mut l = labels();
         l.target = "a\"b\nc\\".into();
-        let text = encode(&snapshot(), &l, Format::OpenMetrics);
+        let text = encode(&snapshot(), &l, TextFormat::OpenMetrics);
         assert!(text.contains(r#"target="a\"b\nc\\""#), "{text}");
     }
 
@@ -411,7 +411,7 @@ mod tests {
             left_out: 3,
             monitor_pid: "7",
         };
-        for format in [Format::OpenMetrics, Format::Classic] {
+        for format in [TextFormat::OpenMetrics, TextFormat::Classic] {
             let targets = [(snapshot(), evil.clone()), (snapshot(), victim.clone())];
             let text = encode_targets(&targets, Some(gauges), format);
             let faults: Vec<&str> = (text.lines())
@@ -477,7 +477,7 @@ mod tests {
 
     #[test]
     fn the_faults_by_mapping_carry_its_labels_escaped_major_exact_and_minor_estimated() {
-        let text = encode(&attributed(), &labels(), Format::OpenMetrics);
+        let text = encode(&attributed(), &labels(), TextFormat::OpenMetrics);
         let base = r#"target="work",backend="procfs",mode="strict",monitor_pid="7""#;
         let file = r#"mapping="/tmp/x\"} 1e9\nprocess_paging_faults_total{target=\"victim\\",mapping_kind="shared""#;
         for line in [
@@ -508,7 +508,7 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
         }
         // The file's name stays inside its label: no line of a series of its making.
-        for format in [Format::OpenMetrics, Format::Classic] {
+        for format in [TextFormat::OpenMetrics, TextFormat::Classic] {
             let text = encode(&attributed(), &labels(), format);
             let faults = (text.lines())
                 .filter(|l| l.starts_with("process_paging_faults_total"))
@@ -523,25 +523,28 @@ mod tests {
 
     #[test]
     fn without_attribution_no_series_by_mapping_is_exported() {
-        let text = encode(&snapshot(), &labels(), Format::OpenMetrics);
+        let text = encode(&snapshot(), &labels(), TextFormat::OpenMetrics);
         assert!(!text.contains("pfprof_mapping"), "{text}");
     }
 
     #[test]
     fn the_accept_header_picks_the_format() {
         let prometheus_2 = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
-        assert_eq!(Format::negotiate(Some(prometheus_2)), Format::OpenMetrics);
-        assert_eq!(Format::negotiate(None), Format::OpenMetrics);
-        assert_eq!(Format::negotiate(Some("*/*")), Format::OpenMetrics);
         assert_eq!(
-            Format::negotiate(Some("text/plain;version=0.0.4")),
-            Format::Classic
+            TextFormat::negotiate(Some(prometheus_2)),
+            TextFormat::OpenMetrics
+        );
+        assert_eq!(TextFormat::negotiate(None), TextFormat::OpenMetrics);
+        assert_eq!(TextFormat::negotiate(Some("*/*")), TextFormat::OpenMetrics);
+        assert_eq!(
+            TextFormat::negotiate(Some("text/plain;version=0.0.4")),
+            TextFormat::Classic
         );
         assert_eq!(
-            Format::negotiate(Some(
+            TextFormat::negotiate(Some(
                 "application/openmetrics-text;q=0.2,text/plain;version=0.0.4;q=0.9"
             )),
-            Format::Classic
+            TextFormat::Classic
         );
     }
 }

@@ -23,13 +23,13 @@ use nix::sys::socket::{
 
 use super::board::Board;
 use super::error::ExportError;
-use super::exposition::{encode, Format};
+use super::exposition::{encode, TextFormat};
 use super::metrics::Labels;
 
 /// What `/metrics` shows: one profile's board, or a fleet monitor's targets.
 pub(crate) trait Shown: Send + Sync + 'static {
     /// Every series as text in `format`, and whether they hold the final values.
-    fn text(&self, format: Format) -> (String, bool);
+    fn text(&self, format: TextFormat) -> (String, bool);
     /// Lingering is over: the server stops.
     fn is_closed(&self) -> bool;
     /// The final values have been served to `scrapers` scrapers (by address).
@@ -46,7 +46,7 @@ pub(crate) struct OneTarget {
 }
 
 impl Shown for OneTarget {
-    fn text(&self, format: Format) -> (String, bool) {
+    fn text(&self, format: TextFormat) -> (String, bool) {
         let (snapshot, _) = self.board.latest();
         (encode(&snapshot, &self.labels, format), snapshot.done)
     }
@@ -238,7 +238,7 @@ fn answer(mut stream: TcpStream, shown: &dyn Shown) -> io::Result<Option<bool>> 
             b"GET only\n",
         );
     }
-    let format = Format::negotiate(request.accept.as_deref());
+    let format = TextFormat::negotiate(request.accept.as_deref());
     let (body, done) = shown.text(format);
     respond(
         &mut stream,

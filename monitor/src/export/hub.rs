@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::board::Board;
 use super::error::ExportError;
-use super::exposition::{encode_targets, FleetGauges, Format};
+use super::exposition::{encode_targets, FleetGauges, TextFormat};
 use super::http::{Server, Shown};
 use super::metrics::{Labels, Snapshot};
 use super::otlp::{Pushed, Pusher, Values};
@@ -150,7 +150,7 @@ impl Pushed for Hub {
 }
 
 impl Shown for Hub {
-    fn text(&self, format: Format) -> (String, bool) {
+    fn text(&self, format: TextFormat) -> (String, bool) {
         let done = self.ending.load(Ordering::SeqCst);
         let targets: Vec<(Snapshot, Labels)> = (self.targets().into_iter())
             .map(|(snapshot, labels)| (snapshot, Labels::clone(&labels)))

@@ -13,7 +13,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use super::error::ExportError;
-use super::exposition::Format;
+use super::exposition::TextFormat;
 use super::http::Shown;
 use super::metrics::Labels;
 
@@ -95,7 +95,7 @@ impl Writer {
         let path = dir.join(name);
         // A name node_exporter skips (it reads *.prom only).
         let temp = dir.join(format!(".{name}.tmp"));
-        replace(&path, &temp, &shown.text(Format::Classic).0).map_err(|e| {
+        replace(&path, &temp, &shown.text(TextFormat::Classic).0).map_err(|e| {
             let _ = fs::remove_file(&temp);
             error(e)
         })?;
@@ -157,7 +157,7 @@ fn write_loop(
             continue;
         }
         seen = generation;
-        let result = replace(path, temp, &shown.text(Format::Classic).0);
+        let result = replace(path, temp, &shown.text(TextFormat::Classic).0);
         let mut w = written.lock().unwrap_or_else(PoisonError::into_inner);
         match result {
             Ok(()) => w.writes += 1,

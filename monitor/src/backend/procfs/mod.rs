@@ -152,7 +152,7 @@ impl Backend for Procfs {
             Err(why) => (Attribution::Off(why), None),
         };
         let feed = Arc::new(Feed::new(attribution));
-        let attribution = sampler::Attribution {
+        let attribution = sampler::SamplerAttribution {
             feed: Arc::clone(&feed),
             attributor,
             began: self.began,

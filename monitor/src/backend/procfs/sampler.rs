@@ -105,7 +105,7 @@ pub struct Sampler {
 }
 
 /// Where each period's table goes, and the fault events when they are open.
-pub struct Attribution {
+pub struct SamplerAttribution {
     pub feed: Arc<Feed>,
     pub attributor: Option<Attributor>,
     /// When the profile began, in clock ticks after boot: a process started since counts
@@ -113,11 +113,11 @@ pub struct Attribution {
     pub began: u64,
 }
 
-impl Attribution {
+impl SamplerAttribution {
     /// Faults attributed to no mapping (`why`), the processes' own counted from their
     /// first read, or from their fork if they start now or later.
-    pub fn off(why: &str) -> Attribution {
-        Attribution {
+    pub fn off(why: &str) -> SamplerAttribution {
+        SamplerAttribution {
             feed: Arc::new(Feed::new(crate::attribution::Attribution::Off(why.into()))),
             attributor: None,
             began: crate::system::procstat::boot_ticks(),
@@ -134,7 +134,7 @@ impl Sampler {
         processes: Vec<Process>,
         cgroup: Option<Members>,
         period: Duration,
-        attribution: Attribution,
+        attribution: SamplerAttribution,
         on_end: impl FnOnce() + Send + 'static,
     ) -> std::io::Result<Sampler> {
         let (tx, rx) = mpsc::channel();
@@ -324,7 +324,7 @@ fn run(
     mut producer: Producer,
     processes: Vec<Process>,
     cgroup: Option<CgroupCount>,
-    attribution: Attribution,
+    attribution: SamplerAttribution,
     period: Duration,
     events: &Receiver<Event>,
     bell: &EventFd,
