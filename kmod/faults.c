@@ -100,11 +100,19 @@ struct pfprof_watch {
 	bool refused;
 	unsigned int retry_at;
 	unsigned int backoff;
+	/* Its events' inherited copies, at the last sync (up to the bound + 1). */
+	unsigned int nr_copies;
 	/*
 	 * Refused once for its inherited copies: the descendants that lost
 	 * them are not attributed again, though the process may be.
 	 */
 	bool copies_refused;
+	/*
+	 * The wait after a refusal for copies: it doubles at each, and a
+	 * success does not reset it (a spawner would be refused every other
+	 * sync otherwise).
+	 */
+	unsigned int copies_backoff;
 };
 
 /* The kinds of a watch's events a thread carries. */
@@ -231,6 +239,9 @@ static void pfprof_watch_drop_events(struct pfprof_faults *f,
 		perf_event_release_kernel(w->events[i]);
 	f->nr_events -= w->nr_events;
 	w->nr_events = 0;
+	/* Their copies went with them. */
+	f->nr_copies -= w->nr_copies;
+	w->nr_copies = 0;
 	kvfree(w->events);
 	w->events = NULL;
 }
@@ -379,38 +390,52 @@ static unsigned int pfprof_event_copies(struct perf_event *e, unsigned int max)
  * inherits a copy of each of its events, which costs as much as one made
  * here, and perf takes its memory from nobody's cgroup: a spawner's
  * children would otherwise cost unbounded, uncharged kernel memory (with
- * attribution=2, any user's).  A watch whose copies take the session past
- * the bound is refused (pfprof_watch_refuse(): its events go, and their
- * copies with them), and not attributed.  Counting stops at the bound: a
- * sync costs the bound, not the copies.  Copies are made at fork, between
- * two syncs: past the bound by a period's forks at most, as long as a
- * user's pids limit allows.
+ * attribution=2, any user's).  perf links a copy of a copy to the event
+ * made here too, so a watch's copies are those of its member's whole
+ * tree.  Each watch's copies are counted up to what alone would take the
+ * session past the bound (a sync costs the bound a watch at most, not the
+ * copies), then the watches with the most are refused until the rest fit
+ * (pfprof_watch_refuse(): its events go, their copies with them): the
+ * trees that make them, not whichever the hash lists last.  A watch refused
+ * for its copies waits twice as long as the last time before it is tried
+ * again.  Copies are made at fork, between two syncs: the bound holds at
+ * each sync, and in between the user's pids limit bounds them.
  */
 static void pfprof_watches_bound_copies(struct pfprof_faults *f)
 {
 	unsigned int limit = 2 * pfprof_max_fault_threads;
-	unsigned int copies = 0, own, room, i;
-	struct pfprof_watch *w;
-	struct hlist_node *tmp;
-	unsigned int bkt;
+	/* The events made fit the budget: f->nr_events <= limit. */
+	unsigned int alone = limit + 1 - min(limit, f->nr_events);
+	struct pfprof_watch *w, *most;
+	unsigned int bkt, i;
 
-	hash_for_each_safe(f->watches, bkt, tmp, w, node) {
-		own = 0;
-		for (i = 0; i < w->nr_events; i++) {
-			/* f->nr_events <= limit: made within the budget. */
-			room = limit - min(limit, f->nr_events + copies + own);
-			own += pfprof_event_copies(w->events[i], room + 1);
-			if (f->nr_events + copies + own > limit)
-				break;
+	f->nr_copies = 0;
+	hash_for_each(f->watches, bkt, w, node) {
+		w->nr_copies = 0;
+		for (i = 0; i < w->nr_events && w->nr_copies < alone; i++) {
+			w->nr_copies += pfprof_event_copies(w->events[i],
+							    alone - w->nr_copies);
+			cond_resched();
 		}
-		if (f->nr_events + copies + own > limit) {
-			pfprof_watch_refuse(f, w);
-			w->copies_refused = true;
-		} else {
-			copies += own;
-		}
+		f->nr_copies += w->nr_copies;
 	}
-	f->nr_copies = copies;
+	while (f->nr_events + f->nr_copies > limit) {
+		most = NULL;
+		hash_for_each(f->watches, bkt, w, node) {
+			if (!most || w->nr_copies > most->nr_copies)
+				most = w;
+		}
+		/* Over the bound with the events made within it: copies. */
+		if (WARN_ON_ONCE(!most || !most->nr_copies))
+			break;
+		most->copies_refused = true;
+		most->copies_backoff = clamp(2 * most->copies_backoff, 1u,
+					     (unsigned int)PFPROF_RETRY_MAX_SYNCS);
+		pfprof_watch_refuse(f, most);
+		most->retry_at = f->sampler_syncs +
+				 max(most->backoff, most->copies_backoff);
+		cond_resched();
+	}
 }
 
 /* Room for @n more events in @w's array. */
