@@ -88,7 +88,7 @@ fn parent_of(pid: i32) -> Result<i32> {
 }
 
 /// How many real parents this process has, up to pid 1, as the module counts them.
-fn own_depth() -> Result<usize> {
+pub fn own_depth() -> Result<usize> {
     let mut pid = std::process::id() as i32;
     let mut depth = 0;
     while pid > 1 {
@@ -99,7 +99,7 @@ fn own_depth() -> Result<usize> {
 }
 
 /// Pins the calling thread to CPU 0.
-fn pin_to_cpu0() -> Result<()> {
+pub fn pin_to_cpu0() -> Result<()> {
     // SAFETY: a zeroed cpu_set_t is a valid empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: CPU 0 is inside the set, which CPU_SET writes alone.
@@ -306,12 +306,12 @@ impl Drop for Watchdog {
 
 /// The kernel's preemption mode (PREEMPT_DYNAMIC, through debugfs) at "voluntary" while
 /// it lives, then as it was; nothing where the kernel cannot switch.
-struct Preemption(Option<String>);
+pub struct Preemption(Option<String>);
 
 const PREEMPT_MODE: &str = "/sys/kernel/debug/sched/preempt";
 
 impl Preemption {
-    fn voluntary() -> Result<Preemption> {
+    pub fn voluntary() -> Result<Preemption> {
         if !std::path::Path::new(PREEMPT_MODE).exists() {
             // SAFETY: mount(2) of debugfs with NUL-terminated strings; a failure leaves
             // the mode as it is.

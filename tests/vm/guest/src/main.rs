@@ -26,6 +26,7 @@ mod fault_injection;
 mod faults;
 mod fuzz;
 mod harness;
+mod holds;
 mod hostile;
 mod isolation;
 mod klog;
@@ -124,6 +125,7 @@ const TESTS: &[(&str, Test)] = tests![
     ancestry::an_inheriting_join_absorbing_members_as_others_die_leaves_the_session_working,
     ancestry::an_inheriting_join_absorbing_members_added_before_it_as_they_die_leaves_the_session_working,
     depth::an_inheriting_join_beside_a_deep_chain_never_absorbs_for_seconds,
+    holds::bench_longest_hold_at_every_limit,
     charging::a_sessions_sampling_and_maps_are_charged_to_its_openers_cgroups,
     isolation::another_users_registrations_join_a_session_only_when_asked_and_never_end_it,
     isolation::another_users_registered_parent_neither_takes_in_nor_ends_a_sessions_own_target,
@@ -291,6 +293,7 @@ fn hardening_child(args: &[String]) -> ExitCode {
         }
         Some("absorb") => ancestry::absorb(&args[1..]).map(|()| ExitCode::SUCCESS),
         Some("deep-chain") => depth::deep_chain().map(|()| ExitCode::SUCCESS),
+        Some("holds") => holds::holds().map(|()| ExitCode::SUCCESS),
         Some("attribute-hidden") if args.len() == 2 => {
             attribution::attribute_hidden(&args[1]).map(|()| ExitCode::SUCCESS)
         }
