@@ -135,10 +135,22 @@ static void pfprof_read_all(struct pfprof_session *s)
 
 	lockdep_assert_held(&s->members_lock);
 	/*
-	 * No preemption point between the reads and the walk: a child reaped
-	 * in between is the tree's race (tree.c), and a yield would widen it.
+	 * Members counted alone first, offering the CPU between two (4,096 of
+	 * them are milliseconds of reads).  Then those counted with their
+	 * trees, and no preemption point between their reads and the walk: a
+	 * child reaped in between is the tree's race (tree.c), and a yield
+	 * would widen it.
 	 */
 	list_for_each_entry(m, &s->members, node) {
+		if (m->inherit)
+			continue;
+		pfprof_member_read(m);
+		pfprof_member_judge(s, m);
+		cond_resched();
+	}
+	list_for_each_entry(m, &s->members, node) {
+		if (!m->inherit)
+			continue;
 		pfprof_member_read(m);
 		pfprof_member_judge(s, m);
 	}
