@@ -251,7 +251,13 @@ pub fn absorb(args: &[String]) -> Result<()> {
 /// kernel's log checked right after the first collection, before anything takes the
 /// session's lock again; then the session must go on, end, and leave the module
 /// nothing to hold and free to unload.
-fn absorbed_without_harm(env: &Env, period_ms: u32, scenario: &Scenario) -> Result<()> {
+/// `must_join`: the members lie within the depth a session takes, and must join.
+fn absorbed_without_harm(
+    env: &Env,
+    period_ms: u32,
+    scenario: &Scenario,
+    must_join: bool,
+) -> Result<()> {
     let mark = klog::Mark::now()?;
     let module = kmod::insmod(env, &[&format!("period_ms={period_ms}")])?;
     open_to_all()?;
@@ -288,6 +294,19 @@ fn absorbed_without_harm(env: &Env, period_ms: u32, scenario: &Scenario) -> Resu
         "absorb: {:?}, {} levels, {} members, level {} killed: {collected}; {ended}",
         scenario.reaper, scenario.depth, scenario.members, scenario.killed
     ));
+    // Members the session takes (within the depth bound) must have joined: else the
+    // test tested nothing.
+    if must_join {
+        let added: usize = collected
+            .strip_prefix("collected: ")
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .with_context(|| format!("no count of members added in {collected:?}"))?;
+        ensure!(
+            added == scenario.members,
+            "members within the depth bound were refused: {collected}"
+        );
+    }
     // The chain is gone: the reaper's registration is forgotten within a second, and
     // the session's members went with it.
     klog::ensure_module_slab_objects(0, "registrations or members once all is gone")?;
@@ -311,6 +330,7 @@ pub fn a_member_reparented_into_an_inheriting_members_tree_is_absorbed_without_h
             members_die: false,
             members_first: false,
         },
+        false,
     )
 }
 
@@ -329,6 +349,7 @@ pub fn a_member_added_300_levels_down_and_reparented_to_250_is_absorbed_without_
             members_die: false,
             members_first: false,
         },
+        false,
     )
 }
 
@@ -348,6 +369,7 @@ pub fn a_member_one_level_past_the_walks_reparented_onto_their_limit_is_absorbed
             members_die: false,
             members_first: false,
         },
+        false,
     )
 }
 
@@ -367,6 +389,7 @@ pub fn a_member_reparented_to_an_inheriting_pid_namespace_init_is_absorbed_witho
             members_die: false,
             members_first: false,
         },
+        false,
     )
 }
 
@@ -387,6 +410,7 @@ pub fn an_inheriting_join_absorbing_members_as_others_die_leaves_the_session_wor
             members_die: true,
             members_first: false,
         },
+        false,
     )
 }
 
@@ -406,5 +430,47 @@ pub fn an_inheriting_join_absorbing_members_added_before_it_as_they_die_leaves_t
             members_die: true,
             members_first: true,
         },
+        false,
+    )
+}
+
+/// Forty members within the depth a session takes (211 to 250 levels below the
+/// reaper, 171 to 210 once level 40 is killed): since the bound, the tests above see
+/// their members refused (ELOOP) and no absorb; these are joined, and every second one
+/// after the first dies while the reaper's join absorbs the rest: the review's H1 path.
+pub fn an_inheriting_join_absorbing_members_within_the_depth_bound_as_others_die_leaves_the_session_working(
+    env: &Env,
+) -> Result<()> {
+    absorbed_without_harm(
+        env,
+        20,
+        &Scenario {
+            reaper: Reaper::Subreaper,
+            depth: 250,
+            members: 40,
+            killed: 40,
+            members_die: true,
+            members_first: false,
+        },
+        true,
+    )
+}
+
+/// As above, with the members ADDed before the reaper registers.
+pub fn an_inheriting_join_absorbing_members_within_the_depth_bound_added_before_it_as_they_die_leaves_the_session_working(
+    env: &Env,
+) -> Result<()> {
+    absorbed_without_harm(
+        env,
+        20,
+        &Scenario {
+            reaper: Reaper::Subreaper,
+            depth: 250,
+            members: 40,
+            killed: 40,
+            members_die: true,
+            members_first: true,
+        },
+        true,
     )
 }
