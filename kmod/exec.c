@@ -314,6 +314,12 @@ static void pfprof_exec_probe(void *data, struct task_struct *p, pid_t old_pid,
 	if (hidden_ns || bprm->secureexec) {
 		pfprof_read_counters(p, &at_exec, &reaped);
 		pfprof_counters_add(&at_exec, &reaped);
+		/*
+		 * Up the layers to the session list, which alone knows the
+		 * sessions, and from there (pfprof_exec_unrecorded()) to their
+		 * fault events: the module's callbacks (design.md, "What calls
+		 * what").
+		 */
 		pfprof_sessions_exec(p, &at_exec, hidden_ns, pfprof_exec_offer);
 	}
 	if (hidden_ns)

@@ -148,6 +148,7 @@ static void pfprof_faults_wake(struct irq_work *work)
 						faults.wake);
 
 	atomic_set(&s->faults.filling, 1);
+	/* A call back up the layers (design.md, "What calls what"). */
 	pfprof_sampler_kick(s);
 }
 
