@@ -50,7 +50,7 @@ struct task_struct;
 
 /*
  * Fault and CPU counters of a process, or their change over a period (the
- * monitor's ProcessCounters, monitor/src/procstat.rs).
+ * monitor's ProcessCounters, monitor/src/system/procstat.rs).
  */
 struct pfprof_counters {
 	u64 minor;
