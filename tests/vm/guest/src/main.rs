@@ -124,7 +124,6 @@ const TESTS: &[(&str, Test)] = tests![
     ancestry::a_member_reparented_to_an_inheriting_pid_namespace_init_is_absorbed_without_harm,
     ancestry::an_inheriting_join_absorbing_members_as_others_die_leaves_the_session_working,
     ancestry::an_inheriting_join_absorbing_members_added_before_it_as_they_die_leaves_the_session_working,
-    ancestry::an_inheriting_join_absorbing_members_within_the_depth_bound_as_others_die_leaves_the_session_working,
     ancestry::an_inheriting_join_absorbing_members_within_the_depth_bound_added_before_it_as_they_die_leaves_the_session_working,
     depth::an_inheriting_join_beside_a_deep_chain_never_absorbs_for_seconds,
     holds::bench_longest_hold_at_every_limit,
