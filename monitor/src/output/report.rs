@@ -80,18 +80,41 @@ impl Totals {
     }
 
     /// The live status line (no newline): time and samples so far, and the current
-    /// rates, over the `recent` samples.
+    /// rates, over the `recent` samples; samples lost only when some were. Never wider
+    /// than [`STATUS_LINE_WIDTH`]: a line as wide as the terminal wraps, and each redraw
+    /// then leaves a row behind.
     pub fn status_line(&self, recent: &Totals) -> String {
-        format!(
-            "{:>8.1} s  {:>6} samples  minor {:>10.0}/s  major {:>8.0}/s  cpu {:>5.1}%  lost {}",
+        let mut line = format!(
+            "{:>7.1} s  {:>6} samples  minor {:>6}/s  major {:>6}/s  cpu {:>5.1}%",
             self.covered_ns as f64 / 1e9,
             self.samples,
-            recent.mean_minor_rate(),
-            recent.mean_major_rate(),
+            compact(recent.mean_minor_rate()),
+            compact(recent.mean_major_rate()),
             recent.cpu_util() * 100.0,
-            self.lost
-        )
+        );
+        if self.lost > 0 {
+            line += &format!("  lost {}", compact(self.lost as f64));
+        }
+        line.truncate(STATUS_LINE_WIDTH);
+        line
     }
+}
+
+/// The status line's widest: one column short of an 80-column terminal.
+pub const STATUS_LINE_WIDTH: usize = 79;
+
+/// `value` in at most six characters below a thousand tera: whole below 100,000, else
+/// in k, M, G or T with one decimal.
+fn compact(value: f64) -> String {
+    if value < 1e5 {
+        return format!("{value:.0}");
+    }
+    for (scale, unit) in [(1e3, "k"), (1e6, "M"), (1e9, "G"), (1e12, "T")] {
+        if value / scale < 999.95 {
+            return format!("{:.1}{unit}", value / scale);
+        }
+    }
+    format!("{:.0}T", value / 1e12)
 }
 
 /// Everything the summary reports.
@@ -527,6 +550,38 @@ mod tests {
         totals.add(&row);
         recent.add(&row);
         let line = totals.status_line(&recent);
-        assert!(line.contains("minor        100/s"), "{line}");
+        assert!(line.contains("minor    100/s"), "{line}");
+        assert!(!line.contains("lost"), "{line}");
+    }
+
+    #[test]
+    fn the_status_line_fits_an_80_column_terminal_whatever_its_numbers() {
+        let mut t = Timeline::new(Duration::from_millis(50));
+        let mut totals = Totals::default();
+        for _ in 0..3 {
+            totals.add(&t.row(&sample(50, u64::MAX / 8, u64::MAX / 8)));
+        }
+        totals.covered_ns = 40_000 * 1_000_000_000;
+        totals.samples = 123_456_789;
+        totals.lost = 98_765_432;
+        let line = totals.status_line(&totals);
+        assert!(
+            line.len() <= STATUS_LINE_WIDTH,
+            "{} columns: {line}",
+            line.len()
+        );
+        let quiet = Totals::default().status_line(&Totals::default());
+        assert!(quiet.len() <= 72, "{} columns: {quiet}", quiet.len());
+    }
+
+    #[test]
+    fn compact_numbers_take_six_characters_at_most() {
+        assert_eq!(compact(99_999.0), "99999");
+        assert_eq!(compact(123_456.0), "123.5k");
+        assert_eq!(compact(99_900_000.0), "99.9M");
+        assert_eq!(compact(2.5e9), "2.5G");
+        for v in [0.0, 1.0, 99_999.0, 1e5, 9.99e7, 1e8, 5e10, 9.9e11] {
+            assert!(compact(v).len() <= 6, "{v}: {}", compact(v));
+        }
     }
 }
