@@ -655,3 +655,37 @@ fn the_live_line_redraws_in_place_on_a_terminal_and_leaves_it_clean() {
     assert!(seen.starts_with(CSV_METADATA), "{seen:?}");
     assert!(seen.contains("\npfprof summary"), "{seen:?}");
 }
+
+/// At a real terminal of 80 columns (a pseudo-terminal `script` gives the monitor, set
+/// to 80 by `stty`), every draw of the live line fits in 79: a line as wide as the
+/// terminal wraps, and each redraw leaves a row behind (it was 84 wide).
+#[test]
+fn the_live_line_fits_an_80_column_terminal() {
+    let dir = Scratch::new("terminal-live-line");
+    let command = format!(
+        "stty cols 80 rows 24; {MONITOR} run --backend procfs -- \
+         {WORK} 64 R 20000 8 --sleep-ms 150"
+    );
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("script(1), from util-linux");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    // Each draw: a carriage return, the line, then the erase to its end.
+    let draws: Vec<&str> = text
+        .split('\r')
+        .filter_map(|after| after.split("\x1b[K").next())
+        .filter(|draw| draw.contains(" samples "))
+        .collect();
+    assert!(!draws.is_empty(), "no live line drawn: {text:?}");
+    for draw in draws {
+        assert!(
+            draw.chars().count() <= 79,
+            "{} columns: {draw:?}",
+            draw.chars().count()
+        );
+    }
+}
