@@ -28,9 +28,12 @@
 # with it loaded, failed otherwise; what docs/reliability.md's emulator
 # figures come from.
 # --load: run the suite on a loaded machine, as users' machines are: two busy
-# loops on the host beside qemu and a process rewriting 2 GiB of memory over and
-# over, and in the guest two busy loops and a process keeping a quarter of its
-# memory dirty (pfprof-guest hog), all at the tests' own priority.
+# loops on the host beside qemu, a process rewriting 2 GiB of memory over and
+# over, a writer of a 1 GiB file to disk every 5 s or so and the page cache
+# dropped every 5 s; in the guest two busy loops, a process keeping a quarter
+# of its memory dirty (pfprof-guest hog), a writer of a 32 MiB file every
+# 2 s or so and the page cache dropped every 2 s; all at the tests' own
+# priority.
 # --load=beside: the same, but for the host's busy loops: whatever runs beside
 # run.sh keeps the host's CPUs busy (.ci/run's other lanes and builds, then
 # busy loops of its own until this lane ends).
@@ -170,10 +173,19 @@ while True:
     time.sleep(0.1)
 ' &
 	hogs+=($!)
+	# A build writing to disk, and the page cache dropped now and then, as a
+	# user's machine has them.
+	bash -c 'while :; do dd if=/dev/zero of="$1" bs=1M count=1024 conv=fsync status=none; rm -f "$1"; sleep 5; done' \
+		writer "$work/load-writer" &
+	hogs+=($!)
+	if [[ -w /proc/sys/vm/drop_caches ]]; then
+		bash -c 'while sleep 5; do echo 1 >/proc/sys/vm/drop_caches; done' &
+		hogs+=($!)
+	fi
 	if [[ $load == host ]]; then
-		echo "run.sh: loaded: two busy loops and 2 GiB rewritten on the host, the same in the guest"
+		echo "run.sh: loaded: two busy loops, 2 GiB rewritten, a 1 GiB writer and the page cache dropped every 5 s on the host, the same in the guest"
 	else
-		echo "run.sh: loaded: 2 GiB rewritten on the host and what runs beside run.sh, two busy loops and dirty memory in the guest"
+		echo "run.sh: loaded: 2 GiB rewritten, a 1 GiB writer and the page cache dropped every 5 s on the host and what runs beside run.sh; busy loops, dirty memory, a writer and page-cache drops in the guest"
 	fi
 fi
 mem=1G

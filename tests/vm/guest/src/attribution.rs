@@ -165,14 +165,28 @@ fn check_backend(backend: &str, dir: &str) -> Result<String> {
         bail!("{backend}: no announcement of {a}: {err}");
     };
     ensure!(evicted.major >= 5_000, "{backend}: {evicted:?}");
-    let Some(on_a) = entry(major_top, evicted) else {
-        bail!("{backend}: {a} not in {major_top:?}");
-    };
+    // Each file's major faults where work took them, as its thread's counters say: the
+    // evicted file's, and the cached one's too once the page cache was dropped under it
+    // (a loaded machine's: the VM test's --load drops it every 2 s). Every major fault is
+    // recorded, so within a few, and the files hold nearly all of the command's.
     let all = summary["major_faults"].as_u64().context("major_faults")?;
-    let on_a = on_a["major"].as_u64().context("major")?;
+    let mut on_files = 0;
+    let mut each = Vec::new();
+    for file in announced.iter().filter(|x| x.file.is_some() && x.major > 0) {
+        let on = entry(major_top, file).map_or(0, |m| m["major"].as_u64().unwrap_or(0));
+        let name = file.file.as_deref().unwrap_or_default();
+        each.push(format!("{name} {on} of {}", file.major));
+        ensure!(
+            on.abs_diff(file.major) as f64 <= 0.01 * file.major as f64 + 16.0,
+            "{backend}: {on} major faults on {name}, work took {}: {major_top:?}",
+            file.major
+        );
+        on_files += on;
+    }
     ensure!(
-        on_a as f64 >= 0.95 * all as f64,
-        "{backend}: {on_a} of {all} major faults on {a}"
+        on_files as f64 >= 0.95 * all as f64,
+        "{backend}: {on_files} of {all} major faults on the files ({})",
+        each.join(", ")
     );
     // The child (the second work, the first's sibling: both the shell's children) named
     // with its own faults.
@@ -184,8 +198,9 @@ fn check_backend(backend: &str, dir: &str) -> Result<String> {
         ensure!(p["comm"] == "work", "{backend}: {p}");
     }
     Ok(format!(
-        "{backend}: {on_a} of {all} major faults on the evicted file, minor estimates \
-         within {:.1}%",
+        "{backend}: major faults on each file as work took them ({}), {on_files} of the \
+         command's {all}; minor estimates within {:.1}%",
+        each.join(", "),
         worst * 100.0
     ))
 }
