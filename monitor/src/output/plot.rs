@@ -300,7 +300,7 @@ fn mesh(
         .y_desc(y_desc)
         .y_labels(5)
         .y_label_formatter(y_format)
-        .x_label_formatter(&|t| format!("{t}"))
+        .x_label_formatter(&seconds)
         .light_line_style(WHITE.mix(0.0))
         .bold_line_style(BLACK.mix(0.08));
     if bottom {
@@ -331,6 +331,18 @@ fn shade_bands(chart: &mut Chart<'_>, bands: &[Band]) -> Result<(), PlotError> {
 
 /// Axis labels: thousands as "k" from 10,000 on, whole numbers, a decimal only on an
 /// axis that short.
+/// A time axis's tick, in seconds: as few decimals as it needs, at most three (a tick of
+/// 0.1 s steps is 0.6000000000000001 in f64).
+fn seconds(t: &f64) -> String {
+    let fixed = format!("{t:.3}");
+    let trimmed = fixed.trim_end_matches('0').trim_end_matches('.');
+    if trimmed == "-0" {
+        "0".to_owned()
+    } else {
+        trimmed.to_owned()
+    }
+}
+
 fn whole(v: &f64) -> String {
     if *v >= 10_000.0 {
         format!("{:.0}k", v / 1e3)
@@ -996,5 +1008,15 @@ mod tests {
         assert!(render(&[], &[], "empty", unattributed())
             .unwrap()
             .contains("</svg>"));
+    }
+
+    #[test]
+    fn time_ticks_say_no_more_decimals_than_they_need() {
+        assert_eq!(seconds(&(0.1 * 6.0)), "0.6");
+        assert_eq!(seconds(&2.0), "2");
+        assert_eq!(seconds(&0.25), "0.25");
+        assert_eq!(seconds(&0.0), "0");
+        assert_eq!(seconds(&-0.0001), "0");
+        assert_eq!(seconds(&12.5), "12.5");
     }
 }
