@@ -330,7 +330,10 @@ impl Summary<'_> {
                 for (mapping, faults) in w.run.top_major(TOP) {
                     share_line(f, faults.major, recorded.major, "", mapping)?;
                 }
-                let estimate = |samples: u64| samples.saturating_mul(*minor_period);
+                // Never above the exact count it estimates: a sampled count overshoots
+                // by up to a period per thread (each thread's events count from its
+                // start).
+                let estimate = |samples: u64| samples.saturating_mul(*minor_period).min(t.minor);
                 write!(
                     f,
                     "\n    minor faults     {:>14} estimated of {} ({} recorded), ~{} lost",

@@ -715,4 +715,35 @@ mod tests {
         assert!(record.mappings.is_empty());
         assert_eq!(record.processes[0].comm, "work");
     }
+
+    #[test]
+    fn the_summary_never_estimates_more_minor_faults_than_were_taken() {
+        use crate::output::report::{Summary, Thrashing, Totals};
+        use shared_layout::Mode;
+        use std::time::Duration;
+
+        let feed = on();
+        let mut w = Whereabouts::new(Arc::clone(&feed), false);
+        // 30 recorded at one in 10: 300 estimated, where the rows say 200 were taken.
+        feed.push(table(50_000_000, &[("/f", 0, 30)]));
+        w.row(&row(1, 200, 0));
+        let place = w.finish();
+        let mut totals = Totals::default();
+        totals.add(&row(1, 200, 0));
+        let text = Summary {
+            backend: "procfs",
+            mode: Mode::Strict,
+            totals: &totals,
+            blocked: Duration::ZERO,
+            deferred: 0,
+            child: None,
+            peaks: &[],
+            thrashing: Thrashing::NotJudged,
+            whereabouts: Some(&place),
+            notes: &[],
+        }
+        .to_string();
+        assert!(text.contains("~200 estimated of 200"), "{text}");
+        assert!(!text.contains("~300"), "{text}");
+    }
 }
