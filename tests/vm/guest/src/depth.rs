@@ -8,13 +8,13 @@
 //! and the member loops offer the CPU between two members.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use shared_layout::abi;
 
+use crate::clone_chain::{become_subreaper, CloneChain};
+use crate::cpu0::{pin_to_cpu0, Preemption, Probe};
 use crate::device::{add, raw_open};
 use crate::harness::{figure, Env};
 use crate::kmod::{self, Profiled};
@@ -26,55 +26,6 @@ const DEEP_MEMBERS: usize = 4096;
 const CHAIN: usize = DEEP_MEMBERS + abi::DEPTH_MAX as usize + 50;
 /// The inheriting ADDs of a process beside the chain, each timed.
 const INHERITING_ADDS: usize = 10;
-/// A chain level's own stack: the level only reports itself, clones the next and sleeps.
-const LEVEL_STACK: usize = 16 << 10;
-
-/// What every level of the chain shares: clone(CLONE_VM) children share our memory.
-struct ChainState {
-    stacks: *mut u8,
-    pids: Vec<AtomicI32>,
-    made: AtomicUsize,
-}
-
-/// One level: reports its pid, clones the next level on that level's stack, sleeps until
-/// killed. Raw system calls only: the level shares the helper's memory and its thread's
-/// TLS (errno) with every other level.
-extern "C" fn chain_level(arg: *mut libc::c_void) -> libc::c_int {
-    // SAFETY: `arg` is the helper's ChainState, alive until every level is killed.
-    let state = unsafe { &*(arg as *const ChainState) };
-    // Levels come one after the other: each clones the next once it has its number.
-    let level = state.made.fetch_add(1, Ordering::AcqRel);
-    // SAFETY: getpid(2), no memory involved.
-    let pid = unsafe { libc::syscall(libc::SYS_getpid) } as i32;
-    state.pids[level].store(pid, Ordering::Relaxed);
-    if level + 1 < state.pids.len() {
-        // SAFETY: the next level's stack is its alone (a slot of `stacks`); it runs
-        // chain_level only.
-        unsafe {
-            libc::clone(
-                chain_level,
-                state.stacks.add((level + 2) * LEVEL_STACK).cast(),
-                libc::CLONE_VM | libc::SIGCHLD,
-                arg,
-            )
-        };
-    }
-    loop {
-        // SAFETY: ppoll(2) of no descriptors and no timeout only sleeps; SIGKILL ends
-        // the level. (pause(2) is not a system call on arm64.)
-        unsafe {
-            libc::syscall(
-                libc::SYS_ppoll,
-                std::ptr::null_mut::<libc::pollfd>(),
-                0,
-                std::ptr::null::<libc::timespec>(),
-                std::ptr::null::<libc::sigset_t>(),
-                0,
-            )
-        };
-    }
-}
-
 /// Process `pid`'s parent, by its /proc stat.
 fn parent_of(pid: i32) -> Result<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -98,22 +49,6 @@ pub fn own_depth() -> Result<usize> {
     Ok(depth)
 }
 
-/// Pins the calling thread to CPU 0.
-pub fn pin_to_cpu0() -> Result<()> {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: CPU 0 is inside the set, which CPU_SET writes alone.
-    unsafe { libc::CPU_SET(0, &mut set) };
-    // SAFETY: a valid set of its own size, for the calling thread.
-    let ret = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
-    ensure!(
-        ret == 0,
-        "sched_setaffinity: {}",
-        std::io::Error::last_os_error()
-    );
-    Ok(())
-}
-
 /// `hardening-child deep-chain`, as root, a child subreaper: hangs a CHAIN-long chain of
 /// clone(CLONE_VM) processes below itself, then on a session: ADDs the level at the
 /// bound's depth and the one below it, then the deepest DEEP_MEMBERS, then makes
@@ -123,62 +58,10 @@ pub fn pin_to_cpu0() -> Result<()> {
 /// refused (errnos); inheriting ADDs longest <ms> ms; probe's longest gap <ms> ms",
 /// errno 0 for a success.
 pub fn deep_chain() -> Result<()> {
-    // SAFETY: prctl(2) with integer arguments, on this process alone.
-    let subreaping = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
-    ensure!(
-        subreaping == 0,
-        "PR_SET_CHILD_SUBREAPER: {}",
-        std::io::Error::last_os_error()
-    );
+    become_subreaper()?;
     let depth = own_depth()?;
-    let bytes = (CHAIN + 1) * LEVEL_STACK;
-    // SAFETY: an anonymous private mapping of our own, never unmapped while a level lives
-    // (the levels are killed and reaped before this function returns; the mapping is
-    // leaked on a failure, with the process about to exit).
-    let stacks = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    ensure!(
-        stacks != libc::MAP_FAILED,
-        "mmap of the chain's stacks: {}",
-        std::io::Error::last_os_error()
-    );
-    let state = Box::new(ChainState {
-        stacks: stacks.cast(),
-        pids: (0..CHAIN).map(|_| AtomicI32::new(0)).collect(),
-        made: AtomicUsize::new(0),
-    });
-    // SAFETY: the first level's stack is its alone; it runs chain_level only.
-    let top = unsafe {
-        libc::clone(
-            chain_level,
-            state.stacks.add(LEVEL_STACK).cast(),
-            libc::CLONE_VM | libc::SIGCHLD,
-            &*state as *const ChainState as *mut libc::c_void,
-        )
-    };
-    ensure!(top > 0, "clone: {}", std::io::Error::last_os_error());
-    let started = Instant::now();
-    while state.pids[CHAIN - 1].load(Ordering::Relaxed) == 0 {
-        ensure!(
-            started.elapsed() < Duration::from_secs(300),
-            "the chain made {} of {CHAIN} levels in 300 s",
-            state.made.load(Ordering::Relaxed)
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let pids: Vec<i32> = state
-        .pids
-        .iter()
-        .map(|p| p.load(Ordering::Relaxed))
-        .collect();
+    let chain = CloneChain::hang(CHAIN, 0, 0, &[])?;
+    let pids = chain.levels();
     // A chain: each level the child of the one before (a level that died would have
     // left those below it to us, shallow).
     let mut parent = std::process::id() as i32;
@@ -197,17 +80,10 @@ pub fn deep_chain() -> Result<()> {
         .context("a process beside the chain")?;
 
     let result = on_the_chain(depth, &pids, beside.id() as i32);
-    for &pid in pids.iter().rev() {
-        // SAFETY: kill(2) of a level of ours (a subreaper's: it stays ours to reap).
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-    }
     let _ = beside.kill();
     let _ = beside.wait();
-    // Every level, orphaned or not, is ours to reap.
-    // SAFETY: waitpid(2) of any child of ours, into no status.
-    while unsafe { libc::waitpid(-1, std::ptr::null_mut(), 0) } > 0 {}
-    // SAFETY: the mapping made above; no level is left to use it.
-    unsafe { libc::munmap(stacks, bytes) };
+    // Every level killed and reaped, its stacks unmapped.
+    drop(chain);
     let said = result?;
     println!("{said}");
     std::io::stdout().flush()?;
@@ -231,21 +107,7 @@ fn on_the_chain(depth: usize, pids: &[i32], beside: i32) -> Result<String> {
     // the module before the fix held its CPU 3 s a call and the probe saw 28 ms).
     let watchdog = Watchdog::at_one_second()?;
     let preemption = Preemption::voluntary()?;
-    let done = Arc::new(AtomicBool::new(false));
-    let longest_gap_ns = Arc::new(AtomicU64::new(0));
-    let probe = {
-        let (done, longest) = (done.clone(), longest_gap_ns.clone());
-        std::thread::spawn(move || -> Result<()> {
-            pin_to_cpu0()?;
-            let mut last = Instant::now();
-            while !done.load(Ordering::Relaxed) {
-                let now = Instant::now();
-                longest.fetch_max((now - last).as_nanos() as u64, Ordering::Relaxed);
-                last = now;
-            }
-            Ok(())
-        })
-    };
+    let probe = Probe::start();
     let mut deep_ok = 0;
     let mut refused = std::collections::BTreeSet::new();
     let mut first_ok = None;
@@ -267,18 +129,15 @@ fn on_the_chain(depth: usize, pids: &[i32], beside: i32) -> Result<String> {
         inheriting.insert(errno(add(&file, beside, abi::TARGET_INHERIT, 0)));
         longest_add = longest_add.max(t.elapsed());
     }
-    done.store(true, Ordering::Relaxed);
+    let longest_gap_ms = probe.gap_ms();
+    probe.stop()?;
     drop(preemption);
     drop(watchdog);
-    match probe.join() {
-        Ok(r) => r?,
-        Err(_) => bail!("the probe panicked"),
-    }
     Ok(format!(
         "depth {depth}: at the bound {at}, past it {past}; deep ADDs {deep_ok} ok \
          (the first: {first_ok:?}), refused {refused:?}; inheriting ADDs {inheriting:?}, longest {} ms; probe's longest gap {} ms",
         longest_add.as_millis(),
-        longest_gap_ns.load(Ordering::Relaxed) / 1_000_000
+        longest_gap_ms as u64
     ))
 }
 
@@ -300,50 +159,6 @@ impl Drop for Watchdog {
     fn drop(&mut self) {
         if let Some(was) = &self.0 {
             let _ = std::fs::write(WATCHDOG_THRESH, was.trim());
-        }
-    }
-}
-
-/// The kernel's preemption mode (PREEMPT_DYNAMIC, through debugfs) at "voluntary" while
-/// it lives, then as it was; nothing where the kernel cannot switch.
-pub struct Preemption(Option<String>);
-
-const PREEMPT_MODE: &str = "/sys/kernel/debug/sched/preempt";
-
-impl Preemption {
-    pub fn voluntary() -> Result<Preemption> {
-        if !std::path::Path::new(PREEMPT_MODE).exists() {
-            // SAFETY: mount(2) of debugfs with NUL-terminated strings; a failure leaves
-            // the mode as it is.
-            unsafe {
-                libc::mount(
-                    c"debugfs".as_ptr(),
-                    c"/sys/kernel/debug".as_ptr(),
-                    c"debugfs".as_ptr(),
-                    0,
-                    std::ptr::null(),
-                )
-            };
-        }
-        // "none (voluntary) full": the mode in force between parentheses.
-        let was = std::fs::read_to_string(PREEMPT_MODE)
-            .ok()
-            .and_then(|modes| {
-                let start = modes.find('(')? + 1;
-                let end = modes[start..].find(')')? + start;
-                Some(modes[start..end].to_owned())
-            });
-        // A kernel without the mode (7.x's lazy preemption may have replaced it) keeps
-        // its own: the probe then measures that one's.
-        let switched = was.filter(|_| std::fs::write(PREEMPT_MODE, "voluntary").is_ok());
-        Ok(Preemption(switched))
-    }
-}
-
-impl Drop for Preemption {
-    fn drop(&mut self) {
-        if let Some(was) = &self.0 {
-            let _ = std::fs::write(PREEMPT_MODE, was);
         }
     }
 }
