@@ -103,14 +103,11 @@ struct pfprof_watch {
 	/* Its events' inherited copies, at the last sync (up to the bound + 1). */
 	unsigned int nr_copies;
 	/*
-	 * Refused once for its inherited copies: the descendants that lost
-	 * them are not attributed again, though the process may be.
-	 */
-	bool copies_refused;
-	/*
-	 * The wait after a refusal for copies: it doubles at each, and a
-	 * success does not reset it (a spawner would be refused every other
-	 * sync otherwise).
+	 * The wait after a refusal for its inherited copies, 0 before any: it
+	 * doubles at each, and a success does not reset it (a spawner would be
+	 * refused every other sync otherwise).  Once refused so, the
+	 * descendants that lost their copies are not attributed again, though
+	 * the process may be.
 	 */
 	unsigned int copies_backoff;
 };
@@ -429,7 +426,6 @@ static void pfprof_watches_bound_copies(struct pfprof_faults *f)
 		/* Over the bound with the events made within it: copies. */
 		if (WARN_ON_ONCE(!most || !most->nr_copies))
 			break;
-		most->copies_refused = true;
 		most->copies_backoff = clamp(2 * most->copies_backoff, 1u,
 					     (unsigned int)PFPROF_RETRY_MAX_SYNCS);
 		pfprof_watch_refuse(f, most);
@@ -801,7 +797,7 @@ void pfprof_faults_sync(struct pfprof_session *s, bool sampler)
 	kfree(tgids);
 	/* Attributed again, but not whole: its descendants' copies went. */
 	hash_for_each(f->watches, bkt, w, node)
-		refused += w->copies_refused && !w->refused;
+		refused += w->copies_backoff && !w->refused;
 	f->unattributed = unattributed + refused;
 out:
 	mutex_unlock(&f->lock);
