@@ -17,7 +17,7 @@
 //! stall-free [`Rule::quiet`] of it); it *ends* once periods that do not thrash have run
 //! for [`Rule::quiet`], dated to the end of the last period that thrashed and was stalled
 //! by itself (the faults that go on after the stall stopped thrash by the window alone).
-//! docs/design.md, "The thrashing verdict", gives the thresholds and the measurements they
+//! docs/monitor.md, "The thrashing verdict", gives the thresholds and the measurements they
 //! come from.
 
 use std::collections::VecDeque;
@@ -40,7 +40,7 @@ pub struct Rule {
     pub quiet: Duration,
 }
 
-/// The rule the monitor applies (docs/design.md, "The thrashing verdict").
+/// The rule the monitor applies (docs/monitor.md, "The thrashing verdict").
 pub const RULE: Rule = Rule {
     full_stall: 0.10,
     fault_rate: 50.0,

@@ -4,7 +4,7 @@
 //! as *readings* (cumulative values at one `CLOCK_MONOTONIC` moment) and apportioned to
 //! the rows by [`crate::pressure::apportion`].
 //!
-//! When readings are taken (docs/design.md, "Memory pressure beside the samples"): at every
+//! When readings are taken (docs/monitor.md, "Memory pressure beside the samples"): at every
 //! drain of the ring (the consumer wakes then anyway), and, while memory is under pressure,
 //! every period by a watcher thread. The watcher sleeps without a timer until a PSI trigger
 //! on the same file fires (some stall of [`TRIGGER`]) or a drain sees the stall grow, and

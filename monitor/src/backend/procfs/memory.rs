@@ -3,7 +3,7 @@
 //! `RssShmem`, `VmSwap`: the kernel's `MM_ANONPAGES`, `MM_FILEPAGES`, `MM_SHMEMPAGES` and
 //! `MM_SWAPENTS`, the counters the module reads).
 //!
-//! status is dear (~10 µs a read, measured: docs/design.md, "Memory in the procfs backend,
+//! status is dear (~10 µs a read, measured: docs/monitor.md, "Memory in the procfs backend,
 //! and what it costs") and statm cheaper (~1.2 µs in a loop, ~14 µs after a sleep, its
 //! caches cold) but without the split between file and shared memory, and without swap. So
 //! statm is read from a file kept open, and status only when statm's resident or shared

@@ -410,7 +410,7 @@ fn quarters(rows: &[serde_like::Row], from: u64, to: u64) -> String {
 }
 
 /// What the rows inside a band and outside it had: the evidence for the verdict's
-/// thresholds (docs/design.md, "The thrashing verdict").
+/// thresholds (docs/monitor.md, "The thrashing verdict").
 /// A row's memory full stall, in percent of its period.
 fn full_stall_pct(r: &serde_like::Row) -> f64 {
     r.stall_full_us.unwrap_or(0) as f64 * 1e5 / r.period_ns.max(1) as f64
@@ -465,7 +465,7 @@ fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
 
-/// The verdict judges the system (docs/design.md, "The thrashing verdict"), and on a
+/// The verdict judges the system (docs/monitor.md, "The thrashing verdict"), and on a
 /// loaded machine another process that rewrites more memory than there is (`run.sh
 /// --load`: the kernel's command line says `pfprof_load=1`) may make it thrash too: seen
 /// once, a 0.5 s band in which the workload took 2 of the system's 43 major faults. On

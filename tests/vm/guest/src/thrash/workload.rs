@@ -76,7 +76,7 @@ pub fn workload(cgroup: &str, fits_mib: &str, extra_mib: &str) -> Result<()> {
     // And the set that fits starts afresh: a third of it is in swap, and reading it back
     // (a major fault and, for PSI, a stall on a refault each) would go on for seconds
     // after the change on a slow kernel, paging that is no thrashing but that the
-    // verdict's rule cannot tell from it (docs/design.md, "The thrashing verdict", its
+    // verdict's rule cannot tell from it (docs/monitor.md, "The thrashing verdict", its
     // limits).
     // SAFETY: the head of our own mapping; its contents are not needed any more.
     let dropped = unsafe { libc::madvise(region.as_ptr().cast(), fits, libc::MADV_DONTNEED) };
