@@ -73,14 +73,18 @@ fn strict_procfs_run_writes_one_csv_row_per_period_and_a_summary() {
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     let rows = parse_csv(&csv);
-    assert_eq!(rows[0].time_ms, 0);
+    // The first row is a whole period from the start, not the start's instant: time_ms
+    // counts from the start, which the sampler marks as it begins (and folds into it).
+    assert!(rows[0].time_ms >= 25, "{csv}");
+    // The mark's instant, to the millisecond below: time_ms is truncated.
+    let start_ns = rows[0].mono_ns - (rows[0].time_ms + 1) * 1_000_000;
     // The sampler's deadlines are start + k * 50 ms: a row is read after its deadline, late
     // by a wake-up's latency, and a deadline missed on a loaded machine is folded into the
     // next row. So the full rows fall one to a period, in the periods after their deadlines:
     // none doubled or early. The command sleeps three pauses of 100 ms, so its last, partial
     // row ends at least six periods in; the full rows keep coming until then (a fast machine
     // does the work itself in a few milliseconds: the pauses are the only floor).
-    let period_of = |row: &Row| (row.mono_ns - rows[0].mono_ns) / 50_000_000;
+    let period_of = |row: &Row| (row.mono_ns - start_ns) / 50_000_000;
     let (end, full) = rows.split_last().expect("at least the first row");
     let periods: Vec<u64> = full.iter().map(period_of).collect();
     assert!(
@@ -88,7 +92,7 @@ fn strict_procfs_run_writes_one_csv_row_per_period_and_a_summary() {
         "two rows in one period: periods {periods:?}: {csv}"
     );
     assert!(
-        end.mono_ns - rows[0].mono_ns >= 300_000_000,
+        end.mono_ns - start_ns >= 300_000_000,
         "the command's three pauses of 100 ms ended early: {csv}"
     );
     assert!(

@@ -116,6 +116,11 @@ pub trait Backend: Sized {
     /// What the user is told when the ring breaks the protocol.
     fn ring_advice(&self) -> &'static str;
 
+    /// Whether the first sample marks the start (taken as the profile starts, a
+    /// fraction of a period) rather than ending a whole period: the consumer folds it
+    /// into the next ([`crate::rows::row::Timeline`]).
+    fn first_sample_marks_the_start(&self) -> bool;
+
     /// After the session ended: what the profile misses or how it was measured, for the
     /// summary.
     fn finish(self) -> Result<Vec<String>, BackendError>;

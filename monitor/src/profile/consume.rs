@@ -42,7 +42,11 @@ pub(super) fn consume<B: Backend>(
         source,
     };
     let period = started.area.period();
-    let mut timeline = Timeline::new(period);
+    let mut timeline = if backend.first_sample_marks_the_start() {
+        Timeline::with_start_mark(period)
+    } else {
+        Timeline::new(period)
+    };
     let mut stop = Stop::default();
     let mut counted_out = false;
     let mut samples = Vec::new();
@@ -62,7 +66,10 @@ pub(super) fn consume<B: Backend>(
             .next(&mut started.source, &mut samples, idle)
             .map_err(ring_error)?;
         started.peaks.iter_mut().for_each(PeakRss::read);
-        rows.extend(samples.drain(..).map(|sample| timeline.row(&sample)));
+        rows.extend(samples.drain(..).filter_map(|sample| timeline.place(&sample)));
+        if batch.ended {
+            rows.extend(timeline.finish());
+        }
         started.pressure.fill(&mut rows);
         for row in rows.drain(..) {
             consumers.row(row);

@@ -101,11 +101,22 @@ pressure! {
 
 /// Places samples on a time axis: a sample covers the time since the previous one's
 /// timestamp (longer than a period when samples were merged), the first one a period.
+///
+/// A backend whose first sample marks the start (the procfs backend: taken as the
+/// profile starts, with what the processes did before it, a command's exec) has that
+/// sample held and folded into the next one: every row then covers a whole period
+/// measured from a timestamp, as pidstat's intervals do (`--count 5` is 5 of them), and
+/// the first row's rates are not those of a stub of a few milliseconds divided by a
+/// period. What the mark counted is in the first row, so the rows' sums are unchanged.
 #[derive(Clone, Debug)]
 pub struct Timeline {
     period_ns: u64,
     first: Option<u64>,
     previous: Option<u64>,
+    /// Whether the first sample is a start mark, until it has come.
+    awaits_mark: bool,
+    /// The start mark, held until the next sample.
+    mark: Option<Sample>,
 }
 
 impl Timeline {
@@ -114,11 +125,39 @@ impl Timeline {
             period_ns: u64::try_from(period.as_nanos()).unwrap_or(u64::MAX).max(1),
             first: None,
             previous: None,
+            awaits_mark: false,
+            mark: None,
         }
     }
 
-    /// Timestamps come from the producer: one that goes backwards (a hostile producer)
-    /// gets the nominal period rather than a negative or wrapped one.
+    /// A timeline whose first sample marks the start (see [`Timeline`]).
+    pub fn with_start_mark(period: Duration) -> Self {
+        Timeline {
+            awaits_mark: true,
+            ..Timeline::new(period)
+        }
+    }
+
+    /// The row of sample `s`, or `None` for a start mark, held for the next sample.
+    pub fn place(&mut self, s: &Sample) -> Option<Row> {
+        if std::mem::take(&mut self.awaits_mark) {
+            self.first = Some(s.time_ns);
+            self.previous = Some(s.time_ns);
+            self.mark = Some(*s);
+            return None;
+        }
+        let mut s = *s;
+        if let Some(mark) = self.mark.take() {
+            s.minor = s.minor.saturating_add(mark.minor);
+            s.major = s.major.saturating_add(mark.major);
+            s.cpu_ns = s.cpu_ns.saturating_add(mark.cpu_ns);
+        }
+        Some(self.row(&s))
+    }
+
+    /// The row of sample `s`. Timestamps come from the producer: one that goes
+    /// backwards (a hostile producer) gets the nominal period rather than a negative or
+    /// wrapped one.
     pub fn row(&mut self, s: &Sample) -> Row {
         let first = *self.first.get_or_insert(s.time_ns);
         let period_ns = match self.previous.replace(s.time_ns) {
@@ -139,6 +178,15 @@ impl Timeline {
             pressure: Pressure::default(),
             period_ns,
         }
+    }
+
+    /// At the end: the start mark as a row of its own when no sample came after it (a
+    /// profile ended at once), so that nothing it counted is dropped.
+    pub fn finish(&mut self) -> Option<Row> {
+        let mark = self.mark.take()?;
+        self.first = None;
+        self.previous = None;
+        Some(self.row(&mark))
     }
 }
 
@@ -182,5 +230,30 @@ mod tests {
         let row = t.row(&sample(10, 0, 5_000_000));
         assert_eq!(row.period_ns, 50_000_000);
         assert!((row.cpu_util - 0.1).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_start_mark_is_folded_into_the_first_whole_period() {
+        let mut t = Timeline::with_start_mark(Duration::from_millis(1000));
+        // Attached at 5000 ms: 3 ms of CPU and 2 faults before the mark.
+        assert_eq!(t.place(&sample(5000, 2, 3_000_000)), None);
+        let first = t.place(&sample(6000, 10, 400_000_000)).unwrap();
+        assert_eq!(
+            (first.time_ms, first.period_ns, first.minor, first.cpu_ns),
+            (1000, 1_000_000_000, 12, 403_000_000)
+        );
+        assert!((first.cpu_util - 0.403).abs() < 1e-9);
+        let second = t.place(&sample(7000, 1, 0)).unwrap();
+        assert_eq!((second.time_ms, second.minor), (2000, 1));
+        assert_eq!(t.finish(), None);
+    }
+
+    #[test]
+    fn a_start_mark_with_nothing_after_it_is_a_row_at_the_end() {
+        let mut t = Timeline::with_start_mark(Duration::from_millis(50));
+        assert_eq!(t.place(&sample(5000, 7, 1_000_000)), None);
+        let row = t.finish().unwrap();
+        assert_eq!((row.time_ms, row.minor, row.period_ns), (0, 7, 50_000_000));
+        assert_eq!(t.finish(), None);
     }
 }

@@ -218,6 +218,11 @@ impl Backend for Kernel {
          (reload pfprof.ko built from this tree, or use --backend procfs)"
     }
 
+    fn first_sample_marks_the_start(&self) -> bool {
+        // The module's first sample ends the period that began as the process joined.
+        false
+    }
+
     fn finish(self) -> Result<Vec<String>, BackendError> {
         // The module's count needs no note; the cgroup's cross-check is the profile's.
         let unattributed = (self.unattributed).map_or(0, |n| n.load(Ordering::Relaxed));

@@ -18,10 +18,13 @@ use shared_layout::abi::Sample;
 /// period per thread, when longer): beyond that the threads were more than counted
 /// (threads or children that started and ended between two reads), and the CPU time is
 /// shown in its own period, above the cap.
+///
+/// The first sample is the start mark (sampler.rs): an instant, not a period. What it
+/// read was used before it (a command's start) and is carried as any excess is: the
+/// consumer folds the mark into the first period ([`crate::rows::row::Timeline`]), whose
+/// row must not show more than its threads could use.
 pub(super) struct CpuCap {
-    /// The nominal period: the first sample's (the report measures it so too).
-    period_ns: u64,
-    /// The previous sample's timestamp.
+    /// The previous sample's timestamp: `None` before the start mark.
     previous: Option<u64>,
     /// CPU time read but not shown yet, ns.
     carry: u64,
@@ -32,9 +35,8 @@ pub(super) struct CpuCap {
 const CARRY_PER_THREAD: Duration = Duration::from_millis(20);
 
 impl CpuCap {
-    pub(super) fn new(period: Duration) -> CpuCap {
+    pub(super) fn new() -> CpuCap {
         CpuCap {
-            period_ns: u64::try_from(period.as_nanos()).unwrap_or(u64::MAX),
             previous: None,
             carry: 0,
         }
@@ -44,7 +46,7 @@ impl CpuCap {
     pub(super) fn apply(&mut self, sample: &mut Sample, threads: u64) {
         let length = match self.previous.replace(sample.time_ns) {
             Some(previous) => sample.time_ns.saturating_sub(previous),
-            None => self.period_ns,
+            None => 0,
         };
         let threads = threads.max(1);
         let cap = threads.saturating_mul(length);
@@ -76,11 +78,16 @@ mod tests {
     /// `threads`, the last one flushed; their CPU use in CPUs (what a row's cpu_util
     /// shows: the samples are exactly a period apart) and CPU times.
     fn capped(period: u64, threads: u64, raw_ms: &[f64]) -> (Vec<f64>, Vec<u64>) {
-        let mut cap = CpuCap::new(Duration::from_millis(period));
+        let mut cap = CpuCap::new();
+        let mut mark = Sample {
+            time_ns: 1_000 * MS,
+            ..Sample::default()
+        };
+        cap.apply(&mut mark, threads);
         let (mut utils, mut cpu) = (Vec::new(), Vec::new());
         for (i, raw) in raw_ms.iter().enumerate() {
             let mut sample = Sample {
-                time_ns: 1_000 * MS + i as u64 * period * MS,
+                time_ns: 1_000 * MS + (i as u64 + 1) * period * MS,
                 cpu_ns: (raw * MS as f64) as u64,
                 ..Sample::default()
             };
@@ -93,6 +100,26 @@ mod tests {
             cpu.push(sample.cpu_ns);
         }
         (utils, cpu)
+    }
+
+    #[test]
+    fn what_the_start_mark_read_is_carried_into_the_first_period() {
+        let mut cap = CpuCap::new();
+        // A command that ran 2 ms before the mark, then a busy period of 50 ms.
+        let mut mark = Sample {
+            time_ns: 1_000 * MS,
+            cpu_ns: 2 * MS,
+            ..Sample::default()
+        };
+        cap.apply(&mut mark, 1);
+        let mut first = Sample {
+            time_ns: 1_050 * MS,
+            cpu_ns: 50 * MS,
+            ..Sample::default()
+        };
+        cap.apply(&mut first, 1);
+        // Folded, as the consumer does: one CPU at most, the 2 ms carried on.
+        assert_eq!((mark.cpu_ns + first.cpu_ns, cap.carry), (50 * MS, 2 * MS));
     }
 
     fn total_ns(raw_ms: &[f64]) -> u64 {

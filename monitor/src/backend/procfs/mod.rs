@@ -202,6 +202,11 @@ impl Backend for Procfs {
         "the monitor's own sampler broke the protocol (a bug: please report it with this message)"
     }
 
+    fn first_sample_marks_the_start(&self) -> bool {
+        // sampler.rs: it is taken as sampling starts, before the first period.
+        true
+    }
+
     fn finish(mut self) -> Result<Vec<String>, BackendError> {
         let mut notes = Vec::new();
         if self.ticks {

@@ -334,7 +334,7 @@ fn run(
         cgroup,
         pending: Sample::default(),
         threads: 0,
-        cap: CpuCap::new(period),
+        cap: CpuCap::new(),
         unread: Vec::new(),
         who: Who::new(attribution.began),
         feed: attribution.feed,
