@@ -6,9 +6,7 @@
 //! Rates and shares are drawn as steps over each row's own period. A row much shorter
 //! than the others (the last, partial period; an early sample at a process's exit) is
 //! drawn merged with the row before it: alone, a few milliseconds of CPU time or a
-//! single fault over a period that short reads as a spike the processes never had. The
-//! first row holds what the processes did before the profile's first sample (a
-//! command's exec) over no known length: only its memory is drawn.
+//! single fault over a period that short reads as a spike the processes never had.
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -92,9 +90,8 @@ impl Step {
     }
 }
 
-/// The rows as steps, short ones merged into the step before; the first, of no known
-/// length, as an instant. `lane`: the rows' major faults by mapping, one per row (none:
-/// no lane).
+/// The rows as steps, short ones merged into the step before. `lane`: the rows' major
+/// faults by mapping, one per row (none: no lane).
 fn steps(rows: &[Row], lane: &[LaneRow]) -> Vec<Step> {
     let mut periods: Vec<u64> = rows.iter().map(|r| r.period_ns).collect();
     periods.sort_unstable();
@@ -107,11 +104,7 @@ fn steps(rows: &[Row], lane: &[LaneRow]) -> Vec<Step> {
     for (row, by_mapping) in rows.iter().zip(lane) {
         let end = row.time_ms as f64 / 1e3;
         let step = Step {
-            start: if steps.is_empty() {
-                end
-            } else {
-                end - row.period_ns as f64 / 1e9
-            },
+            start: end - row.period_ns as f64 / 1e9,
             end,
             minor: row.minor,
             major: row.major,
@@ -852,19 +845,18 @@ mod tests {
     }
 
     #[test]
-    fn the_first_row_of_no_known_length_is_drawn_as_its_memory_only() {
-        // The command's exec, before the first sample: 150 ms of CPU "in" 50 ms.
+    fn the_first_row_is_drawn_over_its_period_from_the_start() {
         let rows = rows(3, |i| Sample {
             time_ns: i * 50_000_000,
-            cpu_ns: if i == 1 { 150_000_000 } else { 10_000_000 },
+            cpu_ns: 10_000_000,
             rss_anon: i << 20,
             ..Sample::default()
         });
         let steps = steps(&rows, &[]);
-        assert_eq!((steps[0].start, steps[0].end), (0.0, 0.0));
-        let cpu = stepped(&steps, |s| s.cpu_ns as f64);
-        assert_eq!(cpu, [(0.0, 1e7), (0.05, 1e7), (0.05, 1e7), (0.1, 1e7)]);
-        assert_eq!(levels(&steps, |s| s.rss_anon as f64)[0], (0.0, 1048576.0));
+        assert_eq!((steps[0].start, steps[0].end), (0.0, 0.05));
+        let ends: Vec<f64> = steps.iter().map(|s| s.end).collect();
+        assert_eq!(ends, [0.05, 0.1, 0.15]);
+        assert!(steps.windows(2).all(|w| (w[1].start - w[0].end).abs() < 1e-9));
     }
 
     /// 20 rows of 50 ms, each with 15 major faults on the database's file, 5 on a heap

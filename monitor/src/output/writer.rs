@@ -546,7 +546,7 @@ mod tests {
              stall_some_us,stall_full_us,cgroup_stall_some_us,cgroup_stall_full_us,\
              pswpin,pswpout,workingset_refault_anon,workingset_refault_file,\
              pgscan_kswapd,pgscan_direct,pgmajfault\n\
-             0,100000000,7,0,1,0.0000,4096,0,0,0,120,,,,,,,,,,3\n"
+             50,100000000,7,0,1,0.0000,4096,0,0,0,120,,,,,,,,,,3\n"
         );
     }
 
@@ -557,7 +557,7 @@ mod tests {
             .unwrap();
         assert!(w.out.get_ref().is_empty(), "BufWriter holds the row");
         w.flush().unwrap();
-        assert!(w.out.get_ref().starts_with(b"0,1000000,2,"));
+        assert!(w.out.get_ref().starts_with(b"1,1000000,2,"));
     }
 
     #[test]

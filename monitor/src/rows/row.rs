@@ -10,7 +10,8 @@ use shared_layout::abi::Sample;
 /// memory levels at the period's end, and the period's share of the memory pressure.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Row {
-    /// Milliseconds from the end of the first sample's period to the end of this one's.
+    /// Milliseconds from the start of the profile (of its first period) to the end of
+    /// this row's period.
     pub time_ms: u64,
     /// `CLOCK_MONOTONIC` at the end of the period, ns: the sample's own timestamp.
     pub mono_ns: u64,
@@ -159,7 +160,10 @@ impl Timeline {
     /// backwards (a hostile producer) gets the nominal period rather than a negative or
     /// wrapped one.
     pub fn row(&mut self, s: &Sample) -> Row {
-        let first = *self.first.get_or_insert(s.time_ns);
+        // Without a start mark, the first sample ends the first period.
+        let first = *self
+            .first
+            .get_or_insert(s.time_ns.saturating_sub(self.period_ns));
         let period_ns = match self.previous.replace(s.time_ns) {
             Some(p) if s.time_ns > p => s.time_ns - p,
             _ => self.period_ns,
@@ -209,12 +213,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn timeline_starts_at_zero_and_measures_each_period_from_the_previous_sample() {
+    fn timeline_starts_a_period_before_the_first_sample_and_measures_each_from_the_previous() {
         let mut t = Timeline::new(Duration::from_millis(50));
         let a = t.row(&sample(5000, 1, 25_000_000));
         let b = t.row(&sample(5150, 1, 75_000_000));
-        assert_eq!((a.time_ms, a.period_ns), (0, 50_000_000));
-        assert_eq!((b.time_ms, b.period_ns), (150, 150_000_000));
+        assert_eq!((a.time_ms, a.period_ns), (50, 50_000_000));
+        assert_eq!((b.time_ms, b.period_ns), (200, 150_000_000));
         assert!((a.cpu_util - 0.5).abs() < 1e-9);
         assert!((b.cpu_util - 0.5).abs() < 1e-9);
     }
@@ -225,7 +229,7 @@ mod tests {
         t.row(&sample(1000, 0, 0));
         let row = t.row(&sample(10, 0, 0));
         assert_eq!(row.period_ns, 50_000_000);
-        assert_eq!(row.time_ms, 0);
+        assert_eq!(row.time_ms, 0, "before the start: at the start");
         // Nor does a repeated one cover no time (and make its CPU use infinite).
         let row = t.row(&sample(10, 0, 5_000_000));
         assert_eq!(row.period_ns, 50_000_000);
@@ -253,7 +257,7 @@ mod tests {
         let mut t = Timeline::with_start_mark(Duration::from_millis(50));
         assert_eq!(t.place(&sample(5000, 7, 1_000_000)), None);
         let row = t.finish().unwrap();
-        assert_eq!((row.time_ms, row.minor, row.period_ns), (0, 7, 50_000_000));
+        assert_eq!((row.time_ms, row.minor, row.period_ns), (50, 7, 50_000_000));
         assert_eq!(t.finish(), None);
     }
 }
