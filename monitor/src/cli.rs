@@ -161,25 +161,31 @@ pub fn monitor_definition(name: &'static str) -> clap::Command {
     })
 }
 
-/// The options [`ExportOptions`] defines, each with a short help of its own for `-h` (the
-/// first of its long help's sentences is too long for a line).
-const EXPORT_SHORT_HELP: &[(&str, &str)] = &[
-    ("prometheus", "Serve the metrics at ADDR"),
-    ("otlp", "Push the metrics to a collector"),
-    ("headers", "A header for every push"),
-    ("compression", "Compress each push"),
-    ("textfile", "Write node_exporter files in DIR"),
-    ("linger", "Final values stay DUR"),
-    ("linger_scrapers", "Scrapers to wait for"),
+/// The options [`ExportOptions`] defines: each with a short help of its own for `-h` (the
+/// first of its long help's sentences is too long for a line) and what its value is to
+/// the shell completions.
+const EXPORT_PRESENTATION: &[(&str, &str, ValueHint)] = &[
+    ("prometheus", "Serve the metrics at ADDR", ValueHint::Other),
+    ("otlp", "Push the metrics to a collector", ValueHint::Url),
+    ("headers", "A header for every push", ValueHint::Other),
+    ("compression", "Compress each push", ValueHint::Other),
+    (
+        "textfile",
+        "Write node_exporter files in DIR",
+        ValueHint::DirPath,
+    ),
+    ("linger", "Final values stay DUR", ValueHint::Other),
+    ("linger_scrapers", "Scrapers to wait for", ValueHint::Other),
 ];
 
-/// `command`'s exporter options with the short helps of [`EXPORT_SHORT_HELP`], their
-/// whole text as the long help.
+/// `command`'s exporter options as [`EXPORT_PRESENTATION`] says, their whole text as the
+/// long help.
 fn export_short_help(command: clap::Command) -> clap::Command {
-    EXPORT_SHORT_HELP
+    EXPORT_PRESENTATION
         .iter()
-        .fold(command, |command, &(id, short)| {
+        .fold(command, |command, &(id, short, hint)| {
             command.mut_arg(id, |arg| {
+                let arg = arg.value_hint(hint);
                 match arg.get_long_help().or(arg.get_help()).cloned() {
                     Some(long) => arg.help(short).long_help(long),
                     None => arg.help(short),
@@ -666,6 +672,8 @@ pub struct WorkArgs {
     /// Memory to allocate, in MiB (1 to 1024).
     #[arg(value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub mib: u16,
+    /// R: random accesses; L: with locality.
+    ///
     /// R: random accesses over the whole buffer; L: accesses with locality.
     #[arg(value_name = "R|L", value_parser = named::<Pattern>(PATTERNS), hide_possible_values = true)]
     pub pattern: Pattern,
@@ -674,17 +682,24 @@ pub struct WorkArgs {
     /// Number of iterations.
     #[arg(default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
     pub iterations: u32,
+    /// Pause between iterations, in ms.
+    ///
     /// Pause between iterations, in milliseconds.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub sleep_ms: u64,
+    /// Also sweep a shared mapping of FILE.
+    ///
     /// Also create FILE (replacing it; removed at the end), map it shared, and write a
     /// byte to each of its pages every iteration, after the accesses: one fault a page
     /// and sweep. Then say how many faults each mapping should have taken.
     #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath)]
     pub file: Option<PathBuf>,
     /// The file's size in MiB (default: the buffer's).
-    #[arg(long, requires = "file", value_parser = clap::value_parser!(u16).range(1..=4096))]
+    #[arg(long, value_name = "MIB", requires = "file",
+          value_parser = clap::value_parser!(u16).range(1..=4096))]
     pub file_mib: Option<u16>,
+    /// Make the sweeps' faults major.
+    ///
     /// Before every sweep but the first, write the file's pages back and drop them from
     /// the page cache, so that the sweep's faults are major.
     #[arg(long, requires = "file")]
