@@ -360,6 +360,11 @@ pub const FORMATS: &[(&str, &str)] = &[
         "jsonl",
         "JSON Lines: one object a row, keyed as the CSV's columns",
     ),
+    (
+        "table",
+        "for a person: a line every --interval, rates a second and MiB \
+         (the default when the samples go to a terminal)",
+    ),
 ];
 
 #[derive(Parser)]
@@ -574,17 +579,18 @@ pub struct Options {
     pub output: Option<PathBuf>,
     /// Format of the rows.
     ///
-    /// Format of the samples: csv (a header line, then a line a row) or jsonl (JSON Lines:
-    /// an object a row, keyed as the CSV's columns).
+    /// Format of the samples: csv (a header line, then a line a row), jsonl (JSON Lines:
+    /// an object a row, keyed as the CSV's columns) or table (for a person: a line every
+    /// --interval, as pidstat's, with rates a second and memory in MiB). Default: table
+    /// when the samples go to a terminal, csv otherwise.
     #[arg(
         long,
-        default_value = "csv",
-        value_name = "csv|jsonl",
+        value_name = "csv|jsonl|table",
         value_parser = named::<Format>(FORMATS),
         hide_possible_values = true,
         help_heading = heading::OUTPUT
     )]
-    pub format: Format,
+    pub format: Option<Format>,
     /// Also draw the profile as an SVG.
     ///
     /// Also draw the profile as an SVG (the name must end in .svg): a timeline of fault

@@ -864,8 +864,8 @@ fn bad_options_are_usage_errors_that_name_what_was_expected() {
     for (args, message) in [
         (
             &["--format", "xml"][..],
-            "invalid value 'xml' for '--format <csv|jsonl>': format must be csv or jsonl, \
-             not \"xml\"",
+            "invalid value 'xml' for '--format <csv|jsonl|table>': format must be csv, \
+             jsonl or table, not \"xml\"",
         ),
         (
             &["--mode", "lazy"],

@@ -652,8 +652,61 @@ fn the_live_line_redraws_in_place_on_a_terminal_and_leaves_it_clean() {
         .collect();
     let (seen, _) = on_a_terminal(&rows, true);
     assert!(!seen.contains(['\r', '\x1b']), "{seen:?}");
-    assert!(seen.starts_with(CSV_METADATA), "{seen:?}");
+    assert!(
+        seen.starts_with("# sleep 0.5 and its descendants, from "),
+        "{seen:?}"
+    );
     assert!(seen.contains("\npfprof summary"), "{seen:?}");
+}
+
+/// Attached at a real terminal of 80 columns, the samples are a table a person reads,
+/// as pidstat's: what is counted, labelled columns, a line an --interval whose rates are
+/// a second's; piped, the same command writes CSV.
+#[test]
+fn attached_at_a_terminal_the_samples_are_a_table_of_80_columns() {
+    let dir = Scratch::new("terminal-table");
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let args = format!(
+        "--backend procfs --pid {} --period 100ms --interval 500ms --count 10",
+        sleeper.id()
+    );
+    let command = format!("stty cols 80 rows 24; {MONITOR} {args}");
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("script(1), from util-linux");
+    let text = String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n");
+    assert!(out.status.success(), "{text}");
+    let table: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.starts_with("pfprof summary"))
+        .collect();
+    assert!(
+        table[0].starts_with(&format!(
+            "# pid {} and its descendants, from ",
+            sleeper.id()
+        )),
+        "{text}"
+    );
+    assert_eq!(table[1], monitor::output::table::HEADER, "{text}");
+    // Ten periods of 100 ms: two lines of half a second, their rates a second's.
+    let times: Vec<&str> = table[2..]
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap_or(""))
+        .collect();
+    assert_eq!(times, ["0.5", "1.0"], "{text}");
+    assert!(table.iter().all(|l| l.chars().count() <= 79), "{text}");
+    // Piped: CSV, for programs.
+    let piped = monitor_in(&dir, &args.split(' ').collect::<Vec<_>>());
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
+    assert!(
+        String::from_utf8_lossy(&piped.stdout).starts_with(CSV_METADATA),
+        "{}",
+        stderr(&piped)
+    );
 }
 
 /// At a real terminal of 80 columns (a pseudo-terminal `script` gives the monitor, set

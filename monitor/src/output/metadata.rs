@@ -17,6 +17,8 @@ pub struct Metadata {
     pub pids: Vec<u32>,
     /// `--cgroup`, below the cgroup2 mount.
     pub cgroup: Option<String>,
+    /// The processes count with their descendants (not with `--no-inherit`).
+    pub inherit: bool,
     /// The machine's host name and kernel release (`uname -n`, `uname -r`).
     pub host: String,
     pub kernel: String,
@@ -37,6 +39,7 @@ pub struct Profiled<'a> {
     pub command: Option<&'a [OsString]>,
     pub pids: &'a [u32],
     pub cgroup: Option<&'a str>,
+    pub inherit: bool,
     pub backend: &'a str,
     pub mode: String,
     pub period: Duration,
@@ -60,6 +63,7 @@ impl Metadata {
             }),
             pids: profiled.pids.to_vec(),
             cgroup: profiled.cgroup.map(str::to_owned),
+            inherit: profiled.inherit,
             host: field(nix::sys::utsname::UtsName::nodename),
             kernel: field(nix::sys::utsname::UtsName::release),
             backend: profiled.backend.to_owned(),
@@ -84,6 +88,18 @@ impl Metadata {
                 let pids: Vec<String> = self.pids.iter().map(u32::to_string).collect();
                 format!("pid {}", pids.join(", "))
             }
+        }
+    }
+
+    /// Who is counted, in a few words: the target, and whether its processes' descendants
+    /// count with them (a cgroup counts every process inside).
+    pub fn counted(&self) -> String {
+        let target = self.target();
+        match (&self.cgroup, self.inherit) {
+            (Some(_), _) => target,
+            (None, true) if self.pids.len() > 1 => format!("{target} and their descendants"),
+            (None, true) => format!("{target} and its descendants"),
+            (None, false) => format!("{target} alone (--no-inherit)"),
         }
     }
 
@@ -127,6 +143,7 @@ pub(crate) fn test_metadata() -> Metadata {
         command: None,
         pids: &[42],
         cgroup: None,
+        inherit: true,
         backend: "procfs",
         mode: "strict".into(),
         period: Duration::from_millis(50),

@@ -1,4 +1,5 @@
-//! What the user reads: the rows written as CSV or JSON Lines ([`writer`]) after what was
+//! What the user reads: the rows written as CSV, JSON Lines or a table ([`writer`],
+//! [`table`]) after what was
 //! profiled ([`metadata`]), the SVG timeline ([`plot`]), the running totals and the
 //! summary ([`report`]) as text or JSON where asked ([`summary`]), where the faults were
 //! ([`whereabouts`]), and why they could not be written ([`error`]).
@@ -8,5 +9,6 @@ pub mod metadata;
 pub mod plot;
 pub mod report;
 pub mod summary;
+pub mod table;
 pub mod whereabouts;
 pub mod writer;

@@ -856,7 +856,9 @@ mod tests {
         assert_eq!((steps[0].start, steps[0].end), (0.0, 0.05));
         let ends: Vec<f64> = steps.iter().map(|s| s.end).collect();
         assert_eq!(ends, [0.05, 0.1, 0.15]);
-        assert!(steps.windows(2).all(|w| (w[1].start - w[0].end).abs() < 1e-9));
+        assert!(steps
+            .windows(2)
+            .all(|w| (w[1].start - w[0].end).abs() < 1e-9));
     }
 
     /// 20 rows of 50 ms, each with 15 major faults on the database's file, 5 on a heap

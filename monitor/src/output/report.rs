@@ -105,7 +105,7 @@ pub const STATUS_LINE_WIDTH: usize = 79;
 
 /// `value` in at most six characters below a thousand tera: whole below 100,000, else
 /// in k, M, G or T with one decimal.
-fn compact(value: f64) -> String {
+pub(super) fn compact(value: f64) -> String {
     if value < 1e5 {
         return format!("{value:.0}");
     }

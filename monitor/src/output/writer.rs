@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use super::error::OutputError;
 use super::metadata::Metadata;
+use super::table::Table;
 use super::whereabouts::IntervalRecord;
 use crate::pressure::verdict::Band;
 use crate::rows::row::{Pressure, Row, ROW_COLUMNS};
@@ -23,10 +24,12 @@ use crate::rows::row::{Pressure, Row, ROW_COLUMNS};
 pub enum Format {
     Csv,
     Jsonl,
+    /// For a person at a terminal: a line an interval ([`Table`]).
+    Table,
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("format must be csv or jsonl, not {0:?}")]
+#[error("format must be csv, jsonl or table, not {0:?}")]
 pub struct ParseFormatError(String);
 
 impl FromStr for Format {
@@ -36,6 +39,7 @@ impl FromStr for Format {
         match s {
             "csv" => Ok(Format::Csv),
             "jsonl" => Ok(Format::Jsonl),
+            "table" => Ok(Format::Table),
             _ => Err(ParseFormatError(s.to_owned())),
         }
     }
@@ -69,6 +73,8 @@ struct Event<'a, T: Serialize> {
 pub struct RowWriter<W: Write> {
     out: W,
     format: Format,
+    /// [`Format::Table`]'s lines, a second each unless [`RowWriter::every`] says.
+    table: Table,
     closed: bool,
 }
 
@@ -77,8 +83,15 @@ impl<W: Write> RowWriter<W> {
         RowWriter {
             out,
             format,
+            table: Table::new(std::time::Duration::from_secs(1)),
             closed: false,
         }
+    }
+
+    /// [`Format::Table`]: a line every `interval`.
+    pub fn every(mut self, interval: std::time::Duration) -> Self {
+        self.table = Table::new(interval);
+        self
     }
 
     /// The metadata, then the CSV header row: in CSV a first line `# pfprof {...}` (the
@@ -96,10 +109,15 @@ impl<W: Write> RowWriter<W> {
                 writeln!(out, "{}", csv_header())
             }),
             Format::Jsonl => self.guard(|out| writeln!(out, "{json}")),
+            Format::Table => self.guard(|out| Table::title(out, metadata)),
         }
     }
 
     pub fn write(&mut self, row: &Row) -> io::Result<()> {
+        if self.format == Format::Table {
+            let table = &mut self.table;
+            return guard(&mut self.closed, &mut self.out, |out| table.row(out, row));
+        }
         let format = self.format;
         self.guard(|out| match format {
             Format::Csv => {
@@ -130,7 +148,17 @@ impl<W: Write> RowWriter<W> {
                 serde_json::to_writer(&mut *out, row).map_err(io::Error::from)?;
                 out.write_all(b"\n")
             }
+            Format::Table => Ok(()),
         })
+    }
+
+    /// The end of the rows: a table's last, partial line.
+    pub fn finish(&mut self) -> io::Result<()> {
+        if self.format != Format::Table {
+            return Ok(());
+        }
+        let table = &mut self.table;
+        guard(&mut self.closed, &mut self.out, |out| table.finish(out))
     }
 
     /// A thrashing band, in JSON Lines as a record among the rows (after the row that
@@ -147,7 +175,7 @@ impl<W: Write> RowWriter<W> {
     /// A record among the rows, JSON Lines only.
     fn record(&mut self, event: &'static str, body: &impl Serialize) -> io::Result<()> {
         match self.format {
-            Format::Csv => Ok(()),
+            Format::Csv | Format::Table => Ok(()),
             Format::Jsonl => self.guard(|out| {
                 serde_json::to_writer(&mut *out, &Event { event, body })
                     .map_err(io::Error::from)?;
@@ -170,16 +198,25 @@ impl<W: Write> RowWriter<W> {
     }
 
     fn guard(&mut self, f: impl FnOnce(&mut W) -> io::Result<()>) -> io::Result<()> {
-        if self.closed {
-            return Ok(());
+        guard(&mut self.closed, &mut self.out, f)
+    }
+}
+
+/// Runs `f` on `out` unless the reader went away; a closed pipe is no error but `closed`.
+fn guard<W: Write>(
+    closed: &mut bool,
+    out: &mut W,
+    f: impl FnOnce(&mut W) -> io::Result<()>,
+) -> io::Result<()> {
+    if *closed {
+        return Ok(());
+    }
+    match f(out) {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+            *closed = true;
+            Ok(())
         }
-        match f(&mut self.out) {
-            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
-                self.closed = true;
-                Ok(())
-            }
-            other => other,
-        }
+        other => other,
     }
 }
 
@@ -313,8 +350,13 @@ pub struct Output {
 }
 
 impl Output {
-    /// Opens the destination now, so an unwritable path fails before anything runs.
-    pub fn open(destination: Destination, format: Format) -> Result<Output, OutputError> {
+    /// Opens the destination now, so an unwritable path fails before anything runs;
+    /// `interval`: a table's line (`--interval`).
+    pub fn open(
+        destination: Destination,
+        format: Format,
+        interval: std::time::Duration,
+    ) -> Result<Output, OutputError> {
         let sink =
             match &destination {
                 Destination::File(path) => Sink::File(PendingFile::create(path).map_err(
@@ -328,7 +370,7 @@ impl Output {
                 Destination::Nowhere => Sink::Nowhere,
             };
         Ok(Output {
-            rows: RowWriter::new(BufWriter::new(sink), format),
+            rows: RowWriter::new(BufWriter::new(sink), format).every(interval),
             destination,
             failure: None,
         })
@@ -380,7 +422,8 @@ impl Output {
     }
 
     /// Flushes and puts a file output in place.
-    pub fn commit(self) -> Result<(), OutputError> {
+    pub fn commit(mut self) -> Result<(), OutputError> {
+        self.keep(RowWriter::finish);
         let write_error = |source| match &self.destination {
             Destination::File(path) => OutputError::File {
                 path: path.clone(),

@@ -141,7 +141,7 @@ struct Opened<B> {
 
 fn open<B: Backend>(request: &Request) -> Result<(Sinks, Opened<B>), ProfileError> {
     // The output first: nothing replaces an earlier file before the profile is complete.
-    let output = Output::open(request.output.clone(), request.format)?;
+    let output = Output::open(request.output.clone(), request.format, request.interval)?;
     let plot = request.plot.as_deref().map(PlotFile::create).transpose()?;
     let summary = SummarySink::open(request.summary.clone())?;
     let cgroup = (request.cgroup.as_deref())
@@ -275,6 +275,7 @@ fn metadata(request: &Request, backend: &str, period: Duration) -> Metadata {
         command: request.command.as_deref(),
         pids: &request.pids,
         cgroup: cgroup.as_deref(),
+        inherit: request.inherit,
         backend,
         mode: request.mode.to_string(),
         period,

@@ -4,6 +4,7 @@
 //! messages and exit codes; the profile itself is `monitor::profile`.
 
 use std::ffi::OsString;
+use std::io::IsTerminal;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -17,7 +18,7 @@ use monitor::export::ExportError;
 use monitor::fleet::{FleetRequest, Selector};
 use monitor::output::error::OutputError;
 use monitor::output::summary::{SummaryStyle, SummaryTarget};
-use monitor::output::writer::Destination;
+use monitor::output::writer::{Destination, Format};
 use monitor::profile::error::ProfileError;
 use monitor::profile::{self, Request};
 use monitor::system::exit::Blame;
@@ -114,7 +115,7 @@ fn fleet(options: Options, run: bool) -> ExitCode {
         template: Request {
             mode: options.mode,
             interval: options.interval,
-            format: options.format,
+            format: Format::Csv,
             output: Destination::Nowhere,
             plot: None,
             command: None,
@@ -171,12 +172,20 @@ fn run(options: Options, command: Option<Vec<OsString>>) -> Result<u8, ProfileEr
         (None, Some(_)) => Destination::Nowhere,
         (None, None) => Destination::Stdout,
     };
+    // A person at a terminal reads a table; anything else is read by a program.
+    let format = options.format.unwrap_or_else(|| {
+        if output == Destination::Stdout && std::io::stdout().is_terminal() {
+            Format::Table
+        } else {
+            Format::Csv
+        }
+    });
     let summary_style = (options.summary_format)
         .unwrap_or_else(|| SummaryStyle::for_file(options.summary.as_deref()));
     let request = Request {
         mode: options.mode,
         interval: options.interval,
-        format: options.format,
+        format,
         output,
         plot: options.plot,
         command,
