@@ -58,8 +58,8 @@ pub fn csv_header() -> String {
 /// How the CSV's first line, its metadata, begins.
 pub const CSV_METADATA_PREFIX: &str = "# pfprof ";
 
-/// A record among the rows in JSON Lines: `"event"` (`start`, `thrashing`) first, then the
-/// fields of what it records.
+/// A record in JSON Lines: `"event"` (`start`, `row`, `where`, `thrashing`) first, then
+/// the fields of what it records, so that every record says what it is.
 #[derive(Serialize)]
 struct Event<'a, T: Serialize> {
     event: &'static str,
@@ -145,7 +145,11 @@ impl<W: Write> RowWriter<W> {
                 out.write_all(b"\n")
             }
             Format::Jsonl => {
-                serde_json::to_writer(&mut *out, row).map_err(io::Error::from)?;
+                let record = Event {
+                    event: "row",
+                    body: row,
+                };
+                serde_json::to_writer(&mut *out, &record).map_err(io::Error::from)?;
                 out.write_all(b"\n")
             }
             Format::Table => Ok(()),
@@ -616,7 +620,7 @@ mod tests {
     }
 
     #[test]
-    fn jsonl_rows_use_the_csv_column_names() {
+    fn jsonl_rows_are_records_named_row_with_the_csv_column_names() {
         let mut buf = Vec::new();
         let mut w = RowWriter::new(&mut buf, Format::Jsonl);
         w.header(&test_metadata()).unwrap();
@@ -627,9 +631,10 @@ mod tests {
         assert_eq!(start["event"], "start");
         assert_eq!(start["period_ms"], 50);
         let v: serde_json::Value = records.next().unwrap().unwrap();
+        assert_eq!(v["event"], "row");
         let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
         let header = csv_header();
-        let mut expected: Vec<&str> = header.split(',').collect();
+        let mut expected: Vec<&str> = header.split(',').chain(["event"]).collect();
         expected.sort_unstable();
         keys.sort_unstable();
         assert_eq!(keys, expected);

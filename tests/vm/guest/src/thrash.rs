@@ -151,12 +151,14 @@ mod serde_like {
         let (mut rows, mut events) = (Vec::new(), Vec::new());
         let mut previous: Option<u64> = None;
         for line in text.lines() {
-            // The first record says what was profiled: neither a row nor a band.
-            if line.starts_with("{\"event\":\"start\"") || line.starts_with("{\"event\":\"where\"")
+            // Each record says what it is, first: the rows and the bands are read, the
+            // start (what was profiled) and where the faults were are not.
+            if !line.starts_with("{\"event\":\"row\"")
+                && !line.starts_with("{\"event\":\"thrashing\"")
             {
                 continue;
             }
-            if line.contains("\"event\":") {
+            if line.starts_with("{\"event\":\"thrashing\"") {
                 events.push(Event {
                     start_mono_ns: number(line, "start_mono_ns")?,
                     end_mono_ns: number(line, "end_mono_ns")?,
