@@ -250,17 +250,22 @@ impl Summary<'_> {
         )
     }
 
-    /// What the ring cost: samples lost, the producer's waits, deferred samples.
+    /// What the ring cost: samples lost (always: none is strict mode's promise, and
+    /// relaxed mode's count is exact), the producer's waits and deferred samples only
+    /// when there were some: a user has no use for the ring's internals at zero.
     fn ring(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "  samples lost       {:>14}", self.totals.lost)?;
-        if self.mode == Mode::Strict {
-            writeln!(
+        write!(f, "  samples lost       {:>14}", self.totals.lost)?;
+        if self.mode == Mode::Strict && !self.blocked.is_zero() {
+            write!(
                 f,
-                "  producer blocked   {:>14.3} s",
+                "\n  producer blocked   {:>14.3} s",
                 self.blocked.as_secs_f64()
             )?;
         }
-        write!(f, "  samples deferred   {:>14}", self.deferred)
+        if self.deferred > 0 {
+            write!(f, "\n  samples deferred   {:>14}", self.deferred)?;
+        }
+        Ok(())
     }
 
     /// The memory's peak, the stall, and the thrashing verdict.
@@ -282,9 +287,8 @@ impl Summary<'_> {
         }
         match self.thrashing {
             Thrashing::NotJudged => Ok(()),
-            Thrashing::Judged([], rule) => {
-                write!(f, "\n  thrashing          none ({})", rule.describe())
-            }
+            // The rule is in usage.md: restated on every run it took 200 columns.
+            Thrashing::Judged([], _) => write!(f, "\n  thrashing          none"),
             Thrashing::Judged(bands, _) => bands
                 .iter()
                 .try_for_each(|band| write!(f, "\n  thrashing          {band}")),
@@ -492,14 +496,14 @@ mod tests {
     }
 
     #[test]
-    fn a_summary_without_thrashing_says_so_with_the_rule_and_one_without_psi_says_nothing() {
+    fn a_summary_without_thrashing_says_so_in_a_word_and_one_without_psi_says_nothing() {
         let judged = Summary {
             thrashing: Thrashing::Judged(&[], crate::pressure::verdict::RULE),
             ..summary_of(Mode::Strict)
         }
         .to_string();
         assert!(
-            judged.contains("  thrashing          none (memory full stall >= 10%"),
+            judged.lines().any(|l| l == "  thrashing          none"),
             "{judged}"
         );
         assert!(!summary(Mode::Strict).contains("thrashing"));
@@ -537,9 +541,25 @@ mod tests {
     }
 
     #[test]
-    fn only_the_strict_summary_says_how_long_the_producer_was_blocked() {
-        assert!(summary(Mode::Strict).contains("producer blocked"));
-        assert!(!summary(Mode::Relaxed).contains("producer blocked"));
+    fn only_a_strict_summary_whose_producer_waited_says_how_long() {
+        let waited = |mode| {
+            Summary {
+                blocked: Duration::from_millis(5),
+                deferred: 2,
+                ..summary_of(mode)
+            }
+            .to_string()
+        };
+        assert!(waited(Mode::Strict).contains("\n  producer blocked            0.005 s\n"));
+        assert!(!waited(Mode::Relaxed).contains("producer blocked"));
+        assert!(waited(Mode::Relaxed).contains("\n  samples deferred                2"));
+        // At zero, neither: the ring's internals are not the user's business then.
+        let quiet = summary(Mode::Strict);
+        assert!(
+            quiet.contains("\n  samples lost                    0\n"),
+            "{quiet}"
+        );
+        assert!(!quiet.contains("producer blocked") && !quiet.contains("deferred"));
         assert!(summary(Mode::Relaxed).ends_with("\n  note: one thing"));
     }
 

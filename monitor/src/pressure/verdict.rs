@@ -48,24 +48,10 @@ pub const RULE: Rule = Rule {
     quiet: Duration::from_millis(1000),
 };
 
-impl Rule {
-    /// What the summary says the rule is.
-    pub fn describe(&self) -> String {
-        format!(
-            "memory full stall >= {:.0}% of the time and >= {:.0} major faults or refaults a \
-             second over the last 0.5 s of pressure, for >= {:.1} s; ended by {:.1} s without",
-            self.full_stall * 100.0,
-            self.fault_rate,
-            self.onset.as_secs_f64(),
-            self.quiet.as_secs_f64()
-        )
-    }
-}
-
 /// One stretch of thrashing, as the summary, the JSON Lines event and the plot show it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Band {
-    /// On the rows' time axis: ms from the first row's end.
+    /// On the rows' time axis (their `time_ms`): ms from the profile's start.
     pub start_ms: u64,
     pub end_ms: u64,
     /// `CLOCK_MONOTONIC`, ns.
