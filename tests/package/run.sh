@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Debian packages as a user gets them: builds pfprof and pfprof-dkms from this
-# checkout (make deb), checks them with lintian (no error allowed; what it still says
-# is printed), then, for Debian 12 and Debian 13, installs both with
+# checkout (make deb), checks them with the lintian of Debian 12 and of Debian 13 (no
+# error allowed; what each still says is printed), then, for Debian 12 and Debian 13,
+# installs both with
 # `apt install ./pfprof_*.deb ./pfprof-dkms_*.deb` into a clean root and checks what
 # a user would see there: `pfprof --version`, `man pfprof`, the completions, a profile
 # run, `dkms status` with the module DKMS built for the root's kernel, and, in the
@@ -11,6 +12,7 @@
 #
 #   tests/package/run.sh OUT
 #   tests/package/run.sh --prepare   # only make the two clean roots' cached bases
+#                                    # and the lintian roots
 #
 # Each root is a fresh copy (OUT/RELEASE/root) of a base made once and cached in
 # ~/.cache/pfprof/roots/package (tests/vm/debian-root.sh: debootstrap from the
@@ -23,6 +25,11 @@
 #   OUT/RELEASE/kernel        the root's kernel version
 #   OUT/RELEASE/pfprof.ko*    the module the package's DKMS built for it, as DKMS
 #                             installed it (kept before the removal)
+# Each release's lintian runs where that release is: this machine's when it is that
+# release (Debian 12's, where CI builds the packages), else a Debian root with lintian
+# (tests/vm/debian-root.sh's tool roots in ~/.cache/pfprof/roots, the one the fleet test
+# and the 7.x kernels' builds use for Debian 13), never the clean roots: what lintian
+# pulls in would hide a dependency the packages miss.
 # Environment: PFPROF_ROOT_CACHE (the bases' cache, default
 # ${XDG_CACHE_HOME:-~/.cache}/pfprof/roots/package), CARGO_TARGET_DIR.
 # Needs: root, debhelper, dh-dkms, dpkg-dev, lintian, debootstrap, python3, a Rust
@@ -36,6 +43,8 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 (($# == 1)) || vm_die "usage: run.sh OUT | --prepare"
 (($(id -u) == 0)) || vm_die "installing into Debian roots needs root"
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/pfprof
+# The tool roots' cache, as the other tests name it (before the bases' takes the name).
+tool_roots=${PFPROF_ROOT_CACHE:-$cache/roots}
 export PFPROF_ROOT_CACHE=${PFPROF_ROOT_CACHE:-$cache/roots/package}
 # The releases the packages are installed into, each with debian-root.sh's
 # suite option where its kernel comes from backports.
@@ -46,10 +55,22 @@ package_base() {
 	bash "$repo/tests/vm/debian-root.sh" "$@" \
 		linux-image-cloud-amd64 linux-headers-cloud-amd64 man-db openssl
 }
+# The releases whose lintian checks the packages.
+lintian_releases=(bookworm trixie)
+host_release=$(. /etc/os-release && echo "${VERSION_CODENAME-}")
+# lintian_root RELEASE: the Debian root whose lintian is RELEASE's, made once and
+# cached; nothing when this machine is RELEASE (its own lintian is).
+lintian_root() {
+	[[ $1 != "$host_release" ]] || return 0
+	PFPROF_ROOT_CACHE=$tool_roots bash "$repo/tests/vm/debian-root.sh" "$1" lintian
+}
 if [[ $1 == --prepare ]]; then
 	for release in "${releases[@]}"; do
 		# shellcheck disable=SC2086 # a release and its suite option
 		package_base $release >/dev/null
+	done
+	for release in "${lintian_releases[@]}"; do
+		lintian_root "$release" >/dev/null
 	done
 	exit 0
 fi
@@ -111,14 +132,43 @@ mkdir -p "$out/debs"
 target=${CARGO_TARGET_DIR:-$repo/target}
 cp "$target/debian/pfprof_${version}_amd64.deb" "$target/debian/pfprof-dkms_${version}_all.deb" "$out/debs/"
 
-# lintian: errors fail; warnings and notes are printed for the reader (docs/testing.md
-# says why each one stays).
-lintian_no_errors() {
-	lintian --fail-on error --display-info "$out"/debs/*.deb >"$out/lintian.txt" 2>&1 ||
-		{ cat "$out/lintian.txt"; return 1; }
+# lintian of each release: errors fail; warnings and notes are printed for the reader
+# (docs/testing.md says why each one stays).
+# lintian_of RELEASE ARGS...: RELEASE's lintian with ARGS; with --check, ARGS are
+# lintian's options and the packages follow them.
+lintian_of() {
+	local release=$1 root debs=()
+	shift
+	root=$(lintian_root "$release") || return 1
+	if [[ $1 == --check ]]; then
+		shift
+		debs=("$out"/debs/*.deb)
+	fi
+	if [[ -z $root ]]; then
+		lintian "$@" "${debs[@]}"
+		return
+	fi
+	# The packages inside the root, for the time of the run.
+	local inside=/tmp/pfprof-lintian.$$ status=0
+	mkdir -p "$root$inside"
+	if ((${#debs[@]})); then
+		cp "${debs[@]}" "$root$inside/"
+		set -- "$@" "${debs[@]/#"$out/debs"/$inside}"
+	fi
+	vm_in_root "$root" lintian "$@" || status=$?
+	rm -rf "${root:?}$inside"
+	return "$status"
 }
-check "lintian: no errors" lintian_no_errors
-grep -v '^running with root' "$out/lintian.txt" | sed 's/^/    lintian says: /' || true
+for release in "${lintian_releases[@]}"; do
+	lintian_no_errors() {
+		local said=$out/lintian-$release.txt
+		lintian_of "$release" --version >"$said" 2>&1 || { cat "$said"; return 1; }
+		lintian_of "$release" --check --fail-on error --display-info >>"$said" 2>&1 ||
+			{ cat "$said"; return 1; }
+	}
+	check "$release's lintian: no errors" lintian_no_errors
+	grep -v '^running with root' "$out/lintian-$release.txt" | sed "s/^/    $release's lintian says: /" || true
+done
 
 # install_and_check RELEASE [-t SUITE]: a fresh root of RELEASE, the packages
 # installed, and what a user would see there.
@@ -146,25 +196,52 @@ install_and_check() {
 	# man's page, its justification's extra spaces squeezed.
 	man_page() { in_root "$root" sh -c "man -P cat $1 | tr -s ' '"; }
 	manual_pages() {
+		local section
 		contains "man pfprof" "pfprof - Per-process page-fault profiler" man_page pfprof &&
-			contains "man pfprof" "pfprof run -- sort" man_page pfprof &&
-			contains "man pfprof-run" "pfprof-run - Start CMD" man_page pfprof-run &&
+			contains "man pfprof" "pfprof run -- sort -o sorted.txt big.txt" man_page pfprof &&
+			for section in OUTPUT "EXIT STATUS" ENVIRONMENT EXAMPLES "SEE ALSO"; do
+				contains "man pfprof" "$section" man_page pfprof || return 1
+			done &&
+			contains "man pfprof-run" "pfprof-run - Run a command" man_page pfprof-run &&
 			contains "man pfprof-work" "pfprof-work - Workload generator" man_page pfprof-work
 	}
-	check "$release: man pfprof, man pfprof-run and man pfprof-work" manual_pages
+	check "$release: man pfprof (OUTPUT, EXIT STATUS, ENVIRONMENT...), man pfprof-run and man pfprof-work" manual_pages
+	# complete WORDS...: what the installed bash completion offers for the command line
+	# WORDS (the last the word being completed), one a line.
+	complete_words() {
+		# shellcheck disable=SC2016 # expanded by the root's bash
+		in_root "$root" bash -c '
+			. /usr/share/bash-completion/completions/pfprof || exit 1
+			COMP_WORDS=("$@") COMP_CWORD=$(($# - 1)) COMP_LINE="$*" COMP_POINT=${#COMP_LINE}
+			function=$(complete -p pfprof | sed -n "s/.*-F \([^ ]*\) .*/\1/p")
+			"$function" pfprof "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD - 1]}" 2>/dev/null
+			printf "%s\n" "${COMPREPLY[@]}"' bash "$@"
+	}
+	# -p <TAB>: process ids, and nothing else.
+	pids_offered() {
+		local got
+		got=$(complete_words pfprof -p '') || return 1
+		[[ -n $got ]] && ! grep -qv '^[0-9][0-9]*$' <<<"$got" ||
+			{ printf 'pfprof -p <TAB>: not process ids:\n%s\n' "$got"; return 1; }
+	}
 	completions() {
-		contains "bash completion" "-F _pfprof pfprof" in_root "$root" \
-			bash -c '. /usr/share/bash-completion/completions/pfprof && complete -p pfprof' &&
+		expect "pfprof --mode <TAB>" $'strict\nrelaxed' complete_words pfprof --mode '' &&
+			pids_offered &&
+			contains "pfprof run -- so<TAB>" "sort" complete_words pfprof run -- so &&
 			test -s "$root/usr/share/zsh/vendor-completions/_pfprof" &&
 			test -s "$root/usr/share/fish/vendor_completions.d/pfprof.fish"
 	}
-	check "$release: the bash completion completes pfprof; zsh's and fish's are in place" completions
+	check "$release: bash completes pfprof's modes, pids and the command after run --; zsh's and fish's are in place" completions
 	check "$release: pfprof run profiles pfprof-work (procfs backend)" \
 		contains "pfprof run" '"minor_faults"' in_root "$root" sh -c \
 		'pfprof run -q --backend procfs --summary /tmp/summary.json -- pfprof-work 4 R 2000 2 --sleep-ms 20 && cat /tmp/summary.json'
+	# The units the package installs, where dpkg says it put them.
+	units_installed() { in_root "$root" dpkg -L pfprof | grep '/systemd/system/.' | sort; }
 	not_enabled() {
-		test -s "$root/lib/systemd/system/pfprof-monitor@.service" &&
-			test -s "$root/lib/systemd/system/pfprof-fleet.service" &&
+		expect "units" $'/usr/lib/systemd/system/pfprof-fleet.service\n/usr/lib/systemd/system/pfprof-monitor@.service' \
+			units_installed &&
+			test -s "$root/usr/lib/systemd/system/pfprof-monitor@.service" &&
+			test -s "$root/usr/lib/systemd/system/pfprof-fleet.service" &&
 			expect "units enabled" "" find "$root/etc/systemd" -name 'pfprof*' &&
 			test -s "$root/usr/share/pfprof/udev/99-pfprof.rules" &&
 			expect "udev rules" "" find "$root/etc/udev" "$root/usr/lib/udev" -name '*pfprof*'
