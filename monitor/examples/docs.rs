@@ -415,22 +415,22 @@ fn output_section(roff: &mut Roff) -> anyhow::Result<()> {
     roff.control("SH", ["OUTPUT"]);
     paragraph(
         roff,
-        "The rows go to --output, or without it to standard output (not under run, whose \
-         standard output is the command's). Each row is one period (--period) of the \
-         profiled processes, in the format --format names:",
+        "The samples go to --output, or without it to standard output (not under run, \
+         whose standard output is the command's), in the format --format names:",
     );
     for (format, what) in cli::FORMATS {
         item(roff, format, what);
     }
     paragraph(
         roff,
-        "In CSV a first line \"# pfprof {...}\" holds the metadata as JSON (the command, \
-         pids or cgroup, host, kernel, backend, mode, period_ms, start and \
-         clock_offset_ns); then a header line names the columns, in the order below. In \
-         JSON Lines the first record is the metadata (\"event\":\"start\"); the rows are \
-         objects keyed by the columns' names, and the records of other kinds among them \
-         are named by their \"event\" key (\"where\": where an interval's faults were; \
-         \"thrashing\": a thrashing band).",
+        "A row of CSV or JSON Lines is one period (--period) of the profiled processes. \
+         In CSV a first line \"# pfprof {...}\" holds the metadata as JSON (what was \
+         profiled: command, pids or cgroup, and whether with descendants, inherit; host, \
+         kernel, backend, mode, period_ms, start, start_unix_ns and clock_offset_ns); \
+         then a header line names the columns, in the order below. In JSON Lines each \
+         record says first what it is, in its \"event\" key: the metadata (\"start\"), \
+         then the rows (\"row\", keyed by the columns' names) and, among them, where an \
+         interval's faults were (\"where\") and thrashing bands (\"thrashing\").",
     );
     paragraph(
         roff,
