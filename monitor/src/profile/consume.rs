@@ -66,7 +66,11 @@ pub(super) fn consume<B: Backend>(
             .next(&mut started.source, &mut samples, idle)
             .map_err(ring_error)?;
         started.peaks.iter_mut().for_each(PeakRss::read);
-        rows.extend(samples.drain(..).filter_map(|sample| timeline.place(&sample)));
+        rows.extend(
+            samples
+                .drain(..)
+                .filter_map(|sample| timeline.place(&sample)),
+        );
         if batch.ended {
             rows.extend(timeline.finish());
         }
