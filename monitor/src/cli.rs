@@ -59,7 +59,7 @@ pub struct Example {
 /// The examples of `monitor run`.
 pub const RUN_EXAMPLES: &[Example] = &[
     Example {
-        what: "Profile a command: a live line while it runs, then the summary",
+        what: "Profile a command: its summary once it ends",
         line: "{name} run -- sort -o sorted.txt big.txt",
     },
     Example {
@@ -115,8 +115,9 @@ pub fn monitor_definition(name: &'static str) -> clap::Command {
         examples_help(name, &[RUN_EXAMPLES, ATTACH_EXAMPLES]),
         wrap(
             &format!(
-                "`{name} run` shows a live line on a terminal and prints the summary on \
-                 standard error; its samples go only where --output says. Without `run`, \
+                "`{name} run` prints the summary on standard error (and a live line while \
+                 the command runs, when its output goes elsewhere); its samples go only \
+                 where --output says. Without `run`, \
                  samples go to --output or standard output. Durations take a unit (250ms, \
                  10s, 1m, 1h30m). `{name} run --help` shows run's options; `man {name}`, the \
                  output's columns and the exit statuses."
@@ -395,8 +396,9 @@ pub enum Command {
     ///
     /// Start CMD, profile it from its first instruction until it exits, and exit with its
     /// exit status (127: not found, 126: not executable), as time(1) and perf stat do.
-    /// Samples go only to --output: the standard output is the command's. On a terminal a
-    /// live line shows the rates while it runs; the summary follows on standard error.
+    /// Samples go only to --output: the standard output is the command's. The summary
+    /// follows on standard error, after a live line of totals and rates while it runs
+    /// when its output goes elsewhere than the terminal.
     Run {
         // Before the options: a field after them would be shown under their last heading.
         /// The command to profile and its arguments (after `--`).

@@ -633,17 +633,25 @@ fn the_live_line_redraws_in_place_on_a_terminal_and_leaves_it_clean() {
     // Each draw goes back to the start of the line and clears the rest of the last one:
     // no newline, no other sequence.
     let draws: Vec<&str> = live.split('\r').filter(|d| !d.is_empty()).collect();
-    let mut samples = Vec::new();
+    let mut times = Vec::new();
     for draw in &draws {
         let text = (draw.strip_suffix("\x1b[K")).unwrap_or_else(|| panic!("{seen:?}"));
         assert!(!text.contains(['\n', '\x1b']), "{seen:?}");
+        // The time, the totals beside the rates, the CPU and the memory now.
         let words: Vec<&str> = text.split_whitespace().collect();
-        assert_eq!(words[1..5], ["s", words[2], "samples", "minor"], "{seen:?}");
-        samples.push(words[2].parse::<u64>().unwrap());
+        assert_eq!(
+            [words[1], words[4], words[7], words[9]],
+            ["minor", "major", "cpu", "rss"],
+            "{seen:?}"
+        );
+        let time = words[0]
+            .strip_suffix('s')
+            .unwrap_or_else(|| panic!("{seen:?}"));
+        times.push(time.parse::<f64>().unwrap());
     }
-    // Redrawn as samples come, each time with new ones.
-    assert!(samples.len() >= 2, "{seen:?}");
-    assert!(samples.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    // Redrawn as samples come, each time later.
+    assert!(times.len() >= 2, "{seen:?}");
+    assert!(times.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
     // Nothing with --quiet; no line when the rows go to the same terminal.
     let quiet = ["run", "-q", "--backend", "procfs", "--", "sleep", "0.5"];
     assert_eq!(on_a_terminal(&quiet, false).0, "");
@@ -657,6 +665,44 @@ fn the_live_line_redraws_in_place_on_a_terminal_and_leaves_it_clean() {
         "{seen:?}"
     );
     assert!(seen.contains("\npfprof summary"), "{seen:?}");
+}
+
+/// The live line never lands where a command writes: not when the command's output
+/// goes to the same terminal (its text would be written after the line, on its row), nor
+/// while a full-screen program has the terminal (less, vim and top turn canonical input
+/// off: the line would be painted over their screen).
+#[test]
+fn the_live_line_is_not_drawn_where_the_command_writes_or_a_full_screen_program_runs() {
+    let dir = Scratch::new("terminal-no-line");
+    let on_script = |command: &str| {
+        let out = Command::new("script")
+            .args(["-qec", command, "/dev/null"])
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .expect("script(1), from util-linux");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{text}");
+        text
+    };
+    let run = format!("{MONITOR} run --backend procfs -- {WORK} 16 R 20000 6 --sleep-ms 150");
+    for (what, command) in [
+        ("the command writes to the terminal", run.clone()),
+        (
+            "the terminal is a full-screen program's",
+            format!("stty -icanon; {run} >/dev/null; stty icanon"),
+        ),
+    ] {
+        let text = on_script(&command);
+        assert!(text.contains("pfprof summary"), "{what}: {text:?}");
+        assert!(
+            !text.contains("\x1b[K"),
+            "{what}: a line was drawn: {text:?}"
+        );
+    }
+    // Control: its output elsewhere, the terminal line by line, the line is drawn.
+    let text = on_script(&format!("{run} >/dev/null"));
+    assert!(text.contains("\x1b[K"), "{text:?}");
 }
 
 /// Attached at a real terminal of 80 columns, the samples are a table a person reads,
@@ -715,9 +761,10 @@ fn attached_at_a_terminal_the_samples_are_a_table_of_80_columns() {
 #[test]
 fn the_live_line_fits_an_80_column_terminal() {
     let dir = Scratch::new("terminal-live-line");
+    // The command's output away from the terminal: else there is no line (below).
     let command = format!(
         "stty cols 80 rows 24; {MONITOR} run --backend procfs -- \
-         {WORK} 64 R 20000 8 --sleep-ms 150"
+         {WORK} 64 R 20000 8 --sleep-ms 150 >/dev/null"
     );
     let out = Command::new("script")
         .args(["-qec", &command, "/dev/null"])
@@ -731,7 +778,7 @@ fn the_live_line_fits_an_80_column_terminal() {
     let draws: Vec<&str> = text
         .split('\r')
         .filter_map(|after| after.split("\x1b[K").next())
-        .filter(|draw| draw.contains(" samples "))
+        .filter(|draw| draw.contains("/s  cpu "))
         .collect();
     assert!(!draws.is_empty(), "no live line drawn: {text:?}");
     for draw in draws {

@@ -79,22 +79,25 @@ impl Totals {
         self.rate(self.cpu_ns) / 1e9
     }
 
-    /// The live status line (no newline): time and samples so far, and the current
-    /// rates, over the `recent` samples; samples lost only when some were. Never wider
-    /// than [`STATUS_LINE_WIDTH`]: a line as wide as the terminal wraps, and each redraw
-    /// then leaves a row behind.
-    pub fn status_line(&self, recent: &Totals) -> String {
-        let mut line = format!(
-            "{:>7.1} s  {:>6} samples  minor {:>6}/s  major {:>6}/s  cpu {:>5.1}%",
-            self.covered_ns as f64 / 1e9,
-            self.samples,
-            compact(recent.mean_minor_rate()),
-            compact(recent.mean_major_rate()),
-            recent.cpu_util() * 100.0,
-        );
+    /// The live status line (no newline): the time so far, the samples lost once some
+    /// were, the running totals beside the current rates (over the `recent` samples),
+    /// the CPU use and the memory now (`resident` bytes). Never wider than
+    /// [`STATUS_LINE_WIDTH`] (a line as wide as the terminal wraps, and each redraw then
+    /// leaves a row behind): what does not fit is cut from the end.
+    pub fn status_line(&self, recent: &Totals, resident: u64) -> String {
+        let mut line = format!("{:>6.1}s  ", self.covered_ns as f64 / 1e9);
         if self.lost > 0 {
-            line += &format!("  lost {}", compact(self.lost as f64));
+            line += &format!("lost {}  ", compact(self.lost as f64));
         }
+        line += &format!(
+            "minor {:>6} {:>6}/s  major {:>6} {:>6}/s  cpu {:>3}%  rss {} MiB",
+            compact(self.minor as f64),
+            compact(recent.mean_minor_rate()),
+            compact(self.major as f64),
+            compact(recent.mean_major_rate()),
+            compact(recent.cpu_util() * 100.0),
+            compact(resident as f64 / MIB),
+        );
         line.truncate(STATUS_LINE_WIDTH);
         line
     }
@@ -572,8 +575,10 @@ mod tests {
         let row = t.row(&sample(200, 10, 0));
         totals.add(&row);
         recent.add(&row);
-        let line = totals.status_line(&recent);
-        assert!(line.contains("minor    100/s"), "{line}");
+        let line = totals.status_line(&recent, 66 << 20);
+        // The total beside the recent rate, and the memory now.
+        assert!(line.contains("minor   1010    100/s"), "{line}");
+        assert!(line.ends_with("  rss 66 MiB"), "{line}");
         assert!(!line.contains("lost"), "{line}");
     }
 
@@ -587,14 +592,19 @@ mod tests {
         totals.covered_ns = 40_000 * 1_000_000_000;
         totals.samples = 123_456_789;
         totals.lost = 98_765_432;
-        let line = totals.status_line(&totals);
+        let line = totals.status_line(&totals, u64::MAX);
         assert!(
             line.len() <= STATUS_LINE_WIDTH,
             "{} columns: {line}",
             line.len()
         );
-        let quiet = Totals::default().status_line(&Totals::default());
-        assert!(quiet.len() <= 72, "{} columns: {quiet}", quiet.len());
+        assert!(line.contains("s  lost 98.8M  minor "), "{line}");
+        let quiet = Totals::default().status_line(&Totals::default(), u64::MAX);
+        assert!(
+            quiet.len() <= STATUS_LINE_WIDTH,
+            "{} columns: {quiet}",
+            quiet.len()
+        );
     }
 
     #[test]

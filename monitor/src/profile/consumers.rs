@@ -113,6 +113,10 @@ impl Consumers {
         self.totals.add(&row);
         if let Some(status) = self.status.as_mut() {
             status.recent.add(&row);
+            status.resident = row
+                .rss_anon
+                .saturating_add(row.rss_file)
+                .saturating_add(row.rss_shmem);
         }
         self.output.write(&row);
         // The row's tables before the verdict: a band it ends may end with this row.
@@ -193,7 +197,7 @@ impl Consumers {
     }
 
     pub fn finish(self) -> Consumed {
-        if self.status.is_some() {
+        if self.status.as_ref().is_some_and(|s| s.drawn) {
             let _ = write!(io::stderr(), "\r\x1b[K");
         }
         Consumed {
@@ -221,14 +225,20 @@ fn thrashing_state(verdict: &Verdict) -> ThrashingState {
 /// The live status line on stderr: the totals, and the rates since it was last drawn.
 struct StatusLine {
     recent: Totals,
+    /// The last row's resident memory, bytes.
+    resident: u64,
     last: Instant,
+    /// Drawn at least once: erased before the summary.
+    drawn: bool,
 }
 
 impl StatusLine {
     fn new() -> StatusLine {
         StatusLine {
             recent: Totals::default(),
+            resident: 0,
             last: Instant::now(),
+            drawn: false,
         }
     }
 
@@ -236,10 +246,28 @@ impl StatusLine {
         if self.last.elapsed() < STATUS_EVERY || self.recent.samples == 0 {
             return;
         }
-        let line = format!("\r{}\x1b[K", totals.status_line(&self.recent));
+        // A full-screen program (less, vim, top) owns the terminal: it turns canonical
+        // input off while it runs, and the line would be painted over its screen.
+        if !terminal_is_line_by_line() {
+            return;
+        }
+        let line = format!(
+            "\r{}\x1b[K",
+            totals.status_line(&self.recent, self.resident)
+        );
         // A closed stderr cannot be told anything.
         let _ = io::stderr().write_all(line.as_bytes());
+        self.drawn = true;
         self.recent = Totals::default();
         self.last = Instant::now();
     }
+}
+
+/// Whether standard error's terminal reads input a line at a time, as a shell leaves it;
+/// not while a full-screen program runs on it.
+fn terminal_is_line_by_line() -> bool {
+    nix::sys::termios::tcgetattr(io::stderr()).is_ok_and(|t| {
+        t.local_flags
+            .contains(nix::sys::termios::LocalFlags::ICANON)
+    })
 }

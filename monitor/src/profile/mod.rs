@@ -9,6 +9,7 @@ pub mod error;
 mod reap;
 
 use std::ffi::OsString;
+use std::io::{self, IsTerminal};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -96,7 +97,10 @@ impl std::fmt::Debug for Supervised {
 pub fn profile<B: Backend>(request: Request) -> Result<u8, ProfileError> {
     let (sinks, opened) = open::<B>(&request)?;
     let mut started = start(opened, &request)?;
-    let live_line = sinks.summary.leaves_stderr_to_the_live_line();
+    // A command writing to the terminal would write over the line, or after it on the
+    // same row: then there is none, as perf stat shows nothing while its command runs.
+    let command_on_the_terminal = request.command.is_some() && io::stdout().is_terminal();
+    let live_line = sinks.summary.leaves_stderr_to_the_live_line() && !command_on_the_terminal;
     let keep_rows = sinks.plot.is_some();
     let attribution = started.backend.attribution();
     let consumers = Consumers::new(
