@@ -482,6 +482,17 @@ fn count_ends_the_profile_after_exactly_that_many_samples() {
     assert!(attached.status.success(), "{err}");
     let rows = parse_csv(&String::from_utf8_lossy(&attached.stdout));
     assert_eq!(rows.len(), 7, "{err}");
+    // The summary says who was counted: pidstat -p and perf stat -p count the process
+    // alone, this its descendants too.
+    let counted = err
+        .lines()
+        .find(|l| l.starts_with("  counted "))
+        .unwrap_or("");
+    assert!(
+        counted.starts_with("  counted            pid ")
+            && counted.ends_with(" and its descendants"),
+        "{err}"
+    );
     // Seven periods, as `pidstat 0.02 7` would give: no stub of the attach instant first
     // (a row of a few milliseconds, its rates divided by a whole period).
     assert!(rows[0].time_ms >= 10, "{rows:?}");

@@ -124,6 +124,9 @@ pub(super) fn compact(value: f64) -> String {
 pub struct Summary<'a> {
     pub backend: &'a str,
     pub mode: Mode,
+    /// Who was counted: the target, with its descendants or alone
+    /// ([`crate::output::metadata::Metadata::counted`]).
+    pub counted: &'a str,
     pub totals: &'a Totals,
     /// Strict mode only: the producer never waits in relaxed mode.
     pub blocked: Duration,
@@ -213,6 +216,7 @@ impl fmt::Display for Summary<'_> {
             "pfprof summary ({} backend, {} mode)",
             self.backend, self.mode
         )?;
+        writeln!(f, "  counted            {}", self.counted)?;
         self.faults(f)?;
         self.ring(f)?;
         self.memory(f)?;
@@ -516,6 +520,7 @@ mod tests {
         Summary {
             backend: "procfs",
             mode,
+            counted: "pid 42 and its descendants",
             totals: Box::leak(Box::default()),
             blocked: Duration::ZERO,
             deferred: 0,
@@ -531,6 +536,7 @@ mod tests {
         Summary {
             backend: "procfs",
             mode,
+            counted: "pid 42 and its descendants",
             totals: &Totals::default(),
             blocked: Duration::ZERO,
             deferred: 0,

@@ -733,6 +733,7 @@ mod tests {
         let text = Summary {
             backend: "procfs",
             mode: Mode::Strict,
+            counted: "pid 42 and its descendants",
             totals: &totals,
             blocked: Duration::ZERO,
             deferred: 0,

@@ -321,9 +321,11 @@ fn finish<B: Backend>(
     let counters = started.area.counters();
     notes.extend(withdrawn_note(counters.withdrawn));
     let peaks: Vec<_> = started.peaks.iter().filter_map(PeakRss::report).collect();
+    let counted = started.metadata.counted();
     let summary = Summary {
         backend,
         mode: request.mode,
+        counted: &counted,
         totals: &consumed.totals,
         blocked: Duration::from_nanos(counters.blocked_ns),
         deferred: counters.deferred,
