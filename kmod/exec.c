@@ -259,7 +259,7 @@ static void pfprof_exec_offer(struct pfprof_session *s, struct task_struct *p,
 	 * user's processes (CAP_SYS_PTRACE) counts them, and perf removed
 	 * their events all the same.
 	 */
-	if (hidden_ns && READ_ONCE(s->faults.minor_period))
+	if (hidden_ns && READ_ONCE(s->faults.minor_sampling))
 		pfprof_exec_unrecorded(s, p);
 	/* Cheap first: a process of another user than those it asks for. */
 	if (!pfprof_exec_concerns(s, p))

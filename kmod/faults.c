@@ -5,7 +5,7 @@
  *
  * Each process member that counts with its descendants gets two kernel
  * perf counters per thread, PERF_COUNT_SW_PAGE_FAULTS_MAJ (period 1) and
- * _MIN (period minor_period), with inherit: threads and children created
+ * _MIN (sample_period minor_sampling), with inherit: threads and children created
  * later carry them, with the same overflow handler and context.  Events
  * are created and released in process context only: the ATTRIBUTE and ADD
  * ioctls and the session's sampler.
@@ -280,7 +280,7 @@ static struct perf_event *pfprof_event_create(struct pfprof_watch *w,
 		.size = sizeof(attr),
 		.config = major ? PERF_COUNT_SW_PAGE_FAULTS_MAJ :
 				  PERF_COUNT_SW_PAGE_FAULTS_MIN,
-		.sample_period = major ? 1 : f->minor_period,
+		.sample_period = major ? 1 : f->minor_sampling,
 		.inherit = 1,
 	};
 
@@ -757,7 +757,7 @@ void pfprof_faults_sync(struct pfprof_session *s, bool sampler)
 	bool relist;
 
 	mutex_lock(&f->lock);
-	if (!f->minor_period || f->released ||
+	if (!f->minor_sampling || f->released ||
 	    READ_ONCE(s->ring.mode) == PFPROF_MODE_NONE)
 		goto out;
 	f->sync++;
@@ -865,7 +865,7 @@ void pfprof_faults_drain(struct pfprof_session *s)
 
 	atomic_set(&f->filling, 0);
 	mutex_lock(&f->lock);
-	if (!f->minor_period || f->released) {
+	if (!f->minor_sampling || f->released) {
 		mutex_unlock(&f->lock);
 		return;
 	}
@@ -917,20 +917,20 @@ static void pfprof_cpu_buffers_free(struct pfprof_faults *f)
 
 /* PFPROF_IOC_ATTRIBUTE: the region and buffers, then the members' events. */
 int pfprof_faults_start(struct pfprof_session *s, const struct file *file,
-			u32 minor_period)
+			u32 minor_sampling)
 {
 	struct pfprof_faults *f = &s->faults;
 	struct pfprof_faults_area *a;
 	unsigned int cpu;
 	int ret = 0;
 
-	if (minor_period < PFPROF_MINOR_PERIOD_MIN ||
-	    minor_period > PFPROF_MINOR_PERIOD_MAX)
+	if (minor_sampling < PFPROF_MINOR_SAMPLING_MIN ||
+	    minor_sampling > PFPROF_MINOR_SAMPLING_MAX)
 		return -EINVAL;
 	if (!pfprof_may_attribute(file))
 		return -EPERM;
 	mutex_lock(&f->lock);
-	if (f->minor_period || f->released) {
+	if (f->minor_sampling || f->released) {
 		ret = -EBUSY;
 		goto out;
 	}
@@ -962,11 +962,11 @@ int pfprof_faults_start(struct pfprof_session *s, const struct file *file,
 	a->region_size = f->size;
 	a->data_offset = PFPROF_PAGE_SIZE;
 	a->record_count = f->record_count;
-	a->minor_period = minor_period;
+	a->minor_sampling = minor_sampling;
 	f->records = (void *)a + PFPROF_PAGE_SIZE;
 	/* mmap and the fault handler of the mapping look without the lock. */
 	smp_store_release(&f->area, a);
-	WRITE_ONCE(f->minor_period, minor_period);
+	WRITE_ONCE(f->minor_sampling, minor_sampling);
 	mutex_unlock(&f->lock);
 	pfprof_faults_sync(s, false);
 	return 0;

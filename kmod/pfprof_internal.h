@@ -264,7 +264,7 @@ struct pfprof_watch;
 
 struct pfprof_faults {
 	struct mutex lock;		/* everything below but area's pages */
-	u32 minor_period;		/* PFPROF_IOC_ATTRIBUTE's; 0: not asked */
+	u32 minor_sampling;		/* PFPROF_IOC_ATTRIBUTE's; 0: not asked */
 	bool released;			/* the session closes: no more events */
 	/* Published with release once made: mmap looks without the lock. */
 	struct pfprof_faults_area *area;
@@ -306,7 +306,7 @@ struct pfprof_faults {
 
 void pfprof_faults_init(struct pfprof_session *s);
 int pfprof_faults_start(struct pfprof_session *s, const struct file *file,
-			u32 minor_period);
+			u32 minor_sampling);
 void pfprof_faults_sync(struct pfprof_session *s, bool sampler);
 void pfprof_faults_exec(struct pfprof_session *s, bool member);
 void pfprof_faults_drain(struct pfprof_session *s);

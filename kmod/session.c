@@ -491,7 +491,7 @@ static long pfprof_ioc_attribute(struct file *file,
 		return -EFAULT;
 	if (attr.flags || attr.reserved)
 		return -EINVAL;
-	return pfprof_faults_start(s, file, attr.minor_period);
+	return pfprof_faults_start(s, file, attr.minor_sampling);
 }
 
 /*

@@ -118,7 +118,7 @@ fn main() -> anyhow::Result<()> {
                     "-e",
                     "minor-faults",
                     "-c",
-                    &monitor::attribution::DEFAULT_MINOR_PERIOD.to_string(),
+                    &monitor::attribution::DEFAULT_MINOR_SAMPLING.to_string(),
                 ],
                 &perf_data,
             ),

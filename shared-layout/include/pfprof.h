@@ -208,7 +208,7 @@
  * pfprof_faults_area) and an array of record_count struct pfprof_fault.
  * After PFPROF_IOC_ATTRIBUTE, the module records the faults of the
  * session's processes through the kernel's software perf events
- * (PERF_COUNT_SW_PAGE_FAULTS_MAJ: every one; _MIN: one in minor_period),
+ * (PERF_COUNT_SW_PAGE_FAULTS_MAJ: every one; _MIN: one in minor_sampling),
  * each with its process, address and time, and its sampler copies them
  * here once a period, before that period's sample is offered to the ring:
  * a consumer that holds a sample of time T finds here every fault recorded
@@ -523,13 +523,16 @@ struct pfprof_cgroup_target {
 
 /* The faults region: see "Where the faults were". */
 #define PFPROF_FAULTS_MAGIC	0x54464650u	/* "PFFT" in little-endian memory */
-/* The minor faults one recorded one stands for, PFPROF_IOC_ATTRIBUTE's. */
-#define PFPROF_MINOR_PERIOD_MIN		1
-#define PFPROF_MINOR_PERIOD_MAX		1000000
+/*
+ * Bounds of minor_sampling, PFPROF_IOC_ATTRIBUTE's: one minor fault in N
+ * is recorded (a ratio, not a time: "period" is the sampling period only).
+ */
+#define PFPROF_MINOR_SAMPLING_MIN		1
+#define PFPROF_MINOR_SAMPLING_MAX		1000000
 
 /* Kinds of struct pfprof_fault. */
 #define PFPROF_FAULT_MAJOR	1u	/* a major fault: every one is recorded */
-#define PFPROF_FAULT_MINOR	2u	/* a minor fault: one in minor_period */
+#define PFPROF_FAULT_MINOR	2u	/* a minor fault: one in minor_sampling */
 
 /* One fault, as recorded in the faulting process's context. */
 struct pfprof_fault {
@@ -548,7 +551,7 @@ struct pfprof_faults_area {
 	__u64 region_size;	/* bytes, control page included */
 	__u64 data_offset;	/* offset of record 0 in the region: PFPROF_PAGE_SIZE */
 	__u64 record_count;	/* (region_size - data_offset) / record_size */
-	__u64 minor_period;	/* PFPROF_IOC_ATTRIBUTE's; 0: not attributing */
+	__u64 minor_sampling;	/* PFPROF_IOC_ATTRIBUTE's; 0: not attributing */
 	__u64 reserved0[3];
 
 	/* Line 1: the module bumps it before it writes records. */
@@ -568,15 +571,15 @@ struct pfprof_faults_area {
 
 /*
  * PFPROF_IOC_ATTRIBUTE: record where the session's processes fault, one
- * minor fault in minor_period (every major one), from the next period on.
+ * minor fault in minor_sampling (every major one), from the next period on.
  * Only members that count with their descendants (PFPROF_TARGET_INHERIT)
  * are recorded, since the events follow a process's threads and children
  * alike; the others, and a cgroup target, count in unattributed.  Once per
- * session: -EBUSY after.  -EINVAL: minor_period out of bounds, flags or
+ * session: -EBUSY after.  -EINVAL: minor_sampling out of bounds, flags or
  * reserved not 0.
  */
 struct pfprof_attribution {
-	__u32 minor_period;
+	__u32 minor_sampling;
 	__u32 flags;		/* must be 0 */
 	__u64 reserved;		/* must be 0 */
 };

@@ -199,12 +199,12 @@ pub struct Follow {
 
 /// The faults region's magic (`PFPROF_FAULTS_MAGIC`).
 pub const FAULTS_MAGIC: u32 = 0x5446_4650;
-/// Bounds of `PFPROF_IOC_ATTRIBUTE`'s minor period.
-pub const MINOR_PERIOD_MIN: u32 = 1;
-pub const MINOR_PERIOD_MAX: u32 = 1_000_000;
+/// Bounds of `PFPROF_IOC_ATTRIBUTE`'s `minor_sampling` (one minor fault in N recorded).
+pub const MINOR_SAMPLING_MIN: u32 = 1;
+pub const MINOR_SAMPLING_MAX: u32 = 1_000_000;
 /// `PFPROF_FAULT_MAJOR`: a major fault, every one recorded.
 pub const FAULT_MAJOR: u32 = 1;
-/// `PFPROF_FAULT_MINOR`: a minor fault, one in the minor period recorded.
+/// `PFPROF_FAULT_MINOR`: a minor fault, one in `minor_sampling` recorded.
 pub const FAULT_MINOR: u32 = 2;
 
 /// `struct pfprof_fault`: one fault as the module recorded it.
@@ -231,7 +231,7 @@ pub struct FaultsHeader {
     pub region_size: u64,
     pub data_offset: u64,
     pub record_count: u64,
-    pub minor_period: u64,
+    pub minor_sampling: u64,
     pub reserved0: [u64; 3],
 
     pub claimed_seq: u64,
@@ -251,7 +251,7 @@ pub struct FaultsHeader {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Attribute {
-    pub minor_period: u32,
+    pub minor_sampling: u32,
     pub flags: u32,
     pub reserved: u64,
 }
@@ -359,12 +359,12 @@ assert_layout!(FaultRecord, size 32, align 8, {
 });
 assert_layout!(FaultsHeader, size 192, align 8, {
     magic: 0, record_size: 4, region_size: 8, data_offset: 16, record_count: 24,
-    minor_period: 32, reserved0: 40,
+    minor_sampling: 32, reserved0: 40,
     claimed_seq: 64, reserved1: 72,
     write_seq: 128, written_major: 136, written_minor: 144, dropped_major: 152,
     dropped_minor: 160, unattributed: 168, reserved2: 172, reserved3: 176,
 });
-assert_layout!(Attribute, size 16, align 8, { minor_period: 0, flags: 4, reserved: 8 });
+assert_layout!(Attribute, size 16, align 8, { minor_sampling: 0, flags: 4, reserved: 8 });
 
 // Producer, consumer, lock and each semaphore on their own cache line.
 const _: () = assert!(offset_of!(AreaHeader, write_seq) as u64 % CACHELINE_SIZE == 0);

@@ -247,10 +247,10 @@ impl Device {
     }
 
     /// Asks the module to record where the session's processes fault, one minor fault in
-    /// `minor_period` (every major one), and maps the faults region it writes them to.
-    pub fn attribute(&self, minor_period: u32) -> Result<FaultsRegion, DeviceError> {
+    /// `minor_sampling` (every major one), and maps the faults region it writes them to.
+    pub fn attribute(&self, minor_sampling: u32) -> Result<FaultsRegion, DeviceError> {
         let attribution = abi::Attribute {
-            minor_period,
+            minor_sampling,
             flags: 0,
             reserved: 0,
         };

@@ -27,7 +27,7 @@ pub struct Fault {
     pub address: u64,
     /// Its process (tgid), in the opener's pid namespace.
     pub pid: u32,
-    /// A major fault; otherwise one minor fault recorded in the minor period.
+    /// A major fault; otherwise one minor fault recorded in `minor_sampling`.
     pub major: bool,
 }
 
@@ -43,7 +43,7 @@ pub struct Missed {
 pub struct FaultsRegion {
     map: MmapRaw,
     record_count: u64,
-    minor_period: u64,
+    minor_sampling: u64,
     /// The next record to read.
     read: u64,
     /// Records received, ever, by kind: what the module wrote less these is lost.
@@ -67,7 +67,7 @@ impl FaultsRegion {
         let mut region = FaultsRegion {
             map,
             record_count: 0,
-            minor_period: 0,
+            minor_sampling: 0,
             read: 0,
             received: Missed::default(),
             lost: Missed::default(),
@@ -102,14 +102,14 @@ impl FaultsRegion {
             });
         }
         region.record_count = record_count;
-        region.minor_period = region.h64(offset_of!(FaultsHeader, minor_period));
+        region.minor_sampling = region.h64(offset_of!(FaultsHeader, minor_sampling));
         // Whatever was written before this consumer attached is its own to read.
         Ok(region)
     }
 
     /// One minor fault in this many is recorded.
-    pub fn minor_period(&self) -> u64 {
-        self.minor_period
+    pub fn minor_sampling(&self) -> u64 {
+        self.minor_sampling
     }
 
     /// Processes of the session the module does not record (pfprof.h).
@@ -298,7 +298,7 @@ mod tests {
             w.set64(offset_of!(FaultsHeader, region_size), len);
             w.set64(offset_of!(FaultsHeader, data_offset), abi::PAGE_SIZE);
             w.set64(offset_of!(FaultsHeader, record_count), count);
-            w.set64(offset_of!(FaultsHeader, minor_period), 61);
+            w.set64(offset_of!(FaultsHeader, minor_sampling), 61);
             w
         }
 
@@ -387,7 +387,7 @@ mod tests {
     fn records_are_decoded_in_order_with_their_process_address_and_kind() {
         let mut w = Writer::new(16);
         let mut r = w.reader();
-        assert_eq!(r.minor_period(), 61);
+        assert_eq!(r.minor_sampling(), 61);
         w.write(&faults(0..5));
         w.write(&faults(5..9));
         let mut out = Vec::new();

@@ -158,7 +158,7 @@ fn facts() -> Vec<Fact> {
             region_size,
             data_offset,
             record_count,
-            minor_period,
+            minor_sampling,
             reserved0,
             claimed_seq,
             reserved1,
@@ -176,7 +176,7 @@ fn facts() -> Vec<Fact> {
         f,
         Attribute,
         "pfprof_attribution",
-        [minor_period, flags, reserved]
+        [minor_sampling, flags, reserved]
     );
     struct_facts!(f, AddProcess, "pfprof_target", [pid, flags, reserved]);
     struct_facts!(f, AddCgroup, "pfprof_cgroup_target", [fd, flags, reserved]);
@@ -210,8 +210,8 @@ fn facts() -> Vec<Fact> {
     number(&mut f, "PFPROF_IOC_ADD_CGROUP", abi::IOC_ADD_CGROUP);
     number(&mut f, "PFPROF_IOC_ATTRIBUTE", abi::IOC_ATTRIBUTE);
     number(&mut f, "PFPROF_FAULTS_MAGIC", abi::FAULTS_MAGIC);
-    number(&mut f, "PFPROF_MINOR_PERIOD_MIN", abi::MINOR_PERIOD_MIN);
-    number(&mut f, "PFPROF_MINOR_PERIOD_MAX", abi::MINOR_PERIOD_MAX);
+    number(&mut f, "PFPROF_MINOR_SAMPLING_MIN", abi::MINOR_SAMPLING_MIN);
+    number(&mut f, "PFPROF_MINOR_SAMPLING_MAX", abi::MINOR_SAMPLING_MAX);
     number(&mut f, "PFPROF_FAULT_MAJOR", abi::FAULT_MAJOR);
     number(&mut f, "PFPROF_FAULT_MINOR", abi::FAULT_MINOR);
     number(&mut f, "PFPROF_TARGET_INHERIT", abi::TARGET_INHERIT);

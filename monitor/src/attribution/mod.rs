@@ -22,7 +22,7 @@ pub use feed::{Attribution, Feed, Source};
 /// depends on it (docs/benchmarks.md, "Where the faults were: what attribution costs");
 /// prime, so that a workload whose faults take turns between mappings in a cycle of any
 /// shorter length is not seen in step with it.
-pub const DEFAULT_MINOR_PERIOD: u64 = 61;
+pub const DEFAULT_MINOR_SAMPLING: u64 = 61;
 pub use mapping::{FileId, Mapping, MappingKind};
 pub use table::{Entry, Faults, PeriodTable, ProcessFaults};
 pub use tally::Tally;

@@ -63,7 +63,7 @@ impl Default for Selection {
             command: false,
             cgroup: None,
             inherit: true,
-            attribution: Some(crate::attribution::DEFAULT_MINOR_PERIOD),
+            attribution: Some(crate::attribution::DEFAULT_MINOR_SAMPLING),
             ring_pages: shared_layout::abi::BUFFER_PAGES_DEFAULT.into(),
         }
     }

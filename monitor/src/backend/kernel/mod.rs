@@ -38,11 +38,11 @@ pub struct Kernel {
 }
 
 /// Asks the module to attribute the selection's faults, one minor fault in
-/// `minor_period`; why not when it cannot.
+/// `minor_sampling`; why not when it cannot.
 fn attribute(
     device: &Device,
     selection: &Selection,
-    minor_period: u64,
+    minor_sampling: u64,
 ) -> Result<(Attribution, KernelAttributor), String> {
     if selection.cgroup.is_some() {
         return Err("the pfprof module does not attribute a cgroup's faults \
@@ -56,14 +56,14 @@ fn attribute(
                 .into(),
         );
     }
-    let period = u32::try_from(minor_period)
-        .map_err(|_| format!("--minor-sampling {minor_period} is more than the module takes"))?;
-    let region = device.attribute(period).map_err(|e| match e {
+    let one_in = u32::try_from(minor_sampling)
+        .map_err(|_| format!("--minor-sampling {minor_sampling} is more than the module takes"))?;
+    let region = device.attribute(one_in).map_err(|e| match e {
         DeviceError::AttributionRefused => refusal_advice(attribution_setting()),
         e => e.to_string(),
     })?;
     let attribution = Attribution::On {
-        minor_period: region.minor_period(),
+        minor_period: region.minor_sampling(),
         // Kernel counters count the faults the kernel takes for the process too.
         kernel_faults: true,
     };
@@ -112,7 +112,7 @@ impl Backend for Kernel {
         }
         // Before the processes join: each is recorded from its joining.
         let (attribution, attributor) = match selection.attribution {
-            Some(minor_period) => match attribute(&device, selection, minor_period) {
+            Some(minor_sampling) => match attribute(&device, selection, minor_sampling) {
                 Ok((attribution, attributor)) => (attribution, Some(attributor)),
                 Err(why) => (Attribution::Off(why), None),
             },

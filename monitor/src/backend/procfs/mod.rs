@@ -78,7 +78,7 @@ impl Backend for Procfs {
             .collect::<Result<Vec<_>, _>>()?;
         let period_ms = period_ms.unwrap_or(abi::PERIOD_MS_DEFAULT);
         let fault_events = match selection.attribution {
-            Some(minor_period) => open_events(selection, minor_period).map_err(|e| off(&e)),
+            Some(minor_sampling) => open_events(selection, minor_sampling).map_err(|e| off(&e)),
             None => Err("turned off (--no-attribution)".to_owned()),
         };
         Ok(Procfs {
@@ -144,7 +144,7 @@ impl Backend for Procfs {
             ),
             Ok(events) => (
                 Attribution::On {
-                    minor_period: events.minor_period(),
+                    minor_period: events.minor_sampling(),
                     kernel_faults: events.kernel_faults(),
                 },
                 Some(Attributor::new(events)),
@@ -247,8 +247,8 @@ impl Backend for Procfs {
 
 /// Opens the fault events of the selected processes (every thread, and with `inherit`
 /// every descendant's) and of the cgroup; the command's come in `adopt`.
-fn open_events(selection: &Selection, minor_period: u64) -> Result<FaultEvents, PerfError> {
-    let mut events = FaultEvents::new(minor_period)?;
+fn open_events(selection: &Selection, minor_sampling: u64) -> Result<FaultEvents, PerfError> {
+    let mut events = FaultEvents::new(minor_sampling)?;
     let mut pids = selection.pids.clone();
     while let Some(pid) = pids.pop() {
         for tid in perf::threads(pid) {

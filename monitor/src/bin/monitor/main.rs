@@ -203,7 +203,7 @@ fn run(options: Options, command: Option<Vec<OsString>>) -> Result<u8, ProfileEr
         attribution: (!options.no_attribution).then_some(
             options
                 .minor_sampling
-                .unwrap_or(monitor::attribution::DEFAULT_MINOR_PERIOD),
+                .unwrap_or(monitor::attribution::DEFAULT_MINOR_SAMPLING),
         ),
         export: options.export,
         supervised: None,

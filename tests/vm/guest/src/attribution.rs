@@ -137,9 +137,9 @@ fn check_backend(backend: &str, dir: &str) -> Result<String> {
     let minor_top = array(&place["minor"]["top"], "minor.top")?;
     let major_top = array(&place["major"]["top"], "major.top")?;
     // Within 5%, with room: the events sample by counting, not by drawing (every
-    // minor_period-th minor fault of a thread, from its start), so a mapping whose faults
+    // minor_sampling-th minor fault of a thread, from its start), so a mapping whose faults
     // come in k unbroken runs of its thread's faults is estimated within k samples of
-    // minor_period faults each. Here the anonymous buffers' faults come in a run an
+    // minor_sampling faults each. Here the anonymous buffers' faults come in a run an
     // iteration, a file's in a run a sweep: sampling's own error is within 3 x 61 of
     // 12,288 at most, 1.5%. The rest is the announcements': a file's are what its sweeps
     // took (work's thread counters), the anonymous buffers' a forecast (two faults a page
@@ -218,7 +218,7 @@ pub fn each_mappings_faults_are_where_work_put_them_in_both_backends(env: &Env) 
 }
 
 /// Pages a child touches once the session may not read it any more, or, the control,
-/// still may: a fault each, every one recorded (minor period 1).
+/// still may: a fault each, every one recorded (minor sampling 1).
 const HIDDEN_PAGES: u64 = 4096;
 
 /// `hardening-child attribute-hidden <how>` (as nobody): a session recording every fault
@@ -314,7 +314,7 @@ const SPAWNED_PAGES: &str = "4";
 /// every millisecond while the module lists the process's threads (a thousand more that
 /// only wait, listed after the spawners: events on them all take long); then every
 /// spawner and thread spawned touches fresh pages and creates a thread that touches as
-/// many: the module records each minor fault of that window (minor period 1: none
+/// many: the module records each minor fault of that window (minor sampling 1: none
 /// sampled out), exactly as many as the process took. (The module before the fix
 /// recorded 5,774 of 4,221 on 6.1.)
 pub fn threads_created_while_their_process_is_listed_are_recorded_once(env: &Env) -> Result<()> {
@@ -516,7 +516,7 @@ const WINDOW_PAGES: u64 = 2048;
 /// parent gone, init's now, the walk up its parents no longer finds the member), it
 /// must not get events of its own as well, or each of its faults is recorded twice
 /// (the review of 2026-11-27, D1). Member A forks D, D forks C and exits; C joins with
-/// its descendants; then every minor fault C takes in a window (minor period 1) is
+/// its descendants; then every minor fault C takes in a window (minor sampling 1) is
 /// recorded exactly once.
 pub fn a_descendant_reparented_then_added_is_recorded_once(env: &Env) -> Result<()> {
     use shared_layout::device::Device;

@@ -167,9 +167,9 @@ pub fn add(file: &File, pid: i32, flags: u32, reserved: u64) -> std::result::Res
 }
 
 /// PFPROF_IOC_ATTRIBUTE: record where the session's processes fault.
-pub fn attribute(file: &File, minor_period: u32) -> std::result::Result<(), i32> {
+pub fn attribute(file: &File, minor_sampling: u32) -> std::result::Result<(), i32> {
     let mut arg = abi::Attribute {
-        minor_period,
+        minor_sampling,
         ..abi::Attribute::default()
     };
     ioctl(file, abi::IOC_ATTRIBUTE, &mut arg)

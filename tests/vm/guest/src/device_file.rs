@@ -281,11 +281,11 @@ pub fn device_refuses_bad_mmaps_and_bad_ioctls(env: &Env) -> Result<()> {
             try_mmap(&file, faults, size),
             libc::EINVAL,
         )?;
-        for (what, minor_period, flags, reserved) in [
-            ("minor_period 0", 0, 0, 0),
+        for (what, minor_sampling, flags, reserved) in [
+            ("minor_sampling 0", 0, 0, 0),
             (
-                "minor_period past the bound",
-                abi::MINOR_PERIOD_MAX + 1,
+                "minor_sampling past the bound",
+                abi::MINOR_SAMPLING_MAX + 1,
                 0,
                 0,
             ),
@@ -293,7 +293,7 @@ pub fn device_refuses_bad_mmaps_and_bad_ioctls(env: &Env) -> Result<()> {
             ("reserved", 61, 0, 1),
         ] {
             let mut arg = abi::Attribute {
-                minor_period,
+                minor_sampling,
                 flags,
                 reserved,
             };

@@ -1,6 +1,6 @@
 //! The fault events: the kernel's software events `PERF_COUNT_SW_PAGE_FAULTS_MAJ` (every
 //! major fault recorded) and `PERF_COUNT_SW_PAGE_FAULTS_MIN` (one minor fault in every
-//! `minor_period`), which fire in `mm_account_fault()` once a fault is done, each record
+//! `minor_sampling`), which fire in `mm_account_fault()` once a fault is done, each record
 //! holding the process, the thread, the time (`CLOCK_MONOTONIC`) and the faulting address.
 //!
 //! A ring buffer of inherited events must be per CPU (the kernel refuses to map an
@@ -123,7 +123,7 @@ pub struct FaultEvents {
     rings: Vec<CpuRings>,
     /// Events whose records go to a ring of their CPU's.
     others: Vec<OwnedFd>,
-    minor_period: u64,
+    minor_sampling: u64,
     /// Faults taken in the kernel on the process's behalf are recorded too (not with
     /// `exclude_kernel`, all that `kernel.perf_event_paranoid` 2 allows).
     kernel_faults: bool,
@@ -134,8 +134,8 @@ pub struct FaultEvents {
 }
 
 impl FaultEvents {
-    /// No events yet; minor faults are to be recorded one in `minor_period`.
-    pub fn new(minor_period: u64) -> Result<FaultEvents, PerfError> {
+    /// No events yet; minor faults are to be recorded one in `minor_sampling`.
+    pub fn new(minor_sampling: u64) -> Result<FaultEvents, PerfError> {
         let online =
             fs::read_to_string("/sys/devices/system/cpu/online").map_err(PerfError::Cpus)?;
         let cpus = parse_cpu_list(&online).ok_or_else(|| {
@@ -145,15 +145,15 @@ impl FaultEvents {
             cpus,
             rings: Vec::new(),
             others: Vec::new(),
-            minor_period: minor_period.max(1),
+            minor_sampling: minor_sampling.max(1),
             kernel_faults: true,
             fd_budget: descriptor_budget(),
             opened_any: false,
         })
     }
 
-    pub fn minor_period(&self) -> u64 {
-        self.minor_period
+    pub fn minor_sampling(&self) -> u64 {
+        self.minor_sampling
     }
 
     pub fn kernel_faults(&self) -> bool {
@@ -242,7 +242,7 @@ impl FaultEvents {
     fn attr(&self, kind: Kind, target: Target) -> PerfEventAttr {
         let (config, sample_period) = match kind {
             Kind::Major => (abi::PERF_COUNT_SW_PAGE_FAULTS_MAJ, 1),
-            Kind::Minor => (abi::PERF_COUNT_SW_PAGE_FAULTS_MIN, self.minor_period),
+            Kind::Minor => (abi::PERF_COUNT_SW_PAGE_FAULTS_MIN, self.minor_sampling),
         };
         let mut event_flags = flags::EXCLUDE_HV | flags::WATERMARK | flags::USE_CLOCKID;
         if !self.kernel_faults {
