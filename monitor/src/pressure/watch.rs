@@ -197,13 +197,14 @@ impl Sources {
 struct Trigger(File);
 
 impl Trigger {
-    /// A trigger on `path`; what it means that it is unprivileged, or that there is none,
-    /// becomes one of the `notes`.
-    fn arm(path: &Path, notes: &mut Vec<String>) -> Option<Trigger> {
+    /// A trigger on `path`; that there is none becomes one of the `notes`, what it means
+    /// that it is unprivileged the `coarse` note, which matters only where there was
+    /// stall.
+    fn arm(path: &Path, notes: &mut Vec<String>, coarse: &mut Option<String>) -> Option<Trigger> {
         match Trigger::set(path) {
             Ok((trigger, unprivileged)) => {
                 if unprivileged {
-                    notes.push(format!(
+                    *coarse = Some(format!(
                         "this user's PSI trigger ({TRIGGER_UNPRIVILEGED}) is checked by the \
                          kernel every 2 s: memory stall is read every period from up to \
                          2 s after it begins (CAP_SYS_RESOURCE: from 50 ms)"
@@ -342,6 +343,8 @@ pub struct PressureWatch {
     shared: Arc<Shared>,
     watcher: Option<JoinHandle<()>>,
     notes: Vec<String>,
+    /// The trigger is this user's coarse one: said only of a profile that saw stall.
+    coarse: Option<String>,
 }
 
 impl PressureWatch {
@@ -359,7 +362,8 @@ impl PressureWatch {
                 .as_ref()
                 .and_then(|first| sources.missing_vmstat(first)),
         );
-        let trigger = trigger_path.and_then(|path| Trigger::arm(&path, &mut notes));
+        let mut coarse = None;
+        let trigger = trigger_path.and_then(|path| Trigger::arm(&path, &mut notes, &mut coarse));
         let has_psi = sources.system.is_some() || sources.cgroup.is_some();
         let log = Log {
             sources,
@@ -387,6 +391,7 @@ impl PressureWatch {
             shared,
             watcher,
             notes,
+            coarse,
         })
     }
 
@@ -416,10 +421,14 @@ impl PressureWatch {
         }
     }
 
-    /// Stops the watcher; what the summary should say about the pressure columns.
-    pub fn finish(mut self) -> Vec<String> {
+    /// Stops the watcher; what the summary should say about the pressure columns, the
+    /// trigger's coarseness only when the profile `stalled` (elsewhere it changed
+    /// nothing: a note on every unprivileged user's summary was noise).
+    pub fn finish(mut self, stalled: bool) -> Vec<String> {
         self.stop();
-        std::mem::take(&mut self.notes)
+        let mut notes = std::mem::take(&mut self.notes);
+        notes.extend(self.coarse.take().filter(|_| stalled));
+        notes
     }
 
     fn stop(&mut self) {

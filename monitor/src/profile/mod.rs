@@ -301,7 +301,8 @@ fn finish<B: Backend>(
     let mut notes = started.backend.finish()?;
     notes.extend(started.fault_check.as_ref().map(FaultCheck::note));
     notes.extend(end_notes(end, child.is_some(), started.command));
-    notes.extend(started.pressure.finish());
+    let stalled = (consumed.totals.stall_some_us).is_some_and(|us| us > 0);
+    notes.extend(started.pressure.finish(stalled));
     let written = (consumed.output.commit()).and_then(|()| {
         draw(
             reports.plot,
