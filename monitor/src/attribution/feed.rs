@@ -30,7 +30,7 @@ pub enum Attribution {
 
 /// Where a feed's tables come from when nobody pushes them: the consumer pulls them as
 /// it takes its samples (the module wrote a period's faults before its sample).
-pub trait Source: Send {
+pub trait TableSource: Send {
     /// The tables of every period ending at `end_ns` or before not given yet.
     fn tables_until(&mut self, end_ns: u64) -> Vec<PeriodTable>;
 }
@@ -39,7 +39,7 @@ pub trait Source: Send {
 pub struct Feed {
     attribution: Attribution,
     queue: Mutex<VecDeque<PeriodTable>>,
-    source: Option<Mutex<Box<dyn Source>>>,
+    source: Option<Mutex<Box<dyn TableSource>>>,
 }
 
 impl std::fmt::Debug for Feed {
@@ -61,7 +61,7 @@ impl Feed {
     }
 
     /// A feed whose tables `source` makes when the consumer asks for them.
-    pub fn pulling(attribution: Attribution, source: Box<dyn Source>) -> Feed {
+    pub fn pulling(attribution: Attribution, source: Box<dyn TableSource>) -> Feed {
         Feed {
             source: Some(Mutex::new(source)),
             ..Feed::new(attribution)

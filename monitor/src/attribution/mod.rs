@@ -15,7 +15,7 @@ pub mod mapping;
 pub mod table;
 pub mod tally;
 
-pub use feed::{Attribution, Feed, Source};
+pub use feed::{Attribution, Feed, TableSource};
 
 /// One minor fault in this many is recorded by default (`--minor-sampling`): estimates
 /// within 5% for mappings of 10,000 faults and more; what attribution costs hardly

@@ -14,7 +14,7 @@ use std::time::Duration;
 use shared_layout::faults::{Fault, FaultsRegion, Missed};
 
 use crate::attribution::table::Builder;
-use crate::attribution::{Faults, Mapping, PeriodTable, Source};
+use crate::attribution::{Faults, Mapping, PeriodTable, TableSource};
 use crate::backend::procfs::maps::MapsCache;
 use crate::backend::procfs::who::Who;
 use crate::system::procstat;
@@ -156,7 +156,7 @@ impl Shared {
     }
 }
 
-impl Source for Shared {
+impl TableSource for Shared {
     fn tables_until(&mut self, end_ns: u64) -> Vec<PeriodTable> {
         let mut attributor = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         vec![attributor.table(end_ns)]
