@@ -3,10 +3,14 @@
  * pfprof: where a session's processes fault (pfprof.h, "Where the faults
  * were").
  *
+ * Twin: monitor/src/backend/procfs/attribute.rs with procfs/perf/, the
+ * same events from user space; a fault dropped here is one perf's full
+ * ring drops there (PERF_RECORD_LOST).
+ *
  * Each process member that counts with its descendants gets two kernel
- * perf counters per thread, PERF_COUNT_SW_PAGE_FAULTS_MAJ (period 1) and
- * _MIN (sample_period minor_sampling), with inherit: threads and children created
- * later carry them, with the same overflow handler and context.  Events
+ * perf counters per thread, PERF_COUNT_SW_PAGE_FAULTS_MAJ (sample_period
+ * 1) and _MIN (sample_period minor_sampling), with inherit: threads and
+ * children created later carry them, with the same overflow handler and context.  Events
  * are created and released in process context only: the ATTRIBUTE and ADD
  * ioctls and the session's sampler.
  *

@@ -2,6 +2,10 @@
 /*
  * pfprof: the processes a session counts.
  *
+ * Twins: monitor/src/backend/procfs/members.rs (a cgroup's processes, each
+ * a member there) and the collection in procfs/sampler.rs (a pass there;
+ * its advance() is pfprof_advance()).
+ *
  * Each member is a process (thread group) with what the session last saw
  * of it; at every collection its change since then is added to the
  * session's pending sample.  A member that inherits counts its tree too

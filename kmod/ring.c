@@ -2,6 +2,9 @@
 /*
  * pfprof: a session's shared area and the protocol running over it.
  *
+ * Twin: shared-layout/src/producer.rs, the same protocol's producer in
+ * user space (the procfs backend's).
+ *
  * Each session allocates its own area when /dev/pfprof is opened and frees
  * it when the file is released, after the last mapping is gone: no area
  * ever serves two sessions.  The ring starts when the consumer selects a

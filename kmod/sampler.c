@@ -2,6 +2,8 @@
 /*
  * pfprof: a session's sampler.
  *
+ * Twin: monitor/src/backend/procfs/sampler.rs, on the same deadlines.
+ *
  * Every session has a kthread of its own (never the system workqueue: it
  * sleeps on its own terms), so that no session's processes, however many,
  * delay another's samples.  Periods end on absolute deadlines: period k of

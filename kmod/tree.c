@@ -2,6 +2,10 @@
 /*
  * pfprof: the processes in inheriting members' trees.
  *
+ * Twin: monitor/src/backend/procfs/tree.rs, the same rule in the same
+ * words (its Slot is a slot here, its pass a walk, its heir and departed,
+ * kept as here); it has no exclusion.
+ *
  * A member that inherits counts its descendants too, as perf stat's
  * inherit and wait4()'s RUSAGE_CHILDREN do: live ones as they run, reaped
  * ones through its (and its descendants') reaped-children counts.

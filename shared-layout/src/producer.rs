@@ -1,3 +1,8 @@
+//! Twin of `kmod/ring.c` (the offers of a sample to the ring) and of the pending sample
+//! `kmod/sampler.c` keeps: the same protocol from user space, where a sample the ring
+//! cannot take (strict ring full; lock held, *deferred*) stays *pending* and is merged into
+//! the next.
+//!
 //! The user-space producer that plays the module's role on a memfd area.
 
 use std::sync::Arc;

@@ -1,3 +1,10 @@
+//! Twin of `kmod/faults.c`, with [`super::perf`]: the same two software events on the
+//! profiled processes' threads, inherited (every major fault, one minor fault in
+//! `minor_sampling`), drained by the sampler once a period and whenever a ring is half
+//! full, as the module's per-CPU buffers are. A fault the module's handler drops (a full
+//! buffer) is one perf's full ring drops here (`PERF_RECORD_LOST`): either way the
+//! period's table counts it as lost.
+//!
 //! Where the procfs backend's faults were: the fault events' records, drained each period
 //! (and whenever a ring is half full) by the sampler thread, their addresses resolved to
 //! mappings ([`super::maps`]), gathered into the period's table.

@@ -1,11 +1,20 @@
+//! Twin of `kmod/members.c` for a `--cgroup` target: the processes a profile counts, each
+//! with what was last read of it, its change added at every pass (the module's
+//! collection). The module counts a cgroup as one member whose tree is every process
+//! inside (`kmod/tree.c`); here each such process is a member, and they share the tree's
+//! [`Ledger`] and its words: *departed* (a dead member's counts, held by its heir),
+//! *kept*. What a process did before it entered is set aside (`entered`: the module's
+//! slot `->offset`).
+//!
 //! The members of a cgroup selected with `--cgroup`: every process in the cgroup or one of
 //! its descendant cgroups, counted while it is inside.
 //!
 //! Each pass lists the subtree's `cgroup.procs` and reads every member's stat, parents
 //! before children, into a [`Ledger`] (the same bookkeeping as a process tree's): a
 //! member's own counts and its reaped children's, so a child forked inside and reaped
-//! between two passes still counts, through its parent; a dead member's counts are owed by
-//! its nearest member ancestor until that one has reaped them. A process that enters
+//! between two passes still counts, through its parent; a dead member's counts are
+//! departed, held by its heir (its nearest member ancestor) until that one has reaped
+//! them. A process that enters
 //! brings its history, which is set aside (`entered`): only what it does from the pass
 //! that first sees it counts, and from its fork when a member forked it during the profile.
 //! One that leaves alive keeps what was counted of it. Exiting processes and zombies are no

@@ -1,3 +1,10 @@
+//! Twin of `kmod/sampler.c` (and of the collection in `kmod/members.c`): the session's
+//! sampler, on the same absolute deadlines, those it was held up past skipped. A pass here
+//! is the module's collection: each process's change since what was last `seen` of it
+//! (`->seen`) goes to the `pending` sample (`s->pending`) through `advance`
+//! (`pfprof_advance`); a sample the ring cannot take stays pending in the [`Producer`]
+//! (twin of `kmod/ring.c`), merged into the next, as the module's does.
+//!
 //! The procfs backend's producer: a thread that reads every profiled process each period
 //! (faults from `/proc/<pid>/stat`, CPU time from its CPU clock, memory from statm and
 //! status, [`super::memory`]), with its descendants when it inherits ([`super::tree`]),

@@ -1,3 +1,12 @@
+//! Twin of `kmod/tree.c`: the same tree counted by the same rule, in the same words. A
+//! pass here is a walk there; a `Slot` is its `struct pfprof_tree_slot`; a process's
+//! *heir* is the nearest ancestor still in the tree; what a descendant that died takes
+//! away is *departed* (`->departed`) until its heir's reaped counts pay it, and what will
+//! never reach a reaped count is *kept* (`->kept`). The module sets a walk's departures
+//! against that walk's growth and keeps the rest at once; here they wait on the heir until
+//! paid. The module's exclusion (`->withheld`: a descendant its opener may not read) has
+//! no counterpart here: a pass counts what `/proc` shows it.
+//!
 //! A profiled process counted with its descendants (inherit, as `perf stat` and wait4()'s
 //! RUSAGE_CHILDREN count them): its own counts and its reaped children's (stat's cminflt,
 //! cmajflt, cutime + cstime), plus the same of every live child, found through
@@ -7,8 +16,8 @@
 //! never in both: each pass reads a parent before its children, and the kernel marks a
 //! child dead (state X) before it adds the child's counts to its parent's, so a child
 //! read alive after its parent is not in the parent's counts yet. A child read dead or
-//! gone may be in them already or not yet: what was counted of it is *owed* by its
-//! parent until the parent's reaped counts have grown by as much, so the total neither
+//! gone may be in them already or not yet: what was counted of it is *departed*, held by
+//! its parent until the parent's reaped counts have grown by as much, so the total neither
 //! counts it twice nor dips meanwhile. A process that leaves the tree alive (orphaned,
 //! reparented outside it) keeps what was counted of it, and so does a child whose parent
 //! does not wait for it (the kernel adds its counts to nobody's).
@@ -37,38 +46,40 @@ pub enum Seen {
 #[derive(Debug, Default)]
 pub struct Ledger {
     /// The processes in the tree at the last pass.
-    members: HashMap<u32, Member>,
-    /// What was counted of processes that left the tree with nobody in it to owe it.
+    slots: HashMap<u32, Slot>,
+    /// What was counted of processes that left the tree with no heir in it to hold it
+    /// (the module's `->kept`).
     kept: ProcessCounters,
 }
 
+/// A process a pass found in the tree (the module's `struct pfprof_tree_slot`).
 #[derive(Clone, Copy, Debug)]
-struct Member {
+struct Slot {
     /// With the pid, names the process.
     start: u64,
     parent: u32,
     /// Its own and its reaped children's counts, as last read.
     counts: ProcessCounters,
     reaped: ProcessCounters,
-    /// What was counted of its children that died since: its `reaped` grows by at least
-    /// as much as it waits for them.
-    owed: ProcessCounters,
+    /// What was counted of its descendants that died since, this one their heir (the
+    /// module's `->departed`): its `reaped` grows by at least as much as it waits for them.
+    departed: ProcessCounters,
 }
 
-impl Member {
-    fn new(stat: &Stat) -> Member {
-        Member {
+impl Slot {
+    fn new(stat: &Stat) -> Slot {
+        Slot {
             start: stat.start,
             parent: stat.ppid,
             counts: stat.counters + stat.reaped,
             reaped: stat.reaped,
-            owed: ProcessCounters::default(),
+            departed: ProcessCounters::default(),
         }
     }
 
     /// What it adds to the tree's total.
     fn total(&self) -> ProcessCounters {
-        self.counts + self.owed
+        self.counts + self.departed
     }
 }
 
@@ -80,7 +91,7 @@ impl Ledger {
         let mut grown = Vec::new();
         for &(pid, seen) in pass {
             match seen {
-                Seen::In(stat) => match self.members.entry(pid) {
+                Seen::In(stat) => match self.slots.entry(pid) {
                     Entry::Occupied(mut e) if e.get().start == stat.start => {
                         let m = e.get_mut();
                         grown.push((pid, stat.reaped.saturating_sub(m.reaped)));
@@ -89,43 +100,44 @@ impl Ledger {
                         m.parent = stat.ppid;
                     }
                     // The pid was another process's, which died.
-                    Entry::Occupied(mut e) => dead.push((pid, e.insert(Member::new(&stat)))),
+                    Entry::Occupied(mut e) => dead.push((pid, e.insert(Slot::new(&stat)))),
                     Entry::Vacant(e) => {
-                        e.insert(Member::new(&stat));
+                        e.insert(Slot::new(&stat));
                     }
                 },
-                Seen::Dead => dead.extend(self.members.remove(&pid).map(|m| (pid, m))),
+                Seen::Dead => dead.extend(self.slots.remove(&pid).map(|m| (pid, m))),
                 Seen::Out => {
-                    if let Some(m) = self.members.remove(&pid) {
+                    if let Some(m) = self.slots.remove(&pid) {
                         self.kept += m.total();
                     }
                 }
             }
         }
-        // The nearest ancestor still in the tree owes what was counted of the dead: its
-        // reaped counts hold them once it has waited for them, each inside its parent's.
+        // The heir, the nearest ancestor still in the tree, holds what was counted of the
+        // dead as departed: its reaped counts hold them once it has waited for them, each
+        // inside its parent's.
         let parents: HashMap<u32, u32> = dead.iter().map(|(pid, m)| (*pid, m.parent)).collect();
         for (_, m) in &dead {
-            let mut owner = m.parent;
+            let mut heir = m.parent;
             for _ in 0..dead.len() {
-                match parents.get(&owner) {
-                    Some(&parent) => owner = parent,
+                match parents.get(&heir) {
+                    Some(&parent) => heir = parent,
                     None => break,
                 }
             }
-            match self.members.get_mut(&owner) {
-                Some(owner) => owner.owed += m.total(),
+            match self.slots.get_mut(&heir) {
+                Some(heir) => heir.departed += m.total(),
                 None => self.kept += m.total(),
             }
         }
-        // What a process reaped since the last pass pays what it owes first: only the
+        // What a process reaped since the last pass pays its departed first: only the
         // rest is new.
         for (pid, growth) in grown {
-            if let Some(m) = self.members.get_mut(&pid) {
-                m.owed = m.owed.saturating_sub(growth);
+            if let Some(m) = self.slots.get_mut(&pid) {
+                m.departed = m.departed.saturating_sub(growth);
             }
         }
-        self.members
+        self.slots
             .values()
             .fold(self.kept, |total, m| total + m.total())
     }
@@ -406,7 +418,7 @@ mod tests {
     }
 
     #[test]
-    fn descendants_dead_together_are_owed_by_their_nearest_ancestor_in_the_tree() {
+    fn descendants_dead_together_depart_to_their_heir_the_nearest_ancestor_in_the_tree() {
         let mut ledger = Ledger::default();
         assert_eq!(minor(&mut ledger, &three_generations()), 1110);
         let pass = [
@@ -420,7 +432,7 @@ mod tests {
     }
 
     #[test]
-    fn what_a_parent_that_does_not_wait_owes_stays_counted_and_its_own_faults_count_in_full() {
+    fn departed_below_a_parent_that_does_not_wait_stays_counted_and_its_faults_count_in_full() {
         let mut ledger = Ledger::default();
         minor(&mut ledger, &parent_and_child());
         // Reaped by nobody (SIGCHLD ignored): the parent's reaped counts never grow.
