@@ -14,13 +14,22 @@ use common::MONITOR;
 
 /// Reads the monitor's stderr up to a line containing `words`; that line.
 fn line_with(stderr: &mut BufReader<ChildStderr>, words: &str) -> String {
-    let mut line = String::new();
+    text_to(stderr, words)
+        .lines()
+        .last()
+        .unwrap_or("")
+        .to_owned()
+}
+
+/// Reads the monitor's stderr up to a line containing `words`; all it read.
+fn text_to(stderr: &mut BufReader<ChildStderr>, words: &str) -> String {
+    let mut text = String::new();
     loop {
-        line.clear();
-        let n = stderr.read_line(&mut line).expect("the monitor's stderr");
-        assert!(n > 0, "the monitor's stderr ended before {words:?}");
-        if line.contains(words) {
-            return line;
+        let at = text.len();
+        let n = stderr.read_line(&mut text).expect("the monitor's stderr");
+        assert!(n > 0, "the monitor's stderr ended before {words:?}: {text}");
+        if text[at..].contains(words) {
+            return text;
         }
     }
 }
@@ -62,7 +71,15 @@ fn every_address_serves_ipv4_and_ipv6_and_the_final_values_wait_for_two_scrapers
         .and_then(|p| p.trim().strip_suffix("/metrics"))
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("no port in {serving:?}"));
-    line_with(&mut stderr, "keeping the final values");
+    // The summary when the command ends, then the wait for the scrapers: a person reads
+    // it at once, not after the linger (it was held the whole minute).
+    let before_the_linger = text_to(&mut stderr, "keeping the final values");
+    assert!(
+        before_the_linger
+            .lines()
+            .any(|l| l == "pfprof summary (procfs backend, strict mode)"),
+        "{before_the_linger}"
+    );
 
     // One scraper, twice: still one scraper, the monitor waits.
     let v4 = SocketAddr::from((Ipv4Addr::LOCALHOST, port));

@@ -66,6 +66,12 @@ impl SummarySink {
         !self.target.quiet
     }
 
+    /// Whether the summary is text on standard error: read by a person at once, whom
+    /// nothing after it (the exporters' linger) should keep waiting for it.
+    pub fn is_text_on_stderr(&self) -> bool {
+        self.file.is_none() && !self.target.quiet && self.target.style == SummaryStyle::Text
+    }
+
     /// Writes the summary where it goes; to standard error when its file fails.
     pub fn deliver(self, summary: &Summary, metadata: &Metadata) -> Result<(), OutputError> {
         let text = match self.target.style {

@@ -315,15 +315,16 @@ fn finish<B: Backend>(
     });
     let signals = &started.signals;
     signals.profile_over();
-    let code = match consumed.exporters {
-        Some(exporters) => deliver(exporters, signals, code, &mut notes),
-        None => code,
-    };
     let counters = started.area.counters();
     notes.extend(withdrawn_note(counters.withdrawn));
     let peaks: Vec<_> = started.peaks.iter().filter_map(PeakRss::report).collect();
     let counted = started.metadata.counted();
-    let summary = Summary {
+    let thrashing = if consumed.judged {
+        Thrashing::Judged(&consumed.bands, RULE)
+    } else {
+        Thrashing::NotJudged
+    };
+    let summary = |notes| Summary {
         backend,
         mode: request.mode,
         counted: &counted,
@@ -332,15 +333,40 @@ fn finish<B: Backend>(
         deferred: counters.deferred,
         child,
         peaks: &peaks,
-        thrashing: if consumed.judged {
-            Thrashing::Judged(&consumed.bands, RULE)
-        } else {
-            Thrashing::NotJudged
-        },
+        thrashing,
         whereabouts: consumed.whereabouts.as_ref(),
-        notes: &notes,
+        notes,
     };
-    let delivered = reports.summary.deliver(&summary, &started.metadata);
+    let (code, delivered) = match consumed.exporters {
+        // What a person at the terminal came for comes first, not after the linger
+        // (`run --prometheus` held it a minute): the exporters' notes follow it.
+        Some(exporters) if reports.summary.is_text_on_stderr() => {
+            let delivered = reports.summary.deliver(&summary(&notes), &started.metadata);
+            let mut exported = Vec::new();
+            let code = deliver(exporters, signals, code, &mut exported);
+            // A closed stderr cannot be told anything.
+            let _ = io::Write::write_all(
+                &mut io::stderr(),
+                exported
+                    .iter()
+                    .map(|n| format!("  note: {n}\n"))
+                    .collect::<String>()
+                    .as_bytes(),
+            );
+            (code, delivered)
+        }
+        Some(exporters) => {
+            let code = deliver(exporters, signals, code, &mut notes);
+            (
+                code,
+                reports.summary.deliver(&summary(&notes), &started.metadata),
+            )
+        }
+        None => (
+            code,
+            reports.summary.deliver(&summary(&notes), &started.metadata),
+        ),
+    };
     written.and(delivered)?;
     Ok(code)
 }
