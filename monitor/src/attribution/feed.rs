@@ -15,10 +15,10 @@ pub const CAPACITY: usize = 1024;
 /// Whether faults are attributed to mappings, and how.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Attribution {
-    /// Every major fault is recorded, and one minor fault in every `minor_period`: the
+    /// Every major fault is recorded, and one minor fault in every `minor_sampling`: the
     /// ratio the module and the procfs backend call `minor_sampling` (`--minor-sampling`).
     On {
-        minor_period: u64,
+        minor_sampling: u64,
         /// Faults the kernel takes on the process's behalf (copying to or from its memory
         /// in a system call) are recorded too; not where only user-space events are
         /// allowed (`kernel.perf_event_paranoid` 2).

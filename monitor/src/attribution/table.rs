@@ -16,7 +16,7 @@ pub const MAX_ENTRIES: usize = 256;
 pub struct Faults {
     /// Major faults: every one is recorded.
     pub major: u64,
-    /// Minor faults recorded: one in every [`super::Attribution::On`]'s `minor_period`.
+    /// Minor faults recorded: one in every [`super::Attribution::On`]'s `minor_sampling`.
     pub minor_samples: u64,
 }
 

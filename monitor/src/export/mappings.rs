@@ -92,7 +92,7 @@ pub struct NamedMapping {
 pub struct MappingSeries {
     /// One minor fault in this many is recorded: the estimates are the recorded ones
     /// times it.
-    pub minor_period: u64,
+    pub minor_sampling: u64,
     /// At most [`MAX_NAMED`].
     pub named: Vec<NamedMapping>,
     /// Recorded on mappings while they were not named.
@@ -102,9 +102,9 @@ pub struct MappingSeries {
 }
 
 impl MappingSeries {
-    pub fn new(minor_period: u64) -> MappingSeries {
+    pub fn new(minor_sampling: u64) -> MappingSeries {
         MappingSeries {
-            minor_period,
+            minor_sampling,
             named: Vec::new(),
             other: Faults::default(),
             lost: Faults::default(),
@@ -151,7 +151,7 @@ impl MappingSeries {
 
     /// The minor faults `samples` recorded stand for.
     pub fn estimate(&self, samples: u64) -> u64 {
-        samples.saturating_mul(self.minor_period)
+        samples.saturating_mul(self.minor_sampling)
     }
 
     /// Every series' labels and counts: each named mapping's, then `[other]`'s and

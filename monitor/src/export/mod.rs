@@ -198,11 +198,11 @@ impl Exporters {
     }
 
     /// Adds the faults by mapping of the rows added since the last call (`interval`),
-    /// one minor fault recorded in `minor_period`.
-    pub fn add_mappings(&mut self, interval: &Tally, minor_period: u64) {
+    /// one minor fault recorded in `minor_sampling`.
+    pub fn add_mappings(&mut self, interval: &Tally, minor_sampling: u64) {
         let now = otlp::unix_ns(std::time::SystemTime::now());
         (self.snapshot.mappings)
-            .get_or_insert_with(|| MappingSeries::new(minor_period))
+            .get_or_insert_with(|| MappingSeries::new(minor_sampling))
             .add_interval(interval, self.last_mono_ns, now);
     }
 

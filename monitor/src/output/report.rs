@@ -317,13 +317,13 @@ impl Summary<'_> {
                 "\n  where the faults were: not attributed to mappings: {why}"
             )?,
             Attribution::On {
-                minor_period,
+                minor_sampling,
                 kernel_faults,
             } => {
                 write!(
                     f,
                     "\n  where the faults were (perf events: every major fault, one minor fault in \
-                     {minor_period}; minor counts are estimates)"
+                     {minor_sampling}; minor counts are estimates)"
                 )?;
                 if !kernel_faults {
                     write!(
@@ -344,7 +344,7 @@ impl Summary<'_> {
                 // Never above the exact count it estimates: a sampled count overshoots
                 // by up to a period per thread (each thread's events count from its
                 // start).
-                let estimate = |samples: u64| samples.saturating_mul(*minor_period).min(t.minor);
+                let estimate = |samples: u64| samples.saturating_mul(*minor_sampling).min(t.minor);
                 write!(
                     f,
                     "\n    minor faults     {:>14} estimated of {} ({} recorded), ~{} lost",

@@ -148,9 +148,9 @@ fn as_json(summary: &Summary, metadata: &Metadata) -> Value {
 fn where_json(w: &WhereSummary, totals: &Totals) -> Value {
     let (period, kernel_faults, off) = match &w.attribution {
         Attribution::On {
-            minor_period,
+            minor_sampling,
             kernel_faults,
-        } => (Some(*minor_period), Some(*kernel_faults), None),
+        } => (Some(*minor_sampling), Some(*kernel_faults), None),
         Attribution::Off(why) => (None, None, Some(why.as_str())),
     };
     let recorded = w.run.recorded();
@@ -175,7 +175,7 @@ fn where_json(w: &WhereSummary, totals: &Totals) -> Value {
     json!({
         "attributed": period.is_some(),
         "not_attributed": off,
-        "minor_sample_period": period,
+        "minor_sampling": period,
         "kernel_faults": kernel_faults,
         "major": {
             "recorded": recorded.major,

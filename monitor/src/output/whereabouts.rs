@@ -106,14 +106,17 @@ impl Whereabouts {
     /// What the rows since the last interval record took, by mapping, and the minor
     /// faults each recorded one stands for; `None`: not attributed.
     pub fn interval_tally(&self) -> Option<(&Tally, u64)> {
-        Some((&self.interval.tally, minor_period(self.feed.attribution())?))
+        Some((
+            &self.interval.tally,
+            minor_sampling(self.feed.attribution())?,
+        ))
     }
 
     /// The record of the interval since the last one, if it had rows.
     pub fn interval_record(&mut self) -> Option<IntervalRecord> {
         let interval = std::mem::take(&mut self.interval);
         let (start_ms, end_ms, end_mono_ns) = interval.span?;
-        let period = minor_period(self.feed.attribution());
+        let period = minor_sampling(self.feed.attribution());
         let tally = &interval.tally;
         let mappings: Vec<MappingRecord> = (tally.top_either(TOP).into_iter())
             .map(|(mapping, faults)| {
@@ -150,7 +153,7 @@ impl Whereabouts {
             start_ms,
             end_ms,
             end_mono_ns,
-            minor_sample_period: period,
+            minor_sampling: period,
             other_mappings: FaultsRecord::new(
                 Faults {
                     major: recorded.major - listed.major,
@@ -184,9 +187,9 @@ impl Whereabouts {
 }
 
 /// The recorded minor faults stand for this many each; `None`: not attributed.
-fn minor_period(attribution: &Attribution) -> Option<u64> {
+fn minor_sampling(attribution: &Attribution) -> Option<u64> {
     match attribution {
-        Attribution::On { minor_period, .. } => Some(*minor_period),
+        Attribution::On { minor_sampling, .. } => Some(*minor_sampling),
         Attribution::Off(_) => None,
     }
 }
@@ -287,7 +290,7 @@ pub struct IntervalRecord {
     pub end_mono_ns: u64,
     /// One minor fault in this many was recorded; `null`: faults not attributed to
     /// mappings (the processes are still listed).
-    pub minor_sample_period: Option<u64>,
+    pub minor_sampling: Option<u64>,
     /// The top mappings by major faults and by minor faults.
     pub mappings: Vec<MappingRecord>,
     /// The other mappings' faults.
@@ -560,7 +563,7 @@ mod tests {
 
     fn on() -> Arc<Feed> {
         Arc::new(Feed::new(Attribution::On {
-            minor_period: 10,
+            minor_sampling: 10,
             kernel_faults: true,
         }))
     }
@@ -579,7 +582,7 @@ mod tests {
         w.row(&row(2, 100, 0));
         let record = w.interval_record().expect("rows, a record");
         assert_eq!((record.start_ms, record.end_ms), (0, 100));
-        assert_eq!(record.minor_sample_period, Some(10));
+        assert_eq!(record.minor_sampling, Some(10));
         let listed: Vec<&str> = record.mappings.iter().map(|m| m.name.as_str()).collect();
         assert_eq!(listed, ["/f7", "/f6", "/f5", "/f4", "/f3", "/minor"]);
         assert_eq!(record.mappings[5].minor_est, 70);
@@ -711,7 +714,7 @@ mod tests {
         feed.push(table(50_000_000, &[]));
         w.row(&row(1, 100, 0));
         let record = w.interval_record().unwrap();
-        assert_eq!(record.minor_sample_period, None);
+        assert_eq!(record.minor_sampling, None);
         assert!(record.mappings.is_empty());
         assert_eq!(record.processes[0].comm, "work");
     }

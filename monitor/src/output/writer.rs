@@ -728,7 +728,7 @@ mod tests {
             start_ms: 0,
             end_ms: 1000,
             end_mono_ns: 5,
-            minor_sample_period: Some(61),
+            minor_sampling: Some(61),
             mappings: Vec::new(),
             other_mappings: FaultsRecord {
                 major: 0,

@@ -152,8 +152,8 @@ impl Consumers {
             .whereabouts
             .as_ref()
             .and_then(Whereabouts::interval_tally);
-        if let (Some((tally, minor_period)), Some(e)) = (by_mapping, self.exporters.as_mut()) {
-            e.add_mappings(tally, minor_period);
+        if let (Some((tally, minor_sampling)), Some(e)) = (by_mapping, self.exporters.as_mut()) {
+            e.add_mappings(tally, minor_sampling);
         }
         if let Some(record) = self
             .whereabouts

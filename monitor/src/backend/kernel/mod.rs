@@ -63,7 +63,7 @@ fn attribute(
         e => e.to_string(),
     })?;
     let attribution = Attribution::On {
-        minor_period: region.minor_sampling(),
+        minor_sampling: region.minor_sampling(),
         // Kernel counters count the faults the kernel takes for the process too.
         kernel_faults: true,
     };

@@ -144,7 +144,7 @@ impl Backend for Procfs {
             ),
             Ok(events) => (
                 Attribution::On {
-                    minor_period: events.minor_sampling(),
+                    minor_sampling: events.minor_sampling(),
                     kernel_faults: events.kernel_faults(),
                 },
                 Some(Attributor::new(events)),
