@@ -641,6 +641,9 @@ fn the_live_line_redraws_in_place_on_a_terminal_and_leaves_it_clean() {
         .split_once("\r\x1b[Kpfprof summary")
         .unwrap_or_else(|| panic!("the line is not erased before the summary: {seen:?}"));
     assert!(!summary.contains(['\r', '\x1b']), "{seen:?}");
+    // At a terminal the summary fits 80 columns: a longer item hangs under itself.
+    let widest = summary.lines().map(|l| l.chars().count()).max();
+    assert!(widest.is_some_and(|w| w <= 79), "{widest:?} columns: {seen}");
     // Each draw goes back to the start of the line and clears the rest of the last one:
     // no newline, no other sequence.
     let draws: Vec<&str> = live.split('\r').filter(|d| !d.is_empty()).collect();

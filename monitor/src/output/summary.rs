@@ -2,7 +2,7 @@
 //! `--summary` file, as text or as one JSON object. A summary file that cannot be written
 //! (a full disk) sends the summary to standard error instead: it is never lost.
 
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
@@ -72,9 +72,14 @@ impl SummarySink {
         self.file.is_none() && !self.target.quiet && self.target.style == SummaryStyle::Text
     }
 
-    /// Writes the summary where it goes; to standard error when its file fails.
+    /// Writes the summary where it goes; to standard error when its file fails. Text
+    /// for a person at a terminal is folded to fit 80 columns; piped or in a file, each
+    /// item stays on one line, for grep.
     pub fn deliver(self, summary: &Summary, metadata: &Metadata) -> Result<(), OutputError> {
         let text = match self.target.style {
+            SummaryStyle::Text if self.file.is_none() && io::stderr().is_terminal() => {
+                fold(&format!("{summary}\n"), TERMINAL_WIDTH)
+            }
             SummaryStyle::Text => format!("{summary}\n"),
             SummaryStyle::Json => format!("{}\n", as_json(summary, metadata)),
         };
@@ -95,6 +100,53 @@ impl SummarySink {
                 OutputError::Summary { path, source }
             })
     }
+}
+
+/// The widest a folded line may be: one column short of an 80-column terminal, which
+/// would wrap a line as wide as itself.
+pub const TERMINAL_WIDTH: usize = 79;
+
+/// `text` with every line wider than `width` folded at spaces, its continuations
+/// indented four more than it; the spaces that align its columns are kept. (`cli::wrap`
+/// fills paragraphs of help; this keeps each line and hangs its rest under it, as the
+/// summary's items read.) A word wider than the room is left whole.
+pub fn fold(text: &str, width: usize) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let (body, newline) = match line.strip_suffix('\n') {
+            Some(body) => (body, "\n"),
+            None => (line, ""),
+        };
+        if body.chars().count() <= width {
+            out.push_str(line);
+            continue;
+        }
+        let indent = body.len() - body.trim_start().len();
+        let hang = " ".repeat(indent + 4);
+        let mut current = body[..indent].to_owned();
+        let mut rest = &body[indent..];
+        while !rest.is_empty() {
+            // The next word and the spaces before it.
+            let spaces = rest.len() - rest.trim_start_matches(' ').len();
+            let word_end = rest[spaces..]
+                .find(' ')
+                .map_or(rest.len(), |at| spaces + at);
+            let (gap, word) = (&rest[..spaces], &rest[spaces..word_end]);
+            rest = &rest[word_end..];
+            let fresh = current.chars().count() == indent || current == hang;
+            if !fresh && current.chars().count() + gap.len() + word.chars().count() > width {
+                out.push_str(&current);
+                out.push('\n');
+                current.clone_from(&hang);
+            } else {
+                current.push_str(gap);
+            }
+            current.push_str(word);
+        }
+        out.push_str(&current);
+        out.push_str(newline);
+    }
+    out
 }
 
 /// The summary as one JSON object, with what was profiled.
@@ -207,6 +259,22 @@ fn where_json(w: &WhereSummary, totals: &Totals) -> Value {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_line_too_wide_is_folded_under_itself_and_its_columns_kept() {
+        let text = "pfprof summary\n  samples           7\n  thrashing          from t=1 s to \
+                    t=2 s: memory full stall 52% of the time\n";
+        assert_eq!(
+            super::fold(text, 40),
+            "pfprof summary\n  samples           7\n  thrashing          from t=1 s to t=2\n      \
+             s: memory full stall 52% of the\n      time\n"
+        );
+        assert!(super::fold(text, 40).lines().all(|l| l.len() <= 40));
+        assert_eq!(
+            super::fold("  averyveryverylongword b", 10),
+            "  averyveryverylongword\n      b"
+        );
+    }
+
     use super::*;
 
     #[test]

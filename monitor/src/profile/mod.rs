@@ -24,7 +24,7 @@ use crate::output::error::OutputError;
 use crate::output::metadata::{Metadata, Profiled};
 use crate::output::plot::{self, ByMapping};
 use crate::output::report::{Summary, Thrashing};
-use crate::output::summary::{SummarySink, SummaryTarget};
+use crate::output::summary::{fold, SummarySink, SummaryTarget, TERMINAL_WIDTH};
 use crate::output::whereabouts::WhereSummary;
 use crate::output::writer::{Destination, Format, Output, PlotFile};
 use crate::pressure::verdict::{Band, RULE};
@@ -344,15 +344,12 @@ fn finish<B: Backend>(
             let delivered = reports.summary.deliver(&summary(&notes), &started.metadata);
             let mut exported = Vec::new();
             let code = deliver(exporters, signals, code, &mut exported);
+            let mut text: String = exported.iter().map(|n| format!("  note: {n}\n")).collect();
+            if io::stderr().is_terminal() {
+                text = fold(&text, TERMINAL_WIDTH);
+            }
             // A closed stderr cannot be told anything.
-            let _ = io::Write::write_all(
-                &mut io::stderr(),
-                exported
-                    .iter()
-                    .map(|n| format!("  note: {n}\n"))
-                    .collect::<String>()
-                    .as_bytes(),
-            );
+            let _ = io::Write::write_all(&mut io::stderr(), text.as_bytes());
             (code, delivered)
         }
         Some(exporters) => {
