@@ -212,7 +212,28 @@ fn without_attribution_the_summary_says_so_and_still_names_the_processes() {
         ),
         "{err}"
     );
-    assert!(err.contains(" (work)"), "{err}");
+    assert!(err.contains(" major  work (pid "), "{err}");
+}
+
+/// Runs of one program are one line of the summary, their faults summed, as
+/// process-exporter groups by name: three `work`s in a loop are `work (3 processes)`,
+/// not three lines of a third each.
+#[test]
+fn the_processes_of_one_program_are_one_line_of_the_summary() {
+    let script = format!("for i in 1 2 3; do {WORK} 4 R 2000 2 --sleep-ms 200 >/dev/null; done");
+    let out = monitor(&["run", "--backend", "procfs", "--", "sh", "-c", &script]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let works: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains(" major  work ("))
+        .collect();
+    assert_eq!(works.len(), 1, "{err}");
+    assert!(works[0].ends_with(" major  work (3 processes)"), "{err}");
+    // Their own faults summed: 4,000 random accesses touch ~98% of each one's 1,024
+    // pages, besides its start's faults.
+    let minor: u64 = works[0].split_whitespace().next().unwrap().parse().unwrap();
+    assert!(minor >= 3 * 1000, "{err}");
 }
 
 /// The cgroup v2 mount point.

@@ -19,6 +19,18 @@ pub struct ProcessTotal {
     pub major: u64,
 }
 
+/// The processes that ran one program (the same `comm`), their own faults added up, as
+/// process-exporter groups by name: fifteen runs of one job are one program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProgramTotal {
+    pub comm: Arc<str>,
+    /// How many processes, and the one with the most faults.
+    pub processes: u64,
+    pub pid: u32,
+    pub minor: u64,
+    pub major: u64,
+}
+
 /// Tables added up.
 #[derive(Clone, Debug, Default)]
 pub struct Tally {
@@ -126,6 +138,29 @@ impl Tally {
         all
     }
 
+    /// The `k` programs with the most faults (major first, then minor), most first:
+    /// [`Tally::top_processes`] grouped by name.
+    pub fn top_programs(&self, k: usize) -> Vec<ProgramTotal> {
+        let mut programs: HashMap<&Arc<str>, ProgramTotal> = HashMap::new();
+        for (pid, p) in self.top_processes(usize::MAX) {
+            let program = programs.entry(&p.comm).or_insert_with(|| ProgramTotal {
+                comm: Arc::clone(&p.comm),
+                processes: 0,
+                pid,
+                minor: 0,
+                major: 0,
+            });
+            // top_processes ranks them: the first of a name has the most faults.
+            program.processes += 1;
+            program.minor = program.minor.saturating_add(p.minor);
+            program.major = program.major.saturating_add(p.major);
+        }
+        let mut all: Vec<ProgramTotal> = programs.into_values().collect();
+        all.sort_by(|a, b| (b.major, b.minor, &a.comm).cmp(&(a.major, a.minor, &b.comm)));
+        all.truncate(k);
+        all
+    }
+
     fn top(
         &self,
         k: usize,
@@ -225,6 +260,33 @@ mod tests {
                 .collect::<Vec<_>>(),
             [(2, 10, 2), (1, 200, 0)]
         );
+    }
+
+    #[test]
+    fn processes_of_one_program_are_one_line_and_programs_rank_by_their_sums() {
+        let mut tally = Tally::default();
+        let process = |pid, comm: &str, minor| ProcessFaults {
+            pid,
+            comm: comm.into(),
+            minor,
+            major: 0,
+        };
+        // Fifteen runs of one job, each smaller than the one other program.
+        let mut processes: Vec<ProcessFaults> =
+            (10..25).map(|pid| process(pid, "work", 100)).collect();
+        processes.push(process(12, "work", 0));
+        processes.push(process(2, "make", 1000));
+        tally.add(&PeriodTable {
+            processes,
+            ..PeriodTable::default()
+        });
+        let top = tally.top_programs(5);
+        let seen: Vec<(&str, u64, u64)> = top
+            .iter()
+            .map(|p| (&*p.comm, p.processes, p.minor))
+            .collect();
+        assert_eq!(seen, [("work", 15, 1500), ("make", 1, 1000)]);
+        assert_eq!(top[1].pid, 2);
     }
 
     #[test]

@@ -359,21 +359,27 @@ impl Summary<'_> {
                 }
             }
         }
-        let top = w.run.top_processes(TOP);
-        write!(f, "\n    by process (exact, their own faults)")?;
+        // By program, as process-exporter groups by name: fifteen runs of one job are one
+        // line, not fifteen of 7% each and the rest in "other".
+        let top = w.run.top_programs(TOP);
+        write!(f, "\n    by program (exact, their processes' own faults)")?;
         let (mut minor, mut major) = (0u64, 0u64);
-        for (pid, p) in &top {
+        for p in &top {
+            let who = match p.processes {
+                1 => format!("pid {}", p.pid),
+                n => format!("{n} processes"),
+            };
             write!(
                 f,
-                "\n      {:>12} minor {:>10} major  pid {pid} ({})",
+                "\n      {:>12} minor {:>10} major  {} ({who})",
                 p.minor, p.major, p.comm
             )?;
-            minor += p.minor;
-            major += p.major;
+            minor = minor.saturating_add(p.minor);
+            major = major.saturating_add(p.major);
         }
         write!(
             f,
-            "\n      {:>12} minor {:>10} major  other processes, and what was not read apart",
+            "\n      {:>12} minor {:>10} major  other programs, and what was not read apart",
             t.minor.saturating_sub(minor),
             t.major.saturating_sub(major)
         )

@@ -250,6 +250,11 @@ fn where_json(w: &WhereSummary, totals: &Totals) -> Value {
         "processes": (processes.iter())
             .map(|(pid, p)| json!({ "pid": pid, "comm": &*p.comm, "minor": p.minor, "major": p.major }))
             .collect::<Vec<_>>(),
+        "programs": (w.run.top_programs(TOP).iter())
+            .map(|p| json!({
+                "comm": &*p.comm, "processes": p.processes, "minor": p.minor, "major": p.major,
+            }))
+            .collect::<Vec<_>>(),
         "other_processes": {
             "minor": totals.minor.saturating_sub(minor),
             "major": totals.major.saturating_sub(major),
