@@ -221,9 +221,34 @@ fn without_attribution_the_summary_says_so_and_still_names_the_processes() {
 #[test]
 fn the_processes_of_one_program_are_one_line_of_the_summary() {
     let script = format!("for i in 1 2 3; do {WORK} 4 R 2000 2 --sleep-ms 200 >/dev/null; done");
-    let out = monitor(&["run", "--backend", "procfs", "--", "sh", "-c", &script]);
+    let out = monitor(&[
+        "run",
+        "--backend",
+        "procfs",
+        "--format",
+        "jsonl",
+        "-o",
+        "-",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
+    // Each interval's record names its programs too.
+    let records = String::from_utf8_lossy(&out.stdout).into_owned();
+    let programs: Vec<Value> = (records.lines())
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["event"] == "where")
+        .flat_map(|v| v["programs"].as_array().cloned().unwrap_or_default())
+        .collect();
+    assert!(
+        programs
+            .iter()
+            .any(|p| p["comm"] == "work" && p["processes"].as_u64() >= Some(1)),
+        "{records}"
+    );
     let works: Vec<&str> = err
         .lines()
         .filter(|l| l.contains(" major  work ("))

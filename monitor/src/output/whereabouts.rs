@@ -146,6 +146,14 @@ impl Whereabouts {
                 major: p.major,
             })
             .collect();
+        let programs = (tally.top_programs(TOP).into_iter())
+            .map(|p| ProgramRecord {
+                comm: p.comm.to_string(),
+                processes: p.processes,
+                minor: p.minor,
+                major: p.major,
+            })
+            .collect();
         let (minor, major) = processes
             .iter()
             .fold((0u64, 0u64), |(mi, ma), p| (mi + p.minor, ma + p.major));
@@ -164,6 +172,7 @@ impl Whereabouts {
             mappings,
             lost: FaultsRecord::new(tally.lost(), period),
             processes,
+            programs,
             other_processes: Counts {
                 minor: interval.minor.saturating_sub(minor),
                 major: interval.major.saturating_sub(major),
@@ -265,6 +274,16 @@ impl MappingRecord {
     }
 }
 
+/// A program in an interval's record: the faults of its processes (those of one name),
+/// exact.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ProgramRecord {
+    pub comm: String,
+    pub processes: u64,
+    pub minor: u64,
+    pub major: u64,
+}
+
 /// A process in an interval's record: its own faults, exact.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ProcessRecord {
@@ -299,6 +318,8 @@ pub struct IntervalRecord {
     pub lost: FaultsRecord,
     /// The processes with the most faults, exact.
     pub processes: Vec<ProcessRecord>,
+    /// The programs with the most faults: the processes grouped by name.
+    pub programs: Vec<ProgramRecord>,
     /// The rows' faults not in `processes`.
     pub other_processes: Counts,
 }

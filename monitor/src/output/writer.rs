@@ -741,6 +741,7 @@ mod tests {
                 minor_samples: 1,
             },
             processes: Vec::new(),
+            programs: Vec::new(),
             other_processes: Counts { minor: 3, major: 0 },
         };
         let mut buf = Vec::new();
