@@ -34,6 +34,20 @@ pub struct Metadata {
     pub clock_offset_ns: i64,
 }
 
+/// The most characters of the target and of the host name in the plot's title: with
+/// the rest of it (at most 113 characters), what its font fits across the plot.
+const TITLE_TARGET_WIDTH: usize = 36;
+const TITLE_HOST_WIDTH: usize = 8;
+
+/// `text` cut to `width` characters, its end replaced by `...` when cut.
+pub fn fit(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_owned();
+    }
+    let kept: String = text.chars().take(width.saturating_sub(3)).collect();
+    format!("{kept}...")
+}
+
 /// What [`Metadata::now`] records about the target and the backend.
 pub struct Profiled<'a> {
     pub command: Option<&'a [OsString]>,
@@ -103,13 +117,32 @@ impl Metadata {
         }
     }
 
-    /// The plot's title: what, on which host, when, and how it was sampled.
+    /// [`Metadata::target`] with a command's program by its file name, not its path.
+    fn short_target(&self) -> String {
+        match self.command.as_deref() {
+            Some([program, args @ ..]) => {
+                let name = program.rsplit('/').next().unwrap_or(program);
+                std::iter::once(name)
+                    .chain(args.iter().map(String::as_str))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            }
+            _ => self.target(),
+        }
+    }
+
+    /// The plot's title: what, on which host, when, and how it was sampled; a long
+    /// command cut so that the title fits the plot's width (it was cut at both edges).
     pub fn title(&self) -> String {
+        // The start to the second: its milliseconds are in the rows' metadata.
+        let start = match self.start.split_once('.') {
+            Some((seconds, _)) => format!("{seconds}Z"),
+            None => self.start.clone(),
+        };
         format!(
-            "{} on {}, {}: {} backend, {} mode, {} ms period",
-            self.target(),
-            self.host,
-            self.start,
+            "{} on {}, {start}: {} backend, {} mode, {} ms period",
+            fit(&self.short_target(), TITLE_TARGET_WIDTH),
+            fit(&self.host, TITLE_HOST_WIDTH),
             self.backend,
             self.mode,
             self.period_ms
@@ -153,6 +186,25 @@ pub(crate) fn test_metadata() -> Metadata {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_command_is_cut_in_the_plots_title_and_the_rest_kept() {
+        let mut metadata = test_metadata();
+        metadata.command = Some(vec!["/usr/bin/python3".into(), "x".repeat(200)]);
+        let title = metadata.title();
+        assert!(title.starts_with("python3 xxx"), "{title}");
+        assert!(title.contains("... on "), "{title}");
+        assert!(
+            title.ends_with(": procfs backend, strict mode, 50 ms period"),
+            "{title}"
+        );
+        metadata.host = "h".repeat(64);
+        assert!(
+            metadata.title().chars().count() <= 113,
+            "{}",
+            metadata.title()
+        );
+    }
 
     #[test]
     fn a_monotonic_time_plus_the_offset_is_the_wall_clock_time() {

@@ -8,7 +8,7 @@
 use std::io::{self, Write};
 use std::time::Duration;
 
-use super::metadata::Metadata;
+use super::metadata::{fit, Metadata};
 use super::report::compact;
 use crate::rows::row::Row;
 
@@ -132,15 +132,6 @@ fn number(value: f64) -> String {
     } else {
         compact(value)
     }
-}
-
-/// `text` cut to `width` characters, its end replaced by `...` when cut.
-fn fit(text: &str, width: usize) -> String {
-    if text.chars().count() <= width {
-        return text.to_owned();
-    }
-    let kept: String = text.chars().take(width.saturating_sub(3)).collect();
-    format!("{kept}...")
 }
 
 #[cfg(test)]
