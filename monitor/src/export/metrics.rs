@@ -267,7 +267,7 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Adds one row, saturating as [`crate::output::report::Totals`] does.
+    /// Adds one row, saturating as [`crate::output::totals::Totals`] does.
     pub fn add(&mut self, row: &Row) {
         for (i, faults) in [row.minor, row.major].into_iter().enumerate() {
             self.faults[i] = self.faults[i].saturating_add(faults);

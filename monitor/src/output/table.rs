@@ -9,7 +9,7 @@ use std::io::{self, Write};
 use std::time::Duration;
 
 use super::metadata::{fit, Metadata};
-use super::report::compact;
+use super::totals::compact;
 use crate::rows::row::Row;
 
 /// The column labels are printed again after this many lines, as sar does.

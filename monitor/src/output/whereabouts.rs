@@ -742,7 +742,8 @@ mod tests {
 
     #[test]
     fn the_summary_never_estimates_more_minor_faults_than_were_taken() {
-        use crate::output::report::{Summary, Thrashing, Totals};
+        use crate::output::summary::{Summary, Thrashing};
+        use crate::output::totals::Totals;
         use shared_layout::Mode;
         use std::time::Duration;
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::attribution::Feed;
 use crate::export::{Exporters, ThrashingState};
 use crate::output::metadata::Metadata;
-use crate::output::report::Totals;
+use crate::output::totals::Totals;
 use crate::output::whereabouts::{WhereSummary, Whereabouts};
 use crate::output::writer::Output;
 use crate::pressure::verdict::{Band, Verdict, RULE};

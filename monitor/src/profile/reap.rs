@@ -12,7 +12,7 @@ use super::consume::End;
 use super::error::ProfileError;
 use crate::command::child::{self, Running};
 use crate::command::signals::Signals;
-use crate::output::report::ChildReport;
+use crate::output::summary::ChildReport;
 use crate::rows::source::Ending;
 use crate::system::error::SystemError;
 use crate::system::exit::ExitStatus;

@@ -1,18 +1,19 @@
-//! Where the summary goes and in which form: standard error (not with `--quiet`) or a
-//! `--summary` file, as text or as one JSON object. A summary file that cannot be written
-//! (a full disk) sends the summary to standard error instead: it is never lost.
+//! The summary: what it reports ([`Summary`], written as text by [`text`] and as one
+//! JSON object by [`json`]), and where it goes and in which form: standard error (not
+//! with `--quiet`) or a `--summary` file. A summary file that cannot be written (a full
+//! disk) sends the summary to standard error instead: it is never lost.
+
+mod json;
+mod text;
+
+pub use text::{ChildReport, Summary, Thrashing};
 
 use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Value};
-
 use super::error::OutputError;
 use super::metadata::Metadata;
-use super::report::{Summary, Thrashing, Totals};
-use super::whereabouts::{WhereSummary, TOP};
 use super::writer::PendingFile;
-use crate::attribution::{Attribution, Faults, Mapping};
 
 /// `--summary-format`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -81,7 +82,7 @@ impl SummarySink {
                 fold(&format!("{summary}\n"), TERMINAL_WIDTH)
             }
             SummaryStyle::Text => format!("{summary}\n"),
-            SummaryStyle::Json => format!("{}\n", as_json(summary, metadata)),
+            SummaryStyle::Json => format!("{}\n", json::of(summary, metadata)),
         };
         // One write: stderr is unbuffered. A closed stderr cannot be told anything.
         let to_stderr = || {
@@ -147,119 +148,6 @@ pub fn fold(text: &str, width: usize) -> String {
         out.push_str(newline);
     }
     out
-}
-
-/// The summary as one JSON object, with what was profiled.
-fn as_json(summary: &Summary, metadata: &Metadata) -> Value {
-    let t = summary.totals;
-    let seconds = |ns: u64| ns as f64 / 1e9;
-    let (judged, bands) = match summary.thrashing {
-        Thrashing::NotJudged => (false, &[][..]),
-        Thrashing::Judged(bands, _) => (true, bands),
-    };
-    json!({
-        "profile": metadata,
-        "samples": t.samples,
-        "duration_s": seconds(t.covered_ns),
-        "minor_faults": t.minor,
-        "major_faults": t.major,
-        "minor_fault_rate": { "mean": t.mean_minor_rate(), "peak": t.peak_minor_rate },
-        "major_fault_rate": { "mean": t.mean_major_rate(), "peak": t.peak_major_rate },
-        "cpu_s": seconds(t.cpu_ns),
-        "cpu_util": t.cpu_util(),
-        "samples_lost": t.lost,
-        "producer_blocked_s": summary.blocked.as_secs_f64(),
-        "samples_deferred": summary.deferred,
-        "memory_peak": { "resident_bytes": t.peak_resident, "swap_bytes": t.peak_swap },
-        "memory_stall_s": {
-            "some": t.stall_some_us.map(|us| us as f64 / 1e6),
-            "full": t.stall_full_us.map(|us| us as f64 / 1e6),
-        },
-        "thrashing": { "judged": judged, "bands": bands },
-        "command": summary.child.map(|c| json!({
-            "minor_faults": c.minor,
-            "major_faults": c.major,
-            "cpu_s": seconds(c.cpu_ns),
-            "user_s": seconds(c.usage.user_ns),
-            "system_s": seconds(c.usage.system_ns),
-            "max_rss_bytes": c.usage.max_rss_bytes,
-            "exit": c.status.to_string(),
-            "exit_code": c.status.code(),
-        })),
-        "attached": summary.peaks.iter().map(|p| json!({
-            "pid": p.pid,
-            "max_rss_bytes": p.bytes,
-            "exited_within_s": p.exited_within.map(|d| d.as_secs_f64()),
-        })).collect::<Vec<_>>(),
-        "where": summary.whereabouts.map(|w| where_json(w, t)),
-        "notes": summary.notes,
-    })
-}
-
-/// Where the faults were: the top mappings by major and by minor faults, the processes.
-fn where_json(w: &WhereSummary, totals: &Totals) -> Value {
-    let (period, kernel_faults, off) = match &w.attribution {
-        Attribution::On {
-            minor_sampling,
-            kernel_faults,
-        } => (Some(*minor_sampling), Some(*kernel_faults), None),
-        Attribution::Off(why) => (None, None, Some(why.as_str())),
-    };
-    let recorded = w.run.recorded();
-    let lost = w.run.lost();
-    let estimate = |samples: u64| samples.saturating_mul(period.unwrap_or(0));
-    let mapping = |m: &Mapping, count: u64, of: u64, f: Faults| {
-        json!({
-            "name": m.name,
-            "kind": m.kind,
-            "pid": m.pid(),
-            "display": m.to_string(),
-            "major": f.major,
-            "minor_est": estimate(f.minor_samples),
-            "minor_samples": f.minor_samples,
-            "share": count as f64 / of.max(1) as f64,
-        })
-    };
-    let processes = w.run.top_processes(TOP);
-    let (minor, major) = (processes.iter()).fold((0u64, 0u64), |(mi, ma), (_, p)| {
-        (mi.saturating_add(p.minor), ma.saturating_add(p.major))
-    });
-    json!({
-        "attributed": period.is_some(),
-        "not_attributed": off,
-        "minor_sampling": period,
-        "kernel_faults": kernel_faults,
-        "major": {
-            "recorded": recorded.major,
-            "of": totals.major,
-            "lost": lost.major,
-            "top": (w.run.top_major(TOP).into_iter())
-                .map(|(m, f)| mapping(m, f.major, recorded.major, f))
-                .collect::<Vec<_>>(),
-        },
-        "minor": {
-            "estimated": estimate(recorded.minor_samples),
-            "recorded": recorded.minor_samples,
-            "of": totals.minor,
-            "lost_est": estimate(lost.minor_samples),
-            "lost": lost.minor_samples,
-            "top": (w.run.top_minor(TOP).into_iter())
-                .map(|(m, f)| mapping(m, f.minor_samples, recorded.minor_samples, f))
-                .collect::<Vec<_>>(),
-        },
-        "processes": (processes.iter())
-            .map(|(pid, p)| json!({ "pid": pid, "comm": &*p.comm, "minor": p.minor, "major": p.major }))
-            .collect::<Vec<_>>(),
-        "programs": (w.run.top_programs(TOP).iter())
-            .map(|p| json!({
-                "comm": &*p.comm, "processes": p.processes, "minor": p.minor, "major": p.major,
-            }))
-            .collect::<Vec<_>>(),
-        "other_processes": {
-            "minor": totals.minor.saturating_sub(minor),
-            "major": totals.major.saturating_sub(major),
-        },
-    })
 }
 
 #[cfg(test)]
