@@ -441,7 +441,7 @@ mod tests {
     /// a heap, the others and the lost.
     fn attributed() -> Snapshot {
         use crate::attribution::{Faults, Mapping, MappingKind, Tally};
-        use crate::export::mappings::MappingSeries;
+        use crate::export::attribution::MappingSeries;
         let hostile = "/tmp/x\"} 1e9\nprocess_paging_faults_total{target=\"victim\\";
         let file = Mapping {
             kind: MappingKind::Shared,

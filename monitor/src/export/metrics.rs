@@ -5,7 +5,7 @@
 //! `process.cpu.time`) and their Prometheus translation (`process_paging_faults_total`,
 //! `process_cpu_time_seconds_total`); pfprof's own are under `pfprof.`/`pfprof_`.
 
-use super::mappings::{MappingPoint, MappingSeries};
+use super::attribution::{MappingPoint, MappingSeries};
 use crate::pressure::verdict::judged_stall;
 use crate::rows::row::Row;
 

@@ -8,12 +8,12 @@
 //! its I/O from there: a slow scraper, a collector that is down or a full disk can only
 //! delay that exporter. Memory is fixed: one snapshot, whatever the length of the profile.
 
+pub mod attribution;
 mod board;
 mod error;
 mod exposition;
 mod http;
 mod hub;
-pub mod mappings;
 pub mod metrics;
 mod otlp;
 mod textfile;
@@ -32,8 +32,8 @@ pub use otlp::OtlpOptions;
 use crate::attribution::Tally;
 use crate::rows::row::Row;
 use crate::system::duration::parse_duration_or_zero;
+use attribution::MappingSeries;
 use board::Board;
-use mappings::MappingSeries;
 
 /// The exporters the user asked for (`monitor`'s options).
 #[derive(clap::Args, Clone, Debug, Default)]

@@ -610,7 +610,7 @@ mod tests {
     #[test]
     fn the_faults_by_mapping_are_sums_whose_named_series_start_when_named() {
         use crate::attribution::{Faults, Mapping, MappingKind, Tally};
-        use crate::export::mappings::MappingSeries;
+        use crate::export::attribution::MappingSeries;
         let file = Arc::new(Mapping {
             kind: MappingKind::Data,
             name: "/srv/a \"b\"\\n".into(),

@@ -11,7 +11,7 @@
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::whereabouts::{LaneRow, MappingLane, TOP};
+use super::attribution::{LaneRow, MappingLane, TOP};
 use crate::pressure::verdict::Band;
 use crate::rows::row::Row;
 

@@ -12,10 +12,10 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
+use super::attribution::IntervalRecord;
 use super::error::OutputError;
 use super::metadata::Metadata;
 use super::table::Table;
-use super::whereabouts::IntervalRecord;
 use crate::pressure::verdict::Band;
 use crate::rows::row::{Pressure, Row, ROW_COLUMNS};
 
@@ -723,7 +723,7 @@ mod tests {
 
     #[test]
     fn where_the_faults_were_is_a_json_lines_record_after_its_rows_and_nothing_in_the_csv() {
-        use crate::output::whereabouts::{Counts, FaultsRecord, IntervalRecord};
+        use crate::output::attribution::{Counts, FaultsRecord, IntervalRecord};
         let record = IntervalRecord {
             start_ms: 0,
             end_ms: 1000,

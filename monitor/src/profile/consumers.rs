@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use crate::attribution::Feed;
 use crate::export::{Exporters, ThrashingState};
+use crate::output::attribution::{AttributionReport, AttributionSummary};
 use crate::output::metadata::Metadata;
 use crate::output::totals::Totals;
-use crate::output::whereabouts::{WhereSummary, Whereabouts};
 use crate::output::writer::Output;
 use crate::pressure::verdict::{Band, Verdict, RULE};
 use crate::rows::row::Row;
@@ -29,7 +29,7 @@ pub(super) struct Consumers {
     /// Every row, when a plot is drawn from them.
     rows: Option<Vec<Row>>,
     /// Where the faults were, when the backend says.
-    whereabouts: Option<Whereabouts>,
+    attributed: Option<AttributionReport>,
     /// The verdict's bands, named by where their major faults were.
     bands: Vec<Band>,
     /// `--count`: the profile is this many rows; those after them are not taken.
@@ -50,7 +50,7 @@ pub(super) struct Consumed {
     pub bands: Vec<Band>,
     pub judged: bool,
     /// Where the faults were, when the backend says.
-    pub whereabouts: Option<WhereSummary>,
+    pub attributed: Option<AttributionSummary>,
 }
 
 impl Consumers {
@@ -73,7 +73,7 @@ impl Consumers {
             status,
             exporters,
             rows: keep_rows.then(Vec::new),
-            whereabouts: attribution.map(|feed| Whereabouts::new(feed, keep_rows)),
+            attributed: attribution.map(|feed| AttributionReport::new(feed, keep_rows)),
             bands: Vec::new(),
             limit,
             full_before_batch: false,
@@ -120,13 +120,13 @@ impl Consumers {
         }
         self.output.write(&row);
         // The row's tables before the verdict: a band it ends may end with this row.
-        if let Some(w) = self.whereabouts.as_mut() {
+        if let Some(w) = self.attributed.as_mut() {
             w.row(&row);
         }
         if let Some(band) = self.verdict.feed(&row) {
             self.band(band);
         }
-        if let Some(w) = self.whereabouts.as_mut() {
+        if let Some(w) = self.attributed.as_mut() {
             w.keep(self.verdict.open_band());
         }
         if let Some(e) = self.exporters.as_mut() {
@@ -149,16 +149,16 @@ impl Consumers {
         self.full_before_batch = self.full();
         // The interval's faults by mapping, before its record is made of them.
         let by_mapping = self
-            .whereabouts
+            .attributed
             .as_ref()
-            .and_then(Whereabouts::interval_tally);
+            .and_then(AttributionReport::interval_tally);
         if let (Some((tally, minor_sampling)), Some(e)) = (by_mapping, self.exporters.as_mut()) {
             e.add_mappings(tally, minor_sampling);
         }
         if let Some(record) = self
-            .whereabouts
+            .attributed
             .as_mut()
-            .and_then(Whereabouts::interval_record)
+            .and_then(AttributionReport::interval_record)
         {
             self.output.interval(&record);
         }
@@ -177,7 +177,7 @@ impl Consumers {
 
     /// A band the verdict ended: named, written, kept for the summary and the plot.
     fn band(&mut self, mut band: Band) {
-        if let Some(w) = self.whereabouts.as_mut() {
+        if let Some(w) = self.attributed.as_mut() {
             w.name(&mut band);
         }
         self.output.event(&band);
@@ -207,7 +207,7 @@ impl Consumers {
             rows: self.rows.unwrap_or_default(),
             bands: self.bands,
             judged: self.verdict.judged(),
-            whereabouts: self.whereabouts.map(Whereabouts::finish),
+            attributed: self.attributed.map(AttributionReport::finish),
         }
     }
 }

@@ -20,12 +20,12 @@ use crate::backend::{Backend, Selection};
 use crate::command::child::{self, Held, Running};
 use crate::command::signals::Signals;
 use crate::export::{self, ExportOptions, Exporters, Hub, Labels};
+use crate::output::attribution::AttributionSummary;
 use crate::output::error::OutputError;
 use crate::output::metadata::{Metadata, Profiled};
 use crate::output::plot::{self, ByMapping};
 use crate::output::summary::{fold, SummarySink, SummaryTarget, TERMINAL_WIDTH};
 use crate::output::summary::{Summary, Thrashing};
-use crate::output::whereabouts::WhereSummary;
 use crate::output::writer::{Destination, Format, Output, PlotFile};
 use crate::pressure::verdict::{Band, RULE};
 use crate::pressure::watch::PressureWatch;
@@ -308,7 +308,7 @@ fn finish<B: Backend>(
             reports.plot,
             &consumed.rows,
             &consumed.bands,
-            consumed.whereabouts.as_ref(),
+            consumed.attributed.as_ref(),
             backend,
             &started.metadata,
         )
@@ -334,7 +334,7 @@ fn finish<B: Backend>(
         child,
         peaks: &peaks,
         thrashing,
-        whereabouts: consumed.whereabouts.as_ref(),
+        attributed: consumed.attributed.as_ref(),
         notes,
     };
     let (code, delivered) = match consumed.exporters {
@@ -391,7 +391,7 @@ fn draw(
     plot: Option<PlotFile>,
     rows: &[Row],
     bands: &[Band],
-    whereabouts: Option<&WhereSummary>,
+    attributed: Option<&AttributionSummary>,
     backend: &str,
     metadata: &Metadata,
 ) -> Result<(), OutputError> {
@@ -399,7 +399,7 @@ fn draw(
         return Ok(());
     };
     let unattributed = format!("the {backend} backend does not attribute them");
-    let by_mapping = match whereabouts {
+    let by_mapping = match attributed {
         None => ByMapping::NotAttributed(&unattributed),
         // Without attribution, the summary says why.
         Some(w) => match &w.lane {

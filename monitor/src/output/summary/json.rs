@@ -4,9 +4,9 @@ use serde_json::{json, Value};
 
 use super::{Summary, Thrashing};
 use crate::attribution::{Attribution, Faults, Mapping};
+use crate::output::attribution::{AttributionSummary, TOP};
 use crate::output::metadata::Metadata;
 use crate::output::totals::Totals;
-use crate::output::whereabouts::{WhereSummary, TOP};
 
 /// The summary as one JSON object, with what was profiled.
 pub(super) fn of(summary: &Summary, metadata: &Metadata) -> Value {
@@ -50,13 +50,13 @@ pub(super) fn of(summary: &Summary, metadata: &Metadata) -> Value {
             "max_rss_bytes": p.bytes,
             "exited_within_s": p.exited_within.map(|d| d.as_secs_f64()),
         })).collect::<Vec<_>>(),
-        "where": summary.whereabouts.map(|w| where_json(w, t)),
+        "where": summary.attributed.map(|w| where_json(w, t)),
         "notes": summary.notes,
     })
 }
 
 /// Where the faults were: the top mappings by major and by minor faults, the processes.
-fn where_json(w: &WhereSummary, totals: &Totals) -> Value {
+fn where_json(w: &AttributionSummary, totals: &Totals) -> Value {
     let (period, kernel_faults, off) = match &w.attribution {
         Attribution::On {
             minor_sampling,

@@ -6,8 +6,8 @@ use std::time::Duration;
 use shared_layout::Mode;
 
 use crate::attribution::{Attribution, Mapping};
+use crate::output::attribution::{AttributionSummary, TOP};
 use crate::output::totals::Totals;
-use crate::output::whereabouts::{WhereSummary, TOP};
 use crate::pressure::verdict::{Band, Rule};
 use crate::system::exit::ExitStatus;
 use crate::system::peak::PeakReport;
@@ -31,7 +31,7 @@ pub struct Summary<'a> {
     /// The thrashing verdict.
     pub thrashing: Thrashing<'a>,
     /// Where the faults were, when the backend says.
-    pub whereabouts: Option<&'a WhereSummary>,
+    pub attributed: Option<&'a AttributionSummary>,
     /// What the profile misses or how it was measured, one line each.
     pub notes: &'a [String],
 }
@@ -113,7 +113,7 @@ impl fmt::Display for Summary<'_> {
         self.faults(f)?;
         self.ring(f)?;
         self.memory(f)?;
-        self.whereabouts(f)?;
+        self.attributed(f)?;
         self.command_and_notes(f)
     }
 }
@@ -197,8 +197,8 @@ impl Summary<'_> {
 
     /// Where the faults were: the mappings with the most major and minor faults, and the
     /// processes.
-    fn whereabouts(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let Some(w) = self.whereabouts else {
+    fn attributed(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(w) = self.attributed else {
             return Ok(());
         };
         let t = self.totals;
@@ -404,7 +404,7 @@ mod tests {
             child: None,
             peaks: &[],
             thrashing: Thrashing::NotJudged,
-            whereabouts: None,
+            attributed: None,
             notes: &[],
         }
     }
@@ -420,7 +420,7 @@ mod tests {
             child: None,
             peaks: &[],
             thrashing: Thrashing::NotJudged,
-            whereabouts: None,
+            attributed: None,
             notes: &["one thing".into()],
         }
         .to_string()

@@ -31,7 +31,7 @@ const LANE_PER_ROW: usize = 16;
 const MAX_HISTORY: usize = 36_000;
 
 /// The consumer's view of the tables.
-pub struct Whereabouts {
+pub struct AttributionReport {
     feed: Arc<Feed>,
     taken: Vec<PeriodTable>,
     interval: Interval,
@@ -54,10 +54,10 @@ struct Interval {
     major: u64,
 }
 
-impl Whereabouts {
+impl AttributionReport {
     /// `plot`: keep each row's major faults by mapping for the plot's lane.
-    pub fn new(feed: Arc<Feed>, plot: bool) -> Whereabouts {
-        Whereabouts {
+    pub fn new(feed: Arc<Feed>, plot: bool) -> AttributionReport {
+        AttributionReport {
             feed,
             taken: Vec::new(),
             interval: Interval::default(),
@@ -181,13 +181,13 @@ impl Whereabouts {
     }
 
     /// What the summary and the plot show, once the rows have ended.
-    pub fn finish(self) -> WhereSummary {
+    pub fn finish(self) -> AttributionSummary {
         let attribution = self.feed.attribution().clone();
         let lane = match attribution {
             Attribution::On { .. } => self.lane.map(|lane| lane.finish(&self.run)),
             Attribution::Off(_) => None,
         };
-        WhereSummary {
+        AttributionSummary {
             attribution,
             run: self.run,
             lane,
@@ -326,7 +326,7 @@ pub struct IntervalRecord {
 
 /// What the summary and the plot show of where the faults were.
 #[derive(Clone, Debug)]
-pub struct WhereSummary {
+pub struct AttributionSummary {
     pub attribution: Attribution,
     pub run: Tally,
     /// Each row's major faults by mapping: when faults were attributed and there is a
@@ -592,7 +592,7 @@ mod tests {
     #[test]
     fn an_interval_record_lists_the_top_mappings_and_processes_and_the_rest_as_other() {
         let feed = on();
-        let mut w = Whereabouts::new(Arc::clone(&feed), false);
+        let mut w = AttributionReport::new(Arc::clone(&feed), false);
         let names: Vec<String> = (0..8).map(|i| format!("/f{i}")).collect();
         let faults: Vec<(&str, u64, u64)> = (names.iter().enumerate())
             .map(|(i, n)| (n.as_str(), i as u64, 0))
@@ -636,7 +636,7 @@ mod tests {
     #[test]
     fn a_band_is_named_by_the_mapping_with_most_of_its_major_faults_however_long() {
         let feed = on();
-        let mut w = Whereabouts::new(Arc::clone(&feed), false);
+        let mut w = AttributionReport::new(Arc::clone(&feed), false);
         // Before the band: /quiet's faults do not count.
         feed.push(table(50_000_000, &[("/quiet", 100, 0)]));
         w.row(&row(1, 0, 100));
@@ -668,7 +668,7 @@ mod tests {
     #[test]
     fn the_plots_lane_holds_each_rows_major_faults_on_the_runs_top_mappings() {
         let feed = on();
-        let mut w = Whereabouts::new(Arc::clone(&feed), true);
+        let mut w = AttributionReport::new(Arc::clone(&feed), true);
         // Row 1: /f0 .. /f6 take 7 .. 1 major faults, and 2 are lost.
         let names: Vec<String> = (0..7).map(|i| format!("/f{i}")).collect();
         let faults: Vec<(&str, u64, u64)> = (names.iter().enumerate())
@@ -718,11 +718,11 @@ mod tests {
     #[test]
     fn without_attribution_or_without_a_plot_there_is_no_lane() {
         let off = Arc::new(Feed::new(Attribution::Off("refused".into())));
-        let mut w = Whereabouts::new(Arc::clone(&off), true);
+        let mut w = AttributionReport::new(Arc::clone(&off), true);
         w.row(&row(1, 0, 0));
         assert_eq!(w.finish().lane, None);
         let feed = on();
-        let mut w = Whereabouts::new(Arc::clone(&feed), false);
+        let mut w = AttributionReport::new(Arc::clone(&feed), false);
         feed.push(table(50_000_000, &[("/a", 1, 0)]));
         w.row(&row(1, 0, 1));
         assert_eq!(w.finish().lane, None);
@@ -731,7 +731,7 @@ mod tests {
     #[test]
     fn without_attribution_the_processes_are_still_listed() {
         let feed = Arc::new(Feed::new(Attribution::Off("refused".into())));
-        let mut w = Whereabouts::new(Arc::clone(&feed), false);
+        let mut w = AttributionReport::new(Arc::clone(&feed), false);
         feed.push(table(50_000_000, &[]));
         w.row(&row(1, 100, 0));
         let record = w.interval_record().unwrap();
@@ -748,7 +748,7 @@ mod tests {
         use std::time::Duration;
 
         let feed = on();
-        let mut w = Whereabouts::new(Arc::clone(&feed), false);
+        let mut w = AttributionReport::new(Arc::clone(&feed), false);
         // 30 recorded at one in 10: 300 estimated, where the rows say 200 were taken.
         feed.push(table(50_000_000, &[("/f", 0, 30)]));
         w.row(&row(1, 200, 0));
@@ -765,7 +765,7 @@ mod tests {
             child: None,
             peaks: &[],
             thrashing: Thrashing::NotJudged,
-            whereabouts: Some(&place),
+            attributed: Some(&place),
             notes: &[],
         }
         .to_string();
