@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 
 use super::board::Board;
 use super::error::ExportError;
-use super::exposition::{encode_targets, FleetGauges, TextFormat};
-use super::http::{Server, Shown};
 use super::metrics::{Labels, Snapshot};
 use super::otlp::{Pushed, Pusher, Values};
+use super::prometheus::exposition::{encode_targets, FleetGauges, TextFormat};
+use super::prometheus::http::{Server, Shown};
 use super::textfile::Writer;
 use super::ExportOptions;
 

@@ -1,6 +1,8 @@
-//! The exporters: the profile's running totals served to Prometheus (`--prometheus`),
-//! pushed to an OpenTelemetry collector (`--otlp`) and written for node_exporter's textfile
-//! collector (`--textfile`).
+//! The exporters: the profile's running totals served to Prometheus (`--prometheus`,
+//! [`prometheus`]), pushed to an OpenTelemetry collector (`--otlp`, [`otlp`]) and written
+//! for node_exporter's textfile collector (`--textfile`, [`textfile`]), each in its own
+//! place beside the model they share: the metrics ([`metrics`], [`attribution`]), the
+//! board they read ([`board`]) and a fleet's hub ([`hub`]).
 //!
 //! They never slow the profile: the consumer adds each row to a [`Snapshot`] of its own
 //! and, once per batch, copies it to a [`Board`] (a memcpy under a lock that readers also
@@ -11,11 +13,10 @@
 pub mod attribution;
 mod board;
 mod error;
-mod exposition;
-mod http;
 mod hub;
 pub mod metrics;
 mod otlp;
+mod prometheus;
 mod textfile;
 
 use std::ffi::OsString;
@@ -104,7 +105,7 @@ pub struct Exporters {
     snapshot: Snapshot,
     linger: Duration,
     linger_scrapers: usize,
-    prometheus: Option<http::Server>,
+    prometheus: Option<prometheus::http::Server>,
     otlp: Option<otlp::Pusher>,
     textfile: Option<textfile::Writer>,
     /// Thrashing episodes of the target's earlier profiles (a fleet target that came back).
@@ -127,15 +128,16 @@ impl Exporters {
         let snapshot = Snapshot::default();
         let board = Arc::new(Board::new(snapshot.clone()));
         let labels = Arc::new(labels);
-        let one = Arc::new(http::OneTarget {
+        let one = Arc::new(prometheus::http::OneTarget {
             board: Arc::clone(&board),
             labels: Arc::clone(&labels),
         });
-        let shown: Arc<dyn http::Shown> = Arc::clone(&one) as Arc<dyn http::Shown>;
+        let shown: Arc<dyn prometheus::http::Shown> =
+            Arc::clone(&one) as Arc<dyn prometheus::http::Shown>;
         let prometheus = options
             .prometheus
             .as_deref()
-            .map(|addr| http::Server::start(addr, Arc::clone(&shown)))
+            .map(|addr| prometheus::http::Server::start(addr, Arc::clone(&shown)))
             .transpose()?;
         let env = |name: &str| std::env::var(name).ok();
         let otlp = (options.otlp.url.is_some())
@@ -236,7 +238,7 @@ impl Exporters {
         // The textfile's readers cannot be seen: it stays the whole linger.
         let whole_linger = self.textfile.is_some();
         if waits_for_scrape || whole_linger {
-            let addr = self.prometheus.as_ref().map(http::Server::url);
+            let addr = self.prometheus.as_ref().map(prometheus::http::Server::url);
             let _ = io::Write::write_all(
                 &mut io::stderr(),
                 format!(

@@ -13,9 +13,9 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use super::error::ExportError;
-use super::exposition::TextFormat;
-use super::http::Shown;
 use super::metrics::Labels;
+use super::prometheus::exposition::TextFormat;
+use super::prometheus::http::Shown;
 
 /// How the writes went, for the summary.
 #[derive(Clone, Debug, Default)]
@@ -174,7 +174,7 @@ fn write_loop(
 mod tests {
     use super::*;
     use crate::export::board::Board;
-    use crate::export::http::OneTarget;
+    use crate::export::prometheus::http::OneTarget;
     use crate::export::Snapshot;
 
     #[test]

@@ -32,14 +32,14 @@ use opentelemetry_proto::tonic::metrics::v1::{
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
 
-use super::error::ExportError;
-use super::http::OneTarget;
-use super::metrics::MAPPING_METRICS;
-use super::metrics::{
+use crate::export::error::ExportError;
+use crate::export::metrics::MAPPING_METRICS;
+use crate::export::metrics::{
     Labels, Metric, Snapshot, BUCKETS, BUILD_INFO, CPU_TIME, FAULTS, FAULT_TYPES, MEMORY_TYPES,
     MEMORY_USAGE, PERIOD, PERIOD_FAULTS, SAMPLES_LOST, STALL, STALL_TYPES, SWAP, THRASHING,
     THRASHING_EPISODES, VERSION,
 };
+use crate::export::prometheus::http::OneTarget;
 use config::{Config, Env};
 
 /// The first wait after a failed push; doubled at each failure up to [`MAX_BACKOFF`].

@@ -21,10 +21,10 @@ use nix::sys::socket::{
     SockFlag, SockType, SockaddrIn6,
 };
 
-use super::board::Board;
-use super::error::ExportError;
 use super::exposition::{encode, TextFormat};
-use super::metrics::Labels;
+use crate::export::board::Board;
+use crate::export::error::ExportError;
+use crate::export::metrics::Labels;
 
 /// What `/metrics` shows: one profile's board, or a fleet monitor's targets.
 pub(crate) trait Shown: Send + Sync + 'static {

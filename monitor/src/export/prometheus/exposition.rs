@@ -7,8 +7,8 @@ use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::metrics::MAPPING_METRICS;
-use super::metrics::{
+use crate::export::metrics::MAPPING_METRICS;
+use crate::export::metrics::{
     Labels, Metric, NamedUnit, Snapshot, BUILD_INFO, CPU_TIME, FAULTS, FAULT_TYPES, MEMORY_TYPES,
     MEMORY_USAGE, PERIOD, PERIOD_FAULTS, SAMPLES_LOST, STALL, STALL_TYPES, SWAP, TARGETS_LEFT_OUT,
     THRASHING, THRASHING_EPISODES, VERSION,
