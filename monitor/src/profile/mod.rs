@@ -24,7 +24,7 @@ use crate::output::attribution::AttributionSummary;
 use crate::output::error::OutputError;
 use crate::output::metadata::{Metadata, Profiled};
 use crate::output::plot::{self, ByMapping};
-use crate::output::summary::{fold, SummarySink, SummaryTarget, TERMINAL_WIDTH};
+use crate::output::summary::{fold, SummaryRequest, SummarySink, TERMINAL_WIDTH};
 use crate::output::summary::{Summary, Thrashing};
 use crate::output::writer::{Destination, Format, Output, PlotFile};
 use crate::pressure::verdict::{Band, RULE};
@@ -63,7 +63,7 @@ pub struct Request {
     /// `--prometheus`, `--otlp`, `--textfile`.
     pub export: ExportOptions,
     /// `--summary`, `--summary-format`, `--quiet`.
-    pub summary: SummaryTarget,
+    pub summary: SummaryRequest,
     /// `--duration`: the profile ends after this long, as after a SIGTERM.
     pub duration: Option<Duration>,
     /// `--count`: the profile ends after this many rows, as after a SIGTERM, and holds

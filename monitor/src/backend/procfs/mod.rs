@@ -33,7 +33,7 @@ use crate::system::error::SystemError;
 use crate::system::procstat::{self, Probe, ProcessCounters};
 use attribute::Attributor;
 use members::Members;
-use perf::{FaultEvents, PerfError, Target};
+use perf::{FaultEvents, PerfError, Watched};
 use process::Process;
 use sampler::{Event, Events, Sampler};
 
@@ -105,7 +105,7 @@ impl Backend for Procfs {
         // Its counters are attached in `produce`, counted from zero: it is our child. Its
         // fault events count from its exec, and follow what it starts.
         if let Ok(events) = &mut self.fault_events {
-            let target = Target::Task {
+            let target = Watched::Task {
                 tid: pid,
                 from_exec: true,
             };
@@ -252,7 +252,7 @@ fn open_events(selection: &Selection, minor_sampling: u64) -> Result<FaultEvents
     let mut pids = selection.pids.clone();
     while let Some(pid) = pids.pop() {
         for tid in perf::threads(pid) {
-            events.attach(Target::Task {
+            events.attach(Watched::Task {
                 tid,
                 from_exec: false,
             })?;
@@ -264,7 +264,7 @@ fn open_events(selection: &Selection, minor_sampling: u64) -> Result<FaultEvents
         }
     }
     if let Some(cgroup) = &selection.cgroup {
-        events.attach(Target::Cgroup(cgroup.fd().as_fd()))?;
+        events.attach(Watched::Cgroup(cgroup.fd().as_fd()))?;
     }
     Ok(events)
 }

@@ -17,7 +17,7 @@ use monitor::cli::{self, BackendChoice, Cli, Command, Options};
 use monitor::export::ExportError;
 use monitor::fleet::{FleetRequest, Selector};
 use monitor::output::error::OutputError;
-use monitor::output::summary::{SummaryStyle, SummaryTarget};
+use monitor::output::summary::{SummaryRequest, SummaryStyle};
 use monitor::output::writer::{Destination, Format};
 use monitor::profile::error::ProfileError;
 use monitor::profile::{self, Request};
@@ -128,7 +128,7 @@ fn fleet(options: Options, run: bool) -> ExitCode {
             // file descriptors, and each counts every fault of its cgroup.
             attribution: None,
             export: options.export,
-            summary: SummaryTarget {
+            summary: SummaryRequest {
                 file: None,
                 style: SummaryStyle::Text,
                 quiet: true,
@@ -192,7 +192,7 @@ fn run(options: Options, command: Option<Vec<OsString>>) -> Result<u8, ProfileEr
         pids: options.pids,
         cgroup: options.cgroup,
         period_ms: options.period.or(options.period_ms),
-        summary: SummaryTarget {
+        summary: SummaryRequest {
             file: options.summary,
             style: summary_style,
             quiet: options.quiet,

@@ -34,7 +34,7 @@ impl SummaryStyle {
 
 /// What the user asked for the summary.
 #[derive(Clone, Debug)]
-pub struct SummaryTarget {
+pub struct SummaryRequest {
     /// `--summary FILE`; standard error without it.
     pub file: Option<PathBuf>,
     pub style: SummaryStyle,
@@ -45,12 +45,12 @@ pub struct SummaryTarget {
 /// The summary's destination, a file created at the start so an unwritable path fails
 /// before anything runs.
 pub struct SummarySink {
-    target: SummaryTarget,
+    target: SummaryRequest,
     file: Option<PendingFile>,
 }
 
 impl SummarySink {
-    pub fn open(target: SummaryTarget) -> Result<SummarySink, OutputError> {
+    pub fn open(target: SummaryRequest) -> Result<SummarySink, OutputError> {
         let file = (target.file.as_deref())
             .map(|path| {
                 PendingFile::create(path).map_err(|source| OutputError::Summary {

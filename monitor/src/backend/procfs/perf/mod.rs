@@ -28,9 +28,10 @@ use ring::Ring;
 /// (`kernel.perf_event_mlock_kb`, 516 KiB a CPU for each user) refuses it.
 const RING_PAGES: [usize; 3] = [16, 4, 1];
 
-/// What the events are opened on.
+/// What the events are opened on: a task or a cgroup (a profile's target, what the user
+/// selected, is [`crate::backend::Selection`]).
 #[derive(Clone, Copy, Debug)]
-pub enum Target<'a> {
+pub enum Watched<'a> {
     /// A thread (a process's first thread by its pid) and what it starts from now on;
     /// `from_exec`: counting from its next exec (a command held before it).
     Task { tid: u32, from_exec: bool },
@@ -162,7 +163,7 @@ impl FaultEvents {
 
     /// Opens both events on every online CPU for `target`. A task gone meanwhile is
     /// skipped: `Ok(false)`.
-    pub fn attach(&mut self, target: Target) -> Result<bool, PerfError> {
+    pub fn attach(&mut self, target: Watched) -> Result<bool, PerfError> {
         let wanted = self.rings.len() * 2 + self.others.len() + self.cpus.len() * 2;
         if wanted > self.fd_budget {
             return Err(PerfError::TooMany {
@@ -207,7 +208,7 @@ impl FaultEvents {
     /// One event on one CPU; where the kernel refuses the very first with faults taken in
     /// system calls (`exclude_kernel` unset), once without them, for it and every later
     /// event (a later refusal is the target's: not ours to trace).
-    fn open(&mut self, kind: Kind, target: Target, cpu: u32) -> Result<OwnedFd, PerfError> {
+    fn open(&mut self, kind: Kind, target: Watched, cpu: u32) -> Result<OwnedFd, PerfError> {
         let first = !self.opened_any;
         loop {
             match perf_event_open(&self.attr(kind, target), target, cpu) {
@@ -218,7 +219,7 @@ impl FaultEvents {
                     return Err(PerfError::Refused {
                         errno,
                         paranoid: paranoid(),
-                        cgroup: matches!(target, Target::Cgroup(_)),
+                        cgroup: matches!(target, Watched::Cgroup(_)),
                     })
                 }
                 Err(errno @ (Errno::ENOENT | Errno::ENOSYS | Errno::EOPNOTSUPP)) => {
@@ -239,7 +240,7 @@ impl FaultEvents {
         }
     }
 
-    fn attr(&self, kind: Kind, target: Target) -> PerfEventAttr {
+    fn attr(&self, kind: Kind, target: Watched) -> PerfEventAttr {
         let (config, sample_period) = match kind {
             Kind::Major => (abi::PERF_COUNT_SW_PAGE_FAULTS_MAJ, 1),
             Kind::Minor => (abi::PERF_COUNT_SW_PAGE_FAULTS_MIN, self.minor_sampling),
@@ -248,7 +249,7 @@ impl FaultEvents {
         if !self.kernel_faults {
             event_flags |= flags::EXCLUDE_KERNEL;
         }
-        if let Target::Task { from_exec, .. } = target {
+        if let Watched::Task { from_exec, .. } = target {
             // Per task: what it starts inherits the events.
             event_flags |= flags::INHERIT;
             if from_exec {
@@ -318,10 +319,10 @@ fn set_output(event: &OwnedFd, ring: BorrowedFd) -> Result<(), PerfError> {
 }
 
 /// libc has the system call's number only.
-fn perf_event_open(attr: &PerfEventAttr, target: Target, cpu: u32) -> Result<OwnedFd, Errno> {
+fn perf_event_open(attr: &PerfEventAttr, target: Watched, cpu: u32) -> Result<OwnedFd, Errno> {
     let (pid, mut open_flags) = match target {
-        Target::Task { tid, .. } => (tid as libc::c_int, 0),
-        Target::Cgroup(fd) => (fd.as_raw_fd(), abi::PERF_FLAG_PID_CGROUP),
+        Watched::Task { tid, .. } => (tid as libc::c_int, 0),
+        Watched::Cgroup(fd) => (fd.as_raw_fd(), abi::PERF_FLAG_PID_CGROUP),
     };
     open_flags |= abi::PERF_FLAG_FD_CLOEXEC;
     // SAFETY: the kernel reads `attr.size` bytes of a live, initialized
