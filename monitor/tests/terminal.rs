@@ -643,7 +643,10 @@ fn the_live_line_redraws_in_place_on_a_terminal_and_leaves_it_clean() {
     assert!(!summary.contains(['\r', '\x1b']), "{seen:?}");
     // At a terminal the summary fits 80 columns: a longer item hangs under itself.
     let widest = summary.lines().map(|l| l.chars().count()).max();
-    assert!(widest.is_some_and(|w| w <= 79), "{widest:?} columns: {seen}");
+    assert!(
+        widest.is_some_and(|w| w <= 79),
+        "{widest:?} columns: {seen}"
+    );
     // Each draw goes back to the start of the line and clears the rest of the last one:
     // no newline, no other sequence.
     let draws: Vec<&str> = live.split('\r').filter(|d| !d.is_empty()).collect();
@@ -769,37 +772,41 @@ fn attached_at_a_terminal_the_samples_are_a_table_of_80_columns() {
     );
 }
 
-/// At a real terminal of 80 columns (a pseudo-terminal `script` gives the monitor, set
-/// to 80 by `stty`), every draw of the live line fits in 79: a line as wide as the
-/// terminal wraps, and each redraw leaves a row behind (it was 84 wide).
+/// At a real terminal (a pseudo-terminal `script` gives the monitor, its width set by
+/// `stty`), every draw of the live line, and every line of the summary, is narrower than
+/// the terminal: a line as wide as the terminal wraps, and each redraw leaves a row
+/// behind (it was 84 wide). At 80 columns and at 50.
 #[test]
-fn the_live_line_fits_an_80_column_terminal() {
+fn the_live_line_and_the_summary_fit_the_terminal() {
     let dir = Scratch::new("terminal-live-line");
-    // The command's output away from the terminal: else there is no line (below).
-    let command = format!(
-        "stty cols 80 rows 24; {MONITOR} run --backend procfs -- \
-         {WORK} 64 R 20000 8 --sleep-ms 150 >/dev/null"
-    );
-    let out = Command::new("script")
-        .args(["-qec", &command, "/dev/null"])
-        .current_dir(dir.path())
-        .stdin(Stdio::null())
-        .output()
-        .expect("script(1), from util-linux");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
-    // Each draw: a carriage return, the line, then the erase to its end.
-    let draws: Vec<&str> = text
-        .split('\r')
-        .filter_map(|after| after.split("\x1b[K").next())
-        .filter(|draw| draw.contains("/s  cpu "))
-        .collect();
-    assert!(!draws.is_empty(), "no live line drawn: {text:?}");
-    for draw in draws {
-        assert!(
-            draw.chars().count() <= 79,
-            "{} columns: {draw:?}",
-            draw.chars().count()
+    for columns in [80, 50] {
+        // The command's output away from the terminal: else there is no line (below).
+        let command = format!(
+            "stty cols {columns} rows 24; {MONITOR} run --backend procfs -- \
+             {WORK} 64 R 20000 8 --sleep-ms 150 >/dev/null"
         );
+        let out = Command::new("script")
+            .args(["-qec", &command, "/dev/null"])
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .expect("script(1), from util-linux");
+        let text = String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n");
+        assert!(out.status.success(), "{text}");
+        // Each draw: a carriage return, the line, then the erase to its end.
+        let draws: Vec<&str> = text
+            .split('\r')
+            .filter_map(|after| after.split("\x1b[K").next())
+            .filter(|draw| draw.contains(" minor "))
+            .collect();
+        assert!(!draws.is_empty(), "no live line drawn: {text:?}");
+        let (_, summary) = text.split_once("pfprof summary").expect("the summary");
+        for line in draws.iter().copied().chain(summary.lines()) {
+            assert!(
+                line.chars().count() < columns,
+                "{} columns of {columns}: {line:?}",
+                line.chars().count()
+            );
+        }
     }
 }

@@ -73,10 +73,10 @@ impl Totals {
 
     /// The live status line (no newline): the time so far, the samples lost once some
     /// were, the running totals beside the current rates (over the `recent` samples),
-    /// the CPU use and the memory now (`resident` bytes). Never wider than
-    /// [`STATUS_LINE_WIDTH`] (a line as wide as the terminal wraps, and each redraw then
-    /// leaves a row behind): what does not fit is cut from the end.
-    pub fn status_line(&self, recent: &Totals, resident: u64) -> String {
+    /// the CPU use and the memory now (`resident` bytes). Never wider than `width` (a
+    /// line as wide as the terminal wraps, and each redraw then leaves a row behind): what
+    /// does not fit is cut from the end.
+    pub fn status_line(&self, recent: &Totals, resident: u64, width: usize) -> String {
         let mut line = format!("{:>6.1}s  ", self.covered_ns as f64 / 1e9);
         if self.lost > 0 {
             line += &format!("lost {}  ", compact(self.lost as f64));
@@ -90,13 +90,10 @@ impl Totals {
             compact(recent.cpu_util() * 100.0),
             compact(resident as f64 / MIB),
         );
-        line.truncate(STATUS_LINE_WIDTH);
+        line.truncate(width);
         line
     }
 }
-
-/// The status line's widest: one column short of an 80-column terminal.
-pub const STATUS_LINE_WIDTH: usize = 79;
 
 /// `value` in at most six characters below a thousand tera: whole below 100,000, else
 /// in k, M, G or T with one decimal.
@@ -149,7 +146,7 @@ mod tests {
         let row = t.row(&sample(200, 10, 0));
         totals.add(&row);
         recent.add(&row);
-        let line = totals.status_line(&recent, 66 << 20);
+        let line = totals.status_line(&recent, 66 << 20, 79);
         // The total beside the recent rate, and the memory now.
         assert!(line.contains("minor   1010    100/s"), "{line}");
         assert!(line.ends_with("  rss 66 MiB"), "{line}");
@@ -166,19 +163,13 @@ mod tests {
         totals.covered_ns = 40_000 * 1_000_000_000;
         totals.samples = 123_456_789;
         totals.lost = 98_765_432;
-        let line = totals.status_line(&totals, u64::MAX);
-        assert!(
-            line.len() <= STATUS_LINE_WIDTH,
-            "{} columns: {line}",
-            line.len()
-        );
+        let line = totals.status_line(&totals, u64::MAX, 79);
+        assert!(line.len() <= 79, "{} columns: {line}", line.len());
         assert!(line.contains("s  lost 98.8M  minor "), "{line}");
-        let quiet = Totals::default().status_line(&Totals::default(), u64::MAX);
-        assert!(
-            quiet.len() <= STATUS_LINE_WIDTH,
-            "{} columns: {quiet}",
-            quiet.len()
-        );
+        // A narrower terminal: cut to its width.
+        assert_eq!(totals.status_line(&totals, 0, 39).len(), 39);
+        let quiet = Totals::default().status_line(&Totals::default(), u64::MAX, 79);
+        assert!(quiet.len() <= 79, "{} columns: {quiet}", quiet.len());
     }
 
     #[test]

@@ -15,6 +15,7 @@ use crate::output::writer::Output;
 use crate::pressure::verdict::{Band, Verdict, RULE};
 use crate::rows::row::Row;
 use crate::rows::source::Batch;
+use crate::system::terminal;
 
 /// How often the live status line is redrawn.
 pub(super) const STATUS_EVERY: Duration = Duration::from_millis(250);
@@ -253,7 +254,7 @@ impl StatusLine {
         }
         let line = format!(
             "\r{}\x1b[K",
-            totals.status_line(&self.recent, self.resident)
+            totals.status_line(&self.recent, self.resident, terminal::stderr_line_width())
         );
         // A closed stderr cannot be told anything.
         let _ = io::stderr().write_all(line.as_bytes());

@@ -24,7 +24,7 @@ use crate::output::attribution::AttributionSummary;
 use crate::output::error::OutputError;
 use crate::output::metadata::{Metadata, Profiled};
 use crate::output::plot::{self, ByMapping};
-use crate::output::summary::{fold, SummaryRequest, SummarySink, TERMINAL_WIDTH};
+use crate::output::summary::{fold, SummaryRequest, SummarySink};
 use crate::output::summary::{Summary, Thrashing};
 use crate::output::writer::{Destination, Format, Output, PlotFile};
 use crate::pressure::verdict::{Band, RULE};
@@ -35,6 +35,7 @@ use crate::system::cgroup::{Cgroup, FaultCheck};
 use crate::system::error::SystemError;
 use crate::system::exit;
 use crate::system::peak::PeakRss;
+use crate::system::terminal;
 use consume::{consume, End};
 use consumers::{Consumed, Consumers};
 use error::ProfileError;
@@ -346,7 +347,7 @@ fn finish<B: Backend>(
             let code = deliver(exporters, signals, code, &mut exported);
             let mut text: String = exported.iter().map(|n| format!("  note: {n}\n")).collect();
             if io::stderr().is_terminal() {
-                text = fold(&text, TERMINAL_WIDTH);
+                text = fold(&text, terminal::stderr_line_width());
             }
             // A closed stderr cannot be told anything.
             let _ = io::Write::write_all(&mut io::stderr(), text.as_bytes());

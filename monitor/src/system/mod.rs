@@ -9,6 +9,7 @@ pub mod error;
 pub mod exit;
 pub mod peak;
 pub mod procstat;
+pub mod terminal;
 
 /// The size of a page, bytes (4 KiB where the system will not say).
 pub fn page_size() -> usize {

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use super::error::OutputError;
 use super::metadata::Metadata;
 use super::writer::PendingFile;
+use crate::system::terminal;
 
 /// `--summary-format`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -74,12 +75,12 @@ impl SummarySink {
     }
 
     /// Writes the summary where it goes; to standard error when its file fails. Text
-    /// for a person at a terminal is folded to fit 80 columns; piped or in a file, each
+    /// for a person at a terminal is folded to fit its width; piped or in a file, each
     /// item stays on one line, for grep.
     pub fn deliver(self, summary: &Summary, metadata: &Metadata) -> Result<(), OutputError> {
         let text = match self.target.style {
             SummaryStyle::Text if self.file.is_none() && io::stderr().is_terminal() => {
-                fold(&format!("{summary}\n"), TERMINAL_WIDTH)
+                fold(&format!("{summary}\n"), terminal::stderr_line_width())
             }
             SummaryStyle::Text => format!("{summary}\n"),
             SummaryStyle::Json => format!("{}\n", json::of(summary, metadata)),
@@ -102,10 +103,6 @@ impl SummarySink {
             })
     }
 }
-
-/// The widest a folded line may be: one column short of an 80-column terminal, which
-/// would wrap a line as wide as itself.
-pub const TERMINAL_WIDTH: usize = 79;
 
 /// `text` with every line wider than `width` folded at spaces, its continuations
 /// indented four more than it; the spaces that align its columns are kept. (`cli::wrap`
