@@ -633,20 +633,26 @@ fn on_a_terminal(args: &[&str], stdout_too: bool) -> (String, std::process::Exit
 
 #[test]
 fn the_live_line_redraws_in_place_on_a_terminal_and_leaves_it_clean() {
-    let run = ["run", "--backend", "procfs", "--", "sleep", "2"];
-    let (seen, status) = on_a_terminal(&run, false);
+    // Attached, its rows in a file: the line has standard error to itself.
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = sleeper.id().to_string();
+    let attach = [
+        "--backend",
+        "procfs",
+        "-p",
+        &pid,
+        "-o",
+        "/dev/null",
+        "--duration",
+        "2s",
+    ];
+    let (seen, status) = on_a_terminal(&attach, false);
     assert!(status.success(), "{seen:?}");
     // Erased before the summary, which is plain text where the line was.
     let (live, summary) = seen
         .split_once("\r\x1b[Kpfprof summary")
         .unwrap_or_else(|| panic!("the line is not erased before the summary: {seen:?}"));
     assert!(!summary.contains(['\r', '\x1b']), "{seen:?}");
-    // At a terminal the summary fits 80 columns: a longer item hangs under itself.
-    let widest = summary.lines().map(|l| l.chars().count()).max();
-    assert!(
-        widest.is_some_and(|w| w <= 79),
-        "{widest:?} columns: {seen}"
-    );
     // Each draw goes back to the start of the line and clears the rest of the last one:
     // no newline, no other sequence.
     let draws: Vec<&str> = live.split('\r').filter(|d| !d.is_empty()).collect();
@@ -666,30 +672,43 @@ fn the_live_line_redraws_in_place_on_a_terminal_and_leaves_it_clean() {
             .unwrap_or_else(|| panic!("{seen:?}"));
         times.push(time.parse::<f64>().unwrap());
     }
-    // Redrawn as samples come, each time later.
+    // Redrawn as samples come: never earlier, and later by the end.
     assert!(times.len() >= 2, "{seen:?}");
-    assert!(times.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
-    // Nothing with --quiet; no line when the rows go to the same terminal.
-    let quiet = ["run", "-q", "--backend", "procfs", "--", "sleep", "0.5"];
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
+    assert!(times.first() < times.last(), "{seen:?}");
+    // Nothing with --quiet; no line when the rows go to standard output, which may be
+    // the same terminal (at a terminal: a table), or a pipe to it.
+    let quiet = [
+        "-q",
+        "--backend",
+        "procfs",
+        "-p",
+        &pid,
+        "-o",
+        "/dev/null",
+        "--count",
+        "5",
+    ];
     assert_eq!(on_a_terminal(&quiet, false).0, "");
-    let rows: Vec<&str> = "run --backend procfs -o - -- sleep 0.5"
-        .split(' ')
-        .collect();
+    let rows = ["--backend", "procfs", "-p", &pid, "--count", "5"];
     let (seen, _) = on_a_terminal(&rows, true);
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
     assert!(!seen.contains(['\r', '\x1b']), "{seen:?}");
     assert!(
-        seen.starts_with("# sleep 0.5 and its descendants, from "),
+        seen.starts_with(&format!("# pid {pid} and its descendants, from ")),
         "{seen:?}"
     );
     assert!(seen.contains("\npfprof summary"), "{seen:?}");
 }
 
-/// The live line never lands where a command writes: not when the command's output
-/// goes to the same terminal (its text would be written after the line, on its row), nor
-/// while a full-screen program has the terminal (less, vim and top turn canonical input
-/// off: the line would be painted over their screen).
+/// The live line never lands where others write: not while a command runs (it shares
+/// the monitor's standard error: its text would land on the line's row, whatever its
+/// standard output is), not when the rows go to standard output (a pipe to `tee` is the
+/// same terminal), and not while a full-screen program has the terminal (less, vim and
+/// top turn canonical input off: the line would be painted over their screen).
 #[test]
-fn the_live_line_is_not_drawn_where_the_command_writes_or_a_full_screen_program_runs() {
+fn the_live_line_is_not_drawn_where_others_write_or_a_full_screen_program_runs() {
     let dir = Scratch::new("terminal-no-line");
     let on_script = |command: &str| {
         let out = Command::new("script")
@@ -702,12 +721,21 @@ fn the_live_line_is_not_drawn_where_the_command_writes_or_a_full_screen_program_
         assert!(out.status.success(), "{text}");
         text
     };
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let attach = format!(
+        "{MONITOR} --backend procfs -p {} --duration 1500ms",
+        sleeper.id()
+    );
     let run = format!("{MONITOR} run --backend procfs -- {WORK} 16 R 20000 6 --sleep-ms 150");
     for (what, command) in [
-        ("the command writes to the terminal", run.clone()),
+        ("a command runs", format!("{run} >/dev/null")),
+        (
+            "the rows go through a pipe",
+            format!("{attach} -o - | cat >/dev/null"),
+        ),
         (
             "the terminal is a full-screen program's",
-            format!("stty -icanon; {run} >/dev/null; stty icanon"),
+            format!("stty -icanon; {attach} -o /dev/null; stty icanon"),
         ),
     ] {
         let text = on_script(&command);
@@ -717,8 +745,10 @@ fn the_live_line_is_not_drawn_where_the_command_writes_or_a_full_screen_program_
             "{what}: a line was drawn: {text:?}"
         );
     }
-    // Control: its output elsewhere, the terminal line by line, the line is drawn.
-    let text = on_script(&format!("{run} >/dev/null"));
+    // Control: attached, its rows in a file, the terminal line by line: drawn.
+    let text = on_script(&format!("{attach} -o /dev/null"));
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
     assert!(text.contains("\x1b[K"), "{text:?}");
 }
 
@@ -754,12 +784,14 @@ fn attached_at_a_terminal_the_samples_are_a_table_of_80_columns() {
         "{text}"
     );
     assert_eq!(table[1], monitor::output::table::HEADER, "{text}");
-    // Ten periods of 100 ms: two lines of half a second, their rates a second's.
-    let times: Vec<&str> = table[2..]
+    // Ten periods of 100 ms: lines of about half a second (a late wake-up on a loaded
+    // machine moves a row's end, a missed deadline merges two), their rates a second's.
+    let times: Vec<f64> = table[2..]
         .iter()
-        .map(|l| l.split_whitespace().next().unwrap_or(""))
+        .map(|l| l.split_whitespace().next().unwrap_or("").parse().unwrap())
         .collect();
-    assert_eq!(times, ["0.5", "1.0"], "{text}");
+    assert!((1..=3).contains(&times.len()), "{text}");
+    assert!(times[0] >= 0.4 && times.windows(2).all(|w| w[0] < w[1]), "{text}");
     assert!(table.iter().all(|l| l.chars().count() <= 79), "{text}");
     // Piped: CSV, for programs.
     let piped = monitor_in(&dir, &args.split(' ').collect::<Vec<_>>());
@@ -779,11 +811,17 @@ fn attached_at_a_terminal_the_samples_are_a_table_of_80_columns() {
 #[test]
 fn the_live_line_and_the_summary_fit_the_terminal() {
     let dir = Scratch::new("terminal-live-line");
+    let mut work = Command::new(WORK)
+        .args(["64", "R", "20000", "8", "--sleep-ms", "150"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     for columns in [80, 50] {
-        // The command's output away from the terminal: else there is no line (below).
         let command = format!(
-            "stty cols {columns} rows 24; {MONITOR} run --backend procfs -- \
-             {WORK} 64 R 20000 8 --sleep-ms 150 >/dev/null"
+            "stty cols {columns} rows 24; {MONITOR} --backend procfs -p {} -o /dev/null \
+             --duration 1s",
+            work.id()
         );
         let out = Command::new("script")
             .args(["-qec", &command, "/dev/null"])
@@ -809,4 +847,6 @@ fn the_live_line_and_the_summary_fit_the_terminal() {
             );
         }
     }
+    work.kill().unwrap();
+    work.wait().unwrap();
 }

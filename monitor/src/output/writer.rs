@@ -380,13 +380,13 @@ impl Output {
         })
     }
 
-    /// Whether a live status line on stderr would not land among the rows.
+    /// Whether a live status line on stderr would not land among the rows: they go to a
+    /// file, or nowhere. Rows on standard output may reach the same terminal even when it
+    /// is a pipe (`| tee prof.csv`).
     pub fn leaves_stderr_to_the_status_line(&self) -> bool {
-        let stderr = io::stderr().is_terminal();
         match self.destination {
-            Destination::File(_) | Destination::Nowhere => stderr,
-            Destination::Stdout => stderr && !io::stdout().is_terminal(),
-            Destination::Stderr => false,
+            Destination::File(_) | Destination::Nowhere => io::stderr().is_terminal(),
+            Destination::Stdout | Destination::Stderr => false,
         }
     }
 

@@ -98,10 +98,11 @@ impl std::fmt::Debug for Supervised {
 pub fn profile<B: Backend>(request: Request) -> Result<u8, ProfileError> {
     let (sinks, opened) = open::<B>(&request)?;
     let mut started = start(opened, &request)?;
-    // A command writing to the terminal would write over the line, or after it on the
-    // same row: then there is none, as perf stat shows nothing while its command runs.
-    let command_on_the_terminal = request.command.is_some() && io::stdout().is_terminal();
-    let live_line = sinks.summary.leaves_stderr_to_the_live_line() && !command_on_the_terminal;
+    // A command shares the monitor's standard error, and may write to the terminal
+    // whatever its standard output is: its text would land on the line's row. So `run`
+    // shows none, as perf stat and time show nothing while their command runs; an attached
+    // profile writing its rows to a file does.
+    let live_line = sinks.summary.leaves_stderr_to_the_live_line() && request.command.is_none();
     let keep_rows = sinks.plot.is_some();
     let attribution = started.backend.attribution();
     let consumers = Consumers::new(

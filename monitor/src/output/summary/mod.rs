@@ -107,7 +107,7 @@ impl SummarySink {
 /// `text` with every line wider than `width` folded at spaces, its continuations
 /// indented four more than it; the spaces that align its columns are kept. (`cli::wrap`
 /// fills paragraphs of help; this keeps each line and hangs its rest under it, as the
-/// summary's items read.) A word wider than the room is left whole.
+/// summary's items read.) A word wider than the room is cut at the width.
 pub fn fold(text: &str, width: usize) -> String {
     let mut out = String::with_capacity(text.len());
     for line in text.split_inclusive('\n') {
@@ -139,6 +139,22 @@ pub fn fold(text: &str, width: usize) -> String {
             } else {
                 current.push_str(gap);
             }
+            // A word wider than the room (a long path) is cut where the terminal would
+            // wrap it, its rest hung as the line's.
+            let mut word = word;
+            loop {
+                let room = width.saturating_sub(current.chars().count()).max(1);
+                match word.char_indices().nth(room) {
+                    Some((at, _)) => {
+                        current.push_str(&word[..at]);
+                        out.push_str(&current);
+                        out.push('\n');
+                        current.clone_from(&hang);
+                        word = &word[at..];
+                    }
+                    None => break,
+                }
+            }
             current.push_str(word);
         }
         out.push_str(&current);
@@ -161,7 +177,7 @@ mod tests {
         assert!(super::fold(text, 40).lines().all(|l| l.len() <= 40));
         assert_eq!(
             super::fold("  averyveryverylongword b", 10),
-            "  averyveryverylongword\n      b"
+            "  averyver\n      yver\n      ylon\n      gwor\n      d b"
         );
     }
 
