@@ -92,6 +92,12 @@ impl Metadata {
         }
     }
 
+    /// When the profile started on the samples' clock (`CLOCK_MONOTONIC`, ns).
+    pub fn start_mono_ns(&self) -> u64 {
+        let mono = i128::from(self.start_unix_ns) - i128::from(self.clock_offset_ns);
+        u64::try_from(mono).unwrap_or(0)
+    }
+
     /// What was profiled, in a few words: the command line, the pids or the cgroup.
     pub fn target(&self) -> String {
         match (&self.command, &self.cgroup) {

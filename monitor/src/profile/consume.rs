@@ -43,7 +43,7 @@ pub(super) fn consume<B: Backend>(
     };
     let period = started.area.period();
     let mut timeline = if backend.first_sample_marks_the_start() {
-        Timeline::with_start_mark(period)
+        Timeline::with_start_mark(period, started.metadata.start_mono_ns())
     } else {
         Timeline::new(period)
     };

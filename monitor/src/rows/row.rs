@@ -114,8 +114,9 @@ pub struct Timeline {
     period_ns: u64,
     first: Option<u64>,
     previous: Option<u64>,
-    /// Whether the first sample is a start mark, until it has come.
-    awaits_mark: bool,
+    /// Until the first sample: the latest a start mark can be dated (the profile's start
+    /// plus half a period); `None`: no mark to fold.
+    mark_by: Option<u64>,
     /// The start mark, held until the next sample.
     mark: Option<Sample>,
 }
@@ -126,22 +127,26 @@ impl Timeline {
             period_ns: u64::try_from(period.as_nanos()).unwrap_or(u64::MAX).max(1),
             first: None,
             previous: None,
-            awaits_mark: false,
+            mark_by: None,
             mark: None,
         }
     }
 
-    /// A timeline whose first sample marks the start (see [`Timeline`]).
-    pub fn with_start_mark(period: Duration) -> Self {
+    /// A timeline whose first sample marks the start (see [`Timeline`]) if it is dated
+    /// at the profile's start (`start_ns`, `CLOCK_MONOTONIC`), not a period or more after
+    /// it: a mark the relaxed ring overwrote, or the strict one merged into the next
+    /// sample, leaves a first sample that ends a period, and that is a row of its own.
+    pub fn with_start_mark(period: Duration, start_ns: u64) -> Self {
+        let timeline = Timeline::new(period);
         Timeline {
-            awaits_mark: true,
-            ..Timeline::new(period)
+            mark_by: Some(start_ns.saturating_add(timeline.period_ns / 2)),
+            ..timeline
         }
     }
 
     /// The row of sample `s`, or `None` for a start mark, held for the next sample.
     pub fn place(&mut self, s: &Sample) -> Option<Row> {
-        if std::mem::take(&mut self.awaits_mark) {
+        if std::mem::take(&mut self.mark_by).is_some_and(|by| s.time_ns <= by) {
             self.first = Some(s.time_ns);
             self.previous = Some(s.time_ns);
             self.mark = Some(*s);
@@ -212,6 +217,8 @@ mod tests {
     use super::test_sample as sample;
     use super::*;
 
+    const MS: u64 = 1_000_000;
+
     #[test]
     fn timeline_starts_a_period_before_the_first_sample_and_measures_each_from_the_previous() {
         let mut t = Timeline::new(Duration::from_millis(50));
@@ -238,7 +245,7 @@ mod tests {
 
     #[test]
     fn a_start_mark_is_folded_into_the_first_whole_period() {
-        let mut t = Timeline::with_start_mark(Duration::from_millis(1000));
+        let mut t = Timeline::with_start_mark(Duration::from_millis(1000), 5_001 * MS);
         // Attached at 5000 ms: 3 ms of CPU and 2 faults before the mark.
         assert_eq!(t.place(&sample(5000, 2, 3_000_000)), None);
         let first = t.place(&sample(6000, 10, 400_000_000)).unwrap();
@@ -253,8 +260,17 @@ mod tests {
     }
 
     #[test]
+    fn a_first_sample_a_period_after_the_start_is_no_mark_but_a_row() {
+        // The mark was overwritten (relaxed) or merged into this one (strict).
+        let mut t = Timeline::with_start_mark(Duration::from_millis(50), 5_000 * MS);
+        let row = t.place(&sample(5050, 7, 1_000_000)).unwrap();
+        assert_eq!((row.time_ms, row.minor, row.period_ns), (50, 7, 50_000_000));
+        assert_eq!(t.finish(), None);
+    }
+
+    #[test]
     fn a_start_mark_with_nothing_after_it_is_a_row_at_the_end() {
-        let mut t = Timeline::with_start_mark(Duration::from_millis(50));
+        let mut t = Timeline::with_start_mark(Duration::from_millis(50), 5_000 * MS);
         assert_eq!(t.place(&sample(5000, 7, 1_000_000)), None);
         let row = t.finish().unwrap();
         assert_eq!((row.time_ms, row.minor, row.period_ns), (50, 7, 50_000_000));

@@ -57,6 +57,9 @@ pub struct Procfs {
     feed: Option<Arc<Feed>>,
     /// When the profile began, in clock ticks after boot (before the command's fork).
     began: u64,
+    /// When the command was adopted (`CLOCK_MONOTONIC`, ns): held since its fork, it is
+    /// counted from there.
+    adopted_ns: Option<u64>,
     /// The ring, in pages.
     ring_pages: u64,
 }
@@ -93,6 +96,7 @@ impl Backend for Procfs {
             fault_events,
             feed: None,
             began: procstat::boot_ticks(),
+            adopted_ns: None,
             ring_pages: selection.ring_pages,
         })
     }
@@ -104,6 +108,7 @@ impl Backend for Procfs {
     fn adopt(&mut self, pid: u32) -> Result<(), BackendError> {
         // Its counters are attached in `produce`, counted from zero: it is our child. Its
         // fault events count from its exec, and follow what it starts.
+        self.adopted_ns = Some(shared_layout::abi::monotonic_ns());
         if let Ok(events) = &mut self.fault_events {
             let target = Watched::Task {
                 tid: pid,
@@ -130,8 +135,12 @@ impl Backend for Procfs {
     ) -> Result<Option<Box<dyn ExitWatch>>, BackendError> {
         let mut processes = std::mem::take(&mut self.processes);
         if let Some(pid) = command {
-            let process = Process::child(pid, self.inherit)
+            let mut process = Process::child(pid, self.inherit)
                 .map_err(|source| BackendError::Attach { pid, source })?;
+            // Released before the sampler runs: its counts began when it was adopted.
+            if let Some(adopted) = self.adopted_ns {
+                process.counted_from_ns = adopted;
+            }
             self.ticks |= !process.nanoseconds();
             processes.push(process);
         }

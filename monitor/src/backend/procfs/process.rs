@@ -17,6 +17,10 @@ pub struct Process {
     /// its first instruction), the counters at attach time for `--pid` (with its
     /// descendants' when it inherits).
     pub baseline: ProcessCounters,
+    /// When the counting began (`CLOCK_MONOTONIC`, ns): the baseline's read, or our
+    /// child's fork (as near as we see it). The sampler's start mark is dated so, so the
+    /// first period measures what the baseline left out from there.
+    pub counted_from_ns: u64,
     /// Our own child: its exit is reported with [`Event::Exited`] and its last counts
     /// come from wait4(), so /proc vanishing is not the end of it.
     pub child: bool,
@@ -44,6 +48,7 @@ impl Process {
         let mut process = Process {
             pid,
             baseline: stat.counters,
+            counted_from_ns: shared_layout::abi::monotonic_ns(),
             child: false,
             start: stat.start,
             // Without pidfds (Linux < 5.3) the exit is seen at the next period.
@@ -65,6 +70,7 @@ impl Process {
         Ok(Process {
             pid,
             baseline: ProcessCounters::default(),
+            counted_from_ns: shared_layout::abi::monotonic_ns(),
             child: true,
             start: probe.read()?.start,
             pidfd: None,

@@ -470,9 +470,14 @@ fn sample_until_the_end(
     let mut next = Instant::now() + period;
     // The first sample marks where the profile starts (and holds what the processes did
     // before it, a command's exec): the consumer measures every later period from a
-    // timestamp, never from a nominal period.
+    // timestamp, never from a nominal period. It is dated when the counting began (the
+    // baselines' reads, a command's fork), which its counts run from: folded into the
+    // first period (rows/row.rs), they are measured over the time they took.
     let time_ns = counts.poll()?;
-    counts.record(producer, time_ns)?;
+    let began = (counts.procs.values())
+        .map(|p| p.process.counted_from_ns)
+        .min();
+    counts.record(producer, began.map_or(time_ns, |b| b.min(time_ns)))?;
     loop {
         let rings = (counts.attributor.as_ref()).map_or_else(Vec::new, Attributor::poll_fds);
         let woken = sleep(&counts.procs, bell, &rings, next)?;
