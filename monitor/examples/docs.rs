@@ -293,7 +293,8 @@ fn subsections(options: &str) -> String {
 const COLUMNS: &[(&str, &str)] = &[
     (
         "time_ms",
-        "Milliseconds from the end of the first row's period to the end of this one's.",
+        "Milliseconds from the profile's start to the end of the row's period (the first \
+         row ends a period in).",
     ),
     (
         "mono_ns",

@@ -115,10 +115,10 @@ pub fn monitor_definition(name: &'static str) -> clap::Command {
         examples_help(name, &[RUN_EXAMPLES, ATTACH_EXAMPLES]),
         wrap(
             &format!(
-                "`{name} run` prints the summary on standard error (and a live line while \
-                 the command runs, when its output goes elsewhere); its samples go only \
-                 where --output says. Without `run`, \
-                 samples go to --output or standard output. Durations take a unit (250ms, \
+                "`{name} run` prints the summary on standard error once the command ends; \
+                 its samples go only where --output says. Without `run`, samples go to \
+                 --output (with a live line of totals and rates on a terminal) or standard \
+                 output (a table at a terminal). Durations take a unit (250ms, \
                  10s, 1m, 1h30m). `{name} run --help` shows run's options; `man {name}`, the \
                  output's columns and the exit statuses."
             ),
@@ -364,7 +364,7 @@ pub const FORMATS: &[(&str, &str)] = &[
     (
         "table",
         "for a person: a line every --interval, rates a second and MiB \
-         (the default when the samples go to a terminal)",
+         (the default when the samples go to standard output and it is a terminal)",
     ),
 ];
 
@@ -378,7 +378,7 @@ pub const FORMATS: &[(&str, &str)] = &[
         It attaches to running processes (-p PID), follows every process of a cgroup \
         (--cgroup), exports many cgroups at once (--cgroups-under, --unit), or starts a \
         command and profiles it from its first instruction (run). Rows go to --output or \
-        standard output (CSV or JSON Lines); a summary (the totals, peak memory, where the \
+        standard output (a table at a terminal, CSV or JSON Lines); a summary (the totals, peak memory, where the \
         faults were, a thrashing verdict) goes to standard error; the metrics can be served \
         to Prometheus, pushed to an OpenTelemetry collector or written for node_exporter.",
     args_conflicts_with_subcommands = true
@@ -397,8 +397,8 @@ pub enum Command {
     /// Start CMD, profile it from its first instruction until it exits, and exit with its
     /// exit status (127: not found, 126: not executable), as time(1) and perf stat do.
     /// Samples go only to --output: the standard output is the command's. The summary
-    /// follows on standard error, after a live line of totals and rates while it runs
-    /// when its output goes elsewhere than the terminal.
+    /// follows on standard error once it ends; nothing is drawn while it runs (it shares
+    /// the terminal).
     Run {
         // Before the options: a field after them would be shown under their last heading.
         /// The command to profile and its arguments (after `--`).
@@ -584,7 +584,7 @@ pub struct Options {
     /// Format of the samples: csv (a header line, then a line a row), jsonl (JSON Lines:
     /// an object a row, keyed as the CSV's columns) or table (for a person: a line every
     /// --interval, as pidstat's, with rates a second and memory in MiB). Default: table
-    /// when the samples go to a terminal, csv otherwise.
+    /// when the samples go to standard output and it is a terminal, csv otherwise.
     #[arg(
         long,
         value_name = "csv|jsonl|table",

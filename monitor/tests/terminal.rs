@@ -791,7 +791,10 @@ fn attached_at_a_terminal_the_samples_are_a_table_of_80_columns() {
         .map(|l| l.split_whitespace().next().unwrap_or("").parse().unwrap())
         .collect();
     assert!((1..=3).contains(&times.len()), "{text}");
-    assert!(times[0] >= 0.4 && times.windows(2).all(|w| w[0] < w[1]), "{text}");
+    assert!(
+        times[0] >= 0.4 && times.windows(2).all(|w| w[0] < w[1]),
+        "{text}"
+    );
     assert!(table.iter().all(|l| l.chars().count() <= 79), "{text}");
     // Piped: CSV, for programs.
     let piped = monitor_in(&dir, &args.split(' ').collect::<Vec<_>>());

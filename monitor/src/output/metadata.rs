@@ -48,6 +48,17 @@ pub fn fit(text: &str, width: usize) -> String {
     format!("{kept}...")
 }
 
+/// `text` with its control characters escaped (`\n`, `\u{1b}`): an argument or a path
+/// shown on a terminal must not move its cursor or send it sequences.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            c if c.is_control() => c.escape_default().to_string(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
 /// What [`Metadata::now`] records about the target and the backend.
 pub struct Profiled<'a> {
     pub command: Option<&'a [OsString]>,
@@ -101,8 +112,8 @@ impl Metadata {
     /// What was profiled, in a few words: the command line, the pids or the cgroup.
     pub fn target(&self) -> String {
         match (&self.command, &self.cgroup) {
-            (Some(argv), _) => argv.join(" "),
-            (None, Some(cgroup)) => format!("cgroup {cgroup}"),
+            (Some(argv), _) => printable(&argv.join(" ")),
+            (None, Some(cgroup)) => format!("cgroup {}", printable(cgroup)),
             (None, None) if self.pids.is_empty() => "registered processes".to_owned(),
             (None, None) => {
                 let pids: Vec<String> = self.pids.iter().map(u32::to_string).collect();
@@ -117,7 +128,7 @@ impl Metadata {
         let target = self.target();
         match (&self.cgroup, self.inherit) {
             (Some(_), _) => target,
-            (None, true) if self.pids.len() > 1 => format!("{target} and their descendants"),
+            (None, true) if self.pids.len() != 1 => format!("{target} and their descendants"),
             (None, true) => format!("{target} and its descendants"),
             (None, false) => format!("{target} alone (--no-inherit)"),
         }
@@ -192,6 +203,19 @@ pub(crate) fn test_metadata() -> Metadata {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_command_is_shown_without_its_control_characters() {
+        let mut metadata = test_metadata();
+        metadata.command = Some(vec!["sh".into(), "-c".into(), "true\n\u{1b}[2Jtrue".into()]);
+        assert_eq!(metadata.target(), "sh -c true\\n\\u{1b}[2Jtrue");
+        metadata.command = None;
+        metadata.pids = Vec::new();
+        assert_eq!(
+            metadata.counted(),
+            "registered processes and their descendants"
+        );
+    }
 
     #[test]
     fn a_long_command_is_cut_in_the_plots_title_and_the_rest_kept() {

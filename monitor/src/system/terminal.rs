@@ -11,6 +11,11 @@ nix::ioctl_read_bad!(window_size, libc::TIOCGWINSZ, libc::winsize);
 /// The columns of standard error's terminal, asked anew each time (a window resized
 /// meanwhile is seen at the next draw); `None` when it is no terminal or does not say.
 pub fn stderr_columns() -> Option<usize> {
+    columns(&io::stderr())
+}
+
+/// The columns of the terminal `fd` is, if it is one that says.
+fn columns(fd: &impl AsRawFd) -> Option<usize> {
     let mut size = libc::winsize {
         ws_row: 0,
         ws_col: 0,
@@ -19,7 +24,7 @@ pub fn stderr_columns() -> Option<usize> {
     };
     // SAFETY: TIOCGWINSZ writes one winsize into `size`, which lives across the call; a
     // descriptor that is no terminal fails with ENOTTY and writes nothing.
-    unsafe { window_size(io::stderr().as_raw_fd(), &mut size) }.ok()?;
+    unsafe { window_size(fd.as_raw_fd(), &mut size) }.ok()?;
     (size.ws_col > 0).then_some(usize::from(size.ws_col))
 }
 
@@ -31,14 +36,21 @@ pub fn stderr_line_width() -> usize {
 
 #[cfg(test)]
 mod tests {
+    use std::fs::File;
+
+    use nix::pty::{openpty, Winsize};
+
     #[test]
-    fn a_descriptor_that_is_no_terminal_has_no_width_and_lines_take_79() {
-        // cargo test's standard error is a pipe or a file here, or a terminal: either
-        // way the width is one short of what it says, within bounds.
-        let width = super::stderr_line_width();
-        match super::stderr_columns() {
-            None => assert_eq!(width, 79),
-            Some(cols) => assert_eq!(width, cols.saturating_sub(1).max(20)),
-        }
+    fn a_terminal_says_its_width_and_a_pipe_has_none() {
+        let size = Winsize {
+            ws_row: 24,
+            ws_col: 37,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        let pty = openpty(Some(&size), None).unwrap();
+        assert_eq!(super::columns(&File::from(pty.slave)), Some(37));
+        let (read, _write) = nix::unistd::pipe().unwrap();
+        assert_eq!(super::columns(&File::from(read)), None);
     }
 }
