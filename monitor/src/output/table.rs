@@ -38,7 +38,8 @@ struct Span {
 pub struct Table {
     interval_ns: u64,
     span: Span,
-    lines: u64,
+    /// Lines until the labels are printed again (0: before the next line).
+    lines_to_header: u64,
 }
 
 impl Table {
@@ -46,7 +47,7 @@ impl Table {
         Table {
             interval_ns: u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX),
             span: Span::default(),
-            lines: 0,
+            lines_to_header: 0,
         }
     }
 
@@ -101,10 +102,11 @@ impl Table {
 
     fn line(&mut self, out: &mut impl Write) -> io::Result<()> {
         let span = std::mem::take(&mut self.span);
-        if self.lines.is_multiple_of(HEADER_EVERY) {
+        if self.lines_to_header == 0 {
             writeln!(out, "{HEADER}")?;
+            self.lines_to_header = HEADER_EVERY;
         }
-        self.lines += 1;
+        self.lines_to_header -= 1;
         let seconds = span.ns.max(1) as f64 / 1e9;
         let mib = |bytes: u64| number(bytes as f64 / f64::from(1 << 20));
         let stall = span

@@ -250,6 +250,9 @@ impl StatusLine {
         // A full-screen program (less, vim, top) owns the terminal: it turns canonical
         // input off while it runs, and the line would be painted over its screen.
         if !terminal_is_line_by_line() {
+            // Its rates, when it is drawn again, are of the samples since then.
+            self.recent = Totals::default();
+            self.last = Instant::now();
             return;
         }
         let line = format!(
