@@ -197,10 +197,9 @@ impl Consumers {
         }
     }
 
-    pub fn finish(self) -> Consumed {
-        if self.status.as_ref().is_some_and(|s| s.drawn) {
-            let _ = write!(io::stderr(), "\r\x1b[K");
-        }
+    pub fn finish(mut self) -> Consumed {
+        // Erased before the summary (dropped, the line erases itself).
+        drop(self.status.take());
         Consumed {
             output: self.output,
             exporters: self.exporters,
@@ -264,6 +263,17 @@ impl StatusLine {
         self.drawn = true;
         self.recent = Totals::default();
         self.last = Instant::now();
+    }
+}
+
+impl Drop for StatusLine {
+    /// Erases the line once drawn, whichever way the profile ends: before the summary,
+    /// and before an error's message, which would otherwise be written after it.
+    fn drop(&mut self) {
+        if self.drawn {
+            // A closed stderr cannot be told anything.
+            let _ = io::stderr().write_all(b"\r\x1b[K");
+        }
     }
 }
 
