@@ -631,6 +631,21 @@ fn on_a_terminal(args: &[&str], stdout_too: bool) -> (String, std::process::Exit
     (seen, status)
 }
 
+/// What a real terminal shows of the shell `command` run in `dir` (`script` gives it a
+/// pseudo-terminal; the command sets its size with `stty`), its `\r\n` back to `\n`,
+/// once it succeeded.
+fn on_script(dir: &Scratch, command: &str) -> String {
+    let out = Command::new("script")
+        .args(["-qec", command, "/dev/null"])
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("script(1), from util-linux");
+    let text = String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n");
+    assert!(out.status.success(), "{text}");
+    text
+}
+
 #[test]
 fn the_live_line_redraws_in_place_on_a_terminal_and_leaves_it_clean() {
     // Attached, its rows in a file: the line has standard error to itself.
@@ -710,17 +725,6 @@ fn the_live_line_redraws_in_place_on_a_terminal_and_leaves_it_clean() {
 #[test]
 fn the_live_line_is_not_drawn_where_others_write_or_a_full_screen_program_runs() {
     let dir = Scratch::new("terminal-no-line");
-    let on_script = |command: &str| {
-        let out = Command::new("script")
-            .args(["-qec", command, "/dev/null"])
-            .current_dir(dir.path())
-            .stdin(Stdio::null())
-            .output()
-            .expect("script(1), from util-linux");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(out.status.success(), "{text}");
-        text
-    };
     let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
     let attach = format!(
         "{MONITOR} --backend procfs -p {} --duration 1500ms",
@@ -738,7 +742,7 @@ fn the_live_line_is_not_drawn_where_others_write_or_a_full_screen_program_runs()
             format!("stty -icanon; {attach} -o /dev/null; stty icanon"),
         ),
     ] {
-        let text = on_script(&command);
+        let text = on_script(&dir, &command);
         assert!(text.contains("pfprof summary"), "{what}: {text:?}");
         assert!(
             !text.contains("\x1b[K"),
@@ -746,7 +750,7 @@ fn the_live_line_is_not_drawn_where_others_write_or_a_full_screen_program_runs()
         );
     }
     // Control: attached, its rows in a file, the terminal line by line: drawn.
-    let text = on_script(&format!("{attach} -o /dev/null"));
+    let text = on_script(&dir, &format!("{attach} -o /dev/null"));
     sleeper.kill().unwrap();
     sleeper.wait().unwrap();
     assert!(text.contains("\x1b[K"), "{text:?}");
@@ -763,15 +767,7 @@ fn attached_at_a_terminal_the_samples_are_a_table_of_80_columns() {
         "--backend procfs --pid {} --period 100ms --interval 500ms --count 10",
         sleeper.id()
     );
-    let command = format!("stty cols 80 rows 24; {MONITOR} {args}");
-    let out = Command::new("script")
-        .args(["-qec", &command, "/dev/null"])
-        .current_dir(dir.path())
-        .stdin(Stdio::null())
-        .output()
-        .expect("script(1), from util-linux");
-    let text = String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n");
-    assert!(out.status.success(), "{text}");
+    let text = on_script(&dir, &format!("stty cols 80 rows 24; {MONITOR} {args}"));
     let table: Vec<&str> = text
         .lines()
         .take_while(|l| !l.starts_with("pfprof summary"))
@@ -826,14 +822,7 @@ fn the_live_line_and_the_summary_fit_the_terminal() {
              --duration 1s",
             work.id()
         );
-        let out = Command::new("script")
-            .args(["-qec", &command, "/dev/null"])
-            .current_dir(dir.path())
-            .stdin(Stdio::null())
-            .output()
-            .expect("script(1), from util-linux");
-        let text = String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n");
-        assert!(out.status.success(), "{text}");
+        let text = on_script(&dir, &command);
         // Each draw: a carriage return, the line, then the erase to its end.
         let draws: Vec<&str> = text
             .split('\r')

@@ -409,19 +409,11 @@ mod tests {
         }
     }
 
+    /// [`summary_of`] with a note, as text.
     fn summary(mode: Mode) -> String {
         Summary {
-            backend: "procfs",
-            mode,
-            counted: "pid 42 and its descendants",
-            totals: &Totals::default(),
-            blocked: Duration::ZERO,
-            deferred: 0,
-            child: None,
-            peaks: &[],
-            thrashing: Thrashing::NotJudged,
-            attributed: None,
             notes: &["one thing".into()],
+            ..summary_of(mode)
         }
         .to_string()
     }
