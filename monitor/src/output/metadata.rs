@@ -39,13 +39,22 @@ pub struct Metadata {
 const TITLE_TARGET_WIDTH: usize = 36;
 const TITLE_HOST_WIDTH: usize = 8;
 
-/// `text` cut to `width` characters, its end replaced by `...` when cut.
-pub fn fit(text: &str, width: usize) -> String {
-    if text.chars().count() <= width {
-        return text.to_owned();
+/// `name` in at most `chars` characters, its middle left out (a path's start and its
+/// file's name both tell), and characters no SVG may hold (controls: a file may be
+/// named with them) replaced.
+pub fn shortened(name: &str, chars: usize) -> String {
+    let clean: Vec<char> = (name.chars())
+        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+        .collect();
+    if clean.len() <= chars {
+        return clean.into_iter().collect();
     }
-    let kept: String = text.chars().take(width.saturating_sub(3)).collect();
-    format!("{kept}...")
+    let head = chars / 3;
+    let tail = chars.saturating_sub(head + 1);
+    let mut short: String = clean[..head].iter().collect();
+    short.push('…');
+    short.extend(&clean[clean.len() - tail..]);
+    short
 }
 
 /// `text` with its control characters escaped (`\n`, `\u{1b}`): an argument or a path
@@ -103,6 +112,14 @@ impl Metadata {
         }
     }
 
+    /// [`Metadata::start`] to the second, for a title: its milliseconds would not fit.
+    pub fn start_to_the_second(&self) -> String {
+        match self.start.split_once('.') {
+            Some((seconds, _)) => format!("{seconds}Z"),
+            None => self.start.clone(),
+        }
+    }
+
     /// When the profile started on the samples' clock (`CLOCK_MONOTONIC`, ns).
     pub fn start_mono_ns(&self) -> u64 {
         let mono = i128::from(self.start_unix_ns) - i128::from(self.clock_offset_ns);
@@ -151,15 +168,11 @@ impl Metadata {
     /// The plot's title: what, on which host, when, and how it was sampled; a long
     /// command cut so that the title fits the plot's width (it was cut at both edges).
     pub fn title(&self) -> String {
-        // The start to the second: its milliseconds are in the rows' metadata.
-        let start = match self.start.split_once('.') {
-            Some((seconds, _)) => format!("{seconds}Z"),
-            None => self.start.clone(),
-        };
         format!(
-            "{} on {}, {start}: {} backend, {} mode, {} ms period",
-            fit(&self.short_target(), TITLE_TARGET_WIDTH),
-            fit(&self.host, TITLE_HOST_WIDTH),
+            "{} on {}, {}: {} backend, {} mode, {} ms period",
+            shortened(&self.short_target(), TITLE_TARGET_WIDTH),
+            shortened(&self.host, TITLE_HOST_WIDTH),
+            self.start_to_the_second(),
             self.backend,
             self.mode,
             self.period_ms
@@ -223,7 +236,7 @@ mod tests {
         metadata.command = Some(vec!["/usr/bin/python3".into(), "x".repeat(200)]);
         let title = metadata.title();
         assert!(title.starts_with("python3 xxx"), "{title}");
-        assert!(title.contains("... on "), "{title}");
+        assert!(title.contains('…') && title.contains("x on "), "{title}");
         assert!(
             title.ends_with(": procfs backend, strict mode, 50 ms period"),
             "{title}"

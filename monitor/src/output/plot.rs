@@ -12,6 +12,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::attribution::{LaneRow, MappingLane, TOP};
+use super::metadata::shortened;
 use crate::pressure::verdict::Band;
 use crate::rows::row::Row;
 
@@ -687,24 +688,6 @@ fn stacked(layers: &[Layer], s: &Step, k: usize) -> f64 {
         .map(|l| l.of.count(&s.by_mapping))
         .sum();
     count as f64 / s.seconds()
-}
-
-/// `name` in at most `chars` characters, its middle left out (a path's start and its
-/// file's name both tell), and characters no SVG may hold (controls: a file may be
-/// named with them) replaced.
-fn shortened(name: &str, chars: usize) -> String {
-    let clean: Vec<char> = (name.chars())
-        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
-        .collect();
-    if clean.len() <= chars {
-        return clean.into_iter().collect();
-    }
-    let head = chars / 3;
-    let tail = chars.saturating_sub(head + 1);
-    let mut short: String = clean[..head].iter().collect();
-    short.push('…');
-    short.extend(&clean[clean.len() - tail..]);
-    short
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 use std::io::{self, Write};
 use std::time::Duration;
 
-use super::metadata::{fit, Metadata};
+use super::metadata::{shortened, Metadata};
 use super::totals::compact;
 use crate::rows::row::Row;
 
@@ -51,19 +51,16 @@ impl Table {
         }
     }
 
-    /// The first line: what is counted, from when, and how.
+    /// The first line: what is counted, from when, and how; what is counted cut in its
+    /// middle when the line would not fit 79 columns.
     pub fn title(out: &mut impl Write, metadata: &Metadata) -> io::Result<()> {
-        // The start to the second: RFC 3339's milliseconds would not fit.
-        let start = match metadata.start.split_once('.') {
-            Some((seconds, _)) => format!("{seconds}Z"),
-            None => metadata.start.clone(),
-        };
-        let title = format!(
-            "# {}, from {start}, {} backend",
-            metadata.counted(),
+        let rest = format!(
+            ", from {}, {} backend",
+            metadata.start_to_the_second(),
             metadata.backend
         );
-        writeln!(out, "{}", fit(&title, 79))
+        let room = 79usize.saturating_sub(2 + rest.chars().count());
+        writeln!(out, "# {}{rest}", shortened(&metadata.counted(), room))
     }
 
     /// Takes `row`; writes a line once the rows taken cover the interval, or nearly (a
@@ -208,6 +205,10 @@ mod tests {
         Table::title(&mut out, &metadata).unwrap();
         let title = String::from_utf8(out).unwrap();
         assert_eq!(title.trim_end().chars().count(), 79, "{title}");
-        assert!(title.trim_end().ends_with("..."), "{title}");
+        assert!(
+            title.starts_with("# pid 1, 2, ") && title.contains('…'),
+            "{title}"
+        );
+        assert!(title.trim_end().ends_with(", procfs backend"), "{title}");
     }
 }
