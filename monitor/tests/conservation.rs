@@ -97,7 +97,7 @@ fn sample_command(
     let pid = child::spawn(argv).unwrap();
     let sampler = Sampler::spawn(
         Arc::clone(&area),
-        vec![Process::child(pid, true).unwrap()],
+        vec![Process::child(pid, true, shared_layout::abi::monotonic_ns()).unwrap()],
         None,
         period,
         SamplerAttribution::off("not this test's"),
@@ -214,7 +214,7 @@ fn the_samples_taken_while_a_command_is_stopped_hold_exactly_what_its_stat_says_
     let guard = KillOnDrop(pid);
     let sampler = Sampler::spawn(
         Arc::clone(&area),
-        vec![Process::child(pid, true).unwrap()],
+        vec![Process::child(pid, true, shared_layout::abi::monotonic_ns()).unwrap()],
         None,
         period,
         SamplerAttribution::off("not this test's"),

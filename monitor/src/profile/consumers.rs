@@ -248,7 +248,7 @@ impl StatusLine {
         }
         // A full-screen program (less, vim, top) owns the terminal: it turns canonical
         // input off while it runs, and the line would be painted over its screen.
-        if !terminal_is_line_by_line() {
+        if !terminal::stderr_is_line_by_line() {
             // Its rates, when it is drawn again, are of the samples since then.
             self.recent = Totals::default();
             self.last = Instant::now();
@@ -275,13 +275,4 @@ impl Drop for StatusLine {
             let _ = io::stderr().write_all(b"\r\x1b[K");
         }
     }
-}
-
-/// Whether standard error's terminal reads input a line at a time, as a shell leaves it;
-/// not while a full-screen program runs on it.
-fn terminal_is_line_by_line() -> bool {
-    nix::sys::termios::tcgetattr(io::stderr()).is_ok_and(|t| {
-        t.local_flags
-            .contains(nix::sys::termios::LocalFlags::ICANON)
-    })
 }

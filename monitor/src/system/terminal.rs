@@ -1,5 +1,6 @@
 //! What a terminal is like: its width, which a line drawn on it must stay within (a line
-//! as wide as the terminal wraps, and each redraw then leaves a row behind).
+//! as wide as the terminal wraps, and each redraw then leaves a row behind), and whether
+//! a full-screen program has it.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -32,6 +33,16 @@ fn columns(fd: &impl AsRawFd) -> Option<usize> {
 /// or of 80 when it does not say, and never under 20.
 pub fn stderr_line_width() -> usize {
     stderr_columns().unwrap_or(80).saturating_sub(1).max(20)
+}
+
+/// Whether standard error's terminal reads input a line at a time, as a shell leaves it;
+/// not while a full-screen program (less, vim, top) runs on it, which turns canonical
+/// input off.
+pub fn stderr_is_line_by_line() -> bool {
+    nix::sys::termios::tcgetattr(io::stderr()).is_ok_and(|t| {
+        t.local_flags
+            .contains(nix::sys::termios::LocalFlags::ICANON)
+    })
 }
 
 #[cfg(test)]

@@ -135,12 +135,10 @@ impl Backend for Procfs {
     ) -> Result<Option<Box<dyn ExitWatch>>, BackendError> {
         let mut processes = std::mem::take(&mut self.processes);
         if let Some(pid) = command {
-            let mut process = Process::child(pid, self.inherit)
-                .map_err(|source| BackendError::Attach { pid, source })?;
             // Released before the sampler runs: its counts began when it was adopted.
-            if let Some(adopted) = self.adopted_ns {
-                process.counted_from_ns = adopted;
-            }
+            let forked = (self.adopted_ns).unwrap_or_else(shared_layout::abi::monotonic_ns);
+            let process = Process::child(pid, self.inherit, forked)
+                .map_err(|source| BackendError::Attach { pid, source })?;
             self.ticks |= !process.nanoseconds();
             processes.push(process);
         }

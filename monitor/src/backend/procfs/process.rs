@@ -62,15 +62,16 @@ impl Process {
         Ok(process)
     }
 
-    /// Our child, not reaped yet (its pid is still its own), counted from zero: the
-    /// kernel zeroes a process's counters at fork. With `inherit`, with its descendants.
-    pub fn child(pid: u32, inherit: bool) -> Result<Process, StatError> {
+    /// Our child, not reaped yet (its pid is still its own), counted from zero since
+    /// `forked_ns` (`CLOCK_MONOTONIC`): the kernel zeroes a process's counters at fork.
+    /// With `inherit`, with its descendants.
+    pub fn child(pid: u32, inherit: bool, forked_ns: u64) -> Result<Process, StatError> {
         let mut probe = Probe::open(pid)?;
         let memory = MemoryProbe::open(pid)?;
         Ok(Process {
             pid,
             baseline: ProcessCounters::default(),
-            counted_from_ns: shared_layout::abi::monotonic_ns(),
+            counted_from_ns: forked_ns,
             child: true,
             start: probe.read()?.start,
             pidfd: None,
