@@ -604,7 +604,7 @@ fn escaped(value: &str) -> String {
 }
 
 #[test]
-fn the_exporters_count_each_major_fault_under_its_mapping_label_a_hostile_files_escaped() {
+fn the_exporters_count_each_major_fault_under_its_mapping_and_program_a_hostile_files_escaped() {
     use std::io::{BufRead, BufReader, Read, Write};
     let dir = OnDisk::new("exported");
     // A file named to break out of its label: a quote, a backslash, a newline.
@@ -671,9 +671,8 @@ fn the_exporters_count_each_major_fault_under_its_mapping_label_a_hostile_files_
         r#"mapping="{}",mapping_kind="shared"}}"#,
         escaped(name)
     ));
-    // Counted from the first interval that found it at the top (200 ms of its faults
-    // before are the others').
-    assert!(on_file * 2 >= took, "{on_file} of its {took} exported");
+    // Named with its first faults: every one of them is its own series'.
+    assert_eq!(on_file, took, "{on_file} of its {took} exported");
     // Every major fault recorded or lost is under one mapping label or another.
     let all: u64 = (text.lines())
         .filter(|l| l.starts_with("pfprof_mapping_faults_total{"))
@@ -681,5 +680,17 @@ fn the_exporters_count_each_major_fault_under_its_mapping_label_a_hostile_files_
         .sum();
     let recorded = major["recorded"].as_u64().unwrap() + major["lost"].as_u64().unwrap();
     assert_eq!(all, recorded, "{text}");
-    assert!(series(r#"mapping="[other]"}"#) + on_file >= took);
+    // And by program: the same faults, work's under its name.
+    let by_program = |labels: &str| -> Vec<u64> {
+        (text.lines())
+            .filter(|l| l.starts_with("pfprof_program_faults_total{") && l.contains(labels))
+            .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+            .collect()
+    };
+    assert_eq!(by_program("").iter().sum::<u64>(), recorded, "{text}");
+    let work = by_program(r#"program="work""#);
+    assert!(
+        work.len() == 1 && work[0] >= took,
+        "work's {work:?}, {took} on the file alone"
+    );
 }

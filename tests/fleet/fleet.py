@@ -508,10 +508,15 @@ class Fleet:
             check(close_to(value, seconds), f"{stall_type} stall: {value} s exported, the CSV's rows sum to {seconds} s")
         check(max(r["rss_anon"] for r in rows) > 40 << 20, "work's 48 MiB never showed in the rows")
 
-    def test_prometheus_stores_every_major_fault_under_its_mapping_label_a_hostile_files_name_intact(self):
+    def test_each_mappings_and_programs_series_holds_all_its_faults_a_hostile_files_name_intact(self):
+        """Scraped by Prometheus and pushed to VictoriaMetrics at once. The interval (5 s)
+        is longer than the command's run: every fault is in one burst inside one interval,
+        and a series named at its end still holds all of them."""
         port = free_port()
         prometheus = Prometheus([("local", f"127.0.0.1:{port}")])
         self.defer(prometheus.close)
+        vm = VictoriaMetrics(self.vm_root)
+        self.defer(vm.close)
         scratch = Scratch()
         self.defer(scratch.close)
         # On the repository's disk (a tmpfs keeps its pages: --evict would not make the
@@ -521,8 +526,9 @@ class Fleet:
         textfiles = scratch("textfiles")
         os.mkdir(textfiles)
         monitor = self.run_monitor(
-            ["run", "--backend", "procfs", "-o", "/dev/null", "--interval", "200ms", "--summary", scratch("run.json"),
-             "--prometheus", f"127.0.0.1:{port}", "--textfile", textfiles, "--linger", "10s", "--",
+            ["run", "--backend", "procfs", "-o", "/dev/null", "--interval", "5s", "--summary", scratch("run.json"),
+             "--prometheus", f"127.0.0.1:{port}", "--textfile", textfiles,
+             "--otlp", f"{vm.url}/opentelemetry/v1/metrics", "--linger", "10s", "--",
              self.work, "48", "R", "30000", "4", "--sleep-ms", "300", "--evict", "--file",
              os.path.join(files, 'db "x\\y\nz')]
         )
@@ -550,15 +556,34 @@ class Fleet:
         name = major["top"][0]["name"]
         # As /proc/PID/maps shows it: the newline as \012.
         check(name.endswith('db "x\\y\\012z'), f"the file's mapping is not the top one: {major}")
+        on_the_file = major["top"][0]["major"]
+        everything = major["recorded"] + major["lost"]
+        programs = summary["where"]["programs"]
+        check(programs and programs[0]["comm"] == "work", f"work is not the first program: {programs}")
         selector = 'host="local",target="work",job="pfprof"'
         def got():
             by_mapping = prometheus.query(f"last_over_time(pfprof_mapping_faults_total{{{selector}}}[5m])")
             on_file = [v for labels, v in by_mapping.items()
                        if ("mapping", name) in labels and ("mapping_kind", "shared") in labels]
-            return {"all": sum(by_mapping.values()), "file named": len(on_file) == 1 and on_file[0] > 0}
-        want = {"all": major["recorded"] + major["lost"], "file named": True}
-        final_values_stored(got, want, "every major fault recorded or lost, under a mapping label")
-        check(major["top"][0]["major"] >= 10000, f"too few major faults to tell anything: {major}")
+            by_program = prometheus.query(f"last_over_time(pfprof_program_faults_total{{{selector}}}[5m])")
+            work = [v for labels, v in by_program.items() if ("program", "work") in labels]
+            return {"all by mapping": sum(by_mapping.values()), "on the file": on_file,
+                    "all by program": sum(by_program.values()), "work's at least the file's": work[0] >= on_the_file if work else None}
+        want = {"all by mapping": everything, "on the file": [on_the_file],
+                "all by program": everything, "work's at least the file's": True}
+        final_values_stored(got, want, "every major fault recorded or lost under a mapping and a program, all the file's its own")
+        # The same series over OTLP.
+        vm_selector = 'target="work",backend="procfs",service_name="pfprof"'
+        for expr, want in {
+            f"sum(last_over_time(pfprof_mapping_faults_total{{{vm_selector}}}[10m]))": everything,
+            f'last_over_time(pfprof_mapping_faults_total{{{vm_selector},mapping_kind="shared",mapping=~".*db.*"}}[10m])': on_the_file,
+            f"sum(last_over_time(pfprof_program_faults_total{{{vm_selector}}}[10m]))": everything,
+        }.items():
+            def latest(expr=expr, want=want):
+                got = vm.one(expr)
+                return got == want, got
+            wait_until(f"VictoriaMetrics to answer {expr} == {want}", latest, timeout=30)
+        check(on_the_file >= 10000, f"too few major faults to tell anything: {major}")
 
     def test_two_monitors_of_one_command_write_two_textfiles_of_distinct_series(self):
         scratch = Scratch()

@@ -39,15 +39,18 @@ pub struct Tally {
     folded: Faults,
     lost: Faults,
     processes: HashMap<u32, ProcessTotal>,
+    /// The faults the tables recorded, by the program of the process that took them
+    /// (`[unknown]` for one never read).
+    programs: HashMap<Arc<str>, Faults>,
+    /// Recorded faults not kept by program: the tables' own rest, and folded programs.
+    programs_folded: Faults,
 }
+
+/// The program of a process whose name was never read (it was gone first).
+pub const UNKNOWN_PROGRAM: &str = "[unknown]";
 
 impl Tally {
     pub fn add(&mut self, table: &PeriodTable) {
-        for entry in &table.entries {
-            *self.mappings.entry(Arc::clone(&entry.mapping)).or_default() += entry.faults;
-        }
-        self.folded += table.rest;
-        self.lost += table.lost;
         for p in &table.processes {
             let total = self.processes.entry(p.pid).or_insert_with(|| ProcessTotal {
                 comm: Arc::clone(&p.comm),
@@ -58,6 +61,17 @@ impl Tally {
             total.minor = total.minor.saturating_add(p.minor);
             total.major = total.major.saturating_add(p.major);
         }
+        for entry in &table.entries {
+            *self.mappings.entry(Arc::clone(&entry.mapping)).or_default() += entry.faults;
+            let program = match self.processes.get(&entry.pid) {
+                Some(p) => Arc::clone(&p.comm),
+                None => UNKNOWN_PROGRAM.into(),
+            };
+            *self.programs.entry(program).or_default() += entry.faults;
+        }
+        self.folded += table.rest;
+        self.programs_folded += table.rest;
+        self.lost += table.lost;
         self.bound();
     }
 
@@ -73,6 +87,7 @@ impl Tally {
             && self.folded.is_empty()
             && self.lost.is_empty()
             && self.processes.is_empty()
+            && self.programs.is_empty()
     }
 
     /// Every fault recorded, on any mapping.
@@ -127,6 +142,24 @@ impl Tally {
         top
     }
 
+    /// The program (`comm`) of process `pid`, if a table counted it.
+    pub fn program_of(&self, pid: u32) -> Option<&Arc<str>> {
+        self.processes.get(&pid).map(|p| &p.comm)
+    }
+
+    /// The faults the tables recorded, by the program of the process that took them, in
+    /// no order.
+    pub fn programs(&self) -> impl Iterator<Item = (&Arc<str>, Faults)> {
+        self.programs
+            .iter()
+            .map(|(program, faults)| (program, *faults))
+    }
+
+    /// Recorded faults whose program was not kept.
+    pub fn programs_folded(&self) -> Faults {
+        self.programs_folded
+    }
+
     /// The `k` processes with the most faults (major first, then minor), most first.
     pub fn top_processes(&self, k: usize) -> Vec<(u32, &ProcessTotal)> {
         let mut all: Vec<(u32, &ProcessTotal)> = (self.processes.iter())
@@ -179,16 +212,8 @@ impl Tally {
 
     /// Folds the half with the fewest faults once more than [`MAX_KEPT`] are kept.
     fn bound(&mut self) {
-        if self.mappings.len() > MAX_KEPT {
-            let mut all: Vec<(Arc<Mapping>, Faults)> = self.mappings.drain().collect();
-            all.sort_by(|(_, a), (_, b)| {
-                (b.major, b.minor_samples).cmp(&(a.major, a.minor_samples))
-            });
-            for (_, faults) in all.drain(MAX_KEPT / 2..) {
-                self.folded += faults;
-            }
-            self.mappings.extend(all);
-        }
+        fold_smallest(&mut self.mappings, &mut self.folded);
+        fold_smallest(&mut self.programs, &mut self.programs_folded);
         if self.processes.len() > MAX_KEPT {
             let mut all: Vec<(u32, ProcessTotal)> = self.processes.drain().collect();
             all.sort_by_key(|(_, p)| std::cmp::Reverse((p.major, p.minor)));
@@ -196,6 +221,19 @@ impl Tally {
             self.processes.extend(all);
         }
     }
+}
+
+/// Past [`MAX_KEPT`] keys, folds the faults of the half with the fewest into `folded`.
+fn fold_smallest<K: Eq + std::hash::Hash>(kept: &mut HashMap<K, Faults>, folded: &mut Faults) {
+    if kept.len() <= MAX_KEPT {
+        return;
+    }
+    let mut all: Vec<(K, Faults)> = kept.drain().collect();
+    all.sort_by_key(|(_, f)| std::cmp::Reverse((f.major, f.minor_samples)));
+    for (_, faults) in all.drain(MAX_KEPT / 2..) {
+        *folded += faults;
+    }
+    kept.extend(all);
 }
 
 #[cfg(test)]

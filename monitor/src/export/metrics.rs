@@ -5,7 +5,7 @@
 //! `process.cpu.time`) and their Prometheus translation (`process_paging_faults_total`,
 //! `process_cpu_time_seconds_total`); pfprof's own are under `pfprof.`/`pfprof_`.
 
-use super::attribution::{MappingPoint, MappingSeries};
+use super::attribution::{AttributedSeries, SeriesPoint};
 use crate::pressure::verdict::judged_stall;
 use crate::rows::row::Row;
 
@@ -122,8 +122,8 @@ pub const MAPPING_FAULTS: Metric = Metric {
     prometheus: "pfprof_mapping_faults",
     unit: None,
     help: "Major faults by mapping, every one recorded: each of the target's named mappings \
-           from when it was named, the others' as mapping=\"[other]\", those the kernel could \
-           not record as mapping=\"[lost]\"",
+           since the profile began, the others' as mapping=\"[other]\", those the kernel \
+           could not record as mapping=\"[lost]\"",
 };
 pub const MAPPING_ESTIMATED_FAULTS: Metric = Metric {
     otel: "pfprof.mapping.estimated_faults",
@@ -134,15 +134,44 @@ pub const MAPPING_ESTIMATED_FAULTS: Metric = Metric {
            named as pfprof_mapping_faults names them",
 };
 
-/// A metric of the faults by mapping: the fault type it counts, and its count of a
-/// series.
-pub type MappingMetric = (&'static Metric, &'static str, fn(&MappingPoint) -> u64);
+pub const PROGRAM_FAULTS: Metric = Metric {
+    otel: "pfprof.program.faults",
+    otel_unit: "{fault}",
+    prometheus: "pfprof_program_faults",
+    unit: None,
+    help: "Major faults by program (comm), every one recorded: the same faults as \
+           pfprof_mapping_faults, each of the target's named programs since the profile \
+           began, the others' as program=\"[other]\", those the kernel could not record as \
+           program=\"[lost]\"",
+};
+pub const PROGRAM_ESTIMATED_FAULTS: Metric = Metric {
+    otel: "pfprof.program.estimated_faults",
+    otel_unit: "{fault}",
+    prometheus: "pfprof_program_estimated_faults",
+    unit: None,
+    help: "Minor faults by program, estimated: one in --minor-sampling recorded, times it; \
+           named as pfprof_program_faults names them",
+};
 
-/// The two metrics of the faults by mapping.
-pub const MAPPING_METRICS: [MappingMetric; 2] = [
+/// A metric of the attributed faults: the fault type it counts, and its count of a
+/// series.
+pub type AttributedMetric = (&'static Metric, &'static str, fn(&SeriesPoint) -> u64);
+
+/// The metrics of the faults by mapping.
+pub const MAPPING_METRICS: [AttributedMetric; 2] = [
     (&MAPPING_FAULTS, "major", |p| p.major),
     (&MAPPING_ESTIMATED_FAULTS, "minor", |p| p.minor_estimated),
 ];
+
+/// The metrics of the faults by program.
+pub const PROGRAM_METRICS: [AttributedMetric; 2] = [
+    (&PROGRAM_FAULTS, "major", |p| p.major),
+    (&PROGRAM_ESTIMATED_FAULTS, "minor", |p| p.minor_estimated),
+];
+
+/// The metrics of each family of attributed series, in [`AttributedSeries::families`]'
+/// order: by mapping, by program.
+pub const ATTRIBUTED_METRICS: [&[AttributedMetric; 2]; 2] = [&MAPPING_METRICS, &PROGRAM_METRICS];
 pub const BUILD_INFO: Metric = Metric {
     otel: "pfprof.build.info",
     otel_unit: "",
@@ -260,8 +289,8 @@ pub struct Snapshot {
     /// Memory stall so far, in [`STALL_TYPES`] order, µs; `None` without PSI.
     pub stall_us: Option<[u64; 2]>,
     pub thrashing: ThrashingState,
-    /// Faults by mapping; `None`: not attributed to mappings (nothing is exported).
-    pub mappings: Option<MappingSeries>,
+    /// Faults by mapping and by program; `None`: not attributed (nothing is exported).
+    pub attributed: Option<AttributedSeries>,
     /// The profile has ended: these are the final values.
     pub done: bool,
 }

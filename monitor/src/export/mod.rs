@@ -33,7 +33,7 @@ pub use otlp::OtlpOptions;
 use crate::attribution::Tally;
 use crate::rows::row::Row;
 use crate::system::duration::parse_duration_or_zero;
-use attribution::MappingSeries;
+use attribution::AttributedSeries;
 use board::Board;
 
 /// The exporters the user asked for (`monitor`'s options).
@@ -199,13 +199,12 @@ impl Exporters {
         self.last_mono_ns = row.mono_ns;
     }
 
-    /// Adds the faults by mapping of the rows added since the last call (`interval`),
-    /// one minor fault recorded in `minor_sampling`.
-    pub fn add_mappings(&mut self, interval: &Tally, minor_sampling: u64) {
-        let now = otlp::unix_ns(std::time::SystemTime::now());
-        (self.snapshot.mappings)
-            .get_or_insert_with(|| MappingSeries::new(minor_sampling))
-            .add_interval(interval, self.last_mono_ns, now);
+    /// Adds the faults by mapping and by program of the rows added since the last call
+    /// (`interval`), one minor fault recorded in `minor_sampling`.
+    pub fn add_attributed(&mut self, interval: &Tally, minor_sampling: u64) {
+        (self.snapshot.attributed)
+            .get_or_insert_with(|| AttributedSeries::new(minor_sampling))
+            .add_interval(interval, self.last_mono_ns);
     }
 
     /// What the thrashing verdict says after the rows added so far.

@@ -154,7 +154,7 @@ impl Consumers {
             .as_ref()
             .and_then(AttributionReport::interval_tally);
         if let (Some((tally, minor_sampling)), Some(e)) = (by_mapping, self.exporters.as_mut()) {
-            e.add_mappings(tally, minor_sampling);
+            e.add_attributed(tally, minor_sampling);
         }
         if let Some(record) = self
             .attributed

@@ -33,7 +33,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
 
 use crate::export::error::ExportError;
-use crate::export::metrics::MAPPING_METRICS;
+use crate::export::metrics::ATTRIBUTED_METRICS;
 use crate::export::metrics::{
     Labels, Metric, Snapshot, BUCKETS, BUILD_INFO, CPU_TIME, FAULTS, FAULT_TYPES, MEMORY_TYPES,
     MEMORY_USAGE, PERIOD, PERIOD_FAULTS, SAMPLES_LOST, STALL, STALL_TYPES, SWAP, THRASHING,
@@ -349,35 +349,31 @@ impl Points {
         ];
         metrics.extend(self.memory_metrics(s));
         metrics.extend(self.thrashing_metrics(s));
-        metrics.extend(self.mapping_metrics(s));
+        metrics.extend(self.attributed_metrics(s));
         metrics
     }
 
-    /// Faults by mapping, where they were attributed: each series from when its
-    /// mapping was named (a new start time for one named again).
-    fn mapping_metrics(&self, s: &Snapshot) -> Vec<OtlpMetric> {
-        let Some(points) = s.mappings.as_ref().map(|m| m.points()) else {
+    /// Faults by mapping and by program, where they were attributed: every series from
+    /// the profile's start.
+    fn attributed_metrics(&self, s: &Snapshot) -> Vec<OtlpMetric> {
+        let Some(attributed) = s.attributed.as_ref() else {
             return Vec::new();
         };
-        MAPPING_METRICS
-            .iter()
-            .map(|(m, fault_type, count)| {
+        let int = |n: u64| number_data_point::Value::AsInt(i64::try_from(n).unwrap_or(i64::MAX));
+        let mut metrics = Vec::new();
+        for (metrics_of, points) in ATTRIBUTED_METRICS.into_iter().zip(attributed.families()) {
+            for (m, fault_type, count) in metrics_of {
                 let data = (points.iter())
                     .map(|p| {
                         let mut attributes = self.with("system.paging.fault.type", fault_type);
                         attributes.extend(p.labels.iter().map(|(k, v)| string(k, v)));
-                        let value = number_data_point::Value::AsInt(
-                            i64::try_from(count(p)).unwrap_or(i64::MAX),
-                        );
-                        NumberDataPoint {
-                            start_time_unix_nano: p.since_unix_ns.unwrap_or(self.start_unix_ns),
-                            ..self.point(attributes, value)
-                        }
+                        self.point(attributes, int(count(p)))
                     })
                     .collect();
-                metric(m, sum(data))
-            })
-            .collect()
+                metrics.push(metric(m, sum(data)));
+            }
+        }
+        metrics
     }
 
     /// Memory by type and swap (gauges: an UpDownCounter's level), the stall when the
@@ -608,27 +604,36 @@ mod tests {
     }
 
     #[test]
-    fn the_faults_by_mapping_are_sums_whose_named_series_start_when_named() {
-        use crate::attribution::{Faults, Mapping, MappingKind, Tally};
-        use crate::export::attribution::MappingSeries;
+    fn the_faults_by_mapping_and_program_are_sums_from_the_profiles_start() {
+        use crate::attribution::table::Builder;
+        use crate::attribution::{Faults, Mapping, MappingKind, ProcessFaults, Tally};
+        use crate::export::attribution::AttributedSeries;
         let file = Arc::new(Mapping {
             kind: MappingKind::Data,
             name: "/srv/a \"b\"\\n".into(),
             file: None,
             owner: None,
         });
-        let mut m = MappingSeries::new(61);
-        for (unix_ns, major) in [(5, 3), (6, 4)] {
+        let mut m = AttributedSeries::new(61);
+        for (mono_ns, major) in [(5, 3), (6, 4)] {
             let mut tally = Tally::default();
             let faults = Faults {
                 major,
                 minor_samples: 1,
             };
-            tally.add_mapping(&file, faults);
-            m.add_interval(&tally, 0, unix_ns);
+            let mut builder = Builder::default();
+            builder.add(1, Arc::clone(&file), faults);
+            let work = ProcessFaults {
+                pid: 1,
+                comm: "work".into(),
+                minor: 2,
+                major,
+            };
+            tally.add(&builder.finish(0, Faults::default(), vec![work]));
+            m.add_interval(&tally, mono_ns);
         }
         let s = Snapshot {
-            mappings: Some(m),
+            attributed: Some(m),
             ..Snapshot::default()
         };
         let request = request(&[(s, labels("work", Vec::new()))], &identity(), 9);
@@ -652,12 +657,30 @@ mod tests {
                 Some("[lost]".into())
             ]
         );
-        // Named at 5 with its first 3 faults counted as the others'.
+        // Named with its first faults: every series from the profile's start.
         let value = |p: &NumberDataPoint| (p.start_time_unix_nano, p.value);
         let int = |n| Some(number_data_point::Value::AsInt(n));
-        assert_eq!(value(&major[0]), (5, int(4)));
-        assert_eq!(value(&major[1]), (1, int(3)));
-        assert_eq!(value(&minor[0]), (5, int(61)));
+        assert_eq!(value(&major[0]), (1, int(7)));
+        assert_eq!(value(&major[1]), (1, int(0)));
+        assert_eq!(value(&minor[0]), (1, int(122)));
+        // By program: the same faults.
+        let programs = sum_of("pfprof.program.faults");
+        let program = |p: &NumberDataPoint| {
+            (
+                attribute(&p.attributes, "program").map(str::to_owned),
+                p.value,
+            )
+        };
+        assert_eq!(
+            programs.iter().map(program).collect::<Vec<_>>(),
+            [
+                (Some("work".into()), int(7)),
+                (Some("[other]".into()), int(0)),
+                (Some("[lost]".into()), int(0)),
+            ]
+        );
+        let estimated = sum_of("pfprof.program.estimated_faults");
+        assert_eq!(program(&estimated[0]), (Some("work".into()), int(122)));
         assert_eq!(
             attribute(&major[0].attributes, "mapping_kind"),
             Some("data")

@@ -7,7 +7,7 @@ use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::export::metrics::MAPPING_METRICS;
+use crate::export::metrics::ATTRIBUTED_METRICS;
 use crate::export::metrics::{
     Labels, Metric, NamedUnit, Snapshot, BUILD_INFO, CPU_TIME, FAULTS, FAULT_TYPES, MEMORY_TYPES,
     MEMORY_USAGE, PERIOD, PERIOD_FAULTS, SAMPLES_LOST, STALL, STALL_TYPES, SWAP, TARGETS_LEFT_OUT,
@@ -136,7 +136,7 @@ impl Collector for SnapshotCollector {
         self.encode_memory(&mut encoder)?;
         self.encode_stall(&mut encoder)?;
         self.encode_thrashing(&mut encoder)?;
-        self.encode_mappings(&mut encoder)?;
+        self.encode_attributed(&mut encoder)?;
         let mut info = descriptor(&mut encoder, &BUILD_INFO, MetricType::Gauge)?;
         for (_, labels) in &self.targets {
             info.encode_family(&with(labels, "version", VERSION))?
@@ -237,29 +237,31 @@ impl SnapshotCollector {
         Ok(())
     }
 
-    /// Faults by mapping, of the targets whose faults were attributed to mappings: the
-    /// major ones, and the minor ones estimated under a name of their own.
-    fn encode_mappings(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    /// Faults by mapping and by program, of the targets whose faults were attributed:
+    /// the major ones, and the minor ones estimated under a name of their own.
+    fn encode_attributed(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let attributed: Vec<_> = (self.targets.iter())
-            .filter_map(|(s, labels)| Some((s.mappings.as_ref()?.points(), labels)))
+            .filter_map(|(s, labels)| Some((s.attributed.as_ref()?.families(), labels)))
             .collect();
         if attributed.is_empty() {
             return Ok(());
         }
-        for (metric, fault_type, count) in MAPPING_METRICS {
-            let mut family = descriptor(encoder, metric, MetricType::Counter)?;
-            for (points, labels) in &attributed {
-                for point in points {
-                    let mut pairs = with(labels, "system_paging_fault_type", fault_type);
-                    pairs.extend(
-                        point
-                            .labels
-                            .iter()
-                            .map(|(key, value)| (*key, value.as_str())),
-                    );
-                    family
-                        .encode_family(&pairs)?
-                        .encode_counter::<NoLabelSet, _, u64>(&count(point), None)?;
+        for (i, metrics) in ATTRIBUTED_METRICS.into_iter().enumerate() {
+            for (metric, fault_type, count) in metrics {
+                let mut family = descriptor(encoder, metric, MetricType::Counter)?;
+                for (families, labels) in &attributed {
+                    for point in &families[i] {
+                        let mut pairs = with(labels, "system_paging_fault_type", fault_type);
+                        pairs.extend(
+                            point
+                                .labels
+                                .iter()
+                                .map(|(key, value)| (*key, value.as_str())),
+                        );
+                        family
+                            .encode_family(&pairs)?
+                            .encode_counter::<NoLabelSet, _, u64>(&count(point), None)?;
+                    }
                 }
             }
         }
@@ -440,8 +442,10 @@ mod tests {
     /// A snapshot whose faults were attributed: a file named to break out of its label,
     /// a heap, the others and the lost.
     fn attributed() -> Snapshot {
+        use crate::attribution::table::Builder;
+        use crate::attribution::ProcessFaults;
         use crate::attribution::{Faults, Mapping, MappingKind, Tally};
-        use crate::export::attribution::MappingSeries;
+        use crate::export::attribution::AttributedSeries;
         let hostile = "/tmp/x\"} 1e9\nprocess_paging_faults_total{target=\"victim\\";
         let file = Mapping {
             kind: MappingKind::Shared,
@@ -459,37 +463,47 @@ mod tests {
             major,
             minor_samples,
         };
-        let mut m = MappingSeries::new(61);
+        let mut m = AttributedSeries::new(61);
+        // Process 42, work, took them all.
         let interval = |file_faults, heap_faults| {
+            let mut builder = Builder::default();
+            builder.add(42, std::sync::Arc::new(file.clone()), file_faults);
+            builder.add(42, std::sync::Arc::new(heap.clone()), heap_faults);
+            let work = ProcessFaults {
+                pid: 42,
+                comm: "work".into(),
+                minor: 9,
+                major: 1,
+            };
             let mut tally = Tally::default();
-            tally.add_mapping(&std::sync::Arc::new(file.clone()), file_faults);
-            tally.add_mapping(&std::sync::Arc::new(heap.clone()), heap_faults);
+            tally.add(&builder.finish(0, Faults::default(), vec![work]));
             tally
         };
-        // Named after the first interval (whose faults are the others'), counted after.
-        m.add_interval(&interval(faults(5, 0), faults(0, 1)), 1, 9);
-        m.add_interval(&interval(faults(30, 2), faults(1, 10)), 2, 9);
+        // Named with their first faults.
+        m.add_interval(&interval(faults(5, 0), faults(0, 1)), 1);
+        m.add_interval(&interval(faults(30, 2), faults(1, 10)), 2);
         Snapshot {
-            mappings: Some(m),
+            attributed: Some(m),
             ..snapshot()
         }
     }
 
     #[test]
-    fn the_faults_by_mapping_carry_its_labels_escaped_major_exact_and_minor_estimated() {
+    fn the_faults_by_mapping_and_program_carry_their_labels_escaped_major_exact_and_minor_estimated(
+    ) {
         let text = encode(&attributed(), &labels(), TextFormat::OpenMetrics);
         let base = r#"target="work",backend="procfs",mode="strict",monitor_pid="7""#;
         let file = r#"mapping="/tmp/x\"} 1e9\nprocess_paging_faults_total{target=\"victim\\",mapping_kind="shared""#;
         for line in [
             "# TYPE pfprof_mapping_faults counter".to_owned(),
             format!(
-                r#"pfprof_mapping_faults_total{{{base},system_paging_fault_type="major",{file}}} 30"#
+                r#"pfprof_mapping_faults_total{{{base},system_paging_fault_type="major",{file}}} 35"#
             ),
             format!(
-                r#"pfprof_mapping_faults_total{{{base},system_paging_fault_type="major",mapping="[heap]",mapping_kind="heap",mapping_pid="42"}} 1"#
+                r#"pfprof_mapping_faults_total{{{base},system_paging_fault_type="major",mapping="[heap]",mapping_kind="heap",program="work"}} 1"#
             ),
             format!(
-                r#"pfprof_mapping_faults_total{{{base},system_paging_fault_type="major",mapping="[other]"}} 5"#
+                r#"pfprof_mapping_faults_total{{{base},system_paging_fault_type="major",mapping="[other]"}} 0"#
             ),
             format!(
                 r#"pfprof_mapping_faults_total{{{base},system_paging_fault_type="major",mapping="[lost]"}} 0"#
@@ -499,10 +513,21 @@ mod tests {
                 r#"pfprof_mapping_estimated_faults_total{{{base},system_paging_fault_type="minor",{file}}} 122"#
             ),
             format!(
-                r#"pfprof_mapping_estimated_faults_total{{{base},system_paging_fault_type="minor",mapping="[heap]",mapping_kind="heap",mapping_pid="42"}} 610"#
+                r#"pfprof_mapping_estimated_faults_total{{{base},system_paging_fault_type="minor",mapping="[heap]",mapping_kind="heap",program="work"}} 671"#
             ),
             format!(
-                r#"pfprof_mapping_estimated_faults_total{{{base},system_paging_fault_type="minor",mapping="[other]"}} 61"#
+                r#"pfprof_mapping_estimated_faults_total{{{base},system_paging_fault_type="minor",mapping="[other]"}} 0"#
+            ),
+            "# TYPE pfprof_program_faults counter".to_owned(),
+            format!(
+                r#"pfprof_program_faults_total{{{base},system_paging_fault_type="major",program="work"}} 36"#
+            ),
+            format!(
+                r#"pfprof_program_faults_total{{{base},system_paging_fault_type="major",program="[other]"}} 0"#
+            ),
+            "# TYPE pfprof_program_estimated_faults counter".to_owned(),
+            format!(
+                r#"pfprof_program_estimated_faults_total{{{base},system_paging_fault_type="minor",program="work"}} 793"#
             ),
         ] {
             assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
