@@ -135,9 +135,13 @@ static int __init pfprof_init(void)
 	if (ret)
 		return ret;
 
-	ret = pfprof_execs_init();
+	ret = pfprof_lineage_probe_init();
 	if (ret)
 		return ret;
+
+	ret = pfprof_execs_init();
+	if (ret)
+		goto err_lineage;
 
 	ret = pfprof_proc_init();
 	if (ret)
@@ -156,6 +160,8 @@ err_remove_proc:
 	pfprof_proc_exit();
 err_execs:
 	pfprof_execs_exit();
+err_lineage:
+	pfprof_lineage_probe_exit();
 	return ret;
 }
 
@@ -165,7 +171,8 @@ static void __exit pfprof_exit(void)
 	pfprof_chardev_exit();
 	pfprof_proc_exit();
 	pfprof_execs_exit();
-	/* The sessions' and members' RCU callbacks are this module's code. */
+	pfprof_lineage_probe_exit();
+	/* The sessions', members' and kin's RCU callbacks are this module's code. */
 	rcu_barrier();
 	pr_info("unloaded\n");
 }

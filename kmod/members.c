@@ -9,7 +9,7 @@
  * Each member is a process (thread group) with what the session last saw
  * of it; at every collection its change since then is added to the
  * session's pending sample.  A member that inherits counts its tree too
- * (tree.c).  A member is counted while the session's opener may read it:
+ * (lineage.c).  A member is counted while the session's opener may read it:
  * one that exec'd a program the opener may not read (a setuid one) is
  * withdrawn at the collection that finds it so, without its change since
  * the last one, as perf stops counting a task at such an exec.
@@ -43,18 +43,18 @@
 #include "compat.h"
 #include "pfprof_internal.h"
 
-void pfprof_members_init(struct pfprof_session *s)
+int pfprof_members_init(struct pfprof_session *s)
 {
 	mutex_init(&s->members_lock);
 	INIT_LIST_HEAD(&s->members);
 	INIT_LIST_HEAD(&s->buried);
 	hash_init(s->by_signal);
-	pfprof_tree_init(&s->tree);
+	return pfprof_lineage_init(s);
 }
 
 /*
- * Reads @m's own totals, and its reaped children's if it inherits, into
- * ->now, ->reaped and ->alive; tree.c adds its live descendants'.
+ * Reads @m's own totals into ->own, ->now (with what its children reaped
+ * before its join, if it inherits) and ->alive; lineage.c adds its kin's.
  */
 static void pfprof_member_read(struct pfprof_member *m)
 {
@@ -62,17 +62,14 @@ static void pfprof_member_read(struct pfprof_member *m)
 	if (m->cgrp) {
 		/* No process of its own: its tree is every process inside. */
 		memset(&m->own, 0, sizeof(m->own));
-		memset(&m->reaped, 0, sizeof(m->reaped));
 		m->alive = pfprof_cgroup_alive(m->cgrp);
 	} else {
-		m->alive = pfprof_read_counters(m->leader, &m->own, &m->reaped);
+		m->alive = pfprof_read_counters(m->leader, &m->own, NULL);
 		pfprof_read_memory(m->leader, &m->memory);
 	}
 	m->now = m->own;
 	if (m->inherit)
-		pfprof_counters_add(&m->now, &m->reaped);
-	memset(&m->departed, 0, sizeof(m->departed));
-	memset(&m->departed_excluded, 0, sizeof(m->departed_excluded));
+		pfprof_counters_add(&m->now, &m->reaped_at_join);
 }
 
 /*
@@ -114,10 +111,7 @@ static void pfprof_member_judge(struct pfprof_session *s, struct pfprof_member *
 	m->execing = access == PFPROF_EXECING;
 }
 
-/*
- * What departed descendants took away is kept, what excluded ones brought
- * withheld.
- */
+/* What its kin that left counted is kept. */
 static void pfprof_member_settle(struct pfprof_member *m)
 {
 	struct pfprof_counters after = m->own;
@@ -128,40 +122,24 @@ static void pfprof_member_settle(struct pfprof_member *m)
 		pfprof_counters_sub_sat(&m->now, &after);
 	}
 	pfprof_counters_add(&m->now, &m->kept);
-	pfprof_counters_sub_sat(&m->now, &m->withheld);
-	m->reaped_before = m->reaped;
 }
 
-/* Reads every member, its tree's processes too. */
+/*
+ * Reads every member, and its kin: the CPU is offered between two (4,096
+ * members, or a tree of thousands, are milliseconds of reads).
+ */
 static void pfprof_read_all(struct pfprof_session *s)
 {
 	struct pfprof_member *m;
 
 	lockdep_assert_held(&s->members_lock);
-	/*
-	 * Members counted alone first, offering the CPU between two (4,096 of
-	 * them are milliseconds of reads).  Then those counted with their
-	 * trees, and no preemption point between their reads and the walk: a
-	 * child reaped in between is the tree's race (tree.c), and a yield
-	 * would widen it.
-	 */
 	list_for_each_entry(m, &s->members, node) {
-		if (m->inherit)
-			continue;
 		pfprof_member_read(m);
 		pfprof_member_judge(s, m);
 		cond_resched();
 	}
-	list_for_each_entry(m, &s->members, node) {
-		if (!m->inherit)
-			continue;
-		pfprof_member_read(m);
-		pfprof_member_judge(s, m);
-	}
 	if (s->nr_inheriting)
-		pfprof_tree_collect(s);
-	else
-		pfprof_execs_drop(s);
+		pfprof_lineage_collect(s);
 	list_for_each_entry(m, &s->members, node)
 		pfprof_member_settle(m);
 }
@@ -210,9 +188,9 @@ static void pfprof_member_free_rcu(struct pfprof_member *m)
 }
 
 /*
- * @m is no member any more.  One that inherits may still own slots of the
- * trees' maps: it is buried, its memory kept until pfprof_members_bury()
- * clears them, once for all those freed by the same operation.
+ * @m is no member any more.  One that inherits may still own kin: it is
+ * buried, its memory kept until pfprof_members_bury() drops them, once for
+ * all those freed by the same operation.
  */
 static void pfprof_member_free(struct pfprof_session *s, struct pfprof_member *m)
 {
@@ -235,6 +213,8 @@ static void pfprof_member_free(struct pfprof_session *s, struct pfprof_member *m
 	}
 	put_cred(m->asker);
 	if (m->inherit) {
+		/* Its kin name it: it goes once they are dropped. */
+		pfprof_lineage_untrack(s, m);
 		m->buried = true;
 		list_add(&m->node, &s->buried);
 	} else {
@@ -243,7 +223,7 @@ static void pfprof_member_free(struct pfprof_session *s, struct pfprof_member *m
 	}
 }
 
-/* Frees the buried members: nothing in the trees' maps names them then. */
+/* Frees the buried members: no kin names them then. */
 static void pfprof_members_bury(struct pfprof_session *s)
 {
 	struct pfprof_member *m, *tmp;
@@ -251,7 +231,7 @@ static void pfprof_members_bury(struct pfprof_session *s)
 	lockdep_assert_held(&s->members_lock);
 	if (list_empty(&s->buried))
 		return;
-	pfprof_tree_forget_buried(&s->tree);
+	pfprof_lineage_forget(s);
 	list_for_each_entry_safe(m, tmp, &s->buried, node) {
 		list_del(&m->node);
 		pfprof_member_free_rcu(m);
@@ -273,53 +253,27 @@ static void pfprof_since_registration(struct pfprof_member *m)
 	m->seen.cpu_ns = m->now.cpu_ns - (own->cpu_ns - m->base.cpu_ns);
 }
 
-/* @m's current leader (a thread that exec'd is it) descends from @ancestor. */
-static bool pfprof_member_descends_from(struct pfprof_member *m,
-					struct task_struct *ancestor)
-{
-	struct task_struct *leader = get_pid_task(m->tgid, PIDTYPE_TGID);
-	bool descends = false;
-
-	if (leader) {
-		descends = pfprof_descends_from(leader, ancestor);
-		put_task_struct(leader);
-	}
-	return descends;
-}
-
 /*
- * What @look (a tree.c look up the real parents) finds above @m's current
- * leader, or NULL.
+ * The inheriting member whose tree holds @m's process (a kin of it), or
+ * NULL.  A cgroup's kin are no tree: its session has no other member.
  */
-static struct pfprof_member *
-pfprof_member_ancestor(struct pfprof_session *s, struct pfprof_member *m,
-		       struct pfprof_member *(*look)(struct pfprof_session *s,
-						     struct task_struct *p))
+static struct pfprof_member *pfprof_tree_of(struct pfprof_session *s,
+					    struct pfprof_member *m)
 {
-	struct task_struct *leader = get_pid_task(m->tgid, PIDTYPE_TGID);
-	struct pfprof_member *found = NULL;
+	struct pfprof_member *owner;
 
-	if (leader) {
-		rcu_read_lock();
-		found = look(s, leader);
-		rcu_read_unlock();
-		put_task_struct(leader);
-	}
-	return found;
-}
-
-/* @m's current leader is in the tree of another of @s's inheriting members. */
-static bool pfprof_in_a_tree(struct pfprof_session *s, struct pfprof_member *m)
-{
-	return pfprof_member_ancestor(s, m, pfprof_tree_owner);
+	rcu_read_lock();
+	owner = pfprof_lineage_owner(s, m->sig);
+	rcu_read_unlock();
+	return owner && !owner->cgrp ? owner : NULL;
 }
 
 /*
  * May @m's process join @s: 0, or -ESRCH when it is gone, -ELOOP when it
- * lies too deep for the looks up its ancestry (tree.c), -EEXIST when @s
- * counts it already (a member, or in an inheriting one's tree).  Asked of
- * its leader now: one released since the member was made (a thread exec'd)
- * has no parent to look up.
+ * lies deeper than the ABI's bound of real parents, -EEXIST when @s counts
+ * it already (a member, or a kin of an inheriting one).  Asked of its
+ * leader now: one released since the member was made (a thread exec'd) has
+ * no parent to look up.
  */
 static int pfprof_may_join(struct pfprof_session *s, struct pfprof_member *m)
 {
@@ -333,29 +287,27 @@ static int pfprof_may_join(struct pfprof_session *s, struct pfprof_member *m)
 	else if (pfprof_too_deep(leader))
 		ret = -ELOOP;
 	else if (pfprof_member_of(s, leader->signal) ||
-		 pfprof_tree_owner(s, leader))
+		 pfprof_lineage_owner(s, leader->signal))
 		ret = -EEXIST;
 	rcu_read_unlock();
 	return ret;
 }
 
 /*
- * Frees the members inside @m's tree, accounted already: @m counts them now.
- * A look up each member's ancestry, at most PFPROF_TREE_DEPTH_MAX parents:
- * the CPU is offered between two.
+ * Frees the members whose processes the walk of @m's join made its kin,
+ * accounted already: @m counts them, and their kin, from now.
  */
 static bool pfprof_absorb(struct pfprof_session *s, struct pfprof_member *m)
 {
 	struct pfprof_member *other, *tmp;
 	bool any = false;
 
+	pfprof_lineage_absorb(s, m);
 	list_for_each_entry_safe(other, tmp, &s->members, node) {
-		if (other != m && !other->joining &&
-		    pfprof_member_descends_from(other, m->leader)) {
+		if (other != m && !other->joining && pfprof_tree_of(s, other) == m) {
 			pfprof_member_free(s, other);
 			any = true;
 		}
-		cond_resched();
 	}
 	return any;
 }
@@ -421,59 +373,72 @@ static int pfprof_member_link(struct pfprof_session *s, struct pfprof_member *m)
 	return 0;
 }
 
+/* Another member of @s (joining or not) is in @joiner's tree. */
+static bool pfprof_tree_holds_members(struct pfprof_session *s,
+				      struct pfprof_member *joiner)
+{
+	struct pfprof_member *m;
+
+	list_for_each_entry(m, &s->members, node) {
+		if (m != joiner && pfprof_tree_of(s, m) == joiner)
+			return true;
+	}
+	return false;
+}
+
 /*
  * Completes the joins the registry offered, after a read of every member:
- * one that inherits and that another user registered
- * (PFPROF_FOLLOW_OTHER_USERS) stays out if a member is in its tree (taking
- * in the session's own targets, it could end the session by leaving); a
- * process in an inheriting member's tree (it may have joined since the
- * offer, or join now) stays out; one that inherits takes in the members in
- * its tree, after their last change, and then every member is read again,
- * so that its count starts with them in it.  Each counts from its
- * registration.  Each pass frees only the member it is at: what it visits
- * next is never freed under it.
+ * a process in an inheriting member's tree (it may have joined since the
+ * offer, or join now) stays out; one that inherits finds its tree (the
+ * join's walk, lineage.c); if another user registered it
+ * (PFPROF_FOLLOW_OTHER_USERS) it stays out when a member is in its tree
+ * (taking in the session's own targets, it could end the session by
+ * leaving), else it takes in the members in its tree, after their last
+ * change, and then every member is read again, so that its count starts
+ * with them in it.  Each counts from its registration.  Each pass frees
+ * only the member it is at: what it visits next is never freed under it.
  */
 static void pfprof_complete_joins(struct pfprof_session *s)
 {
-	struct pfprof_member *m, *tmp, *joiner;
+	struct pfprof_member *m, *tmp;
 	bool absorbed = false, inheriting = false;
 
-	list_for_each_entry(m, &s->members, node)
-		inheriting |= m->joining && m->inherit;
-	/*
-	 * The members inside a joining tree: each process walks up once, at
-	 * most PFPROF_TREE_DEPTH_MAX parents, and offers the CPU after it.
-	 */
-	if (inheriting) {
-		list_for_each_entry(m, &s->members, node) {
-			joiner = pfprof_member_ancestor(s, m, pfprof_tree_joiner);
-			if (joiner && !joiner->own_target)
-				joiner->refused = true;
-			cond_resched();
+	list_for_each_entry_safe(m, tmp, &s->members, node) {
+		if (m->joining && pfprof_tree_of(s, m))
+			pfprof_member_free(s, m);
+	}
+	/* One joiner's walk at a time: a refused one's kin go before the next's. */
+	list_for_each_entry(m, &s->members, node) {
+		if (!m->joining || !m->inherit)
+			continue;
+		pfprof_lineage_join(s, m, false);
+		if (!m->own_target && pfprof_tree_holds_members(s, m)) {
+			m->refused = true;
+			pfprof_lineage_untrack(s, m);
+			pfprof_lineage_forget(s);
+			continue;
 		}
-		list_for_each_entry_safe(m, tmp, &s->members, node) {
-			if (m->refused)
-				pfprof_member_free(s, m);
-		}
+		pfprof_lineage_absorb(s, m);
+		inheriting = true;
 	}
 	list_for_each_entry_safe(m, tmp, &s->members, node) {
-		if (m->joining && pfprof_in_a_tree(s, m))
+		if (m->refused)
 			pfprof_member_free(s, m);
-		cond_resched();
 	}
+	/* In the tree of one that joined now: absorbed, or (joining) out. */
 	if (inheriting) {
 		list_for_each_entry_safe(m, tmp, &s->members, node) {
-			cond_resched();
-			if (m->joining ||
-			    !pfprof_member_ancestor(s, m, pfprof_tree_joiner))
+			if (!pfprof_tree_of(s, m))
 				continue;
-			if (m->readable && !m->execing)
-				pfprof_member_account(s, m);
+			if (!m->joining) {
+				if (m->readable && !m->execing)
+					pfprof_member_account(s, m);
+				absorbed = true;
+			}
 			pfprof_member_free(s, m);
-			absorbed = true;
 		}
 	}
-	if (absorbed)
+	if (absorbed || inheriting)
 		pfprof_read_all(s);
 	list_for_each_entry(m, &s->members, node) {
 		if (!m->joining)
@@ -542,9 +507,6 @@ void pfprof_members_prune(struct pfprof_session *s)
 {
 	mutex_lock(&s->members_lock);
 	pfprof_prune_dead(s);
-	/* No tree left: its exec records concern nothing. */
-	if (!s->nr_inheriting)
-		pfprof_execs_drop(s);
 	pfprof_members_bury(s);
 	mutex_unlock(&s->members_lock);
 }
@@ -578,27 +540,31 @@ int pfprof_members_join(struct pfprof_session *s, struct pid *tgid, u32 flags)
 		goto err_unlock;
 	}
 	pfprof_prune_dead(s);
-	/* Full, and joining takes nobody in to make room. */
-	if (!m->inherit && pfprof_nr_members(s) >= PFPROF_MEMBERS_MAX) {
+	/*
+	 * Full: nobody joins, not even one whose tree would take members in
+	 * (it is linked before its walk finds them).
+	 */
+	if (pfprof_nr_members(s) >= PFPROF_MEMBERS_MAX) {
 		ret = -ENOSPC;
 		goto err_unlock;
 	}
 	ret = pfprof_may_join(s, m);
 	if (ret)
 		goto err_unlock;
-	if (m->inherit) {
-		/* Their last changes first: from now on they are in ours. */
+	/* Their last changes first: from now on the members in its tree are in ours. */
+	if (m->inherit)
 		pfprof_account_all(s);
-		pfprof_absorb(s, m);
-	}
 	ret = pfprof_member_link(s, m);
 	if (ret)
 		goto err_unlock;
-	/* Its tree's processes: a walk with it a member. */
-	if (m->inherit)
+	if (m->inherit) {
+		/* Linked: what its tree forks from now is its kin; then its tree now. */
+		pfprof_lineage_join(s, m, flags & PFPROF_TARGET_WHOLE_LIFE);
+		pfprof_absorb(s, m);
 		pfprof_read_all(s);
-	else
+	} else {
 		pfprof_member_read(m);
+	}
 	if (!m->alive) {
 		/* Exited and reaped since the caller found it. */
 		pfprof_member_free(s, m);
@@ -658,6 +624,7 @@ int pfprof_members_add_cgroup(struct pfprof_session *s, struct cgroup *cgrp)
 		goto err_unlock;
 	}
 	/* The first walk: what its processes did so far is not counted. */
+	pfprof_lineage_open(s);
 	pfprof_read_all(s);
 	m->seen = m->now;
 	WRITE_ONCE(s->counted_any, true);
@@ -810,8 +777,9 @@ void pfprof_members_free(struct pfprof_session *s)
 	list_for_each_entry_safe(m, tmp, &s->members, node)
 		pfprof_member_free(s, m);
 	pfprof_members_bury(s);
-	pfprof_tree_free(&s->tree);
 	mutex_unlock(&s->members_lock);
+	/* Off the session list already: no probe makes kin of it once a grace period passed. */
+	pfprof_lineage_close(s);
 }
 
 /*

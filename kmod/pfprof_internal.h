@@ -11,8 +11,8 @@
  * by a reference.  The sampler of a session takes only the last two:
  * sessions never wait for each other.  A session's faults.lock (faults.c)
  * comes before its members_lock and is taken with no other held.
- * Innermost, a session's execs_lock (exec.c), a spinlock that the exec
- * tracepoint takes and that nests nothing.
+ * Innermost, a session's lineage lock (lineage.c), a spinlock that the
+ * fork and exec tracepoints take and that nests nothing.
  */
 #ifndef _PFPROF_INTERNAL_H
 #define _PFPROF_INTERNAL_H
@@ -28,6 +28,7 @@
 #include <linux/poll.h>
 #include <linux/rculist.h>
 #include <linux/rcupdate.h>
+#include <linux/rhashtable-types.h>
 #include <linux/sched.h>
 #include <linux/sched/task.h>
 #include <linux/spinlock.h>
@@ -176,7 +177,8 @@ struct pfprof_member {
 	const struct cred *asker;	/* referenced: who asked for it */
 	struct rcu_head rcu;		/* exec.c finds members under RCU */
 	bool inherit;
-	bool buried;			/* freed: nothing counts for it (tree.c) */
+	bool buried;			/* freed, its kin not dropped yet (lineage.c) */
+	bool untracked;			/* under the lineage's lock: no kin made for it */
 	bool from_registry;		/* joined through /proc: leaves by "U" */
 	bool joining;			/* offered: joins at the next collection */
 	bool own_target;		/* offered: the opener's user registered it */
@@ -191,44 +193,18 @@ struct pfprof_member {
 	bool execing;			/* mid-exec: counted at the next look */
 	struct pfprof_counters own;	/* its own, without children */
 	struct pfprof_counters now;	/* what counts of it, its tree's too */
-	struct pfprof_counters reaped;	/* its reaped children's, in now */
 	struct pfprof_memory memory;	/* what it holds now, its tree's too */
-	struct pfprof_counters departed;	/* tree.c: left its tree since */
-	struct pfprof_counters departed_excluded;
-	/* Kept across collections (tree.c). */
-	struct pfprof_counters reaped_before;	/* ->reaped at the last one */
-	struct pfprof_counters kept;	/* departed descendants' counts */
-	struct pfprof_counters withheld;	/* excluded descendants' counts */
+	/* Kept across collections. */
+	struct pfprof_counters reaped_at_join;	/* inheriting: its reaped children's then */
+	struct pfprof_counters kept;	/* its kin's that left (lineage.c) */
 	struct pfprof_counters seen;	/* what the session last accounted */
 };
 
-/* tree.c: the walk's maps of the processes in inheriting members' trees. */
-struct pfprof_tree_slot;
-
 /*
  * How many real parents a process may have to join a session (deeper: -ELOOP),
- * and so how far up every look at a process's ancestry goes (tree.c).
+ * and so how far up every look at a process's ancestry goes (lineage.c).
  */
 #define PFPROF_TREE_DEPTH_MAX	PFPROF_DEPTH_MAX
-
-/* Which process a slot is: a signal struct freed and reused is another. */
-struct pfprof_tree_key {
-	const struct signal_struct *sig;
-	u64 start_time;		/* the leader's; an exec's new leader takes it */
-};
-
-/*
- * The key of @p's process, whichever of its threads @p is (a real parent
- * is the thread that forked): its leader's start, which an exec's new
- * leader takes.  @p not released yet; under RCU.
- */
-static inline struct pfprof_tree_key pfprof_key_of(struct task_struct *p)
-{
-	return (struct pfprof_tree_key){
-		.sig = p->signal,
-		.start_time = rcu_dereference(p->group_leader)->start_time,
-	};
-}
 
 /*
  * @p's real parent, or NULL at the top (init) or once @p is released: a
@@ -246,14 +222,21 @@ static inline struct task_struct *pfprof_real_parent(struct task_struct *p)
 	return parent == p || parent == &init_task ? NULL : parent;
 }
 
-struct pfprof_tree {
-	struct pfprof_tree_slot *map[2];	/* this walk's and the last one's */
-	unsigned int cap[2];		/* slots, a power of two, or 0 */
-	unsigned int used[2];		/* processes each walk put in it */
-	bool complete[2];		/* each walk put every one in it */
-	u64 walked_at[2];		/* when each walk began, ktime_get_ns() */
-	u64 walked_before;		/* when the walk before the last one began */
-	unsigned int cur;		/* which map the last walk filled */
+/* lineage.c: the kin of a session, the processes of its trees or its cgroup. */
+struct pfprof_lineage {
+	spinlock_t lock;		/* the table, births, nr, untracked, closed */
+	struct rhashtable table;	/* every kin, by signal struct */
+	struct list_head births;	/* the fork probe's, not collected yet */
+	struct list_head kin;		/* the collection's, under members_lock */
+	unsigned int nr;		/* in the table */
+	unsigned int untracked;		/* processes not kept since the last collection */
+	bool closed;			/* the session closes: no kin is made */
+	bool ready;			/* the table is there */
+	bool counted_in;		/* the fork probe looks at it */
+	/* cgroup discovery walks, under members_lock. */
+	u64 walked_at;			/* when the last one began, ktime_get_ns() */
+	u64 walked_before;		/* when the one before began */
+	bool walked_complete;		/* the last one kept every process it found */
 };
 
 /* faults.c: where a session's processes fault. */
@@ -352,7 +335,7 @@ struct pfprof_session {
 	bool closed;			/* released: nobody joins, nothing runs */
 	struct pfprof_counters pending;	/* collected, not delivered yet */
 	struct pfprof_member *cgroup;	/* the session's cgroup, its only member */
-	struct pfprof_tree tree;
+	struct pfprof_lineage lineage;
 
 	struct pfprof_ring ring;
 	struct pfprof_faults faults;
@@ -361,16 +344,7 @@ struct pfprof_session {
 	wait_queue_head_t sampler_wq;
 	struct mem_cgroup *memcg;	/* referenced: the opener's, or NULL */
 
-	/* exec.c: execs in its trees, for its next walk; under execs_lock. */
-	spinlock_t execs_lock;
-	struct list_head execs;
-	unsigned int nr_execs;
-	bool execs_lost;		/* some were not kept */
-	bool execs_closed;		/* closing: none is kept */
 	bool foreign_asker;		/* a member asked for by another than the opener */
-	/* Under members_lock: records were lost since the last walk. */
-	bool execs_missed;
-
 };
 
 /* counters.c: what a process has done and holds. */
@@ -379,7 +353,7 @@ bool pfprof_read_counters(struct task_struct *leader, struct pfprof_counters *ow
 void pfprof_read_memory(struct task_struct *leader, struct pfprof_memory *memory);
 
 /* members.c: the processes a session counts. */
-void pfprof_members_init(struct pfprof_session *s);
+int pfprof_members_init(struct pfprof_session *s);
 int pfprof_members_join(struct pfprof_session *s, struct pid *tgid, u32 flags);
 bool pfprof_members_offer(struct pfprof_session *s, struct pid *tgid, u32 flags,
 			  const struct cred *asker, bool own,
@@ -460,43 +434,29 @@ static inline void pfprof_counters_sub_sat(struct pfprof_counters *t,
 	t->cpu_ns -= min(t->cpu_ns, d->cpu_ns);
 }
 
-/* tree.c: the processes in inheriting members' trees. */
-void pfprof_tree_init(struct pfprof_tree *t);
-void pfprof_tree_free(struct pfprof_tree *t);
-void pfprof_tree_collect(struct pfprof_session *s);
-void pfprof_tree_forget_buried(struct pfprof_tree *t);
-struct pfprof_member *pfprof_tree_owner(struct pfprof_session *s,
-					struct task_struct *p);
-struct pfprof_member *pfprof_tree_joiner(struct pfprof_session *s,
-					 struct task_struct *p);
+/* lineage.c: the processes of inheriting members' trees and of a cgroup. */
+int pfprof_lineage_init(struct pfprof_session *s);
+void pfprof_lineage_open(struct pfprof_session *s);
+void pfprof_lineage_close(struct pfprof_session *s);
+void pfprof_lineage_join(struct pfprof_session *s, struct pfprof_member *m,
+			 bool whole_life);
+void pfprof_lineage_absorb(struct pfprof_session *s, struct pfprof_member *m);
+void pfprof_lineage_collect(struct pfprof_session *s);
+void pfprof_lineage_untrack(struct pfprof_session *s, struct pfprof_member *m);
+void pfprof_lineage_forget(struct pfprof_session *s);
+struct pfprof_member *pfprof_lineage_owner(struct pfprof_session *s,
+					   const struct signal_struct *sig);
+bool pfprof_lineage_hide(struct pfprof_session *s, struct task_struct *p,
+			 const struct pfprof_counters *at_exec);
+int pfprof_lineage_probe_init(void);
+void pfprof_lineage_probe_exit(void);
 bool pfprof_descends_from(struct task_struct *p,
 			  const struct task_struct *ancestor);
 bool pfprof_too_deep(struct task_struct *p);
 
-/*
- * exec.c: an exec that may hide a process (a setuid program's), in a tree
- * of a session.
- */
-struct pfprof_exec {
-	struct list_head node;		/* on the session's execs */
-	struct task_struct *task;	/* referenced: its final counts */
-	struct pfprof_tree_key key;	/* its own */
-	struct pfprof_counters at_exec;	/* its own and reaped children's then */
-	/* Its member's process; .sig NULL: the session's cgroup. */
-	struct pfprof_tree_key owner;
-	bool gone;			/* tree.c: released before the walk began */
-	unsigned int depth;		/* ancestors in up[] */
-	struct pfprof_tree_key up[];	/* from its parent up to below its member */
-};
-
+/* exec.c: execs that may hide a process from its sessions. */
 int pfprof_execs_init(void);
 void pfprof_execs_exit(void);
-void pfprof_execs_init_session(struct pfprof_session *s);
-bool pfprof_execs_take(struct pfprof_session *s, struct list_head *into);
-void pfprof_execs_keep_back(struct pfprof_session *s, struct list_head *execs);
-void pfprof_exec_free(struct pfprof_exec *e);
-void pfprof_execs_close(struct pfprof_session *s);
-void pfprof_execs_drop(struct pfprof_session *s);
 
 /* registry.c: the processes registered through /proc. */
 struct pfprof_registration {
@@ -525,13 +485,8 @@ long pfprof_session_ioctl(struct file *file, unsigned int cmd,
 __poll_t pfprof_session_poll(struct file *file, poll_table *wait);
 void pfprof_sessions_offer(struct pid *pid, kuid_t registrant,
 			   const struct pfprof_counters *base);
-void pfprof_sessions_exec(struct task_struct *p,
-			  const struct pfprof_counters *at_exec,
-			  struct user_namespace *hidden_ns,
-			  void (*offer)(struct pfprof_session *s,
-					struct task_struct *p,
-					const struct pfprof_counters *at_exec,
-					struct user_namespace *hidden_ns));
+void pfprof_sessions_each(void (*fn)(struct pfprof_session *s, void *arg),
+			  void *arg);
 void pfprof_sessions_recall(struct pid *pid);
 
 /* sampler.c: a session's sampling kthread. */

@@ -134,9 +134,10 @@ int pfprof_session_open(struct inode *inode, struct file *file)
 	s->owner = file->f_cred->euid;
 	s->pid_ns = get_pid_ns(task_active_pid_ns(current));
 	s->memcg = pfprof_memcg_get();
-	pfprof_members_init(s);
-	pfprof_execs_init_session(s);
 	pfprof_faults_init(s);
+	ret = pfprof_members_init(s);
+	if (ret)
+		goto err_free_creds;
 
 	/* Over the limit: no area allocated in vain (session_add decides). */
 	ret = pfprof_sessions_room(s->owner);
@@ -161,6 +162,8 @@ err_stop:
 err_free_ring:
 	pfprof_ring_exit(&s->ring);
 err_free:
+	pfprof_lineage_close(s);
+err_free_creds:
 	put_cred(s->opener_cred);
 	pfprof_memcg_put(s->memcg);
 	put_pid_ns(s->pid_ns);
@@ -182,7 +185,6 @@ int pfprof_session_release(struct inode *inode, struct file *file)
 	pfprof_sampler_stop(s);
 	pfprof_faults_release(s);
 	pfprof_members_free(s);
-	pfprof_execs_close(s);
 	pfprof_session_put(s);
 	return 0;
 }
@@ -337,24 +339,19 @@ void pfprof_sessions_offer(struct pid *pid, kuid_t registrant,
 }
 
 /*
- * An exec that may hide @p (exec.c): every session is told, by @offer, which
- * finds whether its trees hold @p.  Under RCU, from the exec's tracepoint:
- * the session list is walked without its lock, which such a probe cannot
- * take.
+ * A fork or an exec (lineage.c, exec.c): every session is told, by @fn,
+ * which finds whether its trees hold the process.  Under RCU, from the
+ * tracepoints: the session list is walked without its lock, which such a
+ * probe cannot take.
  */
-void pfprof_sessions_exec(struct task_struct *p,
-			  const struct pfprof_counters *at_exec,
-			  struct user_namespace *hidden_ns,
-			  void (*offer)(struct pfprof_session *s,
-					struct task_struct *p,
-					const struct pfprof_counters *at_exec,
-					struct user_namespace *hidden_ns))
+void pfprof_sessions_each(void (*fn)(struct pfprof_session *s, void *arg),
+			  void *arg)
 {
 	struct pfprof_session *s;
 
 	rcu_read_lock();
 	list_for_each_entry_rcu(s, &pfprof_sessions, node)
-		offer(s, p, at_exec, hidden_ns);
+		fn(s, arg);
 	rcu_read_unlock();
 }
 
