@@ -29,8 +29,10 @@
  * the process list at every collection finds those that came in (counted
  * from then; from their birth if born since the walk before the last one,
  * which the fork probe may have missed while their parent was not known);
- * a child forked inside by a kin is one from its fork.  A kin found outside
- * at a look leaves, what it counted kept.
+ * a child forked inside by a kin is one from its fork.  A kin outside at a
+ * look counts nothing of the period before; back inside, it counts from
+ * then (it stays a kin until its release: a process that comes and goes is
+ * never counted twice).
  *
  * Exclusion.  A kin the session's opener (or its member's asker) may not
  * read is not counted at a look that finds it so, nor for the period
@@ -141,12 +143,20 @@ static struct pfprof_kin *pfprof_kin_of(struct pfprof_lineage *l,
 	return rhashtable_lookup(&l->table, &sig, pfprof_kin_params);
 }
 
-/* A kin of @p for @owner, not linked anywhere yet, or NULL.  Under RCU. */
-static struct pfprof_kin *pfprof_kin_new(struct task_struct *p,
-					 struct pfprof_member *owner, gfp_t gfp)
+/*
+ * A kin of @p for @owner, not linked anywhere yet, or NULL.  Charged to the
+ * session's opener, whoever forks or asks: the opener chose to count the
+ * tree.  Under RCU, atomic.
+ */
+static struct pfprof_kin *pfprof_kin_new(struct pfprof_session *s,
+					 struct task_struct *p,
+					 struct pfprof_member *owner)
 {
-	struct pfprof_kin *k = kzalloc(sizeof(*k), gfp | __GFP_NOWARN);
+	struct mem_cgroup *charged = pfprof_memcg_charge(s->memcg);
+	struct pfprof_kin *k;
 
+	k = kzalloc(sizeof(*k), GFP_NOWAIT | __GFP_ACCOUNT | __GFP_NOWARN);
+	pfprof_memcg_charge(charged);
 	if (!k)
 		return NULL;
 	k->sig = p->signal;
@@ -223,36 +233,37 @@ static void pfprof_lineage_fork(struct pfprof_session *s, void *arg)
 
 	if (!READ_ONCE(s->nr_inheriting))
 		return;
-	if (!cg) {
-		m = pfprof_member_of_rcu(s, parent->signal);
-		if (m && !READ_ONCE(m->inherit))
+	/*
+	 * A kin's children are its tree's, even if it is a member too (one
+	 * about to be absorbed, or whose join is not complete yet).
+	 */
+	if (!pfprof_kin_of(l, parent->signal)) {
+		m = cg ? NULL : pfprof_member_of_rcu(s, parent->signal);
+		if (!m || !READ_ONCE(m->inherit))
 			return;
 	}
-	if (!m && !pfprof_kin_of(l, parent->signal))
-		return;
 	if (cg && !pfprof_in_session_cgroup(s, cg, child))
 		return;
-	/* Charged to the forker, as the exec records are to the exec'ing task. */
-	k = pfprof_kin_new(child, NULL, GFP_NOWAIT | __GFP_ACCOUNT);
+	k = pfprof_kin_new(s, child, NULL);
 	spin_lock(&l->lock);
 	/* Again under the lock: a member leaving, a kin dropped, are so under it. */
-	if (m) {
-		if (m->untracked)
-			goto out;
-		hidden = READ_ONCE(m->hidden);
-	} else {
-		up = pfprof_kin_of(l, parent->signal);
-		if (!up || up->owner->untracked)
-			goto out;
+	up = pfprof_kin_of(l, parent->signal);
+	if (up) {
 		m = up->owner;
 		hidden = up->hidden;
+	} else if (m) {
+		hidden = READ_ONCE(m->hidden);
+	} else {
+		goto out;
 	}
+	if (m->untracked)
+		goto out;
 	if (!k) {
 		l->untracked++;
 		goto out;
 	}
 	k->owner = m;
-	/* Below a hidden process nothing counts, as perf's events do not follow it. */
+	/* Below a hidden process nothing counts, as perf's events do not follow it there. */
 	k->hidden = hidden;
 	k->hidden_seen = hidden;
 	if (pfprof_kin_link(l, k, &l->births))
@@ -273,15 +284,16 @@ static void pfprof_fork_probe(void *data, struct task_struct *parent,
 {
 	struct pfprof_fork fork = { .parent = parent, .child = child };
 
-	if (!atomic_read(&pfprof_lineages) || !thread_group_leader(child))
+	if (!thread_group_leader(child))
 		return;
 	/*
-	 * Pairs with the barrier in pfprof_lineage_join(): either its walk
-	 * finds the child (linked before this probe ran), or this probe finds
-	 * the member or kin it made.
+	 * Between the child's linking on the process list and the looks at
+	 * the sessions; pairs with pfprof_lineage_adopt()'s: either a walk
+	 * finds the child, or this probe finds the member or kin it followed.
 	 */
 	smp_mb();
-	pfprof_sessions_each(pfprof_lineage_fork, &fork);
+	if (atomic_read(&pfprof_lineages))
+		pfprof_sessions_each(pfprof_lineage_fork, &fork);
 }
 
 /* @s now has a tree or a cgroup: the fork probe looks at it. */
@@ -295,21 +307,28 @@ void pfprof_lineage_open(struct pfprof_session *s)
 	}
 }
 
+/* From when a walk counts a process it makes a kin. */
+enum pfprof_since {
+	PFPROF_SINCE_NOW,
+	PFPROF_SINCE_BIRTH,		/* its own counts, all of them */
+	PFPROF_SINCE_BIRTH_AND_REAPED,	/* and its reaped children's before */
+};
+
 /*
  * The process @p (alive when its walk found it, under RCU) is a kin of
- * @owner, counted from now (@from_birth: from its start).  Under
- * members_lock.  Returns the kin, or NULL (known already, or not kept).
+ * @owner, counted @since.  Under members_lock.  Returns the kin, or NULL
+ * (known already, or not kept).
  */
 static struct pfprof_kin *pfprof_lineage_adopt(struct pfprof_session *s,
 					       struct task_struct *p,
 					       struct pfprof_member *owner,
-					       bool from_birth)
+					       enum pfprof_since since)
 {
 	struct pfprof_lineage *l = &s->lineage;
-	struct pfprof_counters own;
+	struct pfprof_counters own, reaped;
 	struct pfprof_kin *k;
 
-	k = pfprof_kin_new(p, owner, GFP_NOWAIT | __GFP_ACCOUNT);
+	k = pfprof_kin_new(s, p, owner);
 	spin_lock(&l->lock);
 	if (!k) {
 		l->untracked++;
@@ -321,11 +340,23 @@ static struct pfprof_kin *pfprof_lineage_adopt(struct pfprof_session *s,
 	spin_unlock(&l->lock);
 	if (!k)
 		return NULL;
-	/* Its children reaped before it was known count with its own. */
-	pfprof_read_counters(p, &own, &k->base);
-	if (!from_birth) {
-		pfprof_counters_add(&own, &k->base);
+	/*
+	 * Between the kin's publication and the walk's next reads of the
+	 * process list; pairs with the fork probe's: a child it forks from now
+	 * is the walk's or the probe's.
+	 */
+	smp_mb();
+	pfprof_read_counters(p, &own, &reaped);
+	switch (since) {
+	case PFPROF_SINCE_NOW:
 		k->last = own;
+		break;
+	case PFPROF_SINCE_BIRTH:
+		break;
+	case PFPROF_SINCE_BIRTH_AND_REAPED:
+		/* A tree's whole life: its descendants dead before the join. */
+		k->base = reaped;
+		break;
 	}
 	return k;
 }
@@ -356,7 +387,7 @@ void pfprof_lineage_join(struct pfprof_session *s, struct pfprof_member *m,
 	 * counted short of it, never twice.
 	 */
 	pfprof_read_counters(m->leader, &own, &m->reaped_at_join);
-	/* Pairs with the fork probe's. */
+	/* The member linked (and the probe counted in) before the walk: pairs with the probe's. */
 	smp_mb();
 	rcu_read_lock();
 	for_each_process(p) {
@@ -370,7 +401,9 @@ void pfprof_lineage_join(struct pfprof_session *s, struct pfprof_member *m,
 		}
 		/* Known: forked under it meanwhile, or a kin of a member it absorbs. */
 		if (!pfprof_kin_of(l, p->signal))
-			pfprof_lineage_adopt(s, p, m, whole_life);
+			pfprof_lineage_adopt(s, p, m,
+					     whole_life ? PFPROF_SINCE_BIRTH_AND_REAPED :
+							  PFPROF_SINCE_NOW);
 	}
 	rcu_read_unlock();
 }
@@ -390,7 +423,8 @@ void pfprof_lineage_absorb(struct pfprof_session *s, struct pfprof_member *m)
 	list_splice_tail_init(&l->births, &l->kin);
 	spin_unlock(&l->lock);
 	list_for_each_entry(k, &l->kin, node) {
-		if (k->owner != m && k->owner->inherit) {
+		/* A kin of a member that left goes, whatever its key now names. */
+		if (k->owner != m && !k->owner->untracked) {
 			rcu_read_lock();
 			of = pfprof_kin_of(l, k->owner->sig);
 			rcu_read_unlock();
@@ -472,7 +506,8 @@ static void pfprof_lineage_discover(struct pfprof_session *s,
 		 */
 		if (!pfprof_lineage_adopt(s, p, cg,
 					  complete && l->walked_before &&
-					  p->start_time > l->walked_before) &&
+					  p->start_time > l->walked_before ?
+					  PFPROF_SINCE_BIRTH : PFPROF_SINCE_NOW) &&
 		    !pfprof_kin_of(l, p->signal))
 			l->walked_complete = false;
 	}
@@ -540,10 +575,9 @@ seen:
 }
 
 /*
- * Adds each kin's count to its member's ->now, and the final count of a
- * kin released (or, for a cgroup, gone out) to its member's ->kept, the
- * memory of those counted to its member's ->memory.  Under members_lock,
- * after the members' reads.
+ * Adds each kin's count to its member's ->now, the final count of a kin
+ * released to its member's ->kept, the memory of those counted to its
+ * member's ->memory.  Under members_lock, after the members' reads.
  */
 void pfprof_lineage_collect(struct pfprof_session *s)
 {
@@ -586,13 +620,13 @@ void pfprof_lineage_collect(struct pfprof_session *s)
 						 pid_task(k->tgid, PIDTYPE_TGID) ?: k->leader);
 		rcu_read_unlock();
 		pfprof_kin_look(s, k, &cur, inside);
-		if (!alive || !inside) {
+		if (!alive) {
 			pfprof_counters_add(&m->kept, &k->counted);
 			pfprof_kin_drop(l, k);
 			continue;
 		}
 		pfprof_counters_add(&m->now, &k->counted);
-		if (!k->withdrawn && !k->hidden)
+		if (inside && !k->withdrawn && !k->hidden)
 			pfprof_read_memory(k->leader, &m->memory);
 	}
 }

@@ -22,10 +22,11 @@
  * A process ADDed joins at once (the opener's own request, and its own
  * cost).  One offered by a /proc registration, or recalled by "U", is only
  * marked (joining, leaving), at the cost of a hash lookup: the session's
- * sampler completes the change at its next collection, with the walk it
- * makes anyway, so that no user's registrations make another user's
- * session walk the process list.  A registration's counts run from the
- * registration whenever its join completes.
+ * sampler completes the change at its next collection (an inheriting one's
+ * join walks the process list once, there), so that no user's
+ * registrations make another user's ioctls or writes wait.  A
+ * registration's counts run from the registration whenever its join
+ * completes.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -188,6 +189,22 @@ static void pfprof_member_free_rcu(struct pfprof_member *m)
 }
 
 /*
+ * @m goes, with what it holds, once no RCU reader (exec.c) may see it any
+ * more: one never counted, one freed, or one buried whose kin are dropped.
+ */
+static void pfprof_member_drop(struct pfprof_member *m)
+{
+	if (m->cgrp) {
+		pfprof_cgroup_put(m->cgrp);
+	} else {
+		put_pid(m->tgid);
+		put_task_struct(m->leader);
+	}
+	put_cred(m->asker);
+	pfprof_member_free_rcu(m);
+}
+
+/*
  * @m is no member any more.  One that inherits may still own kin: it is
  * buried, its memory kept until pfprof_members_bury() drops them, once for
  * all those freed by the same operation.
@@ -204,22 +221,18 @@ static void pfprof_member_free(struct pfprof_session *s, struct pfprof_member *m
 	if (m->from_registry)
 		WRITE_ONCE(s->nr_registered, s->nr_registered - 1);
 	pfprof_ring_depart(&s->ring);
-	if (m->cgrp) {
+	if (m->cgrp)
 		WRITE_ONCE(s->cgroup, NULL);
-		pfprof_cgroup_put(m->cgrp);
-	} else {
-		put_pid(m->tgid);
-		put_task_struct(m->leader);
-	}
-	put_cred(m->asker);
 	if (m->inherit) {
-		/* Its kin name it: it goes once they are dropped. */
+		/*
+		 * Its kin name it, and the probes read its asker and cgroup
+		 * through them: it and what it holds go once they are dropped.
+		 */
 		pfprof_lineage_untrack(s, m);
-		m->buried = true;
 		list_add(&m->node, &s->buried);
 	} else {
 		/* exec.c may be looking at it. */
-		pfprof_member_free_rcu(m);
+		pfprof_member_drop(m);
 	}
 }
 
@@ -234,7 +247,7 @@ static void pfprof_members_bury(struct pfprof_session *s)
 	pfprof_lineage_forget(s);
 	list_for_each_entry_safe(m, tmp, &s->buried, node) {
 		list_del(&m->node);
-		pfprof_member_free_rcu(m);
+		pfprof_member_drop(m);
 	}
 }
 
@@ -330,20 +343,10 @@ static struct pfprof_member *pfprof_member_new(struct pid *tgid, u32 flags,
 		return ERR_PTR(-ESRCH);
 	}
 	m->sig = m->leader->signal;
-	m->start_time = m->leader->start_time;
 	m->tgid = get_pid(tgid);
 	m->asker = get_cred(asker);
 	m->inherit = flags & PFPROF_TARGET_INHERIT;
 	return m;
-}
-
-/* @m, never counted, goes without a trace (exec.c may have seen it linked). */
-static void pfprof_member_drop(struct pfprof_member *m)
-{
-	put_pid(m->tgid);
-	put_task_struct(m->leader);
-	put_cred(m->asker);
-	pfprof_member_free_rcu(m);
 }
 
 /* @m goes on @s's lists, counted by the ring if it has not ended. */
@@ -352,6 +355,12 @@ static int pfprof_member_link(struct pfprof_session *s, struct pfprof_member *m)
 	lockdep_assert_held(&s->members_lock);
 	if (pfprof_nr_members(s) >= PFPROF_MEMBERS_MAX)
 		return -ENOSPC;
+	/*
+	 * Counted by a ring that has not ended, or not at all: asked before
+	 * it is published, so that no probe makes kin of a member that is not.
+	 */
+	if (!pfprof_ring_admit(&s->ring))
+		return -ESHUTDOWN;
 	/* exec.c then asks about every user's processes, not just the opener's. */
 	if (!uid_eq(m->asker->fsuid, s->opener_cred->fsuid))
 		WRITE_ONCE(s->foreign_asker, true);
@@ -361,14 +370,6 @@ static int pfprof_member_link(struct pfprof_session *s, struct pfprof_member *m)
 	list_add_tail(&m->node, &s->members);
 	if (m->inherit)
 		WRITE_ONCE(s->nr_inheriting, s->nr_inheriting + 1);
-	/* Counted by a ring that has not ended, or not at all. */
-	if (!pfprof_ring_admit(&s->ring)) {
-		list_del(&m->node);
-		hash_del_rcu(&m->hash);
-		if (m->inherit)
-			WRITE_ONCE(s->nr_inheriting, s->nr_inheriting - 1);
-		return -ESHUTDOWN;
-	}
 	WRITE_ONCE(s->changes, s->changes + 1);
 	return 0;
 }
@@ -507,6 +508,9 @@ void pfprof_members_prune(struct pfprof_session *s)
 {
 	mutex_lock(&s->members_lock);
 	pfprof_prune_dead(s);
+	/* Released kin read and let go: none pins its task until the ring starts. */
+	if (s->nr_inheriting)
+		pfprof_lineage_collect(s);
 	pfprof_members_bury(s);
 	mutex_unlock(&s->members_lock);
 }

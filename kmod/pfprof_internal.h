@@ -172,12 +172,10 @@ struct pfprof_member {
 	 */
 	struct task_struct *leader;
 	const struct signal_struct *sig;	/* the hash's key: leader->signal */
-	u64 start_time;			/* its leader's: with ->sig, its tree key */
 	struct cgroup *cgrp;		/* referenced: a cgroup's member, no process */
 	const struct cred *asker;	/* referenced: who asked for it */
 	struct rcu_head rcu;		/* exec.c finds members under RCU */
 	bool inherit;
-	bool buried;			/* freed, its kin not dropped yet (lineage.c) */
 	bool untracked;			/* under the lineage's lock: no kin made for it */
 	bool from_registry;		/* joined through /proc: leaves by "U" */
 	bool joining;			/* offered: joins at the next collection */
@@ -320,7 +318,7 @@ struct pfprof_session {
 	DECLARE_HASHTABLE(by_signal, PFPROF_MEMBER_HASH_BITS);
 	unsigned int nr_inheriting;
 	unsigned int nr_registered;	/* joined through /proc; read locklessly */
-	struct list_head buried;	/* freed, their maps' slots not cleared yet */
+	struct list_head buried;	/* freed, their kin not dropped yet (lineage.c) */
 	unsigned int nr_leaving;	/* recalled, not gone yet; read locklessly */
 	unsigned int changes;		/* joins and leaves; read locklessly */
 	unsigned int withdrawn;		/* processes no longer counted: exec */

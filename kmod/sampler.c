@@ -263,7 +263,7 @@ static int pfprof_sampler_fn(void *data)
 	ktime_t now;
 
 	st.deadline = ktime_add_ns(ktime_get(), st.period);
-	/* What it allocates (the trees' maps) is its opener's. */
+	/* What it allocates (the kin its walks make) is its opener's. */
 	charged = pfprof_memcg_charge(s->memcg);
 	while (!kthread_should_stop()) {
 		if (READ_ONCE(s->ring.mode) == PFPROF_MODE_NONE) {

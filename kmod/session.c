@@ -162,7 +162,7 @@ err_stop:
 err_free_ring:
 	pfprof_ring_exit(&s->ring);
 err_free:
-	pfprof_lineage_close(s);
+	pfprof_members_free(s);
 err_free_creds:
 	put_cred(s->opener_cred);
 	pfprof_memcg_put(s->memcg);

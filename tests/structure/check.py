@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 # The module's calls back up the layers, each said where it is called.
-CALLBACKS = {('exec', 'session'), ('exec', 'faults'), ('faults', 'sampler')}
+CALLBACKS = {('exec', 'session'), ('lineage', 'session'), ('exec', 'faults'), ('faults', 'sampler')}
 
 
 def cycles(edges):

@@ -1,10 +1,10 @@
 //! Twin of `kmod/members.c` for a `--cgroup` target: the processes a profile counts, each
 //! with what was last read of it, its change added at every pass (the module's
 //! collection). The module counts a cgroup as one member whose tree is every process
-//! inside (`kmod/tree.c`); here each such process is a member, and they share the tree's
+//! inside (its kin, `kmod/lineage.c`); here each such process is a member, and they share the tree's
 //! [`Ledger`] and its words: *departed* (a dead member's counts, held by its heir),
-//! *kept*. What a process did before it entered is set aside (`entered`: the module's
-//! slot `->offset`).
+//! *kept*. What a process did before it entered is set aside (`entered`: what the module's
+//! kin `->last` holds when a walk finds it).
 //!
 //! The members of a cgroup selected with `--cgroup`: every process in the cgroup or one of
 //! its descendant cgroups, counted while it is inside.

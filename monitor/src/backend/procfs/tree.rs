@@ -1,11 +1,12 @@
-//! Twin of `kmod/tree.c`: the same tree counted by the same rule, in the same words. A
-//! pass here is a walk there; a `Slot` is its `struct pfprof_tree_slot`; a process's
-//! *heir* is the nearest ancestor still in the tree; what a descendant that died takes
-//! away is *departed* (`->departed`) until its heir's reaped counts pay it, and what will
-//! never reach a reaped count is *kept* (`->kept`). The module sets a walk's departures
-//! against that walk's growth and keeps the rest at once; here they wait on the heir until
-//! paid. The module's exclusion (`->withheld`: a descendant its opener may not read) has
-//! no counterpart here: a pass counts what `/proc` shows it.
+//! Twin of `kmod/lineage.c`, by another road: the module knows each process of a tree
+//! from its fork (a tracepoint) and counts it from its own counters until its release; a
+//! user-space pass sees no forks, so it finds the tree by walking `/proc` and takes reaped
+//! descendants from their parents' reaped counts. A process's *heir* is the nearest
+//! ancestor still in the tree; what a descendant that died takes away is *departed* until
+//! its heir's reaped counts pay it, and what will never reach a reaped count is *kept*
+//! (the module's member keeps its kin's in `->kept` the same way). The module's exclusion
+//! (a kin its opener may not read) has no counterpart here: a pass counts what `/proc`
+//! shows it.
 //!
 //! A profiled process counted with its descendants (inherit, as `perf stat` and wait4()'s
 //! RUSAGE_CHILDREN count them): its own counts and its reaped children's (stat's cminflt,
