@@ -120,3 +120,90 @@ fn every_address_serves_ipv4_and_ipv6_and_the_final_values_wait_for_two_scrapers
         "{rest}"
     );
 }
+
+/// The value of the series `name` (any labels) in exposition `text`.
+fn value_of(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(&format!("{name}{{")))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Now, Unix time in seconds.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64()
+}
+
+/// The children of process `pid`, from every thread's list.
+fn children_of(pid: u32) -> Vec<u32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the monitor's threads");
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+/// Waits (at most a minute) until `file` holds a `pfprof_last_update_timestamp_seconds`
+/// that `wanted` accepts; that value.
+fn last_update_in(file: &std::path::Path, wanted: impl Fn(f64) -> bool) -> f64 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        if let Some(v) = value_of(&text, "pfprof_last_update_timestamp_seconds") {
+            if wanted(v) {
+                return v;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no pfprof_last_update_timestamp_seconds as wanted in {}:\n{text}",
+            file.display()
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_textfile_says_when_its_values_were_last_updated_and_a_killed_monitor_stops_saying_it() {
+    let dir = common::Scratch::new("export-last-update");
+    let started = unix_now();
+    let mut monitor = Command::new(MONITOR)
+        .args(["run", "--backend", "procfs", "--interval", "100ms"])
+        .arg("--textfile")
+        .arg(dir.path())
+        .args(["-o", "/dev/null", "--", "sleep", "60"])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("monitor runs");
+    let file = dir.join(&format!("pfprof-sleep-{}.prom", monitor.id()));
+    // Rewritten every interval, each time with the time of its values.
+    let first = last_update_in(&file, |_| true);
+    let later = last_update_in(&file, |v| v > first);
+    let now = unix_now();
+    assert!(
+        started - 1.0 <= first && later <= now + 1.0,
+        "{first} then {later}, between {started} and {now}"
+    );
+    let command = children_of(monitor.id());
+    monitor.kill().expect("SIGKILL");
+    monitor.wait().expect("it ends");
+    let killed = unix_now();
+    for pid in command {
+        let _ = Command::new("kill").arg(pid.to_string()).status();
+    }
+    // Left behind (nothing can remove it from inside), saying how old it is.
+    let frozen = last_update_in(&file, |_| true);
+    assert!(
+        frozen <= killed + 1.0,
+        "{frozen} after the kill at {killed}"
+    );
+    thread::sleep(Duration::from_millis(500));
+    assert_eq!(last_update_in(&file, |_| true), frozen);
+}

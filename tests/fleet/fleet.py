@@ -475,6 +475,7 @@ class Fleet:
         wait_until("the pfprof rules to be evaluated", rules_healthy)
 
     def test_every_dashboard_panel_has_data_and_memory_stall_verdict_and_build_are_the_csvs(self):
+        started = time.time()
         prometheus, scratch, monitor = self.scraped_run(48, 30000, 30, 500)
         # While it runs (about 15 s), every panel of the dashboard shows something.
         for title, expr in dashboard_exprs():
@@ -482,6 +483,7 @@ class Fleet:
                        lambda expr=expr: (lambda r: (len(r) > 0, r))(prometheus.query(expr)), timeout=20)
             check(monitor.poll() is None, f"the monitor ended before panel {title!r} was checked: too slow a machine")
         code, _, err = finished(monitor, "the monitor")
+        ended = time.time()
         check(code == 0, f"monitor exited with {code}:\n{err}")
         rows = csv_rows(scratch("prof.csv"))
         last = rows[-1]
@@ -507,6 +509,10 @@ class Fleet:
             value = final("pfprof_memory_stall_seconds_total", f',pfprof_stall_type="{stall_type}"')
             check(close_to(value, seconds), f"{stall_type} stall: {value} s exported, the CSV's rows sum to {seconds} s")
         check(max(r["rss_anon"] for r in rows) > 40 << 20, "work's 48 MiB never showed in the rows")
+        # When the final values were posted: Unix seconds within the run.
+        updated = final("pfprof_last_update_timestamp_seconds")
+        check(updated is not None and started <= updated <= ended,
+              f"the last update at {updated}, not within the run ({started} to {ended})")
 
     def test_each_mappings_and_programs_series_holds_all_its_faults_a_hostile_files_name_intact(self):
         """Scraped by Prometheus and pushed to VictoriaMetrics at once. The interval (5 s)
@@ -654,12 +660,14 @@ class Fleet:
         self.defer(vm.close)
         scratch = Scratch()
         self.defer(scratch.close)
+        started = time.time()
         monitor = self.run_monitor(
             ["run", "--backend", "procfs", "-o", scratch("prof.csv"), "--interval", "500ms",
              "--otlp", f"{vm.url}/opentelemetry/v1/metrics", "--linger", "30s", "--"]
             + self.work_args(48, 30000, 5, 400)
         )
         code, _, err = finished(monitor, "the monitor")
+        ended = time.time()
         check(code == 0, f"monitor exited with {code}:\n{err}")
         check(re.search(r"otlp: \d+ pushes to \S+ delivered, the last with the final values", err), err)
         minor, major, rows = csv_totals(scratch("prof.csv"))
@@ -689,6 +697,10 @@ class Fleet:
             f'pfprof_build_info{{{selector},version=~"[0-9].+"}}': 1,
         }.items():
             check(vm.one(f"last_over_time({expr}[10m])") == want, f"VictoriaMetrics: {expr} is not {want}")
+        # The OTLP gauge under the name /metrics gives it: Unix seconds within the run.
+        updated = vm.one(f"last_over_time(pfprof_last_update_timestamp_seconds{{{selector}}}[10m])")
+        check(updated is not None and started <= updated <= ended,
+              f"VictoriaMetrics: the last update at {updated}, not within the run ({started} to {ended})")
         stall = judged_stall_seconds(csv_rows(scratch("prof.csv")))
         check(stall is not None, "this machine has no PSI: the stall cannot be checked")
         for stall_type, seconds in zip(("some", "full"), stall):

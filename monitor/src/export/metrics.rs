@@ -5,6 +5,8 @@
 //! `process.cpu.time`) and their Prometheus translation (`process_paging_faults_total`,
 //! `process_cpu_time_seconds_total`); pfprof's own are under `pfprof.`/`pfprof_`.
 
+use std::time::{SystemTime, UNIX_EPOCH};
+
 use super::attribution::{AttributedSeries, SeriesPoint};
 use crate::pressure::verdict::judged_stall;
 use crate::rows::row::Row;
@@ -180,6 +182,17 @@ pub const BUILD_INFO: Metric = Metric {
     help: "Always 1: the monitor's version, backend and mode",
 };
 
+/// When the values were last updated: what tells a frozen textfile (its monitor killed)
+/// from a target that is quiet, its counters flat but still posted every interval.
+pub const LAST_UPDATE: Metric = Metric {
+    otel: "pfprof.last_update.timestamp",
+    otel_unit: "s",
+    prometheus: "pfprof_last_update_timestamp",
+    unit: Some(NamedUnit::Seconds),
+    help: "When the monitor last updated the target's values, Unix time: every --interval \
+           while it runs, the end's while the final values linger",
+};
+
 pub const TARGETS_LEFT_OUT: Metric = Metric {
     otel: "pfprof.targets.left_out",
     otel_unit: "{target}",
@@ -293,6 +306,8 @@ pub struct Snapshot {
     pub attributed: Option<AttributedSeries>,
     /// The profile has ended: these are the final values.
     pub done: bool,
+    /// When these values were posted, Unix time in milliseconds ([`LAST_UPDATE`]).
+    pub updated_unix_ms: u64,
 }
 
 impl Snapshot {
@@ -329,6 +344,18 @@ impl Snapshot {
 
     pub fn period_seconds(&self) -> f64 {
         self.period_ns as f64 / 1e9
+    }
+
+    /// Says that these are the values as of `now`.
+    pub fn stamp(&mut self, now: SystemTime) {
+        self.updated_unix_ms = now
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    }
+
+    /// When these values were posted, Unix time in seconds.
+    pub fn updated_seconds(&self) -> f64 {
+        self.updated_unix_ms as f64 / 1e3
     }
 }
 

@@ -23,7 +23,7 @@ use std::ffi::OsString;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 pub use error::ExportError;
 pub use hub::{FleetExport, Hub};
@@ -125,7 +125,9 @@ impl Exporters {
         if !options.any() {
             return Ok(None);
         }
-        let snapshot = Snapshot::default();
+        // Zero counts as of now: the textfile's first write already says when.
+        let mut snapshot = Snapshot::default();
+        snapshot.stamp(SystemTime::now());
         let board = Arc::new(Board::new(snapshot.clone()));
         let labels = Arc::new(labels);
         let one = Arc::new(prometheus::http::OneTarget {
@@ -170,10 +172,11 @@ impl Exporters {
     pub fn attach(hub: &Hub, labels: Labels) -> Exporters {
         let board = Arc::new(Board::new(Snapshot::default()));
         let resumed = hub.attach(Arc::new(labels), Arc::clone(&board));
-        let snapshot = Snapshot {
+        let mut snapshot = Snapshot {
             done: false,
             ..resumed.unwrap_or_default()
         };
+        snapshot.stamp(SystemTime::now());
         board.post(&snapshot);
         Exporters {
             board,
@@ -220,8 +223,9 @@ impl Exporters {
         self.snapshot.lost = self.snapshot.lost.saturating_add(lost);
     }
 
-    /// Makes what was added so far visible to the exporters.
-    pub fn publish(&self) {
+    /// Makes what was added so far visible to the exporters, as the values of now.
+    pub fn publish(&mut self) {
+        self.snapshot.stamp(SystemTime::now());
         self.board.post(&self.snapshot);
     }
 
@@ -298,6 +302,36 @@ mod tests {
         assert_eq!(target_label(None, &[12, 34], None), "pid:12,34");
         assert_eq!(target_label(None, &[], Some("/a/b")), "/a/b");
         assert_eq!(target_label(None, &[], None), "registered");
+    }
+
+    #[test]
+    fn every_post_says_when_it_was_made() {
+        let unix_ms = || {
+            let mut now = Snapshot::default();
+            now.stamp(SystemTime::now());
+            now.updated_unix_ms
+        };
+        let hub = Hub::new(Duration::ZERO);
+        let labels = Labels {
+            target: "/a".into(),
+            backend: "procfs".into(),
+            mode: "strict".into(),
+            monitor_pid: "7".into(),
+            derived: Vec::new(),
+        };
+        let before = unix_ms();
+        let mut exporters = Exporters::attach(&hub, labels);
+        let attached = exporters.board.latest().0.updated_unix_ms;
+        // A clock that moves: the next post's time is after the first's.
+        while unix_ms() == attached {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        exporters.publish();
+        let published = exporters.board.latest().0.updated_unix_ms;
+        assert!(
+            before <= attached && attached < published && published <= unix_ms(),
+            "{before} {attached} {published}"
+        );
     }
 
     #[test]

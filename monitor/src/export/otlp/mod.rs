@@ -35,9 +35,9 @@ use prost::Message;
 use crate::export::error::ExportError;
 use crate::export::metrics::ATTRIBUTED_METRICS;
 use crate::export::metrics::{
-    Labels, Metric, Snapshot, BUCKETS, BUILD_INFO, CPU_TIME, FAULTS, FAULT_TYPES, MEMORY_TYPES,
-    MEMORY_USAGE, PERIOD, PERIOD_FAULTS, SAMPLES_LOST, STALL, STALL_TYPES, SWAP, THRASHING,
-    THRASHING_EPISODES, VERSION,
+    Labels, Metric, Snapshot, BUCKETS, BUILD_INFO, CPU_TIME, FAULTS, FAULT_TYPES, LAST_UPDATE,
+    MEMORY_TYPES, MEMORY_USAGE, PERIOD, PERIOD_FAULTS, SAMPLES_LOST, STALL, STALL_TYPES, SWAP,
+    THRASHING, THRASHING_EPISODES, VERSION,
 };
 use crate::export::prometheus::http::OneTarget;
 use config::{Config, Env};
@@ -334,6 +334,7 @@ impl Points {
         let cpu_seconds = number_data_point::Value::AsDouble(s.cpu_seconds());
         let lost = number_data_point::Value::AsInt(s.lost as i64);
         let period = number_data_point::Value::AsDouble(s.period_seconds());
+        let updated = number_data_point::Value::AsDouble(s.updated_seconds());
         let mut metrics = vec![
             metric(&FAULTS, sum(faults)),
             metric(&CPU_TIME, sum(vec![self.point(labels(), cpu_seconds)])),
@@ -346,6 +347,7 @@ impl Points {
             ),
             metric(&SAMPLES_LOST, sum(vec![self.point(labels(), lost)])),
             metric(&PERIOD, gauge(vec![self.point(labels(), period)])),
+            metric(&LAST_UPDATE, gauge(vec![self.point(labels(), updated)])),
         ];
         metrics.extend(self.memory_metrics(s));
         metrics.extend(self.thrashing_metrics(s));
@@ -560,6 +562,7 @@ mod tests {
     fn the_request_decodes_to_cumulative_sums_and_a_histogram_with_the_snapshot_values() {
         let mut s = Snapshot {
             faults: [40, 2],
+            updated_unix_ms: 1_767_225_600_125,
             ..Snapshot::default()
         };
         s.per_period[0].buckets[3] = 5;
@@ -576,10 +579,20 @@ mod tests {
                 "pfprof.period.faults",
                 "pfprof.samples.lost",
                 "pfprof.period",
+                "pfprof.last_update.timestamp",
                 "process.memory.usage",
                 "pfprof.memory.swap",
                 "pfprof.build.info"
             ]
+        );
+        // When the values were posted, not when they were pushed (the point's time).
+        let Some(metric::Data::Gauge(updated)) = &metrics[5].data else {
+            panic!("the last update is not a gauge");
+        };
+        assert_eq!(metrics[5].unit, "s");
+        assert_eq!(
+            updated.data_points[0].value,
+            Some(number_data_point::Value::AsDouble(1_767_225_600.125))
         );
         let Some(metric::Data::Sum(faults)) = &metrics[0].data else {
             panic!("faults are not a sum");

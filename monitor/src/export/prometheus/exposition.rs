@@ -9,9 +9,9 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::export::metrics::ATTRIBUTED_METRICS;
 use crate::export::metrics::{
-    Labels, Metric, NamedUnit, Snapshot, BUILD_INFO, CPU_TIME, FAULTS, FAULT_TYPES, MEMORY_TYPES,
-    MEMORY_USAGE, PERIOD, PERIOD_FAULTS, SAMPLES_LOST, STALL, STALL_TYPES, SWAP, TARGETS_LEFT_OUT,
-    THRASHING, THRASHING_EPISODES, VERSION,
+    Labels, Metric, NamedUnit, Snapshot, BUILD_INFO, CPU_TIME, FAULTS, FAULT_TYPES, LAST_UPDATE,
+    MEMORY_TYPES, MEMORY_USAGE, PERIOD, PERIOD_FAULTS, SAMPLES_LOST, STALL, STALL_TYPES, SWAP,
+    TARGETS_LEFT_OUT, THRASHING, THRASHING_EPISODES, VERSION,
 };
 
 /// The two text formats.
@@ -197,6 +197,12 @@ impl SnapshotCollector {
                 .encode_family(&labels.pairs())?
                 .encode_gauge(&s.period_seconds())?;
         }
+        let mut updated = descriptor(encoder, &LAST_UPDATE, MetricType::Gauge)?;
+        for (s, labels) in &self.targets {
+            updated
+                .encode_family(&labels.pairs())?
+                .encode_gauge(&s.updated_seconds())?;
+        }
         Ok(())
     }
 
@@ -315,6 +321,7 @@ mod tests {
     fn snapshot() -> Snapshot {
         let mut s = Snapshot {
             period_ns: 50_000_000,
+            updated_unix_ms: 1_767_225_600_125,
             ..Snapshot::default()
         };
         for (minor, major) in [(0, 0), (12, 1), (3_000, 0)] {
@@ -347,6 +354,9 @@ mod tests {
             r#"pfprof_period_faults_bucket{le="+Inf",target="work",backend="procfs",mode="strict",monitor_pid="7",system_paging_fault_type="minor"} 3"#,
             r#"pfprof_samples_lost_total{target="work",backend="procfs",mode="strict",monitor_pid="7"} 0"#,
             r#"pfprof_period_seconds{target="work",backend="procfs",mode="strict",monitor_pid="7"} 0.05"#,
+            "# TYPE pfprof_last_update_timestamp_seconds gauge",
+            "# UNIT pfprof_last_update_timestamp_seconds seconds",
+            r#"pfprof_last_update_timestamp_seconds{target="work",backend="procfs",mode="strict",monitor_pid="7"} 1767225600.125"#,
         ] {
             assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
         }

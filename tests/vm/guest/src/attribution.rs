@@ -376,15 +376,10 @@ pub fn threads_created_while_their_process_is_listed_are_recorded_once(env: &Env
 }
 
 /// The active objects of the perf_event slab cache, if the kernel keeps it apart (a
-/// cache merged with another of its size has no line of its own). The cache is shrunk
-/// first: under KASAN (the debug kernel) a freed object waits in the quarantine, still
-/// counted active, until the quarantine is drained, which shrinking the cache does for
-/// its objects (kmem_cache_shrink() calls kasan_cache_shrink()).
+/// cache merged with another of its size has no line of its own), once KASAN's
+/// quarantine (the debug kernel) has handed back the freed ones.
 fn perf_event_objects() -> Result<Option<u64>> {
-    let shrink = "/sys/kernel/slab/perf_event/shrink";
-    if fs::metadata(shrink).is_ok() {
-        fs::write(shrink, "1").with_context(|| format!("writing 1 to {shrink}"))?;
-    }
+    crate::klog::settle_frees("perf_event")?;
     let slabs = fs::read_to_string("/proc/slabinfo").context("/proc/slabinfo")?;
     Ok(slabs
         .lines()
