@@ -33,7 +33,7 @@
 
 /* Spinlocks and allocations in a tracepoint's probe sleep there. */
 #ifdef CONFIG_PREEMPT_RT
-#error "pfprof does not support PREEMPT_RT kernels: its exec probe runs atomic"
+#error "pfprof does not support PREEMPT_RT kernels: its fork and exec probes run atomic"
 #endif
 #include "pfprof_internal.h"
 
@@ -88,7 +88,8 @@ struct pfprof_exec {
 
 /*
  * Tells @s of an exec if it hides the process from @s: a member is marked
- * (members.c withdraws it), a kin hidden (lineage.c).  Under RCU.
+ * (members.c withdraws it), a kin, or a process of its cgroup, hidden
+ * (lineage.c).  Under RCU.
  */
 static void pfprof_exec_offer(struct pfprof_session *s, void *arg)
 {
@@ -107,14 +108,12 @@ static void pfprof_exec_offer(struct pfprof_session *s, void *arg)
 	if (!pfprof_exec_concerns(s, p))
 		return;
 	m = pfprof_member_of_rcu(s, p->signal);
-	if (m) {
-		if (pfprof_exec_hides_from(s, m, p, e->hidden_ns))
-			WRITE_ONCE(m->hidden, true);
-		return;
-	}
+	if (m && pfprof_exec_hides_from(s, m, p, e->hidden_ns))
+		WRITE_ONCE(m->hidden, true);
 	if (!READ_ONCE(s->nr_inheriting))
 		return;
-	m = pfprof_lineage_owner(s, p->signal);
+	/* A kin (a member too, about to be absorbed or not joined yet), or in the cgroup. */
+	m = pfprof_lineage_owner(s, p->signal) ?: READ_ONCE(s->cgroup);
 	if (m && pfprof_exec_hides_from(s, m, p, e->hidden_ns))
 		pfprof_lineage_hide(s, p, &e->at_exec);
 }

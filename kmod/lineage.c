@@ -144,6 +144,21 @@ static struct pfprof_kin *pfprof_kin_of(struct pfprof_lineage *l,
 }
 
 /*
+ * The member that counts the kin @k: its owner, or the member that
+ * absorbed its owner (a kin keeps naming the member it was made for until
+ * pfprof_lineage_absorb() moves it).  NULL for an owner that left.  Under
+ * the lock, or RCU for a look that the next collection may correct.
+ */
+static struct pfprof_member *pfprof_kin_owner(const struct pfprof_kin *k)
+{
+	struct pfprof_member *m = READ_ONCE(k->owner), *by;
+
+	while ((by = READ_ONCE(m->absorbed_by)))
+		m = by;
+	return READ_ONCE(m->untracked) ? NULL : m;
+}
+
+/*
  * A kin of @p for @owner, not linked anywhere yet, or NULL.  Charged to the
  * session's opener, whoever forks or asks: the opener chose to count the
  * tree.  Under RCU, atomic.
@@ -249,14 +264,14 @@ static void pfprof_lineage_fork(struct pfprof_session *s, void *arg)
 	/* Again under the lock: a member leaving, a kin dropped, are so under it. */
 	up = pfprof_kin_of(l, parent->signal);
 	if (up) {
-		m = up->owner;
+		m = pfprof_kin_owner(up);
 		hidden = up->hidden;
-	} else if (m) {
+	} else if (m && !m->untracked) {
 		hidden = READ_ONCE(m->hidden);
 	} else {
 		goto out;
 	}
-	if (m->untracked)
+	if (!m)
 		goto out;
 	if (!k) {
 		l->untracked++;
@@ -362,45 +377,84 @@ static struct pfprof_kin *pfprof_lineage_adopt(struct pfprof_session *s,
 }
 
 /*
- * @m (inheriting, linked: the fork probe makes its children kin from now)
- * joins: its live descendants become its kin, counted from now, or from
- * their start (@whole_life, with what @m and they reaped before).  A kin of
- * a member that the walk puts in @m's tree becomes @m's
- * (pfprof_lineage_absorb()).  A walk of the process list, which holds every
- * parent before its children, deciding each from its real parent: the
- * tree at the join is the real one; from then on, the forks.
+ * The member that counts the process with signal struct @sig: the one
+ * whose kin it is (an inheriting member, or the session's cgroup), or
+ * NULL.  Under RCU.
  */
-void pfprof_lineage_join(struct pfprof_session *s, struct pfprof_member *m,
-			 bool whole_life)
+struct pfprof_member *pfprof_lineage_owner(struct pfprof_session *s,
+					   const struct signal_struct *sig)
+{
+	struct pfprof_kin *k = pfprof_kin_of(&s->lineage, sig);
+
+	return k ? pfprof_kin_owner(k) : NULL;
+}
+
+/*
+ * The joiner whose tree the child of @parent is in, for the join's walk: a
+ * joiner itself, a kin of one, or a kin of a member whose process this
+ * walk made a joiner's kin (absorbed, with its tree).  Under RCU.
+ */
+static struct pfprof_member *pfprof_walk_owner(struct pfprof_session *s,
+					       struct task_struct *parent)
 {
 	struct pfprof_lineage *l = &s->lineage;
-	struct pfprof_counters own;
-	struct task_struct *p, *parent;
+	struct pfprof_member *m;
 	struct pfprof_kin *up;
+
+	up = pfprof_kin_of(l, parent->signal);
+	if (!up) {
+		m = pfprof_member_of_rcu(s, parent->signal);
+		return m && m->joiner ? m : NULL;
+	}
+	m = pfprof_kin_owner(up);
+	if (!m || m->joiner)
+		return m;
+	if (m->cgrp)
+		return NULL;
+	up = pfprof_kin_of(l, m->sig);
+	m = up ? pfprof_kin_owner(up) : NULL;
+	return m && m->joiner ? m : NULL;
+}
+
+/*
+ * The members marked joiner (inheriting, linked: the fork probe makes
+ * their children kin from now) join: their live descendants become their
+ * kin, counted from now, or from their start (@whole_life, with what they
+ * reaped before).  One walk of the process list for all of them, which
+ * holds every parent before its children, deciding each from its real
+ * parent: the tree at the join is the real one; from then on, the forks'.
+ * A member whose process the walk makes a joiner's kin is absorbed, its
+ * kin with it (pfprof_lineage_absorb()).
+ */
+void pfprof_lineage_join(struct pfprof_session *s, bool whole_life)
+{
+	struct pfprof_lineage *l = &s->lineage;
+	struct task_struct *p, *parent;
+	struct pfprof_counters own;
+	struct pfprof_member *m;
 
 	lockdep_assert_held(&s->members_lock);
 	pfprof_lineage_open(s);
 	/*
-	 * What its children reaped so far brought it: constant from now (its
-	 * children from now are kin, counted by their own counts).  A child
-	 * reaped between this read and the walk is in neither: a whole life
-	 * counted short of it, never twice.
+	 * What their children reaped so far brought them: constant from now
+	 * (their children from now are kin, counted by their own counts).  A
+	 * child reaped between this read and the walk is in neither: a whole
+	 * life counted short of it, never twice.
 	 */
-	pfprof_read_counters(m->leader, &own, &m->reaped_at_join);
-	/* The member linked (and the probe counted in) before the walk: pairs with the probe's. */
+	list_for_each_entry(m, &s->members, node) {
+		if (m->joiner)
+			pfprof_read_counters(m->leader, &own, &m->reaped_at_join);
+	}
+	/* The joiners linked (and the probe counted in) before the walk: pairs with the probe's. */
 	smp_mb();
 	rcu_read_lock();
 	for_each_process(p) {
 		parent = pfprof_real_parent(p);
-		if (!parent || READ_ONCE(p->exit_state) == EXIT_DEAD)
+		if (!parent || READ_ONCE(p->exit_state) == EXIT_DEAD ||
+		    pfprof_kin_of(l, p->signal))
 			continue;
-		if (parent->signal != m->sig) {
-			up = pfprof_kin_of(l, parent->signal);
-			if (!up || up->owner != m)
-				continue;
-		}
-		/* Known: forked under it meanwhile, or a kin of a member it absorbs. */
-		if (!pfprof_kin_of(l, p->signal))
+		m = pfprof_walk_owner(s, parent);
+		if (m)
 			pfprof_lineage_adopt(s, p, m,
 					     whole_life ? PFPROF_SINCE_BIRTH_AND_REAPED :
 							  PFPROF_SINCE_NOW);
@@ -409,71 +463,97 @@ void pfprof_lineage_join(struct pfprof_session *s, struct pfprof_member *m,
 }
 
 /*
- * The kin of every member whose process is now @m's kin are @m's: the
- * members absorbed into its tree leave (members.c), their trees stay.
+ * Every member whose process the join's walk made a joiner's kin (one
+ * joining too, inside another's tree) is absorbed by that joiner: a child its tree forks from now
+ * is the joiner's kin (the probe resolves owners through ->absorbed_by),
+ * and its kin are moved to the joiner.  Returns whether any was; the
+ * caller frees them (members.c).
  */
-void pfprof_lineage_absorb(struct pfprof_session *s, struct pfprof_member *m)
+bool pfprof_lineage_absorb(struct pfprof_session *s)
 {
 	struct pfprof_lineage *l = &s->lineage;
-	struct pfprof_kin *k, *of;
+	struct pfprof_member *m, *by;
+	struct pfprof_kin *k;
 	unsigned int i = 0;
+	bool any = false;
 
 	lockdep_assert_held(&s->members_lock);
+	list_for_each_entry(m, &s->members, node) {
+		if (m->cgrp)
+			continue;
+		rcu_read_lock();
+		k = pfprof_kin_of(l, m->sig);
+		by = k ? pfprof_kin_owner(k) : NULL;
+		rcu_read_unlock();
+		if (!by || !by->joiner || by == m)
+			continue;
+		spin_lock(&l->lock);
+		WRITE_ONCE(m->absorbed_by, by);
+		spin_unlock(&l->lock);
+		any = true;
+	}
+	if (!any)
+		return false;
 	spin_lock(&l->lock);
 	list_splice_tail_init(&l->births, &l->kin);
 	spin_unlock(&l->lock);
 	list_for_each_entry(k, &l->kin, node) {
-		/* A kin of a member that left goes, whatever its key now names. */
-		if (k->owner != m && !k->owner->untracked) {
-			rcu_read_lock();
-			of = pfprof_kin_of(l, k->owner->sig);
-			rcu_read_unlock();
-			if (of && of->owner == m) {
-				spin_lock(&l->lock);
-				k->owner = m;
-				spin_unlock(&l->lock);
-			}
+		if (READ_ONCE(k->owner)->absorbed_by) {
+			spin_lock(&l->lock);
+			m = pfprof_kin_owner(k);
+			if (m)
+				WRITE_ONCE(k->owner, m);
+			spin_unlock(&l->lock);
 		}
 		if (!(++i % 64))
 			cond_resched();
 	}
+	return true;
 }
 
 /*
- * The member (an inheriting one, or the session's cgroup) whose kin the
- * process with signal struct @sig is, or NULL.  Under RCU.
+ * The exec probe's: @p exec'd what hides it from @s (its own counts then:
+ * @at_exec).  A kin is hidden; a process in the session's cgroup that no
+ * walk found yet becomes one, hidden, counted up to the exec as the walk
+ * would have counted it.  Under RCU, atomic.
  */
-struct pfprof_member *pfprof_lineage_owner(struct pfprof_session *s,
-					   const struct signal_struct *sig)
-{
-	struct pfprof_kin *k = pfprof_kin_of(&s->lineage, sig);
-
-	return k ? READ_ONCE(k->owner) : NULL;
-}
-
-/*
- * The exec probe's: @p, a kin of @s, exec'd what hides it from @s (own
- * counts then: @at_exec).  Under RCU, atomic.  Returns false when @p is no
- * kin of @s.
- */
-bool pfprof_lineage_hide(struct pfprof_session *s, struct task_struct *p,
+void pfprof_lineage_hide(struct pfprof_session *s, struct task_struct *p,
 			 const struct pfprof_counters *at_exec)
 {
 	struct pfprof_lineage *l = &s->lineage;
-	struct pfprof_kin *k;
-	bool kin;
+	struct pfprof_member *cg = READ_ONCE(s->cgroup);
+	struct pfprof_kin *k, *made = NULL;
+	u64 before;
 
-	if (!pfprof_kin_of(l, p->signal))
-		return false;
+	if (!pfprof_kin_of(l, p->signal)) {
+		if (!cg || !pfprof_in_session_cgroup(s, cg, p))
+			return;
+		made = pfprof_kin_new(s, p, cg);
+		if (made) {
+			made->hidden = true;
+			made->at_exec = *at_exec;
+			before = READ_ONCE(l->walked_before);
+			if (!READ_ONCE(l->walked_complete) || !before ||
+			    p->start_time <= before)
+				made->last = *at_exec;
+		}
+	}
 	spin_lock(&l->lock);
 	k = pfprof_kin_of(l, p->signal);
-	kin = k != NULL;
-	if (k && !k->hidden) {
-		k->hidden = true;
-		k->at_exec = *at_exec;
+	if (k) {
+		if (!k->hidden) {
+			k->hidden = true;
+			k->at_exec = *at_exec;
+		}
+	} else if (made) {
+		if (pfprof_kin_link(l, made, &l->births))
+			made = NULL;
+	} else if (cg) {
+		l->untracked++;
 	}
 	spin_unlock(&l->lock);
-	return kin;
+	if (made)
+		pfprof_kin_discard(made);
 }
 
 /*
@@ -489,7 +569,7 @@ static void pfprof_lineage_discover(struct pfprof_session *s,
 	struct task_struct *p;
 
 	l->walked_at = ktime_get_ns();
-	l->walked_complete = true;
+	WRITE_ONCE(l->walked_complete, true);
 	rcu_read_lock();
 	for_each_process(p) {
 		if (READ_ONCE(p->exit_state) == EXIT_DEAD || !pid_alive(p) ||
@@ -509,17 +589,19 @@ static void pfprof_lineage_discover(struct pfprof_session *s,
 					  p->start_time > l->walked_before ?
 					  PFPROF_SINCE_BIRTH : PFPROF_SINCE_NOW) &&
 		    !pfprof_kin_of(l, p->signal))
-			l->walked_complete = false;
+			WRITE_ONCE(l->walked_complete, false);
 	}
 	rcu_read_unlock();
-	l->walked_before = before;
+	WRITE_ONCE(l->walked_before, before);
 }
 
 /*
- * What @k did since the last look counts, as far as it may: @cur is its own
- * counts (and base) now.
+ * What @k, a kin of @m, did since the last look counts, as far as it may:
+ * @cur is its own counts (and base) now, @inside whether it is in the
+ * session's cgroup (always, in a tree).
  */
-static void pfprof_kin_look(struct pfprof_session *s, struct pfprof_kin *k,
+static void pfprof_kin_look(struct pfprof_session *s, struct pfprof_member *m,
+			    struct pfprof_kin *k,
 			    const struct pfprof_counters *cur, bool inside)
 {
 	struct pfprof_lineage *l = &s->lineage;
@@ -537,23 +619,28 @@ static void pfprof_kin_look(struct pfprof_session *s, struct pfprof_kin *k,
 		k->hidden_seen = true;
 	}
 	spin_unlock(&l->lock);
-	if (hidden && hidden_seen)
-		goto seen;
 	if (hidden) {
-		/* What it did before the exec, if it counted then. */
-		if (!k->withdrawn) {
+		/* What it did before the exec, if it counted then: once. */
+		if (!hidden_seen && !k->withdrawn && inside) {
 			done = upto;
 			pfprof_counters_sub_sat(&done, &k->last);
 			pfprof_counters_add(&k->counted, &done);
-			k->withdrawn = true;
-			s->withdrawn++;
 		}
+		if (!hidden_seen && !k->withdrawn)
+			s->withdrawn++;
+		k->withdrawn = true;
 		goto seen;
 	}
+	/*
+	 * Judged by its current leader (a thread that exec'd is it), which it
+	 * keeps: once released, by the last one seen, whose credentials stay.
+	 */
 	task = get_pid_task(k->tgid, PIDTYPE_TGID);
-	access = pfprof_recheck(s->file, k->owner->asker, task ?: k->leader);
-	if (task)
+	if (task) {
+		swap(k->leader, task);
 		put_task_struct(task);
+	}
+	access = pfprof_recheck(s->file, m->asker, k->leader);
 	/* Mid-exec: as the next look judges it. */
 	if (access == PFPROF_EXECING)
 		return;
@@ -600,9 +687,9 @@ void pfprof_lineage_collect(struct pfprof_session *s)
 	list_for_each_entry_safe(k, tmp, &l->kin, node) {
 		if (!(++i % 64))
 			cond_resched();
-		m = k->owner;
 		/* Its member left: nothing of its tree counts any more. */
-		if (m->untracked) {
+		m = pfprof_kin_owner(k);
+		if (!m) {
 			pfprof_kin_drop(l, k);
 			continue;
 		}
@@ -619,7 +706,7 @@ void pfprof_lineage_collect(struct pfprof_session *s)
 		inside = !cg || pfprof_in_cgroup(cg->cgrp,
 						 pid_task(k->tgid, PIDTYPE_TGID) ?: k->leader);
 		rcu_read_unlock();
-		pfprof_kin_look(s, k, &cur, inside);
+		pfprof_kin_look(s, m, k, &cur, inside);
 		if (!alive) {
 			pfprof_counters_add(&m->kept, &k->counted);
 			pfprof_kin_drop(l, k);
@@ -656,7 +743,7 @@ void pfprof_lineage_forget(struct pfprof_session *s)
 	list_splice_tail_init(&l->births, &l->kin);
 	spin_unlock(&l->lock);
 	list_for_each_entry_safe(k, tmp, &l->kin, node) {
-		if (k->owner->untracked)
+		if (!pfprof_kin_owner(k))
 			pfprof_kin_drop(l, k);
 		if (!(++i % 64))
 			cond_resched();

@@ -307,22 +307,31 @@ static int pfprof_may_join(struct pfprof_session *s, struct pfprof_member *m)
 }
 
 /*
- * Frees the members whose processes the walk of @m's join made its kin,
- * accounted already: @m counts them, and their kin, from now.
+ * Frees the members that the join's walk put in a joiner's tree (lineage.c
+ * absorbed them: the joiner counts them, and their kin, from now), after
+ * their last change if @account (else accounted already).  Returns what
+ * the session had accounted of them: a join of a whole life must not
+ * count it again.
  */
-static bool pfprof_absorb(struct pfprof_session *s, struct pfprof_member *m)
+static struct pfprof_counters pfprof_absorb(struct pfprof_session *s, bool account)
 {
-	struct pfprof_member *other, *tmp;
-	bool any = false;
+	struct pfprof_counters delivered = {};
+	struct pfprof_member *m, *tmp;
 
-	pfprof_lineage_absorb(s, m);
-	list_for_each_entry_safe(other, tmp, &s->members, node) {
-		if (other != m && !other->joining && pfprof_tree_of(s, other) == m) {
-			pfprof_member_free(s, other);
-			any = true;
+	if (!pfprof_lineage_absorb(s))
+		return delivered;
+	list_for_each_entry_safe(m, tmp, &s->members, node) {
+		if (!m->absorbed_by)
+			continue;
+		/* One joining (offered, not joined yet) delivered nothing. */
+		if (!m->joining) {
+			if (account && m->readable && !m->execing)
+				pfprof_member_account(s, m);
+			pfprof_counters_add(&delivered, &m->seen);
 		}
+		pfprof_member_free(s, m);
 	}
-	return any;
+	return delivered;
 }
 
 /*
@@ -374,73 +383,77 @@ static int pfprof_member_link(struct pfprof_session *s, struct pfprof_member *m)
 	return 0;
 }
 
-/* Another member of @s (joining or not) is in @joiner's tree. */
-static bool pfprof_tree_holds_members(struct pfprof_session *s,
-				      struct pfprof_member *joiner)
+/*
+ * Another user's inheriting registration stays out if a member is in its
+ * tree: taking in the session's own targets, it could end the session by
+ * leaving.  Decided before the join's walk, so that a refused joiner makes
+ * no kin: one look up each member's real parents, at most
+ * PFPROF_TREE_DEPTH_MAX (no member lies deeper), the CPU offered between
+ * two.
+ */
+static void pfprof_refuse_joiners(struct pfprof_session *s)
 {
-	struct pfprof_member *m;
+	struct pfprof_member *m, *joiner;
+	struct task_struct *p;
+	unsigned int depth;
+	bool any = false;
 
+	list_for_each_entry(m, &s->members, node)
+		any |= m->joining && m->inherit && !m->own_target;
+	if (!any)
+		return;
 	list_for_each_entry(m, &s->members, node) {
-		if (m != joiner && pfprof_tree_of(s, m) == joiner)
-			return true;
+		depth = 0;
+		rcu_read_lock();
+		p = pid_task(m->tgid, PIDTYPE_TGID);
+		while (p && (p = pfprof_real_parent(p)) &&
+		       depth++ < PFPROF_TREE_DEPTH_MAX) {
+			joiner = pfprof_member_of(s, p->signal);
+			if (joiner && joiner->joining && joiner->inherit &&
+			    !joiner->own_target)
+				joiner->refused = true;
+		}
+		rcu_read_unlock();
+		cond_resched();
 	}
-	return false;
 }
 
 /*
  * Completes the joins the registry offered, after a read of every member:
  * a process in an inheriting member's tree (it may have joined since the
- * offer, or join now) stays out; one that inherits finds its tree (the
- * join's walk, lineage.c); if another user registered it
- * (PFPROF_FOLLOW_OTHER_USERS) it stays out when a member is in its tree
- * (taking in the session's own targets, it could end the session by
- * leaving), else it takes in the members in its tree, after their last
- * change, and then every member is read again, so that its count starts
- * with them in it.  Each counts from its registration.  Each pass frees
- * only the member it is at: what it visits next is never freed under it.
+ * offer, or join now) stays out; so does another user's inheriting
+ * registration with a member in its tree (pfprof_refuse_joiners()).  The
+ * inheriting joiners find their trees in one walk (lineage.c) and take in
+ * the members in them, after their last change; then every member is read
+ * again, so that their counts start with them in.  Each counts from its
+ * registration.  Each pass frees only the member it is at: what it visits
+ * next is never freed under it.
  */
 static void pfprof_complete_joins(struct pfprof_session *s)
 {
 	struct pfprof_member *m, *tmp;
-	bool absorbed = false, inheriting = false;
+	bool walked = false;
 
 	list_for_each_entry_safe(m, tmp, &s->members, node) {
 		if (m->joining && pfprof_tree_of(s, m))
 			pfprof_member_free(s, m);
 	}
-	/* One joiner's walk at a time: a refused one's kin go before the next's. */
-	list_for_each_entry(m, &s->members, node) {
-		if (!m->joining || !m->inherit)
-			continue;
-		pfprof_lineage_join(s, m, false);
-		if (!m->own_target && pfprof_tree_holds_members(s, m)) {
-			m->refused = true;
-			pfprof_lineage_untrack(s, m);
-			pfprof_lineage_forget(s);
-			continue;
-		}
-		pfprof_lineage_absorb(s, m);
-		inheriting = true;
-	}
+	pfprof_refuse_joiners(s);
 	list_for_each_entry_safe(m, tmp, &s->members, node) {
 		if (m->refused)
 			pfprof_member_free(s, m);
 	}
-	/* In the tree of one that joined now: absorbed, or (joining) out. */
-	if (inheriting) {
-		list_for_each_entry_safe(m, tmp, &s->members, node) {
-			if (!pfprof_tree_of(s, m))
-				continue;
-			if (!m->joining) {
-				if (m->readable && !m->execing)
-					pfprof_member_account(s, m);
-				absorbed = true;
-			}
-			pfprof_member_free(s, m);
-		}
+	list_for_each_entry(m, &s->members, node) {
+		m->joiner = m->joining && m->inherit;
+		walked |= m->joiner;
 	}
-	if (absorbed || inheriting)
+	if (walked) {
+		pfprof_lineage_join(s, false);
+		pfprof_absorb(s, true);
+		list_for_each_entry(m, &s->members, node)
+			m->joiner = false;
 		pfprof_read_all(s);
+	}
 	list_for_each_entry(m, &s->members, node) {
 		if (!m->joining)
 			continue;
@@ -468,9 +481,9 @@ static void pfprof_free_departed(struct pfprof_session *s)
 }
 
 /*
- * Frees the members that are gone, their final counts in pending (no
- * process list walk: a dead process has no descendants left).  The ring
- * has not started or a join is under way: the sampler collects nothing.
+ * Frees the members that are gone, their final counts (their kin's too) in
+ * pending.  The ring has not started or a join is under way: the sampler
+ * collects nothing.
  */
 static void pfprof_prune_dead(struct pfprof_session *s)
 {
@@ -478,17 +491,19 @@ static void pfprof_prune_dead(struct pfprof_session *s)
 	bool any = false;
 
 	lockdep_assert_held(&s->members_lock);
+	pfprof_read_all(s);
 	list_for_each_entry_safe(m, tmp, &s->members, node) {
 		cond_resched();
-		pfprof_member_read(m);
 		if (m->alive)
 			continue;
 		/* Gone: no exec of it can be under way. */
 		if (pfprof_member_access(s, m) == PFPROF_UNREADABLE) {
 			s->withdrawn++;
-		} else {
-			pfprof_member_settle(m);
-			/* Offered and gone before its join completed: since its registration. */
+		} else if (!m->joining || !pfprof_tree_of(s, m)) {
+			/*
+			 * Offered and gone before its join completed: since its
+			 * registration (unless a tree counted it meanwhile).
+			 */
 			if (m->joining) {
 				pfprof_since_registration(m);
 				WRITE_ONCE(s->counted_any, true);
@@ -503,14 +518,14 @@ static void pfprof_prune_dead(struct pfprof_session *s)
 		WRITE_ONCE(s->changes, s->changes + 1);
 }
 
-/* Before the ring starts: no dead process stays pinned for long. */
+/*
+ * Before the ring starts: no dead process stays pinned for long, a
+ * released kin's included (the reads let it go).
+ */
 void pfprof_members_prune(struct pfprof_session *s)
 {
 	mutex_lock(&s->members_lock);
 	pfprof_prune_dead(s);
-	/* Released kin read and let go: none pins its task until the ring starts. */
-	if (s->nr_inheriting)
-		pfprof_lineage_collect(s);
 	pfprof_members_bury(s);
 	mutex_unlock(&s->members_lock);
 }
@@ -525,6 +540,7 @@ void pfprof_members_prune(struct pfprof_session *s)
  */
 int pfprof_members_join(struct pfprof_session *s, struct pid *tgid, u32 flags)
 {
+	struct pfprof_counters delivered = {};
 	struct pfprof_member *m;
 	bool first;
 	int ret;
@@ -563,8 +579,10 @@ int pfprof_members_join(struct pfprof_session *s, struct pid *tgid, u32 flags)
 		goto err_unlock;
 	if (m->inherit) {
 		/* Linked: what its tree forks from now is its kin; then its tree now. */
-		pfprof_lineage_join(s, m, flags & PFPROF_TARGET_WHOLE_LIFE);
-		pfprof_absorb(s, m);
+		m->joiner = true;
+		pfprof_lineage_join(s, flags & PFPROF_TARGET_WHOLE_LIFE);
+		delivered = pfprof_absorb(s, false);
+		m->joiner = false;
 		pfprof_read_all(s);
 	} else {
 		pfprof_member_read(m);
@@ -576,9 +594,11 @@ int pfprof_members_join(struct pfprof_session *s, struct pid *tgid, u32 flags)
 		mutex_unlock(&s->members_lock);
 		return -ESRCH;
 	}
-	/* Whole life: everything so far goes into the next sample. */
-	if (!(flags & PFPROF_TARGET_WHOLE_LIFE))
-		m->seen = m->now;
+	/*
+	 * Whole life: everything so far goes into the next sample, but what
+	 * the members it took in delivered already.
+	 */
+	m->seen = flags & PFPROF_TARGET_WHOLE_LIFE ? delivered : m->now;
 	WRITE_ONCE(s->counted_any, true);
 	WRITE_ONCE(s->targeted, true);
 	first = pfprof_nr_members(s) == 1;

@@ -177,6 +177,9 @@ struct pfprof_member {
 	struct rcu_head rcu;		/* exec.c finds members under RCU */
 	bool inherit;
 	bool untracked;			/* under the lineage's lock: no kin made for it */
+	bool joiner;			/* the join's walk is finding its tree */
+	/* Under the lineage's lock: the joiner whose tree took it in (lineage.c). */
+	struct pfprof_member *absorbed_by;
 	bool from_registry;		/* joined through /proc: leaves by "U" */
 	bool joining;			/* offered: joins at the next collection */
 	bool own_target;		/* offered: the opener's user registered it */
@@ -436,15 +439,14 @@ static inline void pfprof_counters_sub_sat(struct pfprof_counters *t,
 int pfprof_lineage_init(struct pfprof_session *s);
 void pfprof_lineage_open(struct pfprof_session *s);
 void pfprof_lineage_close(struct pfprof_session *s);
-void pfprof_lineage_join(struct pfprof_session *s, struct pfprof_member *m,
-			 bool whole_life);
-void pfprof_lineage_absorb(struct pfprof_session *s, struct pfprof_member *m);
+void pfprof_lineage_join(struct pfprof_session *s, bool whole_life);
+bool pfprof_lineage_absorb(struct pfprof_session *s);
 void pfprof_lineage_collect(struct pfprof_session *s);
 void pfprof_lineage_untrack(struct pfprof_session *s, struct pfprof_member *m);
 void pfprof_lineage_forget(struct pfprof_session *s);
 struct pfprof_member *pfprof_lineage_owner(struct pfprof_session *s,
 					   const struct signal_struct *sig);
-bool pfprof_lineage_hide(struct pfprof_session *s, struct task_struct *p,
+void pfprof_lineage_hide(struct pfprof_session *s, struct task_struct *p,
 			 const struct pfprof_counters *at_exec);
 int pfprof_lineage_probe_init(void);
 void pfprof_lineage_probe_exit(void);

@@ -34,21 +34,20 @@
  * since.
  *
  * With PFPROF_TARGET_INHERIT a process counts with its descendants, as
- * perf stat's inherit and wait4()'s RUSAGE_CHILDREN do: live descendants as
- * they run, reaped ones through the process's cumulative children's counts,
- * never twice.  A descendant stops counting when it leaves the tree without
- * being waited for by it (its parent ignores SIGCHLD, or it is orphaned);
- * what it did until then stays counted.  A process inside the tree of an
- * inheriting member is counted already: it cannot join again (-EEXIST), and
- * an inheriting process that joins absorbs the members in its tree.
+ * perf stat's inherit does: those alive when it joins and every process it
+ * or they fork from then on, each from its own counts, until it ends, once,
+ * whether it is waited for or not and wherever it is reparented.  A process
+ * inside the tree of an inheriting member is counted already: it cannot
+ * join again (-EEXIST), and an inheriting process that joins absorbs the
+ * members in its tree.
  *
  * A process is counted while the session's opener may read it: one whose
  * exec the opener may not read (a setuid program; as perf does) stops being
  * counted at the exec: a process the session counts is withdrawn without
- * its change since the period before, and so is a descendant of an
- * inheriting process (and what runs below it), what it did after the exec
- * withheld even if it ran and exited between two periods; what was
- * counted of it stays.  area.withdrawn counts such processes.
+ * its change since the period before; a descendant of an inheriting
+ * process counts what it did until the exec, nothing after (nor what it
+ * forks from then on), even if it ran and exited between two periods.
+ * What was counted of it stays.  area.withdrawn counts such processes.
  *
  * A session ends, after its last sample, when PFPROF_IOC_END asks, or when
  * every process it counts is gone, provided one of its own targets ever

@@ -375,19 +375,6 @@ pub fn threads_created_while_their_process_is_listed_are_recorded_once(env: &Env
     module.unload()
 }
 
-/// The active objects of the perf_event slab cache, if the kernel keeps it apart (a
-/// cache merged with another of its size has no line of its own), once KASAN's
-/// quarantine (the debug kernel) has handed back the freed ones.
-fn perf_event_objects() -> Result<Option<u64>> {
-    crate::klog::settle_frees("perf_event")?;
-    let slabs = fs::read_to_string("/proc/slabinfo").context("/proc/slabinfo")?;
-    Ok(slabs
-        .lines()
-        .find_map(|l| l.strip_prefix("perf_event "))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|active| active.parse().ok()))
-}
-
 /// Inherited copies of a session's events count against max_fault_threads (the review
 /// of 2026-11-29, N2): each process a watched one forks carries a copy of both its
 /// events, which perf allocates from nobody's cgroup. A spawner whose sleeping children
@@ -414,7 +401,7 @@ pub fn inherited_event_copies_count_against_max_fault_threads(env: &Env) -> Resu
     let area = dev.start(Mode::Relaxed)?;
     // The start made the spawner's events; a few periods since, each a sync.
     std::thread::sleep(Duration::from_millis(300));
-    let slab_before = perf_event_objects()?;
+    let slab_before = crate::klog::slab_active_objects("perf_event")?;
     let mut seen = Vec::new();
     for round in 1..=4 {
         if round <= 3 {
@@ -429,7 +416,7 @@ pub fn inherited_event_copies_count_against_max_fault_threads(env: &Env) -> Resu
         std::thread::sleep(Duration::from_millis(if round == 4 { 1500 } else { 400 }));
         seen.push(region.unattributed());
     }
-    let slab_after = perf_event_objects()?;
+    let slab_after = crate::klog::slab_active_objects("perf_event")?;
     let slab = match (slab_before, slab_after) {
         (Some(before), Some(after)) => format!("perf_event objects {before}, then {after}"),
         _ => "perf_event's slab merged with another".into(),

@@ -152,7 +152,10 @@ pub fn a_sessions_sampling_and_maps_are_charged_to_its_openers_cgroups(env: &Env
         .context("moving the opener into its cgroup")?;
     let before = samplers()?;
     opener.go()?;
-    ensure!(opener.read_line()? == "opened", "the opener opened no session");
+    ensure!(
+        opener.read_line()? == "opened",
+        "the opener opened no session"
+    );
     let memory_opened = cgroup.memory_current()?;
     opener.go()?;
     ensure!(

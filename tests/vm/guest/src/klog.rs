@@ -115,6 +115,19 @@ pub fn settle_frees(name: &str) -> Result<()> {
     }
 }
 
+/// The active objects of the slab cache `name`, once settled ([`settle_frees`]), if the
+/// kernel keeps it apart (a cache merged with another of its size has no line of its
+/// own in /proc/slabinfo).
+pub fn slab_active_objects(name: &str) -> Result<Option<u64>> {
+    settle_frees(name)?;
+    let slabs = fs::read_to_string("/proc/slabinfo").context("/proc/slabinfo")?;
+    Ok(slabs
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|active| active.parse().ok()))
+}
+
 /// Live kmalloc objects KFENCE allocated at a call site in pfprof.ko
 /// (debugfs: kfence/objects, one block per object: a header naming its cache,
 /// its allocation stack, allocator frames skipped, and "freed by" once

@@ -109,6 +109,7 @@ const TESTS: &[(&str, Test)] = tests![
     sessions::nobody_can_neither_join_prolong_nor_read_roots_session,
     sessions::a_shell_and_its_descendants_count_as_they_run_and_add_up_to_its_rusage,
     sessions::a_shell_reaping_children_all_through_the_collections_counts_each_once,
+    sessions::a_tree_whose_ring_never_starts_pins_none_of_its_dead,
     sessions::a_process_in_two_sessions_is_counted_in_each_from_its_joining,
     user_resources::sessions_never_started_pin_no_dead_processes,
     visibility::a_registration_answers_to_its_current_leader_after_a_thread_execs_setuid,

@@ -283,7 +283,8 @@ pub fn a_shell_reaping_children_all_through_the_collections_counts_each_once(
     const CHILDREN: u32 = 800;
     let mark = klog::Mark::now()?;
     let module = kmod::insmod(env, &["period_ms=1"])?;
-    let script = format!("i=0; while [ $i -lt {CHILDREN} ]; do /bin/busybox true; i=$((i+1)); done");
+    let script =
+        format!("i=0; while [ $i -lt {CHILDREN} ]; do /bin/busybox true; i=$((i+1)); done");
     let cmd = ["sh", "-c", script.as_str()];
     let csv = "/tmp/reaping-shell.csv";
     let child = monitor_run(None, "kernel", "strict", csv, &[], &cmd)?;
@@ -299,6 +300,61 @@ pub fn a_shell_reaping_children_all_through_the_collections_counts_each_once(
     crate::harness::figure(&figure);
     module.unload()?;
     mark.ensure_clean()
+}
+
+/// A session whose ring never starts still lets go of its tree's released processes: a
+/// kin holds its task until a look reads its final counts, and before the ring starts
+/// the sampler looks once a second (the review of the fork-tracked module, 2026-11-29:
+/// it held every child a member forked, a task_struct each, until the ring started).
+/// An inheriting member runs 1,000 short children in a loop; a second after, the
+/// kernel's task_struct objects are about what they were before.
+pub fn a_tree_whose_ring_never_starts_pins_none_of_its_dead(env: &Env) -> Result<()> {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+
+    const CHILDREN: u64 = 1000;
+    let module = kmod::insmod(env, &[])?;
+    let mut shell = Command::new("sh")
+        .args([
+            "-c",
+            &format!(
+                "read go; i=0; while [ $i -lt {CHILDREN} ]; do /bin/busybox true; \
+                 i=$((i+1)); done; echo done; read end"
+            ),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("spawning the shell")?;
+    let dev = Device::open()?;
+    dev.add(shell.id(), true, false)?;
+    let Some(before) = crate::klog::slab_active_objects("task_struct")? else {
+        drop(dev);
+        shell.kill()?;
+        shell.wait()?;
+        module.unload()?;
+        return Err(
+            crate::harness::Skipped("task_struct's slab is merged with another".into()).into(),
+        );
+    };
+    let mut stdin = shell.stdin.take().context("the shell's stdin")?;
+    writeln!(stdin, "go")?;
+    let mut line = String::new();
+    BufReader::new(shell.stdout.take().context("the shell's stdout")?).read_line(&mut line)?;
+    ensure!(line.trim() == "done", "the shell said {line:?}");
+    // The sampler's look before the start comes once a second.
+    std::thread::sleep(Duration::from_millis(2500));
+    let after = crate::klog::slab_active_objects("task_struct")?.unwrap_or(0);
+    let figure = format!(
+        "a tree whose ring never started ran {CHILDREN} children: task_struct objects \
+         {before}, then {after}"
+    );
+    ensure!(after < before + CHILDREN / 10, "{figure}");
+    crate::harness::figure(&figure);
+    writeln!(stdin, "end")?;
+    shell.wait()?;
+    drop(dev);
+    module.unload()
 }
 
 /// Two sessions count the same process, each from when it joined: the second joins after
