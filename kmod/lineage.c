@@ -159,6 +159,23 @@ static struct pfprof_member *pfprof_kin_owner(const struct pfprof_kin *k)
 }
 
 /*
+ * The member that counts @k, which @k names from now on; NULL (and @k to
+ * be dropped) when its member left.  Under members_lock.
+ */
+static struct pfprof_member *pfprof_kin_settle_owner(struct pfprof_lineage *l,
+						     struct pfprof_kin *k)
+{
+	struct pfprof_member *m;
+
+	spin_lock(&l->lock);
+	m = pfprof_kin_owner(k);
+	if (m && m != k->owner)
+		WRITE_ONCE(k->owner, m);
+	spin_unlock(&l->lock);
+	return m;
+}
+
+/*
  * A kin of @p for @owner, not linked anywhere yet, or NULL.  Charged to the
  * session's opener, whoever forks or asks: the opener chose to count the
  * tree.  Under RCU, atomic.
@@ -498,13 +515,8 @@ bool pfprof_lineage_absorb(struct pfprof_session *s)
 	list_splice_tail_init(&l->births, &l->kin);
 	spin_unlock(&l->lock);
 	list_for_each_entry(k, &l->kin, node) {
-		if (READ_ONCE(k->owner)->absorbed_by) {
-			spin_lock(&l->lock);
-			m = pfprof_kin_owner(k);
-			if (m)
-				WRITE_ONCE(k->owner, m);
-			spin_unlock(&l->lock);
-		}
+		if (READ_ONCE(k->owner)->absorbed_by)
+			pfprof_kin_settle_owner(l, k);
 		if (!(++i % 64))
 			cond_resched();
 	}
@@ -688,7 +700,7 @@ void pfprof_lineage_collect(struct pfprof_session *s)
 		if (!(++i % 64))
 			cond_resched();
 		/* Its member left: nothing of its tree counts any more. */
-		m = pfprof_kin_owner(k);
+		m = pfprof_kin_settle_owner(l, k);
 		if (!m) {
 			pfprof_kin_drop(l, k);
 			continue;
@@ -743,7 +755,7 @@ void pfprof_lineage_forget(struct pfprof_session *s)
 	list_splice_tail_init(&l->births, &l->kin);
 	spin_unlock(&l->lock);
 	list_for_each_entry_safe(k, tmp, &l->kin, node) {
-		if (!pfprof_kin_owner(k))
+		if (!pfprof_kin_settle_owner(l, k))
 			pfprof_kin_drop(l, k);
 		if (!(++i % 64))
 			cond_resched();
