@@ -531,9 +531,13 @@ class Fleet:
         self.defer(lambda: shutil.rmtree(files, ignore_errors=True))
         textfiles = scratch("textfiles")
         os.mkdir(textfiles)
+        # The file's series are in the textfile from the end only (the interval is longer
+        # than the run), and the textfile goes once Prometheus and the collector have the
+        # final values: a second scraper, which never comes, keeps it the linger for this
+        # test to read.
         monitor = self.run_monitor(
             ["run", "--backend", "procfs", "-o", "/dev/null", "--interval", "5s", "--summary", scratch("run.json"),
-             "--prometheus", f"127.0.0.1:{port}", "--textfile", textfiles,
+             "--prometheus", f"127.0.0.1:{port}", "--textfile", textfiles, "--linger-scrapers", "2",
              "--otlp", f"{vm.url}/opentelemetry/v1/metrics", "--linger", "10s", "--",
              self.work, "48", "R", "30000", "4", "--sleep-ms", "300", "--evict", "--file",
              os.path.join(files, 'db "x\\y\nz')]
