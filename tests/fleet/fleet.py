@@ -559,6 +559,8 @@ class Fleet:
             summary = json.load(f)
         notes = "\n".join(summary["notes"])
         check("the last ones with the final values" in notes, f"the final values were not scraped:\n{notes}")
+        check(re.search(r"otlp: \d+ pushes to \S+ delivered, the last with the final values", notes),
+              f"the final values were not pushed:\n{notes}")
         major = summary["where"]["major"]
         name = major["top"][0]["name"]
         # As /proc/PID/maps shows it: the newline as \012.
@@ -758,7 +760,7 @@ class Fleet:
             check(headers.get("content-encoding") == "gzip" and headers.get("content-type") == "application/x-protobuf"
                   and headers.get("authorization") == "Bearer s3cret" and headers.get("x-tenant") == "t1", f"headers: {headers}")
             for field in (b"process.paging.faults", b"https://opentelemetry.io/schemas/1.38.0", b"service.name", b"pfprof",
-                          b"process.pid", b"process.command_args", b"Authorization=<redacted>"):
+                          b"process.pid", b"process.command_line", b"Authorization=<redacted>"):
                 check(field in body, f"{field!r} not in the decoded body")
             check(b"s3cret" not in body, "the header's token is in the resource")
         # Without the CA the collector is not trusted: nothing arrives, and the exit status
