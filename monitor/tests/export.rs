@@ -121,6 +121,32 @@ fn every_address_serves_ipv4_and_ipv6_and_the_final_values_wait_for_two_scrapers
     );
 }
 
+/// A monitor the test started, killed when the test ends (a failed assertion too), so
+/// that none is left waiting out a long linger.
+struct Spawned(std::process::Child);
+
+impl std::ops::Deref for Spawned {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Spawned {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// The value of the series `name` (any labels) in exposition `text`.
 fn value_of(text: &str, name: &str) -> Option<f64> {
     text.lines()
@@ -174,14 +200,17 @@ fn last_update_in(file: &std::path::Path, wanted: impl Fn(f64) -> bool) -> f64 {
 fn the_textfile_says_when_its_values_were_last_updated_and_a_killed_monitor_stops_saying_it() {
     let dir = common::Scratch::new("export-last-update");
     let started = unix_now();
-    let mut monitor = Command::new(MONITOR)
-        .args(["run", "--backend", "procfs", "--interval", "100ms"])
-        .arg("--textfile")
-        .arg(dir.path())
-        .args(["-o", "/dev/null", "--", "sleep", "60"])
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("monitor runs");
+    let mut monitor = Spawned(
+        Command::new(MONITOR)
+            .args(["run", "--backend", "procfs", "--interval", "100ms"])
+            .arg("--textfile")
+            .arg(dir.path())
+            .args(["-o", "/dev/null", "--", "sleep", "60"])
+            .stderr(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("monitor runs"),
+    );
     let file = dir.join(&format!("pfprof-sleep-{}.prom", monitor.id()));
     // Rewritten every interval, each time with the time of its values.
     let first = last_update_in(&file, |_| true);
@@ -206,4 +235,265 @@ fn the_textfile_says_when_its_values_were_last_updated_and_a_killed_monitor_stop
     );
     thread::sleep(Duration::from_millis(500));
     assert_eq!(last_update_in(&file, |_| true), frozen);
+}
+
+/// Waits for the monitor to exit, at most `within` (a tenth of its linger or less: an
+/// exit that came from the linger's end fails it); its status and the rest of stderr.
+fn exits_within(
+    monitor: &mut std::process::Child,
+    stderr: &mut BufReader<ChildStderr>,
+    within: Duration,
+    what: &str,
+) -> (std::process::ExitStatus, String) {
+    let deadline = Instant::now() + within;
+    let status = loop {
+        if let Some(status) = monitor.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = monitor.kill();
+            panic!("still lingering {within:?} after {what}");
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).expect("the summary");
+    (status, rest)
+}
+
+/// The one file `dir` holds, once the monitor has written it.
+fn the_textfile(dir: &common::Scratch) -> std::path::PathBuf {
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("the textfile directory")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".prom"))
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    dir.join(&names[0])
+}
+
+#[test]
+fn a_short_job_scraped_after_its_end_exits_at_once_its_textfile_kept_until_then() {
+    let dir = common::Scratch::new("export-scraped-exit");
+    let mut monitor = Spawned(
+        Command::new(MONITOR)
+            .args(["run", "--backend", "procfs", "--prometheus", "127.0.0.1:0"])
+            .arg("--textfile")
+            .arg(dir.path())
+            .args(["--linger", "600s", "-o", "/dev/null", "--", "true"])
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("monitor runs"),
+    );
+    let mut stderr = BufReader::new(monitor.stderr.take().expect("piped"));
+    let serving = line_with(&mut stderr, "serving metrics at http://");
+    let addr: SocketAddr = serving
+        .trim()
+        .rsplit("http://")
+        .next()
+        .and_then(|a| a.strip_suffix("/metrics"))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {serving:?}"));
+    text_to(&mut stderr, "keeping the final values");
+    // Not scraped yet: it waits, and the textfile holds the final values meanwhile.
+    let file = the_textfile(&dir);
+    assert!(
+        monitor.try_wait().expect("wait").is_none(),
+        "it left before the final values were scraped"
+    );
+    assert!(scrape(addr).contains("pfprof_last_update_timestamp_seconds{"));
+    let (status, rest) = exits_within(
+        &mut monitor,
+        &mut stderr,
+        Duration::from_secs(60),
+        "the scrape of the final values",
+    );
+    assert!(status.success(), "{status}:\n{rest}");
+    assert!(
+        rest.contains("the last ones with the final values, to 1 scraper")
+            && rest.contains("removed at the end"),
+        "{rest}"
+    );
+    assert!(!file.exists(), "{} left behind", file.display());
+}
+
+/// A collector on 127.0.0.1 that takes OTLP pushes, each answered 200 once the test
+/// says so: the pushes' count goes to `received` as each arrives.
+fn collector(
+    received: std::sync::mpsc::Sender<usize>,
+    answer: std::sync::mpsc::Receiver<()>,
+) -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let addr = listener.local_addr().expect("its address");
+    thread::spawn(move || {
+        for (n, stream) in listener.incoming().enumerate() {
+            let Ok(stream) = stream else { return };
+            let mut reader = BufReader::new(stream);
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                    return;
+                }
+                let lower = line.to_ascii_lowercase();
+                if let Some(value) = lower.strip_prefix("content-length:") {
+                    length = value.trim().parse().unwrap_or(0);
+                }
+                if line == "\r\n" {
+                    break;
+                }
+            }
+            let mut body = vec![0; length];
+            if reader.read_exact(&mut body).is_err() || received.send(n + 1).is_err() {
+                return;
+            }
+            if answer.recv().is_err() {
+                return;
+            }
+            let _ = reader
+                .get_mut()
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_short_job_whose_final_values_were_pushed_exits_at_once_its_textfile_kept_until_then() {
+    let dir = common::Scratch::new("export-pushed-exit");
+    let (received_tx, received) = std::sync::mpsc::channel();
+    let (answer, answer_rx) = std::sync::mpsc::channel();
+    let addr = collector(received_tx, answer_rx);
+    // An interval longer than the test: the first push is the final values'.
+    let mut monitor = Spawned(
+        Command::new(MONITOR)
+            .args(["run", "--backend", "procfs", "--interval", "10m"])
+            .args(["--otlp", &format!("http://{addr}/v1/metrics")])
+            .arg("--textfile")
+            .arg(dir.path())
+            .args(["--linger", "600s", "-o", "/dev/null", "--", "true"])
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("monitor runs"),
+    );
+    let mut stderr = BufReader::new(monitor.stderr.take().expect("piped"));
+    let first = received
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the final values pushed");
+    assert_eq!(first, 1);
+    // Not delivered yet (unanswered): it waits, the textfile meanwhile.
+    let file = the_textfile(&dir);
+    assert!(
+        monitor.try_wait().expect("wait").is_none(),
+        "it left before the final values were delivered"
+    );
+    answer.send(()).expect("the collector answers");
+    let (status, rest) = exits_within(
+        &mut monitor,
+        &mut stderr,
+        Duration::from_secs(60),
+        "the collector took the final values",
+    );
+    assert!(status.success(), "{status}:\n{rest}");
+    assert!(
+        rest.contains("1 pushes to") && rest.contains("the last with the final values"),
+        "{rest}"
+    );
+    assert!(rest.contains("removed at the end"), "{rest}");
+    assert!(!file.exists(), "{} left behind", file.display());
+}
+
+#[test]
+fn a_textfile_alone_keeps_the_final_values_the_whole_linger() {
+    let dir = common::Scratch::new("export-textfile-linger");
+    let linger = Duration::from_secs(3);
+    let mut monitor = Spawned(
+        Command::new(MONITOR)
+            .args(["run", "--backend", "procfs", "--textfile"])
+            .arg(dir.path())
+            .args(["--linger", "3s", "-o", "/dev/null", "--", "true"])
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("monitor runs"),
+    );
+    let mut stderr = BufReader::new(monitor.stderr.take().expect("piped"));
+    text_to(&mut stderr, "keeping the final values");
+    let waiting = Instant::now();
+    let file = the_textfile(&dir);
+    // Its readers cannot be seen: nothing but the linger's end ends the wait.
+    let (status, rest) = exits_within(&mut monitor, &mut stderr, Duration::from_secs(120), "");
+    assert!(status.success(), "{status}:\n{rest}");
+    assert!(
+        waiting.elapsed() >= linger,
+        "left after {:?}",
+        waiting.elapsed()
+    );
+    assert!(rest.contains("removed at the end"), "{rest}");
+    assert!(!file.exists(), "{} left behind", file.display());
+}
+
+#[test]
+fn a_fleet_monitor_scraped_after_its_sigterm_exits_at_once_its_textfile_kept_until_then() {
+    let dir = common::Scratch::new("export-fleet-exit");
+    // No unit of that name: a fleet of none, whose exporters end as any other's.
+    let mut monitor = Spawned(
+        Command::new(MONITOR)
+            .args(["--unit", "pfprof-no-such-unit-*.service"])
+            .args(["--prometheus", "127.0.0.1:0", "--interval", "100ms"])
+            .arg("--textfile")
+            .arg(dir.path())
+            .args(["--linger", "600s"])
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("monitor runs"),
+    );
+    let mut stderr = BufReader::new(monitor.stderr.take().expect("piped"));
+    let serving = line_with(&mut stderr, "serving metrics at http://");
+    let addr: SocketAddr = serving
+        .trim()
+        .rsplit("http://")
+        .next()
+        .and_then(|a| a.strip_suffix("/metrics"))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {serving:?}"));
+    // Written once the directory is checked, after the address is bound.
+    let file = dir.join(&format!("pfprof-fleet-{}.prom", monitor.id()));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !file.exists() {
+        assert!(Instant::now() < deadline, "no {}", file.display());
+        thread::sleep(Duration::from_millis(20));
+    }
+    let status = Command::new("kill")
+        .args(["-TERM", &monitor.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    // Scraped until it goes: the first scrape after the SIGTERM has the final values.
+    let signaled = Instant::now();
+    let status = loop {
+        if let Some(status) = monitor.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            signaled.elapsed() < Duration::from_secs(60),
+            "still lingering a minute after its SIGTERM, scraped all along"
+        );
+        if let Ok(mut stream) = TcpStream::connect(addr) {
+            let _ = stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+            let _ = stream.read_to_end(&mut Vec::new());
+        }
+        thread::sleep(Duration::from_millis(100));
+    };
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).expect("the notes");
+    assert!(status.success(), "{status}:\n{rest}");
+    assert!(
+        rest.contains("the last ones with the final values") && rest.contains("removed at the end"),
+        "{rest}"
+    );
+    assert!(!file.exists(), "{} left behind", file.display());
 }

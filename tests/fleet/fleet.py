@@ -414,14 +414,11 @@ class Fleet:
         self.defer(lambda: shutil.rmtree(units, ignore_errors=True))
         for unit in ("pfprof-monitor@.service", "pfprof-fleet.service"):
             shutil.copy(os.path.join(DEPLOY, unit), units)
-        # The fleet unit's ExecStart is `pfprof` on systemd's PATH, which verify looks
-        # for: this build, as /usr/local/bin/pfprof in a mount namespace of its own.
+        # Both run pfprof through /bin/sh; one that named `pfprof` itself would be looked
+        # for on systemd's PATH, where this build is.
         verify = ["systemd-analyze", "verify", "--man=no",
                   os.path.join(units, "pfprof-monitor@test.service"), os.path.join(units, "pfprof-fleet.service")]
-        setup = (f"mount -t tmpfs tmpfs /usr/local/bin && cp {shlex.quote(self.monitor)} /usr/local/bin/pfprof && "
-                 f"exec {shlex.join(verify)}")
-        r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", setup],
-                           capture_output=True, text=True)
+        r = subprocess.run(self.with_this_pfprof(verify), capture_output=True, text=True)
         # It warns and still exits 0: any word from it is a finding.
         check(r.returncode == 0 and not (r.stdout + r.stderr).strip(), f"systemd-analyze verify:\n{r.stdout}{r.stderr}")
 
@@ -531,9 +528,13 @@ class Fleet:
         self.defer(lambda: shutil.rmtree(files, ignore_errors=True))
         textfiles = scratch("textfiles")
         os.mkdir(textfiles)
+        # The file's series are in the textfile from the end only (the interval is longer
+        # than the run), and the textfile goes once Prometheus and the collector have the
+        # final values: a second scraper, which never comes, keeps it the linger for this
+        # test to read.
         monitor = self.run_monitor(
             ["run", "--backend", "procfs", "-o", "/dev/null", "--interval", "5s", "--summary", scratch("run.json"),
-             "--prometheus", f"127.0.0.1:{port}", "--textfile", textfiles,
+             "--prometheus", f"127.0.0.1:{port}", "--textfile", textfiles, "--linger-scrapers", "2",
              "--otlp", f"{vm.url}/opentelemetry/v1/metrics", "--linger", "10s", "--",
              self.work, "48", "R", "30000", "4", "--sleep-ms", "300", "--evict", "--file",
              os.path.join(files, 'db "x\\y\nz')]
@@ -558,6 +559,8 @@ class Fleet:
             summary = json.load(f)
         notes = "\n".join(summary["notes"])
         check("the last ones with the final values" in notes, f"the final values were not scraped:\n{notes}")
+        check(re.search(r"otlp: \d+ pushes to \S+ delivered, the last with the final values", notes),
+              f"the final values were not pushed:\n{notes}")
         major = summary["where"]["major"]
         name = major["top"][0]["name"]
         # As /proc/PID/maps shows it: the newline as \012.
@@ -757,7 +760,7 @@ class Fleet:
             check(headers.get("content-encoding") == "gzip" and headers.get("content-type") == "application/x-protobuf"
                   and headers.get("authorization") == "Bearer s3cret" and headers.get("x-tenant") == "t1", f"headers: {headers}")
             for field in (b"process.paging.faults", b"https://opentelemetry.io/schemas/1.38.0", b"service.name", b"pfprof",
-                          b"process.pid", b"process.command_args", b"Authorization=<redacted>"):
+                          b"process.pid", b"process.command_line", b"Authorization=<redacted>"):
                 check(field in body, f"{field!r} not in the decoded body")
             check(b"s3cret" not in body, "the header's token is in the resource")
         # Without the CA the collector is not trusted: nothing arrives, and the exit status
@@ -901,14 +904,12 @@ class Fleet:
 
     # --- a cgroup target, started by the repository's unit ---------------------------
 
-    def unit_command(self, instance, addr):
-        """The unit's ExecStart for `instance`, as systemd would run it (continuations
-        joined, $$ and %I resolved, systemd's PATH), with its `pfprof` this build, as
-        /usr/local/bin/pfprof: run in a mount namespace of its own where a tmpfs over
-        /usr/local/bin holds it."""
-        with open(os.path.join(DEPLOY, "pfprof-monitor@.service")) as f:
+    def unit_exec(self, unit, key, instance=""):
+        """A unit's `key` (ExecStart, ExecStartPre, ExecStopPost) for `instance`, as
+        systemd would run it: continuations joined, %I, %i, %% and $$ resolved; argv."""
+        with open(os.path.join(DEPLOY, unit)) as f:
             text = f.read()
-        start = re.search(r"(?m)^ExecStart=(.*)$", text).start(1)
+        start = re.search(rf"(?m)^{key}=(.*)$", text).start(1)
         line, rest = "", text[start:]
         for piece in rest.splitlines():
             if piece.endswith("\\"):
@@ -916,12 +917,85 @@ class Fleet:
             else:
                 line += piece
                 break
-        line = line.replace("%I", instance).replace("$$", "$")
-        inner = " ".join(shlex.quote(a) for a in shlex.split(line))
+        escaped = subprocess.run(["systemd-escape", "--", instance], capture_output=True, text=True,
+                                 check=True).stdout.strip() if instance else ""
+        line = re.sub(r"%([%Ii])", lambda m: {"%": "%", "I": instance, "i": escaped}[m.group(1)], line)
+        return shlex.split(line.replace("$$", "$"))
+
+    def with_this_pfprof(self, argv):
+        """`argv` with its `pfprof` this build, as /usr/local/bin/pfprof: run in a mount
+        namespace of its own where a tmpfs over /usr/local/bin holds it."""
+        inner = " ".join(shlex.quote(a) for a in argv)
         setup = (f"mount -t tmpfs tmpfs /usr/local/bin && cp {shlex.quote(self.monitor)} /usr/local/bin/pfprof && "
                  f"exec {inner}")
-        env = dict(os.environ, PFPROF_PROMETHEUS=addr, PATH=SYSTEMD_PATH)
-        return ["unshare", "--mount", "--propagation", "private", "sh", "-c", setup], env
+        return ["unshare", "--mount", "--propagation", "private", "sh", "-c", setup]
+
+    def unit_command(self, instance, addr):
+        """The template unit's ExecStart for `instance`, as systemd would run it with
+        systemd's PATH, its `pfprof` this build."""
+        argv = self.with_this_pfprof(self.unit_exec("pfprof-monitor@.service", "ExecStart", instance))
+        return argv, dict(os.environ, PFPROF_PROMETHEUS=addr, PATH=SYSTEMD_PATH)
+
+    def test_the_units_remove_a_killed_monitors_textfile_and_nothing_else(self):
+        """Each shipped unit with PFPROF_TEXTFILE, as systemd runs it: ExecStartPre, then
+        ExecStart, whose monitor is killed (SIGKILL: it removes nothing), then ExecStopPost,
+        which systemd runs after any stop. The monitor's file goes; those of other
+        monitors (other pids, ours a prefix or a suffix of theirs, a target named with our
+        pid) and of others stay. ExecStartPre removes the file a record left by a machine
+        that went down names."""
+        mount = cgroup2_mount()
+        check(mount.startswith("/sys/fs/cgroup"), f"the units expect cgroup2 below /sys/fs/cgroup, not at {mount}")
+        top = os.path.join(mount, f"pfprof-units-{os.getpid()}")
+        os.makedirs(top)
+        self.defer(lambda: os.path.isdir(top) and os.rmdir(top))
+        instance = os.path.relpath(top, "/sys/fs/cgroup")
+        for unit in ("pfprof-monitor@.service", "pfprof-fleet.service"):
+            scratch = Scratch()
+            self.defer(scratch.close)
+            textfiles, state = scratch("textfiles"), scratch("state")
+            os.mkdir(textfiles)
+            os.mkdir(state)
+            env = dict(os.environ, PATH=SYSTEMD_PATH, STATE_DIRECTORY=state, PFPROF_TEXTFILE=textfiles,
+                       PFPROF_PROMETHEUS="", PFPROF_UNDER=top)
+
+            def run(key):
+                r = subprocess.run(self.unit_exec(unit, key, instance), env=env, capture_output=True, text=True)
+                check(r.returncode == 0 and not r.stderr, f"{unit} {key} exited {r.returncode}:\n{r.stderr}")
+
+            # A record a machine that went down left, of monitor 999999.
+            left = os.path.join(textfiles, "pfprof-old-999999.prom")
+            open(left, "w").close()
+            # Named by the last argument of the unit's commands.
+            record_name = self.unit_exec(unit, "ExecStopPost", instance)[-1]
+            with open(os.path.join(state, record_name), "w") as f:
+                f.write(f"999999\n{textfiles}\n")
+            run("ExecStartPre")
+            check(os.listdir(state) == [] and not os.path.exists(left),
+                  f"{unit}: ExecStartPre left {os.listdir(state)}, {os.listdir(textfiles)}")
+
+            monitor = subprocess.Popen(self.with_this_pfprof(self.unit_exec(unit, "ExecStart", instance)), env=env,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            self.defer(lambda monitor=monitor: monitor.poll() is None and (monitor.kill(), monitor.wait()))
+            ours = f"-{monitor.pid}.prom"
+            written = wait_until(f"{unit}'s monitor to write its textfile",
+                                 lambda: (lambda names: (len(names) == 1, names))(
+                                     [n for n in os.listdir(textfiles) if n.endswith(ours)]))[0]
+            with open(os.path.join(state, record_name)) as f:
+                record = f.read()
+            check(record == f"{monitor.pid}\n{textfiles}\n", f"{unit} recorded {record!r}, not the monitor's pid")
+            stem = written[len("pfprof-"):-len(ours)]
+            others = [f"pfprof-{stem}-{monitor.pid}1.prom", f"pfprof-{stem}-1{monitor.pid}.prom",
+                      f"pfprof-{stem}-{monitor.pid}-7.prom", f"pfprof-other-{monitor.pid + 1}.prom",
+                      f".pfprof-other-{monitor.pid + 1}.prom.tmp", f"node-{monitor.pid}.prom"]
+            for name in others:
+                open(os.path.join(textfiles, name), "w").close()
+            monitor.kill()
+            monitor.wait()
+            check(os.path.exists(os.path.join(textfiles, written)), f"{unit}: the killed monitor's file is gone by itself")
+            run("ExecStopPost")
+            left = sorted(os.listdir(textfiles))
+            check(left == sorted(others), f"{unit}: after ExecStopPost {left}, not {sorted(others)}")
+            check(os.listdir(state) == [], f"{unit}: the record stays: {os.listdir(state)}")
 
     def test_a_cgroup_target_counts_exactly_what_its_processes_did_inside(self):
         mount = cgroup2_mount()

@@ -39,15 +39,11 @@ pub struct Tally {
     folded: Faults,
     lost: Faults,
     processes: HashMap<u32, ProcessTotal>,
-    /// The faults the tables recorded, by the program of the process that took them
-    /// (`[unknown]` for one never read).
-    programs: HashMap<Arc<str>, Faults>,
-    /// Recorded faults not kept by program: the tables' own rest, and folded programs.
-    programs_folded: Faults,
+    /// The faults the tables recorded, by the process that took them.
+    by_pid: HashMap<u32, Faults>,
+    /// Recorded faults not kept by process: the tables' own rest, and folded processes.
+    pids_folded: Faults,
 }
-
-/// The program of a process whose name was never read (it was gone first).
-pub const UNKNOWN_PROGRAM: &str = "[unknown]";
 
 impl Tally {
     pub fn add(&mut self, table: &PeriodTable) {
@@ -63,14 +59,10 @@ impl Tally {
         }
         for entry in &table.entries {
             *self.mappings.entry(Arc::clone(&entry.mapping)).or_default() += entry.faults;
-            let program = match self.processes.get(&entry.pid) {
-                Some(p) => Arc::clone(&p.comm),
-                None => UNKNOWN_PROGRAM.into(),
-            };
-            *self.programs.entry(program).or_default() += entry.faults;
+            *self.by_pid.entry(entry.pid).or_default() += entry.faults;
         }
         self.folded += table.rest;
-        self.programs_folded += table.rest;
+        self.pids_folded += table.rest;
         self.lost += table.lost;
         self.bound();
     }
@@ -87,7 +79,7 @@ impl Tally {
             && self.folded.is_empty()
             && self.lost.is_empty()
             && self.processes.is_empty()
-            && self.programs.is_empty()
+            && self.by_pid.is_empty()
     }
 
     /// Every fault recorded, on any mapping.
@@ -142,22 +134,19 @@ impl Tally {
         top
     }
 
-    /// The program (`comm`) of process `pid`, if a table counted it.
-    pub fn program_of(&self, pid: u32) -> Option<&Arc<str>> {
-        self.processes.get(&pid).map(|p| &p.comm)
+    /// The faults the tables recorded, by the process that took them, in no order.
+    pub fn recorded_by_pid(&self) -> impl Iterator<Item = (u32, Faults)> + '_ {
+        self.by_pid.iter().map(|(&pid, faults)| (pid, *faults))
     }
 
-    /// The faults the tables recorded, by the program of the process that took them, in
-    /// no order.
-    pub fn programs(&self) -> impl Iterator<Item = (&Arc<str>, Faults)> {
-        self.programs
-            .iter()
-            .map(|(program, faults)| (program, *faults))
+    /// Recorded faults whose process was not kept.
+    pub fn pids_folded(&self) -> Faults {
+        self.pids_folded
     }
 
-    /// Recorded faults whose program was not kept.
-    pub fn programs_folded(&self) -> Faults {
-        self.programs_folded
+    /// Every process the tables counted, with its program (`comm`), in no order.
+    pub fn process_names(&self) -> impl Iterator<Item = (u32, &Arc<str>)> {
+        self.processes.iter().map(|(&pid, p)| (pid, &p.comm))
     }
 
     /// The `k` processes with the most faults (major first, then minor), most first.
@@ -213,7 +202,7 @@ impl Tally {
     /// Folds the half with the fewest faults once more than [`MAX_KEPT`] are kept.
     fn bound(&mut self) {
         fold_smallest(&mut self.mappings, &mut self.folded);
-        fold_smallest(&mut self.programs, &mut self.programs_folded);
+        fold_smallest(&mut self.by_pid, &mut self.pids_folded);
         if self.processes.len() > MAX_KEPT {
             let mut all: Vec<(u32, ProcessTotal)> = self.processes.drain().collect();
             all.sort_by_key(|(_, p)| std::cmp::Reverse((p.major, p.minor)));

@@ -32,6 +32,15 @@ pub const MAX_NAMED: usize = 16;
 /// most 12 values of the `program` label per target and metric.
 pub const MAX_PROGRAMS: usize = 10;
 
+/// The program a process's faults are named with when its name was never read (it was
+/// gone before a pass read it).
+pub const UNKNOWN_PROGRAM: &str = "[unknown]";
+
+/// How many processes' names are remembered across intervals (a process's last faults
+/// may come in an interval whose tables no longer list it): past it, the half seen
+/// longest ago are forgotten.
+pub const MAX_NAMES: usize = 4096;
+
 /// How many keys (mappings, or programs) whose faults went to `[other]` are remembered,
 /// so that they are never named. Past it, nothing new is named: an unknown key could be
 /// one forgotten. 8 bytes each: 32 KiB per target and kind at most.
@@ -205,6 +214,9 @@ pub struct AttributedSeries {
     pub programs: FirstSight<Arc<str>>,
     /// Not recorded: the kernel's buffer was full.
     pub lost: Faults,
+    /// Each process's program as the tables last named it, and the interval that did.
+    names: HashMap<u32, (Arc<str>, u64)>,
+    intervals: u64,
 }
 
 impl AttributedSeries {
@@ -214,23 +226,49 @@ impl AttributedSeries {
             mappings: FirstSight::new(MAX_NAMED),
             programs: FirstSight::new(MAX_PROGRAMS),
             lost: Faults::default(),
+            names: HashMap::new(),
+            intervals: 0,
         }
+    }
+
+    /// Remembers the names of the interval's processes, within [`MAX_NAMES`].
+    fn learn_names(&mut self, interval: &Tally) {
+        self.intervals += 1;
+        for (pid, comm) in interval.process_names() {
+            self.names.insert(pid, (Arc::clone(comm), self.intervals));
+        }
+        if self.names.len() > MAX_NAMES {
+            let mut seen: Vec<u64> = self.names.values().map(|(_, at)| *at).collect();
+            seen.sort_unstable();
+            let oldest_kept = seen[seen.len() - MAX_NAMES / 2];
+            self.names.retain(|_, (_, at)| *at >= oldest_kept);
+        }
+    }
+
+    /// The program of process `pid`, as last named.
+    fn program_of(&self, pid: u32) -> Option<Arc<str>> {
+        self.names.get(&pid).map(|(comm, _)| Arc::clone(comm))
     }
 
     /// Adds an interval's faults. `mono_ns`: the interval's end on the rows' clock.
     pub fn add_interval(&mut self, interval: &Tally, mono_ns: u64) {
+        self.learn_names(interval);
         let mut mappings: HashMap<MappingLabels, Faults> = HashMap::new();
         for (mapping, faults) in interval.mappings() {
-            let labels = MappingLabels::of(mapping, |pid| interval.program_of(pid).cloned());
+            let labels = MappingLabels::of(mapping, |pid| self.program_of(pid));
             *mappings.entry(labels).or_default() += faults;
         }
         self.mappings.add(mappings, mono_ns);
         self.mappings.other += interval.folded();
-        let programs = (interval.programs())
-            .map(|(program, faults)| (Arc::clone(program), faults))
-            .collect();
+        let mut programs: HashMap<Arc<str>, Faults> = HashMap::new();
+        for (pid, faults) in interval.recorded_by_pid() {
+            let program = self
+                .program_of(pid)
+                .unwrap_or_else(|| UNKNOWN_PROGRAM.into());
+            *programs.entry(program).or_default() += faults;
+        }
         self.programs.add(programs, mono_ns);
-        self.programs.other += interval.programs_folded();
+        self.programs.other += interval.pids_folded();
         self.lost += interval.lost();
     }
 
@@ -468,6 +506,36 @@ mod tests {
     }
 
     #[test]
+    fn a_process_named_in_one_interval_keeps_its_name_for_its_faults_in_a_later_one() {
+        let mut series = AttributedSeries::new(1);
+        let named = |faults| {
+            let mut builder = Builder::default();
+            builder.add(7, file("/lib"), major(faults));
+            let work = ProcessFaults {
+                pid: 7,
+                comm: "work".into(),
+                minor: 0,
+                major: faults,
+            };
+            let mut tally = Tally::default();
+            tally.add(&builder.finish(0, Faults::default(), vec![work]));
+            tally
+        };
+        series.add_interval(&named(3), 1);
+        // Its last faults, recorded after the last read of its counters (it exited).
+        let mut builder = Builder::default();
+        builder.add(7, file("/lib"), major(2));
+        let mut last = Tally::default();
+        last.add(&builder.finish(0, Faults::default(), Vec::new()));
+        series.add_interval(&last, 2);
+        let points = series.program_points();
+        assert_eq!(
+            (points[0].labels[0].1.as_str(), points[0].major),
+            ("work", 5)
+        );
+    }
+
+    #[test]
     fn programs_past_their_bound_are_the_others_and_a_process_never_read_is_unknown() {
         let mut series = AttributedSeries::new(1);
         let n = MAX_PROGRAMS as u32 + 3;
@@ -490,7 +558,7 @@ mod tests {
         let points = series.program_points();
         let names: Vec<&str> = points.iter().map(|p| p.labels[0].1.as_str()).collect();
         assert_eq!(names.len(), MAX_PROGRAMS + 2);
-        assert_eq!(names[0], crate::attribution::tally::UNKNOWN_PROGRAM);
+        assert_eq!(names[0], UNKNOWN_PROGRAM);
         // With the unknown one named, the four smallest, p0 to p3, are the others'.
         assert!(!names.contains(&"p3") && names.contains(&"p4"), "{names:?}");
         let (other, lost) = (&points[MAX_PROGRAMS], &points[MAX_PROGRAMS + 1]);

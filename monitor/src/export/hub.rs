@@ -218,9 +218,10 @@ impl FleetExport {
     }
 
     /// Every target ended: their final values are served until `scrapers` scrapers got
-    /// them, pushed until the collector has them, and the file kept (its readers cannot
-    /// be seen: the whole linger), `linger` passing first, or `interrupted()`. One summary
-    /// note per exporter, and whether the OTLP collector received nothing at all.
+    /// them, pushed until the collector has them, and the file kept meanwhile (alone,
+    /// the whole linger: its readers cannot be seen), `linger` passing first, or
+    /// `interrupted()`. One summary note per exporter, and whether the OTLP collector
+    /// received nothing at all.
     pub fn finish(
         self,
         linger: Duration,
@@ -229,10 +230,12 @@ impl FleetExport {
     ) -> (Vec<String>, bool) {
         self.hub.end();
         let deadline = Instant::now() + linger;
+        let textfile_alone =
+            self.textfile.is_some() && self.server.is_none() && self.otlp.is_none();
         let waiting = || {
             let scraped = self.server.is_none() || self.hub.final_scrapers() >= scrapers;
             let pushed = self.otlp.is_none() || self.hub.pushed.load(Ordering::SeqCst);
-            !(scraped && pushed && self.textfile.is_none())
+            !(scraped && pushed && !textfile_alone)
         };
         while waiting() && Instant::now() < deadline && !interrupted() {
             std::thread::sleep(Duration::from_millis(50));

@@ -48,14 +48,15 @@ pub struct ExportOptions {
     #[command(flatten)]
     pub otlp: OtlpOptions,
     /// Write the metrics every --interval to DIR/pfprof-TARGET-PID.prom for node_exporter's
-    /// textfile collector (classic text, no timestamps, replaced atomically); removed once
-    /// --linger has passed after the end.
+    /// textfile collector (classic text, no timestamps, replaced atomically); removed at
+    /// the end: once --prometheus and --otlp have the final values, or, alone, once
+    /// --linger has passed.
     #[arg(long, value_name = "DIR")]
     pub textfile: Option<PathBuf>,
     /// After the profile ends, how long its final values stay available: until
     /// Prometheus has scraped them and the collector has received them, at most this
-    /// long (the textfile stays this long); 0: not at all. Ctrl-C (or SIGTERM) during the
-    /// wait ends it.
+    /// long (a textfile alone stays this long: its readers cannot be seen); 0: not at
+    /// all. Ctrl-C (or SIGTERM) during the wait ends it.
     #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration_or_zero)]
     pub linger: Duration,
     /// How many scrapers (told apart by their address) must get the final values before
@@ -229,8 +230,10 @@ impl Exporters {
         self.board.post(&self.snapshot);
     }
 
-    /// The profile has ended: posts the final values and waits until every exporter has
-    /// delivered them, `--linger` has passed, or `interrupted()` says to stop waiting.
+    /// The profile has ended: posts the final values and waits until Prometheus has
+    /// scraped them and the collector has received them (a textfile alone: until
+    /// `--linger` has passed), `--linger` passing first, or `interrupted()` saying to stop
+    /// waiting.
     /// Returns what each exporter delivered, one summary note each.
     pub fn finish(mut self, interrupted: impl Fn() -> bool) -> Finished {
         self.snapshot.done = true;
@@ -238,8 +241,9 @@ impl Exporters {
         let deadline = Instant::now() + self.linger;
         let waits_for_scrape = self.prometheus.is_some();
         let waits_for_push = self.otlp.is_some();
-        // The textfile's readers cannot be seen: it stays the whole linger.
-        let whole_linger = self.textfile.is_some();
+        // The textfile's readers cannot be seen: alone, it stays the whole linger; beside
+        // a scraper or a collector, as long as they are waited for.
+        let whole_linger = self.textfile.is_some() && !waits_for_scrape && !waits_for_push;
         if waits_for_scrape || whole_linger {
             let addr = self.prometheus.as_ref().map(prometheus::http::Server::url);
             let _ = io::Write::write_all(

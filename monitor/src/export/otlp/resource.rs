@@ -6,7 +6,7 @@
 //! processes) is each point's `target` attribute.
 
 use nix::unistd::{getuid, User};
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, ArrayValue, KeyValue};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use percent_encoding::percent_decode_str;
 
@@ -14,6 +14,7 @@ use super::config::Env;
 use super::string;
 use crate::export::error::ExportError;
 use crate::export::metrics::Labels;
+use crate::output::metadata::shortened;
 
 /// The semantic conventions the names follow: 1.38.0 named the fault type attribute
 /// `system.paging.fault.type`.
@@ -120,9 +121,12 @@ fn detected() -> Vec<KeyValue> {
                 .unwrap_or_default(),
         ),
         string("process.executable.path", &exe.to_string_lossy()),
-        command_args(&redacted(
-            std::env::args_os().map(|a| a.to_string_lossy().into_owned()),
-        )),
+        string(
+            "process.command_line",
+            &command_line(&redacted(
+                std::env::args_os().map(|a| a.to_string_lossy().into_owned()),
+            )),
+        ),
     ];
     if let Ok(Some(user)) = User::from_uid(getuid()) {
         attributes.push(string("process.owner", &user.name));
@@ -140,20 +144,27 @@ fn arch(machine: &str) -> &str {
     }
 }
 
-fn command_args(args: &[String]) -> KeyValue {
-    let values = args
-        .iter()
-        .map(|a| AnyValue {
-            value: Some(any_value::Value::StringValue(a.clone())),
+/// The longest `process.command_line`, in characters: a receiver makes every resource
+/// attribute a label of every series, and drops or cuts what is longer than it keeps
+/// (VictoriaMetrics drops a series with a label value over 4 KiB: every series of a
+/// monitor whose command line was long, as `process.command_args`' array, which it
+/// renders at some 110 bytes an argument, made it).
+pub const MAX_COMMAND_LINE_CHARS: usize = 512;
+
+/// The command line as one string: the arguments joined by spaces, each with a space,
+/// a quote or nothing in it in single quotes, within [`MAX_COMMAND_LINE_CHARS`] (its
+/// middle left out), control characters replaced.
+fn command_line(args: &[String]) -> String {
+    let quoted: Vec<String> = (args.iter())
+        .map(|a| {
+            if !a.is_empty() && !a.contains(|c: char| c.is_whitespace() || "'\"\\".contains(c)) {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
         })
         .collect();
-    KeyValue {
-        key: "process.command_args".into(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::ArrayValue(ArrayValue { values })),
-        }),
-        ..KeyValue::default()
-    }
+    shortened(&quoted.join(" "), MAX_COMMAND_LINE_CHARS)
 }
 
 /// The arguments with every `--otlp-header`'s value hidden: a header often carries a
@@ -222,6 +233,22 @@ mod tests {
         assert_eq!(set["deployment.environment.name"], "prod, eu");
         let vars = [("OTEL_RESOURCE_ATTRIBUTES", "novalue")];
         assert!(resource(&|n| vars.iter().find(|v| v.0 == n).map(|v| v.1.to_owned())).is_err());
+    }
+
+    #[test]
+    fn the_command_line_is_one_bounded_string_its_arguments_quoted_where_they_must_be() {
+        let args: Vec<String> = ["monitor", "run", "--", "sh", "-c", "echo 'hi' there", ""]
+            .iter()
+            .map(|a| (*a).to_owned())
+            .collect();
+        assert_eq!(
+            command_line(&args),
+            r"monitor run -- sh -c 'echo '\''hi'\'' there' ''"
+        );
+        let long: Vec<String> = (0..400).map(|i| format!("--arg{i}\n")).collect();
+        let line = command_line(&long);
+        assert_eq!(line.chars().count(), MAX_COMMAND_LINE_CHARS);
+        assert!(line.starts_with("'--arg0") && line.contains('…') && !line.contains('\n'));
     }
 
     #[test]

@@ -416,7 +416,20 @@ pub fn inherited_event_copies_count_against_max_fault_threads(env: &Env) -> Resu
         std::thread::sleep(Duration::from_millis(if round == 4 { 1500 } else { 400 }));
         seen.push(region.unattributed());
     }
-    let slab_after = crate::klog::slab_active_objects("perf_event")?;
+    // A released event is freed after an RCU grace period, which a loaded debug kernel
+    // takes its time over: the count may settle for up to 10 s.
+    let settle_until = std::time::Instant::now() + Duration::from_secs(10);
+    let slab_after = loop {
+        let after = crate::klog::slab_active_objects("perf_event")?;
+        match (slab_before, after) {
+            (Some(before), Some(now))
+                if now > before && std::time::Instant::now() < settle_until =>
+            {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            _ => break after,
+        }
+    };
     let slab = match (slab_before, slab_after) {
         (Some(before), Some(after)) => format!("perf_event objects {before}, then {after}"),
         _ => "perf_event's slab merged with another".into(),
