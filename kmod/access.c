@@ -144,6 +144,21 @@ static bool pfprof_cred_may_read(const struct file *file,
 }
 
 /*
+ * @cred could read @task by its ids, or has CAP_SYS_PTRACE over it, its
+ * exec state left aside (each look judges that): whether a session keeps
+ * track of a process at all, so that none pins another user's processes
+ * it may not read.  Atomic, audits nothing, consults no security module
+ * (as PFPROF_ASKER).  Under RCU.
+ */
+bool pfprof_may_keep(const struct cred *cred, struct task_struct *task)
+{
+	const struct cred *tcred = __task_cred(task);
+
+	return pfprof_ids_match(cred, tcred) ||
+	       pfprof_cred_capable(cred, tcred->user_ns);
+}
+
+/*
  * @cred could read @task by its real ids (so it is no other user's) but
  * may not read it now: an exec (@hidden_ns: where it left it not dumpable,
  * or NULL) hid it.  For exec.c's probe: atomic, audits nothing, consults

@@ -236,12 +236,18 @@ static bool pfprof_kin_link(struct pfprof_lineage *l, struct pfprof_kin *k,
 	return true;
 }
 
-/* @p (alive, under RCU) is in the session's cgroup, and its opener can name it. */
+/*
+ * @p (alive, under RCU) is in the session's cgroup, its opener can name it,
+ * and the opener and the cgroup's asker could read it: a session keeps no
+ * other user's processes it may not read (the root cgroup holds every
+ * user's), which a kin would pin until a look lets it go.
+ */
 static bool pfprof_in_session_cgroup(struct pfprof_session *s,
 				     struct pfprof_member *cg,
 				     struct task_struct *p)
 {
-	return pfprof_in_cgroup(cg->cgrp, p) && pid_nr_ns(task_tgid(p), s->pid_ns);
+	return pfprof_in_cgroup(cg->cgrp, p) && pid_nr_ns(task_tgid(p), s->pid_ns) &&
+	       pfprof_may_keep(s->opener_cred, p) && pfprof_may_keep(cg->asker, p);
 }
 
 /*
@@ -278,6 +284,12 @@ static void pfprof_lineage_fork(struct pfprof_session *s, void *arg)
 		return;
 	k = pfprof_kin_new(s, child, NULL);
 	spin_lock(&l->lock);
+	/*
+	 * Joined already (an ADD of its pid between its fork and this probe):
+	 * a member, not a kin.  Members are published under this lock.
+	 */
+	if (pfprof_member_of_rcu(s, child->signal))
+		goto out;
 	/* Again under the lock: a member leaving, a kin dropped, are so under it. */
 	up = pfprof_kin_of(l, parent->signal);
 	if (up) {
@@ -558,9 +570,10 @@ void pfprof_lineage_hide(struct pfprof_session *s, struct task_struct *p,
 			k->at_exec = *at_exec;
 		}
 	} else if (made) {
-		if (pfprof_kin_link(l, made, &l->births))
+		/* The cgroup's member may have left meanwhile: then nobody counts it. */
+		if (!cg->untracked && pfprof_kin_link(l, made, &l->births))
 			made = NULL;
-	} else if (cg) {
+	} else if (cg && !cg->untracked) {
 		l->untracked++;
 	}
 	spin_unlock(&l->lock);

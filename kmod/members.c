@@ -315,7 +315,7 @@ static int pfprof_may_join(struct pfprof_session *s, struct pfprof_member *m)
  */
 static struct pfprof_counters pfprof_absorb(struct pfprof_session *s, bool account)
 {
-	struct pfprof_counters delivered = {};
+	struct pfprof_counters delivered = {}, gave;
 	struct pfprof_member *m, *tmp;
 
 	if (!pfprof_lineage_absorb(s))
@@ -327,7 +327,9 @@ static struct pfprof_counters pfprof_absorb(struct pfprof_session *s, bool accou
 		if (!m->joining) {
 			if (account && m->readable && !m->execing)
 				pfprof_member_account(s, m);
-			pfprof_counters_add(&delivered, &m->seen);
+			gave = m->seen;
+			pfprof_counters_sub_sat(&gave, &m->started);
+			pfprof_counters_add(&delivered, &gave);
 		}
 		pfprof_member_free(s, m);
 	}
@@ -361,6 +363,8 @@ static struct pfprof_member *pfprof_member_new(struct pid *tgid, u32 flags,
 /* @m goes on @s's lists, counted by the ring if it has not ended. */
 static int pfprof_member_link(struct pfprof_session *s, struct pfprof_member *m)
 {
+	struct pfprof_member *kin;
+
 	lockdep_assert_held(&s->members_lock);
 	if (pfprof_nr_members(s) >= PFPROF_MEMBERS_MAX)
 		return -ENOSPC;
@@ -370,12 +374,28 @@ static int pfprof_member_link(struct pfprof_session *s, struct pfprof_member *m)
 	 */
 	if (!pfprof_ring_admit(&s->ring))
 		return -ESHUTDOWN;
+	/*
+	 * Published under the lineage's lock, as the fork probe makes kin: a
+	 * process forked in a tree while it was asked for is either a kin
+	 * already (counted: refused) or, from now, a member the probe leaves
+	 * alone.  A cgroup's member is no process: nobody looks it up by one.
+	 */
+	if (!m->cgrp) {
+		rcu_read_lock();
+		spin_lock(&s->lineage.lock);
+		kin = pfprof_lineage_owner(s, m->sig);
+		if (!kin)
+			hash_add_rcu(s->by_signal, &m->hash, (unsigned long)m->sig);
+		spin_unlock(&s->lineage.lock);
+		rcu_read_unlock();
+		if (kin) {
+			pfprof_ring_depart(&s->ring);
+			return -EEXIST;
+		}
+	}
 	/* exec.c then asks about every user's processes, not just the opener's. */
 	if (!uid_eq(m->asker->fsuid, s->opener_cred->fsuid))
 		WRITE_ONCE(s->foreign_asker, true);
-	/* A cgroup's member is no process: nobody looks it up by one. */
-	if (!m->cgrp)
-		hash_add_rcu(s->by_signal, &m->hash, (unsigned long)m->sig);
 	list_add_tail(&m->node, &s->members);
 	if (m->inherit)
 		WRITE_ONCE(s->nr_inheriting, s->nr_inheriting + 1);
@@ -458,6 +478,7 @@ static void pfprof_complete_joins(struct pfprof_session *s)
 		if (!m->joining)
 			continue;
 		pfprof_since_registration(m);
+		m->started = m->seen;
 		m->joining = false;
 		WRITE_ONCE(s->counted_any, true);
 	}
@@ -542,7 +563,7 @@ int pfprof_members_join(struct pfprof_session *s, struct pid *tgid, u32 flags)
 {
 	struct pfprof_counters delivered = {};
 	struct pfprof_member *m;
-	bool first;
+	bool first, took_in = false;
 	int ret;
 
 	m = pfprof_member_new(tgid, flags, current_cred());
@@ -581,13 +602,21 @@ int pfprof_members_join(struct pfprof_session *s, struct pid *tgid, u32 flags)
 		/* Linked: what its tree forks from now is its kin; then its tree now. */
 		m->joiner = true;
 		pfprof_lineage_join(s, flags & PFPROF_TARGET_WHOLE_LIFE);
-		delivered = pfprof_absorb(s, false);
+		/*
+		 * Gone already: it takes nobody in, and fails.  Gone after it
+		 * took members in: it joined, and its tree counts them; the next
+		 * collection lets it go, as any member that exits.
+		 */
+		took_in = pfprof_read_counters(m->leader, &m->own, NULL);
+		if (took_in) {
+			delivered = pfprof_absorb(s, false);
+			pfprof_read_all(s);
+		}
 		m->joiner = false;
-		pfprof_read_all(s);
 	} else {
 		pfprof_member_read(m);
 	}
-	if (!m->alive) {
+	if (!took_in && !m->alive) {
 		/* Exited and reaped since the caller found it. */
 		pfprof_member_free(s, m);
 		pfprof_members_bury(s);
@@ -599,6 +628,7 @@ int pfprof_members_join(struct pfprof_session *s, struct pid *tgid, u32 flags)
 	 * the members it took in delivered already.
 	 */
 	m->seen = flags & PFPROF_TARGET_WHOLE_LIFE ? delivered : m->now;
+	m->started = m->seen;
 	WRITE_ONCE(s->counted_any, true);
 	WRITE_ONCE(s->targeted, true);
 	first = pfprof_nr_members(s) == 1;
@@ -651,6 +681,7 @@ int pfprof_members_add_cgroup(struct pfprof_session *s, struct cgroup *cgrp)
 	pfprof_lineage_open(s);
 	pfprof_read_all(s);
 	m->seen = m->now;
+	m->started = m->seen;
 	WRITE_ONCE(s->counted_any, true);
 	WRITE_ONCE(s->targeted, true);
 	mutex_unlock(&s->members_lock);

@@ -107,6 +107,7 @@ bool pfprof_hidden_from(const struct cred *cred, struct task_struct *task,
 			struct user_namespace *hidden_ns);
 bool pfprof_creds_may_read(const struct cred *opener, const struct cred *asker,
 			   struct task_struct *task);
+bool pfprof_may_keep(const struct cred *cred, struct task_struct *task);
 bool pfprof_may_read(const struct file *file, struct task_struct *task);
 bool pfprof_may_read_current(const struct cred *cred);
 bool pfprof_may_attribute(const struct file *file);
@@ -199,6 +200,7 @@ struct pfprof_member {
 	struct pfprof_counters reaped_at_join;	/* inheriting: its reaped children's then */
 	struct pfprof_counters kept;	/* its kin's that left (lineage.c) */
 	struct pfprof_counters seen;	/* what the session last accounted */
+	struct pfprof_counters started;	/* ->seen when it joined: not its delivery */
 };
 
 /*
