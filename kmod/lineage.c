@@ -236,18 +236,25 @@ static bool pfprof_kin_link(struct pfprof_lineage *l, struct pfprof_kin *k,
 	return true;
 }
 
-/*
- * @p (alive, under RCU) is in the session's cgroup, its opener can name it,
- * and the opener and the cgroup's asker could read it: a session keeps no
- * other user's processes it may not read (the root cgroup holds every
- * user's), which a kin would pin until a look lets it go.
- */
+/* @p (alive, under RCU) is in the session's cgroup, and its opener can name it. */
 static bool pfprof_in_session_cgroup(struct pfprof_session *s,
 				     struct pfprof_member *cg,
 				     struct task_struct *p)
 {
-	return pfprof_in_cgroup(cg->cgrp, p) && pid_nr_ns(task_tgid(p), s->pid_ns) &&
-	       pfprof_may_keep(s->opener_cred, p) && pfprof_may_keep(cg->asker, p);
+	return pfprof_in_cgroup(cg->cgrp, p) && pid_nr_ns(task_tgid(p), s->pid_ns);
+}
+
+/*
+ * The opener and the cgroup's asker could read @p (under RCU): a cgroup's
+ * session keeps no other user's process it may not read (the root cgroup
+ * holds every user's), which a kin would hold until a look lets it go.  A
+ * process hidden by its exec, or below one, is kept (hidden) all the same:
+ * what it does must stay out of the count.
+ */
+static bool pfprof_cgroup_keeps(struct pfprof_session *s,
+				struct pfprof_member *cg, struct task_struct *p)
+{
+	return pfprof_may_keep(s->opener_cred, p) && pfprof_may_keep(cg->asker, p);
 }
 
 /*
@@ -281,6 +288,9 @@ static void pfprof_lineage_fork(struct pfprof_session *s, void *arg)
 			return;
 	}
 	if (cg && !pfprof_in_session_cgroup(s, cg, child))
+		return;
+	up = pfprof_kin_of(l, parent->signal);
+	if (cg && !(up && READ_ONCE(up->hidden)) && !pfprof_cgroup_keeps(s, cg, child))
 		return;
 	k = pfprof_kin_new(s, child, NULL);
 	spin_lock(&l->lock);
@@ -599,7 +609,7 @@ static void pfprof_lineage_discover(struct pfprof_session *s,
 	for_each_process(p) {
 		if (READ_ONCE(p->exit_state) == EXIT_DEAD || !pid_alive(p) ||
 		    !pfprof_in_session_cgroup(s, cg, p) ||
-		    pfprof_kin_of(l, p->signal))
+		    pfprof_kin_of(l, p->signal) || !pfprof_cgroup_keeps(s, cg, p))
 			continue;
 		/*
 		 * Born since the walk before the last one began (a fork dates its

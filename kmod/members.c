@@ -581,6 +581,8 @@ int pfprof_members_join(struct pfprof_session *s, struct pid *tgid, u32 flags)
 		goto err_unlock;
 	}
 	pfprof_prune_dead(s);
+	/* The kin of the members it freed go now: none may stand for a tree. */
+	pfprof_members_bury(s);
 	/*
 	 * Full: nobody joins, not even one whose tree would take members in
 	 * (it is linked before its walk finds them).
