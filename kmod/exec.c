@@ -112,9 +112,21 @@ static void pfprof_exec_offer(struct pfprof_session *s, void *arg)
 		WRITE_ONCE(m->hidden, true);
 	if (!READ_ONCE(s->nr_inheriting))
 		return;
-	/* A kin (a member too, about to be absorbed or not joined yet), or in the cgroup. */
-	m = pfprof_lineage_owner(s, p->signal) ?: READ_ONCE(s->cgroup);
-	if (m && pfprof_exec_hides_from(s, m, p, e->hidden_ns))
+	/* A kin (a member too, about to be absorbed or not joined yet). */
+	m = pfprof_lineage_owner(s, p->signal);
+	if (m) {
+		if (pfprof_exec_hides_from(s, m, p, e->hidden_ns))
+			pfprof_lineage_hide(s, p, &e->at_exec);
+		return;
+	}
+	/*
+	 * In the cgroup, not walked yet: its life before the exec counts only
+	 * if the opener and the cgroup's asker both could read it (it was
+	 * their user's), as the walk would have judged it.
+	 */
+	m = READ_ONCE(s->cgroup);
+	if (m && pfprof_hidden_from(s->opener_cred, p, e->hidden_ns) &&
+	    pfprof_hidden_from(m->asker, p, e->hidden_ns))
 		pfprof_lineage_hide(s, p, &e->at_exec);
 }
 

@@ -576,8 +576,9 @@ void pfprof_lineage_hide(struct pfprof_session *s, struct task_struct *p,
 	k = pfprof_kin_of(l, p->signal);
 	if (k) {
 		if (!k->hidden) {
-			k->hidden = true;
 			k->at_exec = *at_exec;
+			/* The fork probe reads it without the lock first. */
+			WRITE_ONCE(k->hidden, true);
 		}
 	} else if (made) {
 		/* The cgroup's member may have left meanwhile: then nobody counts it. */
