@@ -34,6 +34,19 @@ fn text_to(stderr: &mut BufReader<ChildStderr>, words: &str) -> String {
     }
 }
 
+/// Reads the monitor's stderr up to the line saying where it serves its metrics; that
+/// address.
+fn served_address(stderr: &mut BufReader<ChildStderr>) -> SocketAddr {
+    let serving = line_with(stderr, "serving metrics at http://");
+    serving
+        .trim()
+        .rsplit("http://")
+        .next()
+        .and_then(|a| a.strip_suffix("/metrics"))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {serving:?}"))
+}
+
 /// `GET /metrics` from `addr`; the body of a 200.
 fn scrape(addr: SocketAddr) -> String {
     let mut stream = TcpStream::connect(addr).expect("the monitor takes the connection");
@@ -287,14 +300,7 @@ fn a_short_job_scraped_after_its_end_exits_at_once_its_textfile_kept_until_then(
             .expect("monitor runs"),
     );
     let mut stderr = BufReader::new(monitor.stderr.take().expect("piped"));
-    let serving = line_with(&mut stderr, "serving metrics at http://");
-    let addr: SocketAddr = serving
-        .trim()
-        .rsplit("http://")
-        .next()
-        .and_then(|a| a.strip_suffix("/metrics"))
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {serving:?}"));
+    let addr = served_address(&mut stderr);
     text_to(&mut stderr, "keeping the final values");
     // Not scraped yet: it waits, and the textfile holds the final values meanwhile.
     let file = the_textfile(&dir);
@@ -452,14 +458,7 @@ fn a_fleet_monitor_scraped_after_its_sigterm_exits_at_once_its_textfile_kept_unt
             .expect("monitor runs"),
     );
     let mut stderr = BufReader::new(monitor.stderr.take().expect("piped"));
-    let serving = line_with(&mut stderr, "serving metrics at http://");
-    let addr: SocketAddr = serving
-        .trim()
-        .rsplit("http://")
-        .next()
-        .and_then(|a| a.strip_suffix("/metrics"))
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {serving:?}"));
+    let addr = served_address(&mut stderr);
     // Written once the directory is checked, after the address is bound.
     let file = dir.join(&format!("pfprof-fleet-{}.prom", monitor.id()));
     let deadline = Instant::now() + Duration::from_secs(60);
