@@ -155,33 +155,15 @@ static void pfprof_exec_probe(void *data, struct task_struct *p, pid_t old_pid,
 		put_user_ns(e.hidden_ns);
 }
 
-static void pfprof_find_exec_tp(struct tracepoint *tp, void *priv)
-{
-	if (!strcmp(tp->name, "sched_process_exec"))
-		*(struct tracepoint **)priv = tp;
-}
-
 int pfprof_execs_init(void)
 {
-	int ret;
-
-	for_each_kernel_tracepoint(pfprof_find_exec_tp, &pfprof_exec_tp);
-	if (!pfprof_exec_tp) {
-		pr_err("no sched_process_exec tracepoint: setuid execs cannot be told\n");
-		return -ENOENT;
-	}
-	ret = tracepoint_probe_register(pfprof_exec_tp, (void *)pfprof_exec_probe,
-					NULL);
-	if (ret)
-		pr_err("sched_process_exec: cannot attach (%d)\n", ret);
-	return ret;
+	return pfprof_tracepoint_attach("sched_process_exec", pfprof_exec_probe,
+					&pfprof_exec_tp,
+					"setuid execs cannot be told");
 }
 
 /* No session is left. */
 void pfprof_execs_exit(void)
 {
-	tracepoint_probe_unregister(pfprof_exec_tp, (void *)pfprof_exec_probe,
-				    NULL);
-	/* No probe runs any more. */
-	tracepoint_synchronize_unregister();
+	pfprof_tracepoint_detach(pfprof_exec_tp, pfprof_exec_probe);
 }

@@ -813,34 +813,17 @@ void pfprof_lineage_close(struct pfprof_session *s)
 	l->ready = false;
 }
 
-static void pfprof_find_fork_tp(struct tracepoint *tp, void *priv)
-{
-	if (!strcmp(tp->name, "sched_process_fork"))
-		*(struct tracepoint **)priv = tp;
-}
-
 int pfprof_lineage_probe_init(void)
 {
-	int ret;
-
-	for_each_kernel_tracepoint(pfprof_find_fork_tp, &pfprof_fork_tp);
-	if (!pfprof_fork_tp) {
-		pr_err("no sched_process_fork tracepoint: trees cannot be followed\n");
-		return -ENOENT;
-	}
-	ret = tracepoint_probe_register(pfprof_fork_tp, (void *)pfprof_fork_probe,
-					NULL);
-	if (ret)
-		pr_err("sched_process_fork: cannot attach (%d)\n", ret);
-	return ret;
+	return pfprof_tracepoint_attach("sched_process_fork", pfprof_fork_probe,
+					&pfprof_fork_tp,
+					"trees cannot be followed");
 }
 
 /* No session is left. */
 void pfprof_lineage_probe_exit(void)
 {
-	tracepoint_probe_unregister(pfprof_fork_tp, (void *)pfprof_fork_probe,
-				    NULL);
-	tracepoint_synchronize_unregister();
+	pfprof_tracepoint_detach(pfprof_fork_tp, pfprof_fork_probe);
 }
 
 /*

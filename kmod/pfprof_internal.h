@@ -32,7 +32,9 @@
 #include <linux/sched.h>
 #include <linux/sched/task.h>
 #include <linux/spinlock.h>
+#include <linux/string.h>
 #include <linux/time64.h>
+#include <linux/tracepoint.h>
 #include <linux/types.h>
 #include <linux/uidgid.h>
 #include <linux/wait.h>
@@ -455,6 +457,51 @@ void pfprof_lineage_probe_exit(void);
 bool pfprof_descends_from(struct task_struct *p,
 			  const struct task_struct *ancestor);
 bool pfprof_too_deep(struct task_struct *p);
+
+/* Finds a kernel tracepoint by name, for pfprof_tracepoint_attach(). */
+struct pfprof_tracepoint_find {
+	const char *name;
+	struct tracepoint *tp;
+};
+
+static inline void pfprof_tracepoint_match(struct tracepoint *tp, void *priv)
+{
+	struct pfprof_tracepoint_find *find = priv;
+
+	if (!strcmp(tp->name, find->name))
+		find->tp = tp;
+}
+
+/*
+ * Attaches @probe to the kernel's tracepoint @name, found with
+ * for_each_kernel_tracepoint() (exported to GPL modules; the tracepoints'
+ * own symbols are not): *@tp is it.  @what says what is lost without it.
+ */
+static inline int pfprof_tracepoint_attach(const char *name, void *probe,
+					   struct tracepoint **tp,
+					   const char *what)
+{
+	struct pfprof_tracepoint_find find = { .name = name };
+	int ret;
+
+	for_each_kernel_tracepoint(pfprof_tracepoint_match, &find);
+	*tp = find.tp;
+	if (!*tp) {
+		pr_err("no %s tracepoint: %s\n", name, what);
+		return -ENOENT;
+	}
+	ret = tracepoint_probe_register(*tp, probe, NULL);
+	if (ret)
+		pr_err("%s: cannot attach (%d)\n", name, ret);
+	return ret;
+}
+
+/* Detaches @probe from @tp; no probe runs any more once it returns. */
+static inline void pfprof_tracepoint_detach(struct tracepoint *tp, void *probe)
+{
+	tracepoint_probe_unregister(tp, probe, NULL);
+	tracepoint_synchronize_unregister();
+}
 
 /* exec.c: execs that may hide a process from its sessions. */
 int pfprof_execs_init(void);
