@@ -446,7 +446,8 @@ pub struct Options {
     ///
     /// Profile every cgroup directly under the cgroup v2 directory DIR (repeatable), each
     /// as --cgroup would and exported on its own with target=its path (below a kubelet's
-    /// kubepods cgroup: each container, labelled pod_uid, qos_class, container_id). Looked
+    /// kubepods cgroup: each container, labelled pod_uid, qos_class, container_id, and
+    /// namespace, pod, container from /var/log/pods and /var/log/containers). Looked
     /// at again every --interval: a cgroup that appears or comes back is profiled. Needs
     /// --prometheus, --otlp or --textfile (one address, one push, one file for all);
     /// procfs backend only.

@@ -2,8 +2,11 @@
 //! its own, registered here under its `target` label, and one server encodes them all.
 //! A target that ended keeps its final values for `--linger`; one that comes back within
 //! it (a restarted service's re-created cgroup) resumes them, so its counters go on.
+//! A target whose labels are still being learnt (a Kubernetes container's names) is held:
+//! counted from its start, shown only once its labels are complete, so that its series
+//! never changes its labels.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -19,7 +22,7 @@ use super::textfile::Writer;
 use super::ExportOptions;
 
 pub struct Hub {
-    targets: Mutex<BTreeMap<String, Entry>>,
+    targets: Mutex<Targets>,
     /// How long an ended target's final values stay.
     linger: Duration,
     /// The fleet monitor is ending: what is shown now is final.
@@ -33,17 +36,26 @@ pub struct Hub {
     monitor_pid: String,
 }
 
+#[derive(Default)]
+struct Targets {
+    entries: BTreeMap<String, Entry>,
+    /// Targets to hold when their profiles attach.
+    to_hold: BTreeSet<String>,
+}
+
 struct Entry {
     labels: Arc<Labels>,
     board: Arc<Board>,
     /// When its profile was first seen ended.
     ended: Option<Instant>,
+    /// Not shown until [`Hub::show`] completes its labels.
+    held: bool,
 }
 
 impl Hub {
     pub fn new(linger: Duration) -> Hub {
         Hub {
-            targets: Mutex::new(BTreeMap::new()),
+            targets: Mutex::new(Targets::default()),
             linger,
             ending: AtomicBool::new(false),
             final_scrapers: AtomicUsize::new(0),
@@ -59,7 +71,7 @@ impl Hub {
         self.left_out.store(left_out, Ordering::SeqCst);
     }
 
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Entry>> {
+    fn lock(&self) -> MutexGuard<'_, Targets> {
         // Entries are replaced whole: a panic elsewhere leaves none half-made.
         self.targets.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -67,35 +79,68 @@ impl Hub {
     /// Registers a target's board; the final values of its previous profile when it had
     /// one (it went away and came back within `--linger`), to go on from.
     pub(super) fn attach(&self, labels: Arc<Labels>, board: Arc<Board>) -> Option<Snapshot> {
+        let mut targets = self.lock();
         let entry = Entry {
             labels: Arc::clone(&labels),
             board,
             ended: None,
+            held: targets.to_hold.remove(&labels.target),
         };
-        let previous = self.lock().insert(labels.target.clone(), entry)?;
+        let previous = targets.entries.insert(labels.target.clone(), entry)?;
         Some(previous.board.latest().0)
+    }
+
+    /// Holds `target`'s profile when it attaches (call before starting it): counted, not
+    /// shown, until [`Hub::show`] or [`Hub::unhold`].
+    pub fn hold(&self, target: &str) {
+        self.lock().to_hold.insert(target.to_owned());
+    }
+
+    /// Shows the held `target` with `labels` added to those its profile attached with;
+    /// false while its profile has not attached yet.
+    pub fn show(&self, target: &str, labels: &[(&'static str, String)]) -> bool {
+        let mut targets = self.lock();
+        let Some(entry) = targets.entries.get_mut(target).filter(|entry| entry.held) else {
+            return false;
+        };
+        let mut completed = Labels::clone(&entry.labels);
+        completed.derived.extend_from_slice(labels);
+        entry.labels = Arc::new(completed);
+        entry.held = false;
+        true
+    }
+
+    /// Forgets to hold `target`: its profile ended, or failed to start, before attaching.
+    pub fn unhold(&self, target: &str) {
+        self.lock().to_hold.remove(target);
     }
 
     /// Forgets the targets that ended longer than `--linger` ago; how many are left.
     pub fn prune(&self) -> usize {
         let now = Instant::now();
         let mut targets = self.lock();
-        targets.retain(|_, entry| {
+        targets.entries.retain(|_, entry| {
             if entry.ended.is_none() && entry.board.latest().0.done {
                 entry.ended = Some(now);
             }
             !matches!(entry.ended, Some(ended) if now.duration_since(ended) >= self.linger)
         });
-        targets.len()
+        targets.entries.len()
     }
 
     /// Whether `target` is exported now (running, or its final values lingering).
     pub fn holds(&self, target: &str) -> bool {
-        self.lock().contains_key(target)
+        self.lock().entries.contains_key(target)
     }
 
-    /// The fleet monitor is ending: every target's values are final from now.
+    /// The fleet monitor is ending: every target's values are final from now, and shown
+    /// with the labels they have.
     pub fn end(&self) {
+        let mut targets = self.lock();
+        for entry in targets.entries.values_mut() {
+            entry.held = false;
+        }
+        targets.to_hold.clear();
         self.ending.store(true, Ordering::SeqCst);
     }
 
@@ -111,15 +156,16 @@ impl Hub {
 impl fmt::Debug for Hub {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Hub")
-            .field("targets", &self.lock().keys().collect::<Vec<_>>())
+            .field("targets", &self.lock().entries.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
 }
 
 impl Hub {
-    /// Every target's latest snapshot, with its labels.
+    /// Every shown target's latest snapshot, with its labels.
     fn targets(&self) -> Vec<(Snapshot, Arc<Labels>)> {
-        (self.lock().values())
+        (self.lock().entries.values())
+            .filter(|entry| !entry.held)
             .map(|entry| (entry.board.latest().0, Arc::clone(&entry.labels)))
             .collect()
     }
@@ -249,5 +295,63 @@ impl FleetExport {
         notes.extend(otlp.map(|(note, _)| note));
         notes.extend(self.textfile.map(Writer::finish));
         (notes, received_nothing)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(target: &str) -> Arc<Labels> {
+        Arc::new(Labels {
+            target: target.into(),
+            backend: "procfs".into(),
+            mode: "strict".into(),
+            monitor_pid: "7".into(),
+            derived: vec![("pod_uid", "u".into())],
+        })
+    }
+
+    fn shown(hub: &Hub) -> Vec<Vec<(&'static str, String)>> {
+        (hub.targets().iter())
+            .map(|(_, labels)| labels.derived.clone())
+            .collect()
+    }
+
+    #[test]
+    fn a_held_target_is_shown_only_once_its_labels_are_complete() {
+        let hub = Hub::new(Duration::ZERO);
+        hub.hold("/a");
+        assert!(!hub.show("/a", &[]), "shown before its profile attached");
+        let board = Arc::new(Board::new(Snapshot::default()));
+        hub.attach(labels("/a"), Arc::clone(&board));
+        assert!(hub.holds("/a"));
+        assert_eq!(shown(&hub), Vec::<Vec<_>>::new());
+        assert!(hub.show("/a", &[("pod", "web-0".into())]));
+        let named = vec![("pod_uid", "u".into()), ("pod", "web-0".into())];
+        assert_eq!(shown(&hub), vec![named.clone()]);
+        // Shown once: a second completion adds nothing.
+        assert!(!hub.show("/a", &[("pod", "other".into())]));
+        assert_eq!(shown(&hub), vec![named]);
+    }
+
+    #[test]
+    fn the_end_shows_every_held_target_and_forgets_those_not_attached() {
+        let hub = Hub::new(Duration::ZERO);
+        hub.hold("/a");
+        hub.hold("/b");
+        hub.attach(labels("/a"), Arc::new(Board::new(Snapshot::default())));
+        hub.end();
+        hub.attach(labels("/b"), Arc::new(Board::new(Snapshot::default())));
+        assert_eq!(shown(&hub).len(), 2);
+    }
+
+    #[test]
+    fn an_unheld_target_attaches_shown() {
+        let hub = Hub::new(Duration::ZERO);
+        hub.hold("/a");
+        hub.unhold("/a");
+        hub.attach(labels("/a"), Arc::new(Board::new(Snapshot::default())));
+        assert_eq!(shown(&hub).len(), 1);
     }
 }

@@ -220,7 +220,8 @@ pub struct Labels {
     /// series (one value per running monitor; a restart starts new series).
     pub monitor_pid: String,
     /// What the target's cgroup path says of it (a Kubernetes container's `pod_uid`,
-    /// `container_id`, `qos_class`): empty but for the targets of a fleet monitor.
+    /// `container_id`, `qos_class`), then what the node's files say (its `namespace`,
+    /// `pod`, `container`): empty but for the targets of a fleet monitor.
     pub derived: Vec<(&'static str, String)>,
 }
 

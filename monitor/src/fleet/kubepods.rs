@@ -1,9 +1,8 @@
 //! What a kubelet's cgroup path says of a Kubernetes container: its pod's uid, its QoS
 //! class and its container id, with the systemd and the cgroupfs cgroup drivers and the
 //! containerd, CRI-O and Docker runtimes. The pod's name and namespace and the
-//! container's name are not in the path (the kubelet's API or a CRI query knows them):
-//! kube-state-metrics' `kube_pod_info{uid}` and `kube_pod_container_info{container_id}`
-//! join them on in a query.
+//! container's name are not in the path: [`super::kubenames`] finds them in the kubelet's
+//! log layout.
 
 /// How deep in the kubelet's hierarchy a cgroup is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,8 +69,14 @@ fn pod_uid_of(part: &str) -> Option<String> {
     is_uid(&uid).then_some(uid)
 }
 
-fn is_uid(text: &str) -> bool {
-    text.len() == 36 && text.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+/// A pod's uid: a UUID, or a static pod's, 32 hex digits (the kubelet's hash of its
+/// manifest).
+pub(super) fn is_uid(text: &str) -> bool {
+    match text.len() {
+        36 => text.chars().all(|c| c.is_ascii_hexdigit() || c == '-'),
+        32 => text.chars().all(|c| c.is_ascii_hexdigit()),
+        _ => false,
+    }
 }
 
 /// The container's id as the kubelet's API and kube-state-metrics spell it

@@ -4,15 +4,17 @@
 //! selectors are looked at again every `--interval`: a target that appears (a service
 //! started, or restarted: its cgroup re-created) is profiled from then; one whose cgroup
 //! is removed ends, as `--cgroup` ends. At most `--max-targets` are exported at once;
-//! those found beyond are said on standard error and counted on `/metrics`.
+//! those found beyond are said on standard error and counted on `/metrics`. A
+//! Kubernetes container is labelled with its names once the node's files say them.
 
 mod discover;
+pub mod kubenames;
 pub mod kubepods;
 pub mod pattern;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -27,12 +29,16 @@ use crate::system::error::SystemError;
 use crate::system::exit;
 pub use discover::Selector;
 use discover::{Discovered, Found};
+use kubenames::{KubeNames, LOG_DIR};
 use kubepods::{classify, KubeCgroup};
 
 /// The default of `--max-targets`.
 pub const MAX_TARGETS: u16 = 256;
 /// The most names one line about left-out cgroups lists.
 const NAMES_SAID: usize = 5;
+/// How long a Kubernetes container is held, unexported, while its names are looked for:
+/// its cgroup is made before it starts, the kubelet links its log once it has started.
+const NAMES_AWAITED: Duration = Duration::from_secs(5);
 
 /// What a fleet monitor is asked for.
 pub struct FleetRequest {
@@ -50,15 +56,25 @@ struct Profiling {
     profile: JoinHandle<Result<u8, ProfileError>>,
 }
 
+/// A Kubernetes container held from export until its names are found.
+struct Awaited {
+    pod_uid: String,
+    container_id: Option<String>,
+    since: Instant,
+}
+
 /// The fleet's targets and what it has said of the cgroups it does not profile. Every
 /// set is of what the last look found: none outgrows the cgroups there are.
-#[derive(Default)]
 struct Fleet {
     /// By target name: one profile per name, a returning target's only once the
     /// previous one's has ended and left its final values to go on from.
     running: BTreeMap<String, Profiling>,
     left_out: BTreeSet<String>,
     unnamed: BTreeSet<PathBuf>,
+    /// Kubernetes containers' names, from the kubelet's log layout.
+    names: KubeNames,
+    /// By target name: held targets, each running or just ended.
+    awaited: BTreeMap<String, Awaited>,
 }
 
 /// Profiles every target the selectors name until SIGINT, SIGTERM or SIGHUP.
@@ -70,9 +86,16 @@ pub fn run(request: FleetRequest) -> Result<u8, ProfileError> {
     let hub = Arc::new(Hub::new(linger));
     let template = &request.template;
     let export = FleetExport::start(&template.export, Arc::clone(&hub), template.interval)?;
-    let mut fleet = Fleet::default();
+    let mut fleet = Fleet {
+        running: BTreeMap::new(),
+        left_out: BTreeSet::new(),
+        unnamed: BTreeSet::new(),
+        names: KubeNames::new(Path::new(LOG_DIR), template.interval),
+        awaited: BTreeMap::new(),
+    };
     while signals.received_count() == 0 {
         fleet.reap();
+        fleet.show_awaited(&hub);
         let discovered = discover::discover(&roots);
         fleet.start_new(discovered, &hub, &request);
         wait_or_signal(&signals, request.template.interval);
@@ -111,10 +134,13 @@ impl Fleet {
                 left_out.insert(found.name);
                 continue;
             }
-            match start_target(&found, hub, &request.template) {
-                Ok(profiling) => {
+            match start_target(&found, hub, &request.template, &mut self.names) {
+                Ok((profiling, awaited)) => {
                     say(&format!("profiling {}", found.name));
                     exported += usize::from(!returning);
+                    if let Some(awaited) = awaited {
+                        self.awaited.insert(found.name.clone(), awaited);
+                    }
                     self.running.insert(found.name, profiling);
                 }
                 // Out of threads (a ulimit): the others go on, this one is tried again.
@@ -175,6 +201,28 @@ impl Fleet {
         }
     }
 
+    /// Shows each held target with the names found, once they all are, or once
+    /// [`NAMES_AWAITED`] has passed or its profile ended without them.
+    fn show_awaited(&mut self, hub: &Hub) {
+        let now = Instant::now();
+        let (running, names) = (&self.running, &mut self.names);
+        self.awaited.retain(|target, awaited| {
+            let found = names.lookup(&awaited.pod_uid, awaited.container_id.as_deref(), now);
+            let ended = !running.contains_key(target);
+            if !(found.settled || ended || now.duration_since(awaited.since) >= NAMES_AWAITED) {
+                return true;
+            }
+            if hub.show(target, &found.labels) {
+                return false;
+            }
+            if ended {
+                hub.unhold(target);
+            }
+            // Still running and not attached yet: shown at a later look.
+            !ended
+        });
+    }
+
     /// Stops every profile and waits for their ends.
     fn stop_all(mut self) {
         for profiling in self.running.values() {
@@ -214,16 +262,22 @@ fn say(line: &str) {
 /// resident once it has wrapped.
 const TARGET_RING_PAGES: u64 = 8;
 
-/// A profile of the cgroup `found`, as `--cgroup` makes one, exported through `hub`.
+/// A profile of the cgroup `found`, as `--cgroup` makes one, exported through `hub`; a
+/// Kubernetes container whose names the node does not say yet is held, and awaited.
 fn start_target(
     found: &Found,
     hub: &Arc<Hub>,
     template: &Request,
-) -> Result<Profiling, ProfileError> {
-    let derived = match classify(&found.name) {
+    names: &mut KubeNames,
+) -> Result<(Profiling, Option<Awaited>), ProfileError> {
+    let mut derived = match classify(&found.name) {
         Some(KubeCgroup::Container(labels)) => labels,
         _ => Vec::new(),
     };
+    let awaited = with_names(&mut derived, names);
+    if awaited.is_some() {
+        hub.hold(&found.name);
+    }
     let signals = Signals::unhooked();
     let request = Request {
         cgroup: Some(found.dir.clone()),
@@ -238,11 +292,38 @@ fn start_target(
     let profile = thread::Builder::new()
         .name("pfprof-target".into())
         .spawn(move || profile::profile::<Procfs>(request))
-        .map_err(SystemError::doing("starting a target's profile"))?;
-    Ok(Profiling {
+        .map_err(|e| {
+            hub.unhold(&found.name);
+            SystemError::doing("starting a target's profile")(e)
+        })?;
+    let profiling = Profiling {
         dir: found.dir.clone(),
         signals,
         profile,
+    };
+    Ok((profiling, awaited))
+}
+
+/// Adds a Kubernetes container's names to its `derived` labels when the node says them
+/// all now; what to look for again later when it does not yet.
+fn with_names(derived: &mut Vec<(&'static str, String)>, names: &mut KubeNames) -> Option<Awaited> {
+    let label = |key: &str| {
+        (derived.iter())
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.clone())
+    };
+    let pod_uid = label("pod_uid")?;
+    let container_id = label("container_id");
+    let now = Instant::now();
+    let found = names.lookup(&pod_uid, container_id.as_deref(), now);
+    if found.settled {
+        derived.extend(found.labels);
+        return None;
+    }
+    Some(Awaited {
+        pod_uid,
+        container_id,
+        since: now,
     })
 }
 

@@ -523,6 +523,9 @@ mod tests {
             vec![
                 ("pod_uid", "1234".into()),
                 ("container_id", "containerd://abc".into()),
+                ("namespace", "shop".into()),
+                ("pod", "web-0".into()),
+                ("container", "nginx".into()),
             ],
         );
         let targets = [
@@ -556,6 +559,10 @@ mod tests {
             attribute(&kube, "container.runtime.name"),
             Some("containerd")
         );
+        assert_eq!(attribute(&faults(1), "pod"), Some("web-0"));
+        assert_eq!(attribute(&kube, "k8s.namespace.name"), Some("shop"));
+        assert_eq!(attribute(&kube, "k8s.pod.name"), Some("web-0"));
+        assert_eq!(attribute(&kube, "k8s.container.name"), Some("nginx"));
     }
 
     #[test]

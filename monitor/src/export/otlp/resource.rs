@@ -38,13 +38,23 @@ pub fn resource(env: Env) -> Result<Resource, ExportError> {
 }
 
 /// The monitor's `resource` with what a target's labels say of the entity it profiles,
-/// in the conventions' names: a Kubernetes container's `k8s.pod.uid`, `container.id` and
-/// `container.runtime.name` (the labels keep the kubelet's spelling on each point).
+/// in the conventions' names: a Kubernetes container's `k8s.pod.uid`, `k8s.namespace.name`,
+/// `k8s.pod.name`, `k8s.container.name`, `container.id` and `container.runtime.name` (the
+/// labels keep the kubelet's spelling on each point).
 pub fn of_target(resource: &Resource, labels: &Labels) -> Resource {
     let mut resource = resource.clone();
     for (key, value) in &labels.derived {
         match *key {
             "pod_uid" => set(&mut resource.attributes, string("k8s.pod.uid", value)),
+            "namespace" => set(
+                &mut resource.attributes,
+                string("k8s.namespace.name", value),
+            ),
+            "pod" => set(&mut resource.attributes, string("k8s.pod.name", value)),
+            "container" => set(
+                &mut resource.attributes,
+                string("k8s.container.name", value),
+            ),
             "container_id" => {
                 let (runtime, id) = match value.split_once("://") {
                     Some((runtime, id)) => (Some(runtime), id),
