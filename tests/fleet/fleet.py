@@ -1243,6 +1243,112 @@ class Fleet:
         check("textfile:" in err and "removed at the end" in err, err)
         check(re.search(r"otlp: \d+ pushes to \S+ delivered, the last with the final values", err), err)
 
+    def test_kubernetes_containers_are_named_from_the_nodes_log_layout_each_in_one_series(self):
+        """Below a kubelet-shaped kubepods cgroup, with the monitor's /var/log a node's
+        kubelet layout (a bind mount in a mount namespace of its own): a container named
+        from the start; a container whose log link comes only after it started (held, then
+        shown with its name, one series, every fault since its start); a pod the layout
+        does not hold (shown without names after the wait). In Prometheus and, over OTLP,
+        VictoriaMetrics."""
+        mount = cgroup2_mount()
+        top = os.path.join(mount, f"pfprof-fleet-kube-{os.getpid()}")
+        kubepods = os.path.join(top, "kubepods.slice")
+        web_uid, lone_uid = "7c9e6679-7425-40de-944b-e07fc1f90ae7", "d4f1c2b3-a5e6-4f70-8b9c-0d1e2f3a4b5c"
+        ids = {"nginx": "9f1e2d3c4b5a6978" * 4, "sidecar": "5e3d1c9b7a5f3e1d" * 4, "lone": "0a0b0c0d0e0f1011" * 4}
+        burstable = os.path.join(kubepods, "kubepods-burstable.slice")
+        web_pod = os.path.join(burstable, f"kubepods-burstable-pod{web_uid.replace('-', '_')}.slice")
+        lone_pod = os.path.join(kubepods, "kubepods-besteffort.slice",
+                                f"kubepods-besteffort-pod{lone_uid.replace('-', '_')}.slice")
+        cgroups = {"nginx": os.path.join(web_pod, f"cri-containerd-{ids['nginx']}.scope"),
+                   "sidecar": os.path.join(web_pod, f"cri-containerd-{ids['sidecar']}.scope"),
+                   "lone": os.path.join(lone_pod, f"cri-containerd-{ids['lone']}.scope")}
+        names = {n: "/" + os.path.relpath(d, mount) for n, d in cgroups.items()}
+        for n in ("nginx", "lone"):
+            os.makedirs(cgroups[n])
+
+        def cleanup():
+            for d in sorted((os.path.join(root, d) for root, dirs, _ in os.walk(top) for d in dirs), reverse=True) + [top]:
+                if os.path.isdir(d):
+                    os.rmdir(d)
+        self.defer(cleanup)
+        scratch = Scratch()
+        self.defer(scratch.close)
+        logs = scratch("var-log")
+        web_logs = f"pods/shop_web-0_{web_uid}"
+        for container in ("nginx", "sidecar"):
+            os.makedirs(os.path.join(logs, web_logs, container))
+            open(os.path.join(logs, web_logs, container, "0.log"), "w").close()
+        os.makedirs(os.path.join(logs, "containers"))
+
+        def link(container):
+            os.symlink(f"/var/log/{web_logs}/{container}/0.log",
+                       os.path.join(logs, "containers", f"web-0_shop_{container}-{ids[container]}.log"))
+        link("nginx")
+        port = free_port()
+        prometheus = Prometheus([("local", f"127.0.0.1:{port}")])
+        self.defer(prometheus.close)
+        vm = VictoriaMetrics(self.vm_root)
+        self.defer(vm.close)
+        # unshare execs sh, which execs the monitor: one pid throughout.
+        monitor = subprocess.Popen(
+            ["unshare", "--mount", "--", "sh", "-c", 'mount --bind "$0" /var/log && exec "$@"', logs,
+             self.monitor, "--cgroups-under", kubepods, "--interval", "250ms", "--prometheus", f"127.0.0.1:{port}",
+             "--otlp", f"{vm.url}/opentelemetry/v1/metrics", "--linger", "10s"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.defer(lambda: monitor.poll() is None and (monitor.kill(), monitor.wait()))
+        said = []
+        reader = threading.Thread(target=lambda: said.extend(iter(monitor.stderr.readline, "")), daemon=True)
+        reader.start()
+
+        def profiling(n):
+            return f"monitor: profiling {names[n]}\n" in said
+        wait_until("the monitor to profile nginx and lone", lambda: (profiling("nginx") and profiling("lone"), said))
+        wait_until("the monitor to be scraped up", lambda: prometheus.one('up{host="local"}') == 1)
+        # The sidecar starts while the monitor runs; its log is linked once it has started.
+        os.makedirs(cgroups["sidecar"])
+        wait_until("the monitor to profile the sidecar", lambda: (profiling("sidecar"), said))
+        sidecar = self.start_service(cgroups["sidecar"], self.work_args(24, 15000, 3, 100))
+        time.sleep(1)
+        link("sidecar")
+        nginx = self.start_service(cgroups["nginx"], self.work_args(24, 15000, 2, 100))
+        want = {"nginx": self.finish_service(nginx), "sidecar": self.finish_service(sidecar)}
+        check(min(m for m, _ in want.values()) > 5000, f"too few faults to tell anything: {want}")
+
+        def series(n):
+            """Every series of n's minor faults Prometheus stored, as label dicts."""
+            found = prometheus.query(f'last_over_time(process_paging_faults_total{{host="local",target="{names[n]}",'
+                                     f'system_paging_fault_type="minor"}}[10m])')
+            return [dict(labels) for labels in found]
+
+        def totals(n, container):
+            return tuple(prometheus.one(f'process_paging_faults_total{{host="local",target="{names[n]}",namespace="shop",'
+                                        f'pod="web-0",container="{container}",pod_uid="{web_uid}",'
+                                        f'system_paging_fault_type="{t}"}}') for t in ("minor", "major"))
+        got = lambda: {n: totals(n, n) for n in want}
+        wait_until("Prometheus to store each named container's totals", lambda: (got() == want, (got(), want)), timeout=15)
+        # The sidecar was held until its name came: one series, never one without it.
+        check(len(series("sidecar")) == 1, f"the sidecar's series: {series('sidecar')}")
+        # The lone pod is not in the layout: shown after the wait, without names.
+        wait_until("the lone pod's container to be shown", lambda: series("lone"))
+        lone = series("lone")
+        check(len(lone) == 1 and lone[0]["pod_uid"] == lone_uid
+              and not {"namespace", "pod", "container"} & set(lone[0]), f"the lone pod's series: {lone}")
+
+        def pushed():
+            values = {n: tuple(vm.one(f'last_over_time(process_paging_faults_total{{target="{names[n]}",'
+                                      f'k8s_namespace_name="shop",k8s_pod_name="web-0",k8s_container_name="{n}",'
+                                      f'namespace="shop",pod="web-0",container="{n}",system_paging_fault_type="{t}"}}[10m])')
+                               for t in ("minor", "major")) for n in want}
+            return values == want, values
+        wait_until("VictoriaMetrics to hold each named container's totals", pushed, timeout=30)
+        check(vm.one(f'count(last_over_time(process_paging_faults_total{{target="{names["sidecar"]}",'
+                     f'system_paging_fault_type="minor"}}[10m]))') == 1, "the sidecar was pushed in more than one series")
+
+        monitor.send_signal(signal.SIGTERM)
+        code = monitor.wait(timeout=PATIENCE)
+        reader.join(timeout=10)
+        check(code == 0, f"the fleet monitor exited with {code}:\n{''.join(said)}")
+
 
 def cgroup2_mount():
     with open("/proc/self/mountinfo") as f:
