@@ -62,6 +62,14 @@ impl Drop for OnDisk {
     }
 }
 
+/// The interval records of where the faults were, in JSON Lines rows.
+fn where_records(rows: &str) -> Vec<Value> {
+    (rows.lines())
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["event"] == "where")
+        .collect()
+}
+
 /// The summary's mapping entry for what `work` announced.
 fn entry<'a>(top: &'a [Value], a: &Announced) -> Option<&'a Value> {
     top.iter().find(|m| match &a.file {
@@ -168,10 +176,7 @@ fn each_mappings_faults_are_where_work_put_them_a_childs_too_majors_all_on_their
     );
     // The interval records add up to the summary's: every major fault of file a in them.
     let text = std::fs::read_to_string(&rows).unwrap();
-    let records: Vec<Value> = (text.lines())
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|v| v["event"] == "where")
-        .collect();
+    let records = where_records(&text);
     assert!(!records.is_empty(), "no where record in {text}");
     let majors_on_a: u64 = (records.iter())
         .flat_map(|r| r["mappings"].as_array().unwrap())
@@ -188,6 +193,65 @@ fn each_mappings_faults_are_where_work_put_them_a_childs_too_majors_all_on_their
     );
     let legend = format!("/a (shared): {majors_on_a} (");
     assert!(svg.contains(&legend), "no {legend:?} in {svg}");
+}
+
+/// A process that maps a file, faults in it, unmaps it and exits long before the monitor
+/// first reads its descendants' maps (a period of 5 s, the process done in tens of ms)
+/// has its faults on that file all the same, every one: the mappings as the kernel's
+/// mmap records said they were at each fault. Read from `/proc` at the period's end, the
+/// process gone, they were all "unmapped by then".
+#[test]
+fn a_process_gone_before_its_maps_are_read_has_its_faults_on_the_file_it_had_mapped() {
+    let dir = OnDisk::new("gone");
+    let file = dir.0.join("short-lived");
+    let rows = dir.0.join("rows.jsonl");
+    // Two sweeps of 512 pages, the file evicted before the second: 512 major faults.
+    let script = format!(
+        "{WORK} 1 R 1 2 --sleep-ms 0 --file {} --file-mib 2 --evict",
+        file.display()
+    );
+    let out = monitor(&[
+        "run",
+        "--backend",
+        "procfs",
+        "--period",
+        "5s",
+        "--minor-sampling",
+        "1",
+        "--format",
+        "jsonl",
+        "-o",
+        rows.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let announced = announced(&err);
+    let mapped = (announced.iter())
+        .find(|a| a.file.is_some())
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(mapped.major >= 256, "{mapped:?}");
+    let text = std::fs::read_to_string(&rows).unwrap();
+    let mappings: Vec<Value> = (where_records(&text).iter())
+        .flat_map(|r| r["mappings"].as_array().unwrap().clone())
+        .collect();
+    let on_file = |what: &str| -> u64 {
+        (mappings.iter())
+            .filter(|m| m["name"] == file.to_str().unwrap() && m["kind"] == "shared")
+            .map(|m| m[what].as_u64().unwrap())
+            .sum()
+    };
+    // Every fault recorded (--minor-sampling 1), each on the file as the sweeps counted
+    // them in their own thread.
+    assert_eq!(on_file("major"), mapped.major, "{text}");
+    assert_eq!(on_file("minor_samples"), mapped.minor, "{text}");
+    let unmapped: Vec<&Value> = (mappings.iter())
+        .filter(|m| m["kind"] == "unmapped")
+        .collect();
+    assert!(unmapped.is_empty(), "{unmapped:?}");
 }
 
 #[test]

@@ -6,29 +6,61 @@
 //! period's table counts it as lost.
 //!
 //! Where the procfs backend's faults were: the fault events' records, drained each period
-//! (and whenever a ring is half full) by the sampler thread, their addresses resolved to
-//! mappings ([`super::maps`]), gathered into the period's table.
+//! (and whenever a ring is half full) by the sampler thread, put in time order across
+//! the CPUs' rings with the records of the processes' mappings ([`super::recorded`]),
+//! their addresses resolved to mappings as they were at each fault, gathered into the
+//! period's table.
 
 use std::os::fd::BorrowedFd;
+use std::sync::Arc;
+
+use shared_layout::abi::monotonic_ns;
 
 use super::maps::MapsCache;
 use super::perf::{FaultEvents, Kind, Record};
+use super::recorded::Recorded;
 use crate::attribution::table::Builder;
-use crate::attribution::{Faults, PeriodTable, ProcessFaults};
+use crate::attribution::{Faults, Mapping, PeriodTable, ProcessFaults};
 
 /// The most processes whose maps are read ahead of their faults in a period: each read
 /// costs tens of µs, and a storm of short-lived processes must not make a period's work
 /// grow without bound (the others are read when their faults are resolved).
 const MAPS_READ_AHEAD: usize = 32;
 
+/// A record drained, waiting for those of the other CPUs' rings up to its time.
+struct Timed {
+    time_ns: u64,
+    kind: Kind,
+    record: Record,
+}
+
+/// Records drained from the CPUs' rings, waiting to be applied in time order.
+#[derive(Default)]
+struct InOrder(Vec<Timed>);
+
+impl InOrder {
+    fn push(&mut self, timed: Timed) {
+        self.0.push(timed);
+    }
+
+    /// Those stamped up to `horizon`, in time order (a sort that keeps a ring's records
+    /// of one time in their order); the later ones wait.
+    fn take_until(&mut self, horizon: u64) -> Vec<Timed> {
+        self.0.sort_by_key(|t| t.time_ns);
+        let ready = self.0.partition_point(|t| t.time_ns <= horizon);
+        self.0.drain(..ready).collect()
+    }
+}
+
 /// The fault events and the table of the period under way.
 pub struct Attributor {
     events: FaultEvents,
     maps: MapsCache,
-    /// The period under way, and the next: records drained at a period's end that came
-    /// after its timestamp belong to the next.
+    recorded: Recorded,
+    /// Records drained but not applied: stamped after the period's end, or after the
+    /// drain began (a CPU's ring may not hold its records of that time yet).
+    waiting: InOrder,
     current: Builder,
-    next: Builder,
     lost: Faults,
     /// The rings whose descriptor hung up (its event's task and inherited children are
     /// gone: poll says so at once, forever), by their position in
@@ -41,8 +73,9 @@ impl Attributor {
         Attributor {
             events,
             maps: MapsCache::default(),
+            recorded: Recorded::default(),
+            waiting: InOrder::default(),
             current: Builder::default(),
-            next: Builder::default(),
             lost: Faults::default(),
             hung_up: Vec::new(),
         }
@@ -75,13 +108,13 @@ impl Attributor {
     /// process's own faults.
     pub fn finish(&mut self, end_ns: u64, processes: Vec<ProcessFaults>) -> PeriodTable {
         self.drain_until(end_ns);
-        let next = std::mem::take(&mut self.next);
-        let table = std::mem::replace(&mut self.current, next).finish(
+        let table = std::mem::take(&mut self.current).finish(
             end_ns,
             std::mem::take(&mut self.lost),
             processes,
         );
         self.maps.next_period();
+        self.recorded.next_period();
         table
     }
 
@@ -94,29 +127,83 @@ impl Attributor {
         }
     }
 
+    /// Applies the records stamped up to `end_ns` and before the drain began, in time
+    /// order across the CPUs' rings. Each ring holds its CPU's records in order, but a
+    /// record of another CPU's may be stamped before one already drained here: the
+    /// later ones wait for the next drain. One stamped before the drain began, the
+    /// clock read before any ring, is in its ring by then (a record is written in one
+    /// go, preemption off, once stamped); and whatever a record's consequence (a fault
+    /// in a region just mapped), it is stamped after the record's end, hence after the
+    /// drain began if the record was not in its ring yet.
     fn drain_until(&mut self, end_ns: u64) {
+        let horizon = monotonic_ns().min(end_ns);
         let Attributor {
             events,
-            maps,
-            current,
-            next,
+            waiting,
             lost,
             ..
         } = self;
-        events.drain(|kind, record| match record {
-            Record::Sample {
-                pid, time_ns, addr, ..
-            } => {
-                let mapping = maps.resolve(pid, addr);
-                let builder = if time_ns <= end_ns {
-                    &mut *current
-                } else {
-                    &mut *next
-                };
-                builder.add(pid, mapping, one(kind, 1));
-            }
-            Record::Lost(n) => *lost += one(kind, n),
+        events.drain(|kind, record| match (record.time_ns(), record) {
+            (Some(time_ns), record) => waiting.push(Timed {
+                time_ns,
+                kind,
+                record,
+            }),
+            (None, Record::Lost(n)) => *lost += one(kind, n),
+            (None, _) => {}
         });
+        for timed in self.waiting.take_until(horizon) {
+            self.apply(timed);
+        }
+    }
+
+    fn apply(&mut self, timed: Timed) {
+        let time_ns = timed.time_ns;
+        match timed.record {
+            Record::Sample { pid, addr, .. } => {
+                let mapping = self.resolve(pid, addr);
+                self.current.add(pid, mapping, one(timed.kind, 1));
+            }
+            Record::Mmap(mmap) => self.recorded.mmap(&mmap),
+            Record::Fork { pid, ppid, .. } if pid != ppid => {
+                // What /proc showed of the pid before is another process's.
+                self.maps.forget_read_before(pid, time_ns);
+                let base = self.maps.regions(ppid);
+                self.recorded.fork(pid, ppid, base);
+            }
+            Record::Exec { pid, .. } => {
+                self.maps.forget_read_before(pid, time_ns);
+                self.recorded.exec(pid);
+            }
+            Record::Exit { pid, tid, .. } if pid == tid => self.recorded.exit(pid),
+            Record::Fork { .. } | Record::Exit { .. } | Record::Lost(_) => {}
+        }
+    }
+
+    /// The mapping holding `addr` in process `pid` at the time of the record being
+    /// applied. The records first: a region they hold is the mapping as it was then,
+    /// where `/proc`, read later, may show what replaced it. Where they hold none (the
+    /// stack grown, what was mapped before the process was watched), the stack below a
+    /// gap, then `/proc` as read (at most once a period), kept in the process's table
+    /// for its later faults and its children. A process whose maps its user may not read (a setuid program the command ran)
+    /// stays unreadable, as without the records.
+    fn resolve(&mut self, pid: u32, addr: u64) -> Arc<Mapping> {
+        if self.maps.unreadable(pid) {
+            return self.maps.resolve(pid, addr);
+        }
+        if let Some(mapping) = self.recorded.find(pid, addr) {
+            return mapping;
+        }
+        if let Some(stack) = self.recorded.stack_grown(pid, addr) {
+            return stack;
+        }
+        match self.maps.region(pid, addr) {
+            Ok(region) => {
+                self.recorded.fill(pid, addr, &region);
+                region.mapping
+            }
+            Err(outside) => outside,
+        }
     }
 }
 
@@ -131,5 +218,74 @@ fn one(kind: Kind, n: u64) -> Faults {
             major: 0,
             minor_samples: n,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attribution::FileId;
+    use crate::backend::procfs::perf::Mmap;
+
+    fn timed(time_ns: u64, record: Record) -> Timed {
+        Timed {
+            time_ns,
+            kind: Kind::Major,
+            record,
+        }
+    }
+
+    fn mmap(time_ns: u64, name: &str) -> Record {
+        Record::Mmap(Mmap {
+            pid: 7,
+            time_ns,
+            start: 0x1000,
+            end: 0x2000,
+            file: FileId {
+                major: 254,
+                minor: 0,
+                inode: time_ns,
+            },
+            exec: false,
+            shared: true,
+            name: name.into(),
+        })
+    }
+
+    fn fault(time_ns: u64) -> Record {
+        Record::Sample {
+            pid: 7,
+            tid: 7,
+            time_ns,
+            addr: 0x1800,
+        }
+    }
+
+    #[test]
+    fn a_fault_is_resolved_against_the_mappings_of_its_time_whichever_ring_said_what() {
+        let mut waiting = InOrder::default();
+        // One CPU's ring: a file mapped, then another mapped over it.
+        waiting.push(timed(10, mmap(10, "/early")));
+        waiting.push(timed(30, mmap(30, "/late")));
+        // Another CPU's, drained after: a fault between the two, and one after both.
+        waiting.push(timed(20, fault(20)));
+        waiting.push(timed(40, fault(40)));
+        let mut recorded = Recorded::default();
+        let mut resolve = |ready: Vec<Timed>| -> Vec<String> {
+            let mut names = Vec::new();
+            for t in ready {
+                match t.record {
+                    Record::Mmap(m) => recorded.mmap(&m),
+                    Record::Sample { pid, addr, .. } => {
+                        names.push(recorded.find(pid, addr).unwrap().name.clone());
+                    }
+                    _ => {}
+                }
+            }
+            names
+        };
+        // The drain began at 35: the fault at 40 waits for the next.
+        assert_eq!(resolve(waiting.take_until(35)), ["/early"]);
+        assert_eq!(resolve(waiting.take_until(u64::MAX)), ["/late"]);
     }
 }

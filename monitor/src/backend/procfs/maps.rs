@@ -34,16 +34,18 @@ struct Cached {
     /// The period it was read in, and the last it resolved a fault in.
     read: u64,
     used: u64,
+    /// When it was read (`CLOCK_MONOTONIC`, ns).
+    read_ns: u64,
 }
 
 impl Cached {
-    /// The mapping holding `addr`, if a region does.
-    fn find(&self, addr: u64) -> Option<Arc<Mapping>> {
+    /// The region holding `addr`, if one does.
+    fn find(&self, addr: u64) -> Option<&Region> {
         let i = (self.regions)
             .partition_point(|r| r.start <= addr)
             .checked_sub(1)?;
         let region = &self.regions[i];
-        (addr < region.end).then(|| Arc::clone(&region.mapping))
+        (addr < region.end).then_some(region)
     }
 }
 
@@ -69,7 +71,30 @@ impl MapsCache {
         self.read(pid);
     }
 
+    /// Forgets process `pid`'s maps if they were read before `time_ns`: they are another
+    /// program's (it exec'd since) or another process's (the pid was given again).
+    pub fn forget_read_before(&mut self, pid: u32, time_ns: u64) {
+        if self.procs.get(&pid).is_some_and(|c| c.read_ns < time_ns) {
+            self.procs.remove(&pid);
+        }
+    }
+
+    /// Whether process `pid`'s maps, when last read, were not the monitor's user's to
+    /// read.
+    pub fn unreadable(&self, pid: u32) -> bool {
+        (self.procs.get(&pid)).is_some_and(|c| c.outside.kind == MappingKind::Unreadable)
+    }
+
+    /// Process `pid`'s regions as last read, read now if they never were.
+    pub fn regions(&mut self, pid: u32) -> &[Region] {
+        if !self.procs.contains_key(&pid) {
+            self.read(pid);
+        }
+        self.procs.get(&pid).map_or(&[], |c| &c.regions)
+    }
+
     fn read(&mut self, pid: u32) -> &Cached {
+        let read_ns = shared_layout::abi::monotonic_ns();
         let (regions, outside) = match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
             Ok(text) => (parse(pid, &text), Mapping::unmapped(pid)),
             // ESRCH: reaped after the open; an empty file (a zombie) parses to no region.
@@ -83,6 +108,7 @@ impl MapsCache {
             outside: Arc::new(outside),
             read: self.period,
             used: self.period,
+            read_ns,
         };
         match self.procs.entry(pid) {
             Entry::Occupied(mut e) => {
@@ -95,20 +121,25 @@ impl MapsCache {
 
     /// The mapping holding `addr` in process `pid`.
     pub fn resolve(&mut self, pid: u32, addr: u64) -> Arc<Mapping> {
+        self.region(pid, addr)
+            .map_or_else(|outside| outside, |r| r.mapping)
+    }
+
+    /// The region holding `addr` in process `pid`, or what an address outside every
+    /// region counts as.
+    pub fn region(&mut self, pid: u32, addr: u64) -> Result<Region, Arc<Mapping>> {
         let period = self.period;
         if let Some(cached) = self.procs.get_mut(&pid) {
             cached.used = period;
             // Read this period already: it is not there.
             match cached.find(addr) {
-                Some(mapping) => return mapping,
-                None if cached.read == period => return Arc::clone(&cached.outside),
+                Some(region) => return Ok(region.clone()),
+                None if cached.read == period => return Err(Arc::clone(&cached.outside)),
                 None => {}
             }
         }
         let cached = self.read(pid);
-        cached
-            .find(addr)
-            .unwrap_or_else(|| Arc::clone(&cached.outside))
+        (cached.find(addr).cloned()).ok_or_else(|| Arc::clone(&cached.outside))
     }
 }
 
@@ -158,6 +189,13 @@ fn parse_line(pid: u32, line: &str) -> Option<(u64, u64, Mapping)> {
     };
     let shared = perms.as_bytes().get(3) == Some(&b's');
     let exec = perms.as_bytes().get(2) == Some(&b'x');
+    Some((start, end, mapping(pid, name, shared, exec, file)))
+}
+
+/// A region of process `pid` named `name` as `/proc/PID/maps` names it (an mmap record
+/// names it so too), mapped `shared` or not, `exec` or not, of `file` (zeros when none),
+/// as [`Mapping`] says.
+pub fn mapping(pid: u32, name: &str, shared: bool, exec: bool, file: FileId) -> Mapping {
     let (kind, private) = if name.is_empty() || name.starts_with("[anon:") {
         (MappingKind::Anonymous, true)
     } else if name == "[heap]" {
@@ -179,13 +217,12 @@ fn parse_line(pid: u32, line: &str) -> Option<(u64, u64, Mapping)> {
     } else {
         (MappingKind::Data, false)
     };
-    let mapping = Mapping {
+    Mapping {
         kind,
         name: name.to_owned(),
         file: (file.inode != 0 && !private).then_some(file),
         owner: private.then_some(pid),
-    };
-    Some((start, end, mapping))
+    }
 }
 
 #[cfg(test)]
@@ -241,8 +278,9 @@ mod tests {
             outside: Arc::new(Mapping::unmapped(9)),
             read: 0,
             used: 0,
+            read_ns: 0,
         };
-        let at = |addr| cached.find(addr).map(|m| m.name.clone());
+        let at = |addr| cached.find(addr).map(|r| r.mapping.name.clone());
         assert_eq!(
             at(0x7f1c_2400_0000).as_deref(),
             Some("/tmp/a file (deleted)")

@@ -6,7 +6,7 @@
 //! ([`memory`]), and keeps each sample's CPU time within what its threads could use
 //! ([`cap`]). Each period's faults are attributed to the processes that took them
 //! ([`who`]) and, through perf events ([`perf`]), to the mappings they fell in
-//! ([`attribute`], [`maps`]).
+//! ([`attribute`], [`maps`], as the events recorded them: [`recorded`]).
 
 mod attribute;
 mod cap;
@@ -15,6 +15,7 @@ pub mod members;
 pub mod memory;
 pub mod perf;
 pub mod process;
+mod recorded;
 pub mod sampler;
 pub mod tree;
 pub mod who;

@@ -1,8 +1,9 @@
 //! The parts of `<linux/perf_event.h>` the fault events use: `struct perf_event_attr` as
 //! of `PERF_ATTR_SIZE_VER5` (Linux 4.1; a newer kernel takes a shorter struct, as
-//! older binaries pass it), the ring buffer's control page, the records read from it.
-//! libc has only the system call's number. The test below compiles the header and
-//! compares.
+//! older binaries pass it), the ring buffer's control page, the records read from it
+//! (the bodies of `PERF_RECORD_MMAP2`, `_FORK`, `_EXIT` are laid out in the header's
+//! comments only: the test declares them as those comments say). libc has only the
+//! system call's number. The test below compiles the header and compares.
 
 /// `struct perf_event_attr`, up to `__reserved_2`.
 #[repr(C)]
@@ -48,8 +49,23 @@ pub mod flags {
     pub const INHERIT: u64 = 1 << 1;
     pub const EXCLUDE_KERNEL: u64 = 1 << 5;
     pub const EXCLUDE_HV: u64 = 1 << 6;
+    /// `mmap`: executable mappings recorded (as `PERF_RECORD_MMAP2` with [`MMAP2`]).
+    pub const MMAP: u64 = 1 << 8;
+    /// `comm`: a `PERF_RECORD_COMM` when a task is renamed (with [`COMM_EXEC`], marked
+    /// when the rename is an exec's).
+    pub const COMM: u64 = 1 << 9;
     pub const ENABLE_ON_EXEC: u64 = 1 << 12;
+    /// `task`: `PERF_RECORD_FORK` and `PERF_RECORD_EXIT`.
+    pub const TASK: u64 = 1 << 13;
     pub const WATERMARK: u64 = 1 << 14;
+    /// `mmap_data`: mappings that are not executable recorded too.
+    pub const MMAP_DATA: u64 = 1 << 17;
+    /// `sample_id_all`: every record ends with the sample's TID and TIME fields.
+    pub const SAMPLE_ID_ALL: u64 = 1 << 18;
+    /// `mmap2`: `PERF_RECORD_MMAP2`, with the file's device and inode (Linux 3.16).
+    pub const MMAP2: u64 = 1 << 23;
+    /// `comm_exec` (Linux 3.16).
+    pub const COMM_EXEC: u64 = 1 << 24;
     pub const USE_CLOCKID: u64 = 1 << 25;
 }
 
@@ -66,7 +82,42 @@ pub const DATA_TAIL: usize = 1032;
 /// `struct perf_event_header`: every record begins with it.
 pub const HEADER_SIZE: usize = 8;
 pub const PERF_RECORD_LOST: u32 = 2;
+pub const PERF_RECORD_COMM: u32 = 3;
+pub const PERF_RECORD_EXIT: u32 = 4;
+pub const PERF_RECORD_FORK: u32 = 7;
 pub const PERF_RECORD_SAMPLE: u32 = 9;
+pub const PERF_RECORD_MMAP2: u32 = 10;
+/// In a `PERF_RECORD_COMM`'s header: the rename is an exec's.
+pub const PERF_RECORD_MISC_COMM_EXEC: u16 = 1 << 13;
+
+/// `PERF_RECORD_MMAP2`'s body, after the header (the header's comment; no struct in
+/// it): `u32 pid, tid; u64 addr, len, pgoff; u32 maj, min; u64 ino, ino_generation;
+/// u32 prot, flags; char filename[]` (NUL-terminated, padded to 8 bytes), then the
+/// sample's id fields. `maj`, `min`, `ino` are those `/proc/PID/maps` shows.
+pub mod mmap2 {
+    pub const PID: usize = 0;
+    pub const ADDR: usize = 8;
+    pub const LEN: usize = 16;
+    pub const MAJ: usize = 32;
+    pub const MIN: usize = 36;
+    pub const INO: usize = 40;
+    pub const PROT: usize = 56;
+    pub const FLAGS: usize = 60;
+    pub const FILENAME: usize = 64;
+}
+
+/// `PERF_RECORD_FORK` and `PERF_RECORD_EXIT`'s body: `u32 pid, ppid, tid, ptid; u64
+/// time`; `PERF_RECORD_COMM`'s: `u32 pid, tid; char comm[]`.
+pub mod task {
+    pub const PID: usize = 0;
+    pub const PPID: usize = 4;
+    pub const TID: usize = 8;
+}
+
+/// The sample's id fields at the end of every other record (`sample_id_all`), for the
+/// events' `sample_type` `TID | TIME`: `u32 pid, tid; u64 time`.
+pub const SAMPLE_ID_SIZE: usize = 16;
+pub const SAMPLE_ID_TIME: usize = 8;
 
 #[cfg(test)]
 mod tests {
@@ -127,8 +178,15 @@ mod tests {
                     | flags::INHERIT
                     | flags::EXCLUDE_KERNEL
                     | flags::EXCLUDE_HV
+                    | flags::MMAP
+                    | flags::COMM
                     | flags::ENABLE_ON_EXEC
+                    | flags::TASK
                     | flags::WATERMARK
+                    | flags::MMAP_DATA
+                    | flags::SAMPLE_ID_ALL
+                    | flags::MMAP2
+                    | flags::COMM_EXEC
                     | flags::USE_CLOCKID,
             ),
             (
@@ -185,6 +243,91 @@ mod tests {
                 HEADER_SIZE as u64,
             ),
             ("lost", "PERF_RECORD_LOST".into(), PERF_RECORD_LOST.into()),
+            ("comm", "PERF_RECORD_COMM".into(), PERF_RECORD_COMM.into()),
+            ("exit", "PERF_RECORD_EXIT".into(), PERF_RECORD_EXIT.into()),
+            ("fork", "PERF_RECORD_FORK".into(), PERF_RECORD_FORK.into()),
+            (
+                "mmap2",
+                "PERF_RECORD_MMAP2".into(),
+                PERF_RECORD_MMAP2.into(),
+            ),
+            (
+                "comm_exec",
+                "PERF_RECORD_MISC_COMM_EXEC".into(),
+                PERF_RECORD_MISC_COMM_EXEC.into(),
+            ),
+            (
+                "mmap2 pid",
+                "offsetof(struct mmap2, pid)".into(),
+                mmap2::PID as u64,
+            ),
+            (
+                "mmap2 addr",
+                "offsetof(struct mmap2, addr)".into(),
+                mmap2::ADDR as u64,
+            ),
+            (
+                "mmap2 len",
+                "offsetof(struct mmap2, len)".into(),
+                mmap2::LEN as u64,
+            ),
+            (
+                "mmap2 maj",
+                "offsetof(struct mmap2, maj)".into(),
+                mmap2::MAJ as u64,
+            ),
+            (
+                "mmap2 min",
+                "offsetof(struct mmap2, min)".into(),
+                mmap2::MIN as u64,
+            ),
+            (
+                "mmap2 ino",
+                "offsetof(struct mmap2, ino)".into(),
+                mmap2::INO as u64,
+            ),
+            (
+                "mmap2 prot",
+                "offsetof(struct mmap2, prot)".into(),
+                mmap2::PROT as u64,
+            ),
+            (
+                "mmap2 flags",
+                "offsetof(struct mmap2, flags)".into(),
+                mmap2::FLAGS as u64,
+            ),
+            (
+                "mmap2 filename",
+                "offsetof(struct mmap2, filename)".into(),
+                mmap2::FILENAME as u64,
+            ),
+            (
+                "task pid",
+                "offsetof(struct task, pid)".into(),
+                task::PID as u64,
+            ),
+            (
+                "task ppid",
+                "offsetof(struct task, ppid)".into(),
+                task::PPID as u64,
+            ),
+            (
+                "task tid",
+                "offsetof(struct task, tid)".into(),
+                task::TID as u64,
+            ),
+            (
+                "sample_id",
+                "sizeof(struct sample_id)".into(),
+                SAMPLE_ID_SIZE as u64,
+            ),
+            (
+                "sample_id time",
+                "offsetof(struct sample_id, time)".into(),
+                SAMPLE_ID_TIME as u64,
+            ),
+            ("prot_exec", "PROT_EXEC".into(), libc::PROT_EXEC as u64),
+            ("map_shared", "MAP_SHARED".into(), libc::MAP_SHARED as u64),
             (
                 "sample",
                 "PERF_RECORD_SAMPLE".into(),
@@ -194,13 +337,20 @@ mod tests {
         let mut program = String::from(
             "#include <stdio.h>\n#include <stddef.h>\n#include <string.h>\n\
              #include <linux/perf_event.h>\n\
+             #include <sys/mman.h>\n\
              #define FLAGS_OFFSET (offsetof(struct perf_event_attr, read_format) + 8)\n\
+             /* The records' bodies as the header's comments lay them out. */\n\
+             struct mmap2 { __u32 pid, tid; __u64 addr, len, pgoff; __u32 maj, min;\n\
+               __u64 ino, ino_generation; __u32 prot, flags; char filename[]; };\n\
+             struct task { __u32 pid, ppid, tid, ptid; __u64 time; };\n\
+             struct sample_id { __u32 pid, tid; __u64 time; };\n\
              static unsigned long long flags(void) {\n\
                struct perf_event_attr a;\n\
                unsigned long long f;\n\
                memset(&a, 0, sizeof a);\n\
                a.disabled = a.inherit = a.exclude_kernel = a.exclude_hv = 1;\n\
-               a.enable_on_exec = a.watermark = a.use_clockid = 1;\n\
+               a.mmap = a.comm = a.enable_on_exec = a.task = a.watermark = a.use_clockid = 1;\n\
+               a.mmap_data = a.sample_id_all = a.mmap2 = a.comm_exec = 1;\n\
                memcpy(&f, (char *)&a + FLAGS_OFFSET, sizeof f);\n\
                return f;\n\
              }\n\

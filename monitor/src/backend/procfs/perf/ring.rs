@@ -10,13 +10,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use memmap2::{MmapOptions, MmapRaw};
 
-use super::abi::{DATA_HEAD, DATA_TAIL, HEADER_SIZE, PERF_RECORD_LOST, PERF_RECORD_SAMPLE};
+use super::abi::{
+    mmap2, task, DATA_HEAD, DATA_TAIL, HEADER_SIZE, PERF_RECORD_COMM, PERF_RECORD_EXIT,
+    PERF_RECORD_FORK, PERF_RECORD_LOST, PERF_RECORD_MISC_COMM_EXEC, PERF_RECORD_MMAP2,
+    PERF_RECORD_SAMPLE, SAMPLE_ID_SIZE, SAMPLE_ID_TIME,
+};
+use crate::attribution::FileId;
 
-/// What a record of the fault events says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What a record of the fault events says. Times are `CLOCK_MONOTONIC`, in ns.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
-    /// A fault: the process and thread that took it, when (`CLOCK_MONOTONIC`, ns), and the
-    /// address.
+    /// A fault: the process and thread that took it, when, and the address.
     Sample {
         pid: u32,
         tid: u32,
@@ -25,10 +29,48 @@ pub enum Record {
     },
     /// The kernel could not write this many records: its buffer was full.
     Lost(u64),
+    /// A mapping made: by mmap(), mprotect(), brk's growth, an exec.
+    Mmap(Mmap),
+    /// Process `pid` was forked by process `ppid` (the same pid: a thread was started).
+    Fork { pid: u32, ppid: u32, time_ns: u64 },
+    /// Process `pid` exec'd: its mappings are gone, the new program's come as records.
+    Exec { pid: u32, time_ns: u64 },
+    /// Thread `tid` of process `pid` ended (`tid == pid`: its first thread).
+    Exit { pid: u32, tid: u32, time_ns: u64 },
 }
 
-/// A mapped ring buffer of an event opened with `PERF_SAMPLE_TID | PERF_SAMPLE_TIME |
-/// PERF_SAMPLE_ADDR`, and its descriptor.
+impl Record {
+    /// When it happened; a loss has no time of its own.
+    pub fn time_ns(&self) -> Option<u64> {
+        match self {
+            Record::Sample { time_ns, .. }
+            | Record::Fork { time_ns, .. }
+            | Record::Exec { time_ns, .. }
+            | Record::Exit { time_ns, .. } => Some(*time_ns),
+            Record::Mmap(m) => Some(m.time_ns),
+            Record::Lost(_) => None,
+        }
+    }
+}
+
+/// A `PERF_RECORD_MMAP2`: a region of process `pid` mapped, replacing what it overlaps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mmap {
+    pub pid: u32,
+    pub time_ns: u64,
+    pub start: u64,
+    pub end: u64,
+    /// The file's device and inode, as `/proc/PID/maps` shows them (zeros when none).
+    pub file: FileId,
+    pub exec: bool,
+    pub shared: bool,
+    /// The kernel's name for it: a file's path, `[heap]`, `[stack]`, `[vdso]`, or
+    /// `//anon` for anonymous memory.
+    pub name: String,
+}
+
+/// A mapped ring buffer of events opened with `PERF_SAMPLE_TID | PERF_SAMPLE_TIME |
+/// PERF_SAMPLE_ADDR` and `sample_id_all`, and its descriptor.
 pub struct Ring {
     fd: OwnedFd,
     map: MmapRaw,
@@ -76,6 +118,7 @@ impl Ring {
         while head.wrapping_sub(tail) >= HEADER_SIZE as u64 {
             self.copy_out(tail, HEADER_SIZE);
             let kind = u32::from_ne_bytes(self.record[0..4].try_into().unwrap_or_default());
+            let misc = u16::from_ne_bytes(self.record[4..6].try_into().unwrap_or_default());
             let size = usize::from(u16::from_ne_bytes(
                 self.record[6..8].try_into().unwrap_or_default(),
             ));
@@ -85,7 +128,7 @@ impl Ring {
                 break;
             }
             self.copy_out(tail, size);
-            if let Some(record) = parse(kind, &self.record[HEADER_SIZE..]) {
+            if let Some(record) = parse(kind, misc, &self.record[HEADER_SIZE..]) {
                 each(record);
             }
             tail = tail.wrapping_add(size as u64);
@@ -112,10 +155,13 @@ impl Ring {
     }
 }
 
-/// A record's body, after its header.
-fn parse(kind: u32, body: &[u8]) -> Option<Record> {
+/// A record's body, after its header (`misc`: the header's flags).
+fn parse(kind: u32, misc: u16, body: &[u8]) -> Option<Record> {
     let u64_at = |at: usize| Some(u64::from_ne_bytes(body.get(at..at + 8)?.try_into().ok()?));
     let u32_at = |at: usize| Some(u32::from_ne_bytes(body.get(at..at + 4)?.try_into().ok()?));
+    // Every record but a sample ends with the sample's id fields (`sample_id_all`).
+    let fields_end = body.len().checked_sub(SAMPLE_ID_SIZE);
+    let stamped = || u64_at(fields_end? + SAMPLE_ID_TIME);
     match kind {
         // sample_type TID | TIME | ADDR, in the kernel's order: pid, tid, time, addr.
         PERF_RECORD_SAMPLE => Some(Record::Sample {
@@ -126,6 +172,40 @@ fn parse(kind: u32, body: &[u8]) -> Option<Record> {
         }),
         // id, lost.
         PERF_RECORD_LOST => Some(Record::Lost(u64_at(8)?)),
+        PERF_RECORD_MMAP2 => {
+            let start = u64_at(mmap2::ADDR)?;
+            let name = body.get(mmap2::FILENAME..fields_end?)?;
+            let name = name.split(|&b| b == 0).next().unwrap_or_default();
+            Some(Record::Mmap(Mmap {
+                pid: u32_at(mmap2::PID)?,
+                time_ns: stamped()?,
+                start,
+                end: start.checked_add(u64_at(mmap2::LEN)?)?,
+                file: FileId {
+                    major: u32_at(mmap2::MAJ)?,
+                    minor: u32_at(mmap2::MIN)?,
+                    inode: u64_at(mmap2::INO)?,
+                },
+                exec: u32_at(mmap2::PROT)? & libc::PROT_EXEC as u32 != 0,
+                shared: u32_at(mmap2::FLAGS)? & libc::MAP_SHARED as u32 != 0,
+                name: String::from_utf8_lossy(name).into_owned(),
+            }))
+        }
+        PERF_RECORD_FORK => Some(Record::Fork {
+            pid: u32_at(task::PID)?,
+            ppid: u32_at(task::PPID)?,
+            time_ns: stamped()?,
+        }),
+        PERF_RECORD_EXIT => Some(Record::Exit {
+            pid: u32_at(task::PID)?,
+            tid: u32_at(task::TID)?,
+            time_ns: stamped()?,
+        }),
+        // A rename that is not an exec's changes no mapping.
+        PERF_RECORD_COMM if misc & PERF_RECORD_MISC_COMM_EXEC != 0 => Some(Record::Exec {
+            pid: u32_at(task::PID)?,
+            time_ns: stamped()?,
+        }),
         _ => None,
     }
 }
@@ -142,7 +222,7 @@ mod tests {
         body.extend_from_slice(&1234u64.to_ne_bytes());
         body.extend_from_slice(&0x7f00_0000_1000u64.to_ne_bytes());
         assert_eq!(
-            parse(PERF_RECORD_SAMPLE, &body),
+            parse(PERF_RECORD_SAMPLE, 0, &body),
             Some(Record::Sample {
                 pid: 7,
                 tid: 8,
@@ -150,9 +230,9 @@ mod tests {
                 addr: 0x7f00_0000_1000
             })
         );
-        assert_eq!(parse(PERF_RECORD_SAMPLE, &body[..20]), None);
+        assert_eq!(parse(PERF_RECORD_SAMPLE, 0, &body[..20]), None);
         let lost: Vec<u8> = [1u64, 42].iter().flat_map(|v| v.to_ne_bytes()).collect();
-        assert_eq!(parse(PERF_RECORD_LOST, &lost), Some(Record::Lost(42)));
-        assert_eq!(parse(3, &lost), None);
+        assert_eq!(parse(PERF_RECORD_LOST, 0, &lost), Some(Record::Lost(42)));
+        assert_eq!(parse(5, 0, &lost), None);
     }
 }

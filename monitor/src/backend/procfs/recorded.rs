@@ -1,0 +1,447 @@
+//! Each process's mappings as the fault events' records built them, as `perf report`
+//! keeps them: a `PERF_RECORD_MMAP2` maps a region (replacing what it overlaps), a fork
+//! gives the child a copy of its parent's table, an exec empties it (the new program's
+//! mappings come as records), an exit lets it go. The records are applied in time order
+//! with the faults (`super::attribute`), so a fault is resolved against its process's
+//! mappings as they were when it was taken, even once the process has unmapped them or
+//! is gone.
+//!
+//! What the records cannot say: perf has no munmap record, so an address unmapped and
+//! not mapped again still resolves to its last mapping (what it was at any fault there:
+//! the kernel counts no fault at an address unmapped at the time); the stack's growth
+//! makes no record (an address in the gap below a `[stack]` region is the stack grown
+//! into it: nothing else may be mapped there without a record); and what was mapped
+//! before the process was watched, or before its parent was, is not in them: the
+//! process's `/proc/PID/maps` ([`super::maps`]) fills those gaps where it can be read.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use super::maps::{self, Region};
+use super::perf::Mmap;
+use crate::attribution::{Mapping, MappingKind};
+
+/// The most regions one process's table holds (the kernel's `vm.max_map_count` allows
+/// 65,530): past it, its table is emptied and its records ignored until an exec or a
+/// fork gives the pid a new one; its faults are resolved from `/proc` as before.
+pub const MAX_REGIONS: usize = 16_384;
+/// The most regions of all tables together (some 150 bytes each, a name included:
+/// about 20 MiB): past it, the tables least recently used are dropped.
+pub const MAX_TOTAL_REGIONS: usize = 131_072;
+/// The most processes with a table: past it, those that exited go first, then the
+/// least recently used.
+pub const MAX_PROCESSES: usize = 4_096;
+
+/// Regions by start address: their end and mapping, none overlapping.
+type Regions = BTreeMap<u64, (u64, Arc<Mapping>)>;
+
+#[derive(Default)]
+struct Table {
+    regions: Regions,
+    /// Past [`MAX_REGIONS`]: none kept, records ignored.
+    overflowed: bool,
+    /// The period its process's exit was applied in.
+    exited: Option<u64>,
+    /// The last period a record or a fault used it.
+    used: u64,
+}
+
+impl Table {
+    fn find(&self, addr: u64) -> Option<&Arc<Mapping>> {
+        let (_, (end, mapping)) = self.regions.range(..=addr).next_back()?;
+        (addr < *end).then_some(mapping)
+    }
+
+    /// Maps `start..end`, cutting what it overlaps to what lies outside it.
+    fn insert(&mut self, start: u64, end: u64, mapping: Arc<Mapping>) {
+        if self.overflowed || start >= end {
+            return;
+        }
+        // Regions do not overlap, so their ends rise with their starts: walking back
+        // from the last one starting before `end`, the overlapping ones come first.
+        let overlapping: Vec<u64> = (self.regions.range(..end).rev())
+            .take_while(|(_, (e, _))| *e > start)
+            .map(|(s, _)| *s)
+            .collect();
+        for s in overlapping {
+            let Some((e, old)) = self.regions.remove(&s) else {
+                continue;
+            };
+            if s < start {
+                self.regions.insert(s, (start, Arc::clone(&old)));
+            }
+            if e > end {
+                self.regions.insert(end, (e, old));
+            }
+        }
+        self.regions.insert(start, (end, mapping));
+        if self.regions.len() > MAX_REGIONS {
+            self.regions.clear();
+            self.overflowed = true;
+        }
+    }
+
+    /// The gap holding `addr` (which no region holds): from the end of the region below
+    /// to the start of the one above.
+    fn gap(&self, addr: u64) -> (u64, u64) {
+        let below = self.regions.range(..=addr).next_back();
+        let above = self.regions.range(addr..).next();
+        (
+            below.map_or(0, |(_, (end, _))| *end),
+            above.map_or(u64::MAX, |(start, _)| *start),
+        )
+    }
+}
+
+/// A record's name as `/proc/PID/maps` shows it: perf's `//anon` is empty there, and a
+/// newline in a path escaped (`\012`, as the kernel's `seq_file_path()` writes it).
+fn maps_name(name: &str) -> Cow<'_, str> {
+    match name {
+        "//anon" => Cow::Borrowed(""),
+        _ if name.contains('\n') => Cow::Owned(name.replace('\n', "\\012")),
+        _ => Cow::Borrowed(name),
+    }
+}
+
+/// Every watched process's table.
+#[derive(Default)]
+pub struct Recorded {
+    tables: HashMap<u32, Table>,
+    /// Regions in all tables.
+    total: usize,
+    period: u64,
+}
+
+impl Recorded {
+    /// A new period: the tables of processes whose exit was applied in an earlier one
+    /// are dropped (every record before the exit has been applied: they are in time
+    /// order).
+    pub fn next_period(&mut self) {
+        let period = self.period;
+        let total = &mut self.total;
+        self.tables.retain(|_, t| {
+            let keep = t.exited.is_none_or(|exited| exited == period);
+            if !keep {
+                *total -= t.regions.len();
+            }
+            keep
+        });
+        self.period += 1;
+    }
+
+    /// Applies an mmap record.
+    pub fn mmap(&mut self, record: &Mmap) {
+        let name = maps_name(&record.name);
+        let mapping = maps::mapping(record.pid, &name, record.shared, record.exec, record.file);
+        self.change(record.pid, |table| {
+            table.insert(record.start, record.end, Arc::new(mapping));
+        });
+    }
+
+    /// Process `pid` was forked by `ppid`: its table is its parent's, on top of `base`
+    /// (the parent's regions as `/proc` last showed them: what the parent's records
+    /// cannot say), its own memory its own.
+    pub fn fork(&mut self, pid: u32, ppid: u32, base: &[Region]) {
+        let mut owned: HashMap<*const Mapping, Arc<Mapping>> = HashMap::new();
+        let mut own = |mapping: &Arc<Mapping>| -> Arc<Mapping> {
+            if mapping.owner.is_none() {
+                return Arc::clone(mapping);
+            }
+            let key = Arc::as_ptr(mapping);
+            let made = owned.entry(key).or_insert_with(|| {
+                Arc::new(Mapping {
+                    owner: Some(pid),
+                    ..Mapping::clone(mapping)
+                })
+            });
+            Arc::clone(made)
+        };
+        let mut table = Table::default();
+        for region in base {
+            table.insert(region.start, region.end, own(&region.mapping));
+        }
+        if let Some(parent) = self.tables.get(&ppid) {
+            table.overflowed = parent.overflowed;
+            for (&start, (end, mapping)) in &parent.regions {
+                table.insert(start, *end, own(mapping));
+            }
+        }
+        self.change(pid, |t| *t = table);
+    }
+
+    /// Process `pid` exec'd: its mappings are gone.
+    pub fn exec(&mut self, pid: u32) {
+        self.change(pid, |t| *t = Table::default());
+    }
+
+    /// Process `pid` ended: its table goes once the period's records are applied.
+    pub fn exit(&mut self, pid: u32) {
+        let period = self.period;
+        if let Some(table) = self.tables.get_mut(&pid) {
+            table.exited = Some(period);
+        }
+    }
+
+    /// The mapping the records say holds `addr` in process `pid`, if they say.
+    pub fn find(&mut self, pid: u32, addr: u64) -> Option<Arc<Mapping>> {
+        let table = self.tables.get_mut(&pid)?;
+        table.used = self.period;
+        table.find(addr).cloned()
+    }
+
+    /// The stack, if `addr` (which no region of process `pid` holds) lies in the gap
+    /// below its `[stack]`: the stack grew there, which makes no record.
+    pub fn stack_grown(&self, pid: u32, addr: u64) -> Option<Arc<Mapping>> {
+        let table = self.tables.get(&pid)?;
+        let (_, (_, above)) = table.regions.range(addr..).next()?;
+        (above.kind == MappingKind::Stack).then(|| Arc::clone(above))
+    }
+
+    /// Fills the gap holding `addr` in process `pid`'s table with what `/proc` showed
+    /// there (`region`, which holds `addr`): a region the records could not say, kept
+    /// for the faults after and for the children it forks.
+    pub fn fill(&mut self, pid: u32, addr: u64, region: &Region) {
+        if !self.tables.contains_key(&pid) {
+            return;
+        }
+        self.change(pid, |table| {
+            let (low, high) = table.gap(addr);
+            let mapping = Arc::clone(&region.mapping);
+            table.insert(region.start.max(low), region.end.min(high), mapping);
+        });
+    }
+
+    /// Changes process `pid`'s table (made empty if it has none), keeping the bounds.
+    fn change(&mut self, pid: u32, how: impl FnOnce(&mut Table)) {
+        let table = self.tables.entry(pid).or_default();
+        let before = table.regions.len();
+        how(table);
+        table.used = self.period;
+        self.total = self.total - before + table.regions.len();
+        if self.tables.len() > MAX_PROCESSES || self.total > MAX_TOTAL_REGIONS {
+            self.make_room(pid);
+        }
+    }
+
+    /// Drops tables, those that exited first, then the least recently used, down to 7/8
+    /// of the bounds (not `keep`'s: it was just changed).
+    fn make_room(&mut self, keep: u32) {
+        let mut candidates: Vec<(bool, u64, u32)> = (self.tables.iter())
+            .filter(|(&pid, _)| pid != keep)
+            .map(|(&pid, t)| (t.exited.is_none(), t.used, pid))
+            .collect();
+        candidates.sort_unstable();
+        for (_, _, pid) in candidates {
+            if self.tables.len() <= MAX_PROCESSES / 8 * 7 && self.total <= MAX_TOTAL_REGIONS / 8 * 7
+            {
+                break;
+            }
+            if let Some(table) = self.tables.remove(&pid) {
+                self.total -= table.regions.len();
+            }
+        }
+    }
+
+    /// How many processes have a table, and how many regions all of them hold.
+    #[cfg(test)]
+    fn size(&self) -> (usize, usize) {
+        (self.tables.len(), self.total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attribution::FileId;
+
+    fn file(name: &str, inode: u64) -> Mmap {
+        Mmap {
+            pid: 0,
+            time_ns: 0,
+            start: 0,
+            end: 0,
+            file: FileId {
+                major: 254,
+                minor: 0,
+                inode,
+            },
+            exec: false,
+            shared: true,
+            name: name.into(),
+        }
+    }
+
+    fn at(pid: u32, start: u64, end: u64, what: &Mmap) -> Mmap {
+        Mmap {
+            pid,
+            start,
+            end,
+            ..what.clone()
+        }
+    }
+
+    fn name(recorded: &mut Recorded, pid: u32, addr: u64) -> Option<String> {
+        recorded.find(pid, addr).map(|m| m.to_string())
+    }
+
+    #[test]
+    fn an_mmap_replaces_what_it_overlaps_and_leaves_the_rest() {
+        let mut r = Recorded::default();
+        r.mmap(&at(7, 0x1000, 0x9000, &file("/a", 1)));
+        r.mmap(&at(7, 0x3000, 0x5000, &file("/b", 2)));
+        assert_eq!(name(&mut r, 7, 0x2fff).as_deref(), Some("/a (shared)"));
+        assert_eq!(name(&mut r, 7, 0x3000).as_deref(), Some("/b (shared)"));
+        assert_eq!(name(&mut r, 7, 0x5000).as_deref(), Some("/a (shared)"));
+        assert_eq!(name(&mut r, 7, 0x9000), None);
+        // One mapping over several: all of them replaced.
+        r.mmap(&at(7, 0x0, 0x10000, &file("/c", 3)));
+        assert_eq!(name(&mut r, 7, 0x4000).as_deref(), Some("/c (shared)"));
+        assert_eq!(r.size(), (1, 1));
+    }
+
+    #[test]
+    fn records_are_named_as_proc_maps_names_them_one_file_one_mapping() {
+        let mut r = Recorded::default();
+        let anon = Mmap {
+            file: FileId {
+                major: 0,
+                minor: 0,
+                inode: 0,
+            },
+            shared: false,
+            ..file("//anon", 0)
+        };
+        r.mmap(&at(7, 0x1000, 0x2000, &anon));
+        r.mmap(&at(
+            7,
+            0x2000,
+            0x3000,
+            &Mmap {
+                name: "[heap]".into(),
+                ..anon.clone()
+            },
+        ));
+        let text = Mmap {
+            exec: true,
+            shared: false,
+            ..file("/usr/bin/work", 42)
+        };
+        r.mmap(&at(7, 0x3000, 0x4000, &text));
+        let anonymous = r.find(7, 0x1000).unwrap();
+        assert_eq!(
+            (anonymous.kind, anonymous.name.as_str()),
+            (MappingKind::Anonymous, "")
+        );
+        assert_eq!(r.find(7, 0x2000).unwrap().kind, MappingKind::Heap);
+        // The same file in /proc/7/maps: the same mapping.
+        let line = "3000-4000 r-xp 00000000 fe:00 42 /usr/bin/work";
+        let from_proc = &maps::parse(7, line)[0].mapping;
+        assert_eq!(*r.find(7, 0x3000).unwrap(), **from_proc);
+        // A newline in a path, as maps escapes it.
+        r.mmap(&at(7, 0x4000, 0x5000, &file("/db\nz", 43)));
+        let line = "4000-5000 rw-s 00000000 fe:00 43 /db\\012z";
+        let from_proc = &maps::parse(7, line)[0].mapping;
+        assert_eq!(*r.find(7, 0x4000).unwrap(), **from_proc);
+    }
+
+    #[test]
+    fn a_later_mapping_at_an_address_is_not_what_an_earlier_fault_there_took() {
+        // What the table says at each record's time: the attributor resolves each fault
+        // between the records before and after it.
+        let mut r = Recorded::default();
+        r.mmap(&at(7, 0x1000, 0x2000, &file("/early", 1)));
+        let earlier = r.find(7, 0x1800);
+        r.mmap(&at(7, 0x1000, 0x2000, &file("/late", 2)));
+        assert_eq!(earlier.unwrap().name, "/early");
+        assert_eq!(r.find(7, 0x1800).unwrap().name, "/late");
+    }
+
+    #[test]
+    fn a_child_starts_with_its_parents_mappings_its_own_memory_its_own_and_an_exec_empties_it() {
+        let mut r = Recorded::default();
+        let anon = Mmap {
+            shared: false,
+            ..file("//anon", 0)
+        };
+        r.mmap(&at(7, 0x1000, 0x2000, &anon));
+        r.mmap(&at(7, 0x2000, 0x3000, &file("/a", 1)));
+        // What /proc showed of the parent where its records say nothing.
+        let base = maps::parse(7, "7000-8000 rw-p 00000000 00:00 0 [stack]");
+        r.fork(8, 7, &base);
+        assert_eq!(r.find(8, 0x1000).unwrap().owner, Some(8));
+        assert_eq!(r.find(8, 0x2000).unwrap().name, "/a");
+        assert_eq!(r.find(8, 0x7000).unwrap().to_string(), "[stack] of pid 8");
+        assert_eq!(r.find(7, 0x1000).unwrap().owner, Some(7));
+        r.exec(8);
+        assert_eq!(r.find(8, 0x2000), None);
+    }
+
+    #[test]
+    fn the_stack_grows_into_the_gap_below_it_and_proc_fills_the_others() {
+        let mut r = Recorded::default();
+        let stack = Mmap {
+            shared: false,
+            ..file("[stack]", 0)
+        };
+        r.mmap(&at(7, 0x1000, 0x2000, &file("/a", 1)));
+        r.mmap(&at(7, 0x8000, 0x9000, &stack));
+        assert_eq!(
+            r.stack_grown(7, 0x7000).map(|m| m.kind),
+            Some(MappingKind::Stack)
+        );
+        assert!(r.stack_grown(7, 0x9000).is_none());
+        // A region /proc shows over the gap and a recorded region: the gap's part only.
+        let shown = &maps::parse(7, "0-5000 r--p 00000000 fe:00 9 /b")[0];
+        r.fill(7, 0x3000, shown);
+        assert_eq!(r.find(7, 0x3000).unwrap().name, "/b");
+        assert_eq!(r.find(7, 0x1000).unwrap().name, "/a");
+        assert_eq!(r.find(7, 0x0).map(|m| m.name.clone()), None);
+    }
+
+    #[test]
+    fn an_exited_processs_table_goes_after_the_period_of_its_exit() {
+        let mut r = Recorded::default();
+        r.mmap(&at(7, 0x1000, 0x2000, &file("/a", 1)));
+        r.exit(7);
+        // Records of the same period still resolve.
+        assert!(r.find(7, 0x1000).is_some());
+        r.next_period();
+        assert!(r.find(7, 0x1000).is_some());
+        r.next_period();
+        assert!(r.find(7, 0x1000).is_none());
+        assert_eq!(r.size(), (0, 0));
+    }
+
+    #[test]
+    fn tables_are_bounded_in_regions_and_in_processes() {
+        let mut r = Recorded::default();
+        let a = file("/a", 1);
+        // One process past its bound: emptied, and its records ignored after.
+        for i in 0..=MAX_REGIONS as u64 {
+            r.mmap(&at(7, i * 0x2000, i * 0x2000 + 0x1000, &a));
+        }
+        assert_eq!(r.size(), (1, 0));
+        r.mmap(&at(7, 0x1000, 0x2000, &a));
+        assert_eq!(r.find(7, 0x1000), None);
+        // Processes past their bound: the least recently used go, those that exited
+        // first.
+        r.exit(7);
+        for pid in 100..100 + MAX_PROCESSES as u32 {
+            r.mmap(&at(pid, 0x1000, 0x2000, &a));
+        }
+        let (processes, _) = r.size();
+        assert!(processes <= MAX_PROCESSES, "{processes}");
+        assert!(!r.tables.contains_key(&7));
+        // Regions past the total bound.
+        for pid in 0..64 {
+            for i in 0..(MAX_REGIONS as u64 / 2) {
+                r.mmap(&at(10_000 + pid, i * 0x2000, i * 0x2000 + 0x1000, &a));
+            }
+        }
+        let (_, regions) = r.size();
+        assert!(regions <= MAX_TOTAL_REGIONS, "{regions}");
+        let counted: usize = r.tables.values().map(|t| t.regions.len()).sum();
+        assert_eq!(counted, regions);
+    }
+}
