@@ -7,6 +7,7 @@
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -42,6 +43,17 @@ pub struct Cgroup {
     name: String,
     /// Held open for a backend that takes the cgroup from a descriptor (the module).
     fd: OwnedFd,
+    /// Its `cgroup.procs` and `cgroup.stat`, held open: a fleet's pass over a thousand
+    /// targets reads them every period, and read again from offset 0 the kernel lists
+    /// them anew (`None` where either could not be opened: then opened at each pass).
+    listing: Option<Listing>,
+}
+
+/// A cgroup's own files that say who is inside.
+#[derive(Debug)]
+struct Listing {
+    procs: File,
+    stat: File,
 }
 
 /// The mount points of cgroup2 file systems, from /proc/self/mountinfo.
@@ -96,7 +108,18 @@ impl Cgroup {
                 || path.display().to_string(),
                 |rest| format!("/{}", rest.display()),
             );
-        Ok(Cgroup { path, name, fd })
+        let listing = (|| {
+            Some(Listing {
+                procs: open_below(fd.as_fd(), "cgroup.procs").ok()?,
+                stat: open_below(fd.as_fd(), "cgroup.stat").ok()?,
+            })
+        })();
+        Ok(Cgroup {
+            path,
+            name,
+            fd,
+            listing,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -117,14 +140,14 @@ impl Cgroup {
     /// removed. Read through the open directory, never by its path again: a cgroup
     /// removed and made anew at the same path (a restarted service's) is not this one.
     pub fn processes(&self) -> Option<Vec<u32>> {
-        let mut pids = read_procs(self.fd.as_fd()).ok()?;
-        let mut dirs = child_dirs(self.fd.as_fd());
-        while let Some(dir) = dirs.pop() {
-            // A child cgroup removed meanwhile has no processes left to count.
-            if let Ok(more) = read_procs(dir.as_fd()) {
-                pids.extend(more);
-                dirs.extend(child_dirs(dir.as_fd()));
-            }
+        let Some(listing) = &self.listing else {
+            return processes_below(self.fd.as_fd());
+        };
+        let mut pids = pids_in(&read_from_start(&listing.procs).ok()?);
+        // Most targets have no cgroup below: their directory is not listed at all.
+        if descendants(&read_from_start(&listing.stat).ok()?) != Some(0) {
+            let mut dirs = child_dirs(self.fd.as_fd());
+            gather_below(&mut pids, &mut dirs);
         }
         Some(pids)
     }
@@ -143,17 +166,64 @@ fn fd_path(fd: BorrowedFd) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
+/// The processes of the open cgroup directory `dir` and of every cgroup below it, each
+/// file opened anew; `None` once it is removed.
+fn processes_below(dir: BorrowedFd) -> Option<Vec<u32>> {
+    let mut pids = read_procs(dir).ok()?;
+    let mut dirs = child_dirs(dir);
+    gather_below(&mut pids, &mut dirs);
+    Some(pids)
+}
+
+/// Adds to `pids` the processes of the cgroups `dirs` and of every cgroup below them.
+fn gather_below(pids: &mut Vec<u32>, dirs: &mut Vec<OwnedFd>) {
+    while let Some(dir) = dirs.pop() {
+        // A child cgroup removed meanwhile has no processes left to count.
+        if let Ok(more) = read_procs(dir.as_fd()) {
+            pids.extend(more);
+            dirs.extend(child_dirs(dir.as_fd()));
+        }
+    }
+}
+
+/// `name` in the open cgroup directory `dir`, opened to read.
+fn open_below(dir: BorrowedFd, name: &str) -> io::Result<File> {
+    let fd = openat(dir, name, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())?;
+    Ok(File::from(fd))
+}
+
+/// The whole of a cgroup file held open, read from offset 0: the kernel makes its text
+/// anew at each read from there. A removed cgroup's files fail with ENODEV.
+fn read_from_start(file: &File) -> io::Result<String> {
+    let mut bytes = Vec::with_capacity(256);
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = file.read_at(&mut chunk, bytes.len() as u64)?;
+        if n == 0 {
+            break;
+        }
+        bytes.extend_from_slice(&chunk[..n]);
+    }
+    String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// The pids of a `cgroup.procs` text.
+fn pids_in(text: &str) -> Vec<u32> {
+    text.lines().filter_map(|l| l.trim().parse().ok()).collect()
+}
+
+/// `nr_descendants` of a `cgroup.stat` text: the live cgroups below.
+fn descendants(stat: &str) -> Option<u64> {
+    stat.lines()
+        .find_map(|l| l.strip_prefix("nr_descendants "))
+        .and_then(|n| n.trim().parse().ok())
+}
+
 /// The pids in the `cgroup.procs` of the open cgroup directory `dir`.
 fn read_procs(dir: BorrowedFd) -> io::Result<Vec<u32>> {
-    let procs = openat(
-        dir,
-        "cgroup.procs",
-        OFlag::O_RDONLY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
     let mut text = String::new();
-    File::from(procs).read_to_string(&mut text)?;
-    Ok(text.lines().filter_map(|l| l.trim().parse().ok()).collect())
+    open_below(dir, "cgroup.procs")?.read_to_string(&mut text)?;
+    Ok(pids_in(&text))
 }
 
 /// The cgroups directly below the open cgroup directory `dir`, opened (a cgroup has no
@@ -273,6 +343,53 @@ mod tests {
             assert_eq!(cgroup.holds(std::process::id()), Some(true));
             assert_eq!(cgroup.holds(u32::MAX), None);
         }
+    }
+
+    #[test]
+    fn the_files_held_open_list_who_is_inside_now_and_below_once_a_cgroup_is_made_there() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("not root: no cgroup made, nothing checked");
+            return;
+        }
+        let mount = cgroup2_mounts()
+            .into_iter()
+            .next()
+            .expect("a cgroup2 mount");
+        let dir = mount.join(format!("pfprof-test-listing-{}", std::process::id()));
+        fs::create_dir(&dir).unwrap();
+        let cgroup = Cgroup::open(&dir).unwrap();
+        assert!(
+            cgroup.listing.is_some(),
+            "cgroup.procs and cgroup.stat held open"
+        );
+        let sleep = || {
+            std::process::Command::new("sleep")
+                .arg("60")
+                .spawn()
+                .unwrap()
+        };
+        let (mut top, mut below) = (sleep(), sleep());
+        fs::write(dir.join("cgroup.procs"), top.id().to_string()).unwrap();
+        assert_eq!(cgroup.processes(), Some(vec![top.id()]));
+        fs::create_dir(dir.join("child")).unwrap();
+        fs::write(dir.join("child/cgroup.procs"), below.id().to_string()).unwrap();
+        let mut both = cgroup.processes().unwrap();
+        both.sort_unstable();
+        let mut expected = vec![top.id(), below.id()];
+        expected.sort_unstable();
+        for child in [&mut top, &mut below] {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+        fs::remove_dir(dir.join("child")).unwrap();
+        fs::remove_dir(&dir).unwrap();
+        assert_eq!(both, expected);
+        assert_eq!(cgroup.processes(), None, "a removed cgroup lists nothing");
+        assert_eq!(
+            descendants("nr_descendants 3\nnr_dying_descendants 1\n"),
+            Some(3)
+        );
+        assert_eq!(descendants("nr_dying_descendants 1\n"), None);
     }
 
     #[test]
