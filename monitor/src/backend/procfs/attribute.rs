@@ -17,7 +17,7 @@ use std::sync::Arc;
 use shared_layout::abi::monotonic_ns;
 
 use super::maps::MapsCache;
-use super::perf::{FaultEvents, Kind, Record};
+use super::perf::{FaultEvents, Kind, Record, Stream};
 use super::recorded::Recorded;
 use crate::attribution::table::Builder;
 use crate::attribution::{Faults, Mapping, PeriodTable, ProcessFaults};
@@ -30,7 +30,7 @@ const MAPS_READ_AHEAD: usize = 32;
 /// A record drained, waiting for those of the other CPUs' rings up to its time.
 struct Timed {
     time_ns: u64,
-    kind: Kind,
+    stream: Stream,
     record: Record,
 }
 
@@ -49,6 +49,11 @@ impl InOrder {
         self.0.sort_by_key(|t| t.time_ns);
         let ready = self.0.partition_point(|t| t.time_ns <= horizon);
         self.0.drain(..ready).collect()
+    }
+
+    /// Drops the mapping records waiting: one lost among them.
+    fn drop_mappings(&mut self) {
+        self.0.retain(|t| t.stream != Stream::Mappings);
     }
 }
 
@@ -143,15 +148,23 @@ impl Attributor {
             lost,
             ..
         } = self;
-        events.drain(|kind, record| match (record.time_ns(), record) {
-            (Some(time_ns), record) => waiting.push(Timed {
+        let mut mappings_lost = false;
+        events.drain(|stream, record| match (stream, record.time_ns(), record) {
+            (Stream::Mappings, _, Record::Lost(_) | Record::Overflowed) => mappings_lost = true,
+            (stream, Some(time_ns), record) => waiting.push(Timed {
                 time_ns,
-                kind,
+                stream,
                 record,
             }),
-            (None, Record::Lost(n)) => *lost += one(kind, n),
-            (None, _) => {}
+            (Stream::Faults(kind), None, Record::Lost(n)) => *lost += one(kind, n),
+            _ => {}
         });
+        if mappings_lost {
+            // A region kept may be one a lost record replaced: the tables start again
+            // from the records after it, /proc read meanwhile, as before any record.
+            self.waiting.drop_mappings();
+            self.recorded.forget_all();
+        }
         for timed in self.waiting.take_until(horizon) {
             self.apply(timed);
         }
@@ -159,10 +172,15 @@ impl Attributor {
 
     fn apply(&mut self, timed: Timed) {
         let time_ns = timed.time_ns;
+        let kind = match timed.stream {
+            Stream::Faults(kind) => Some(kind),
+            Stream::Mappings => None,
+        };
         match timed.record {
             Record::Sample { pid, addr, .. } => {
+                let Some(kind) = kind else { return };
                 let mapping = self.resolve(pid, addr);
-                self.current.add(pid, mapping, one(timed.kind, 1));
+                self.current.add(pid, mapping, one(kind, 1));
             }
             Record::Mmap(mmap) => self.recorded.mmap(&mmap),
             Record::Fork { pid, ppid, .. } if pid != ppid => {
@@ -176,7 +194,7 @@ impl Attributor {
                 self.recorded.exec(pid);
             }
             Record::Exit { pid, tid, .. } if pid == tid => self.recorded.exit(pid),
-            Record::Fork { .. } | Record::Exit { .. } | Record::Lost(_) => {}
+            Record::Fork { .. } | Record::Exit { .. } | Record::Lost(_) | Record::Overflowed => {}
         }
     }
 
@@ -228,9 +246,13 @@ mod tests {
     use crate::backend::procfs::perf::Mmap;
 
     fn timed(time_ns: u64, record: Record) -> Timed {
+        let stream = match record {
+            Record::Sample { .. } => Stream::Faults(Kind::Major),
+            _ => Stream::Mappings,
+        };
         Timed {
             time_ns,
-            kind: Kind::Major,
+            stream,
             record,
         }
     }
@@ -287,5 +309,32 @@ mod tests {
         // The drain began at 35: the fault at 40 waits for the next.
         assert_eq!(resolve(waiting.take_until(35)), ["/early"]);
         assert_eq!(resolve(waiting.take_until(u64::MAX)), ["/late"]);
+    }
+
+    #[test]
+    fn a_lost_mapping_record_leaves_no_table_and_no_mapping_record_waiting_to_rebuild_one() {
+        let mut waiting = InOrder::default();
+        let mut recorded = Recorded::default();
+        if let Record::Mmap(m) = mmap(10, "/kept") {
+            recorded.mmap(&m);
+        }
+        waiting.push(timed(20, mmap(20, "/replaced")));
+        waiting.push(timed(30, fault(30)));
+        // What Attributor::drain_until does when a mappings ring lost one.
+        waiting.drop_mappings();
+        recorded.forget_all();
+        let ready = waiting.take_until(u64::MAX);
+        assert!(
+            matches!(
+                ready[..],
+                [Timed {
+                    time_ns: 30,
+                    stream: Stream::Faults(Kind::Major),
+                    ..
+                }]
+            ),
+            "the fault alone waits"
+        );
+        assert!(recorded.find(7, 0x1800).is_none(), "a stale region kept");
     }
 }

@@ -130,6 +130,12 @@ impl Recorded {
         self.period += 1;
     }
 
+    /// Forgets every table: a record was lost, and what they hold may be stale.
+    pub fn forget_all(&mut self) {
+        self.tables.clear();
+        self.total = 0;
+    }
+
     /// Applies an mmap record.
     pub fn mmap(&mut self, record: &Mmap) {
         let name = maps_name(&record.name);

@@ -38,6 +38,8 @@ const _: () = assert!(std::mem::size_of::<PerfEventAttr>() == PERF_ATTR_SIZE_VER
 pub const PERF_TYPE_SOFTWARE: u32 = 1;
 pub const PERF_COUNT_SW_PAGE_FAULTS_MIN: u64 = 5;
 pub const PERF_COUNT_SW_PAGE_FAULTS_MAJ: u64 = 6;
+/// An event that counts nothing: its ring carries the mapping records alone.
+pub const PERF_COUNT_SW_DUMMY: u64 = 9;
 
 pub const PERF_SAMPLE_TID: u64 = 1 << 1;
 pub const PERF_SAMPLE_TIME: u64 = 1 << 2;
@@ -209,6 +211,7 @@ mod tests {
                 "PERF_COUNT_SW_PAGE_FAULTS_MAJ".into(),
                 PERF_COUNT_SW_PAGE_FAULTS_MAJ,
             ),
+            ("dummy", "PERF_COUNT_SW_DUMMY".into(), PERF_COUNT_SW_DUMMY),
             ("tid", "PERF_SAMPLE_TID".into(), PERF_SAMPLE_TID),
             ("time", "PERF_SAMPLE_TIME".into(), PERF_SAMPLE_TIME),
             ("addr", "PERF_SAMPLE_ADDR".into(), PERF_SAMPLE_ADDR),

@@ -10,9 +10,12 @@
 //! CPU sends its records to the first event of its kind there (`PERF_EVENT_IOC_SET_OUTPUT`):
 //! two rings per CPU however many targets, each woken (poll) once half full.
 //!
-//! The major event also records the processes' mappings as they change, as `perf record`
-//! asks for them (`PERF_RECORD_MMAP2`, `_FORK`, `_EXIT`, an exec's `_COMM`), each
-//! stamped (`sample_id_all`) to be put in time order with the faults of every CPU's rings.
+//! A third event on each CPU counts nothing (`PERF_COUNT_SW_DUMMY`) and records the
+//! processes' mappings as they change, as `perf record` asks for them
+//! (`PERF_RECORD_MMAP2`, `_FORK`, `_EXIT`, an exec's `_COMM`), each stamped
+//! (`sample_id_all`) to be put in time order with the faults of every CPU's rings. Its
+//! ring is its own: a storm of mappings never crowds out a fault's record, and each
+//! ring's `PERF_RECORD_LOST` counts its own kind.
 
 pub mod abi;
 mod ring;
@@ -49,6 +52,20 @@ pub enum Kind {
     Major,
     Minor,
 }
+
+/// Which event's ring a record came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stream {
+    Faults(Kind),
+    /// The records of the processes' mappings.
+    Mappings,
+}
+
+/// The largest mapping record: a `PERF_RECORD_MMAP2`'s header, fields, a path of
+/// `PATH_MAX` bytes and its sample id. A ring found filled to within this of its end may
+/// have dropped one since the last drain, its `PERF_RECORD_LOST` not written yet.
+const LARGEST_MAPPING_RECORD: usize =
+    abi::HEADER_SIZE + abi::mmap2::FILENAME + libc::PATH_MAX as usize + abi::SAMPLE_ID_SIZE;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PerfError {
@@ -115,11 +132,19 @@ impl PerfError {
     }
 }
 
-/// The two rings of one CPU.
+/// The three rings of one CPU.
 struct CpuRings {
     cpu: u32,
     major: Ring,
     minor: Ring,
+    mappings: Ring,
+}
+
+/// The events of one CPU for one target: the two fault events and the mappings'.
+struct CpuEvents {
+    major: OwnedFd,
+    minor: OwnedFd,
+    mappings: OwnedFd,
 }
 
 /// The fault events of every target, and their rings.
@@ -165,10 +190,10 @@ impl FaultEvents {
         self.kernel_faults
     }
 
-    /// Opens both events on every online CPU for `target`. A task gone meanwhile is
+    /// Opens the three events on every online CPU for `target`. A task gone meanwhile is
     /// skipped: `Ok(false)`.
     pub fn attach(&mut self, target: Watched) -> Result<bool, PerfError> {
-        let wanted = self.rings.len() * 2 + self.others.len() + self.cpus.len() * 2;
+        let wanted = self.rings.len() * 3 + self.others.len() + self.cpus.len() * 3;
         if wanted > self.fd_budget {
             return Err(PerfError::TooMany {
                 wanted,
@@ -178,44 +203,53 @@ impl FaultEvents {
         let cpus = self.cpus.clone();
         let mut opened = Vec::with_capacity(cpus.len());
         for &cpu in &cpus {
-            let pair = (self.open(Kind::Major, target, cpu))
-                .and_then(|major| Ok((major, self.open(Kind::Minor, target, cpu)?)));
-            match pair {
-                Ok((major, minor)) => opened.push((cpu, major, minor)),
+            let events = (|| {
+                Ok(CpuEvents {
+                    major: self.open(Stream::Faults(Kind::Major), target, cpu)?,
+                    minor: self.open(Stream::Faults(Kind::Minor), target, cpu)?,
+                    mappings: self.open(Stream::Mappings, target, cpu)?,
+                })
+            })();
+            match events {
+                Ok(events) => opened.push((cpu, events)),
                 Err(PerfError::Open(Errno::ESRCH)) => return Ok(false),
                 // A CPU gone offline since the list was read.
                 Err(PerfError::Open(Errno::ENODEV)) => continue,
                 Err(e) => return Err(e),
             }
         }
-        for (cpu, major, minor) in opened {
-            self.place(cpu, major, minor)?;
+        for (cpu, events) in opened {
+            self.place(cpu, events)?;
         }
         Ok(true)
     }
 
     /// Gives the new events of `cpu` a ring of their own, or sends their records to the
     /// CPU's rings.
-    fn place(&mut self, cpu: u32, major: OwnedFd, minor: OwnedFd) -> Result<(), PerfError> {
+    fn place(&mut self, cpu: u32, events: CpuEvents) -> Result<(), PerfError> {
         if let Some(rings) = self.rings.iter().find(|r| r.cpu == cpu) {
-            set_output(&major, rings.major.fd())?;
-            set_output(&minor, rings.minor.fd())?;
-            self.others.extend([major, minor]);
+            set_output(&events.major, rings.major.fd())?;
+            set_output(&events.minor, rings.minor.fd())?;
+            set_output(&events.mappings, rings.mappings.fd())?;
+            (self.others).extend([events.major, events.minor, events.mappings]);
             return Ok(());
         }
-        let major = map_ring(major)?;
-        let minor = map_ring(minor)?;
-        self.rings.push(CpuRings { cpu, major, minor });
+        self.rings.push(CpuRings {
+            cpu,
+            major: map_ring(events.major)?,
+            minor: map_ring(events.minor)?,
+            mappings: map_ring(events.mappings)?,
+        });
         Ok(())
     }
 
     /// One event on one CPU; where the kernel refuses the very first with faults taken in
     /// system calls (`exclude_kernel` unset), once without them, for it and every later
     /// event (a later refusal is the target's: not ours to trace).
-    fn open(&mut self, kind: Kind, target: Watched, cpu: u32) -> Result<OwnedFd, PerfError> {
+    fn open(&mut self, stream: Stream, target: Watched, cpu: u32) -> Result<OwnedFd, PerfError> {
         let first = !self.opened_any;
         loop {
-            match perf_event_open(&self.attr(kind, target), target, cpu) {
+            match perf_event_open(&self.attr(stream, target), target, cpu) {
                 Err(Errno::EACCES | Errno::EPERM) if self.kernel_faults && first => {
                     self.kernel_faults = false;
                 }
@@ -231,7 +265,7 @@ impl FaultEvents {
                 }
                 Err(Errno::EMFILE | Errno::ENFILE) => {
                     return Err(PerfError::TooMany {
-                        wanted: self.rings.len() * 2 + self.others.len() + 1,
+                        wanted: self.rings.len() * 3 + self.others.len() + 1,
                         limit: self.fd_budget,
                     })
                 }
@@ -244,18 +278,20 @@ impl FaultEvents {
         }
     }
 
-    fn attr(&self, kind: Kind, target: Watched) -> PerfEventAttr {
-        let (config, sample_period) = match kind {
-            Kind::Major => (abi::PERF_COUNT_SW_PAGE_FAULTS_MAJ, 1),
-            Kind::Minor => (abi::PERF_COUNT_SW_PAGE_FAULTS_MIN, self.minor_sampling),
+    fn attr(&self, stream: Stream, target: Watched) -> PerfEventAttr {
+        let (config, sample_period) = match stream {
+            Stream::Faults(Kind::Major) => (abi::PERF_COUNT_SW_PAGE_FAULTS_MAJ, 1),
+            Stream::Faults(Kind::Minor) => {
+                (abi::PERF_COUNT_SW_PAGE_FAULTS_MIN, self.minor_sampling)
+            }
+            Stream::Mappings => (abi::PERF_COUNT_SW_DUMMY, 0),
         };
         let mut event_flags =
             flags::EXCLUDE_HV | flags::WATERMARK | flags::USE_CLOCKID | flags::SAMPLE_ID_ALL;
-        if kind == Kind::Major {
-            // The processes' mappings as they change, as `perf record` asks for them, on
-            // one event of the two only: each record comes once, in the ring of the CPU
-            // it happened on, stamped (`sample_id_all`) to be put in order with the
-            // faults of every CPU's rings.
+        if stream == Stream::Mappings {
+            // The processes' mappings as they change, as `perf record` asks for them:
+            // each record comes once, in the ring of the CPU it happened on, stamped
+            // (`sample_id_all`) to be put in order with the faults of every CPU's rings.
             event_flags |= flags::MMAP
                 | flags::MMAP2
                 | flags::MMAP_DATA
@@ -290,14 +326,23 @@ impl FaultEvents {
 
     /// The descriptors to poll: readable once a ring is past its watermark.
     pub fn poll_fds(&self) -> impl Iterator<Item = BorrowedFd<'_>> {
-        self.rings.iter().flat_map(|r| [r.major.fd(), r.minor.fd()])
+        (self.rings.iter()).flat_map(|r| [r.major.fd(), r.minor.fd(), r.mappings.fd()])
     }
 
-    /// Hands every record written since the last drain to `each`, with its kind.
-    pub fn drain(&mut self, mut each: impl FnMut(Kind, Record)) {
+    /// Hands every record written since the last drain to `each`, with the ring it came
+    /// from; and [`Record::Overflowed`] for a mappings ring filled to within a record of
+    /// its end: one lost there leaves the tables built from them wrong until its
+    /// `PERF_RECORD_LOST` comes, where a fault lost is only a count.
+    pub fn drain(&mut self, mut each: impl FnMut(Stream, Record)) {
         for rings in &mut self.rings {
-            rings.major.drain(|record| each(Kind::Major, record));
-            rings.minor.drain(|record| each(Kind::Minor, record));
+            (rings.major).drain(|record| each(Stream::Faults(Kind::Major), record));
+            (rings.minor).drain(|record| each(Stream::Faults(Kind::Minor), record));
+            let found = rings
+                .mappings
+                .drain(|record| each(Stream::Mappings, record));
+            if found + LARGEST_MAPPING_RECORD > rings.mappings.data_size() {
+                each(Stream::Mappings, Record::Overflowed);
+            }
         }
     }
 
@@ -459,6 +504,61 @@ mod tests {
             fault.is_some_and(|t| t > mmap.time_ns),
             "{fault:?}, mapped at {}",
             mmap.time_ns
+        );
+    }
+
+    /// A storm of mappings fills their ring alone: the drain says it overflowed (or the
+    /// kernel's count of what it dropped), no fault's ring loses a record, and each
+    /// ring carries its own kind of record only.
+    #[test]
+    fn a_storm_of_mappings_overflows_their_ring_and_costs_the_faults_nothing() {
+        // One fault in 4 recorded: the faults' ring holds them all (1 KiB a page of ring).
+        let mut events = FaultEvents::new(4).unwrap();
+        let tid = nix::unistd::gettid().as_raw() as u32;
+        match events.attach(Watched::Task {
+            tid,
+            from_exec: false,
+        }) {
+            Err(PerfError::Refused { .. } | PerfError::Unsupported(_)) => {
+                eprintln!("perf events refused here: not checked");
+                return;
+            }
+            attached => assert!(attached.unwrap()),
+        }
+        const MAPPED: usize = 1500;
+        let page = crate::system::page_size();
+        // Far more mapping records (about 100 bytes each) than a 64 KiB ring holds.
+        for _ in 0..MAPPED {
+            // SAFETY: an anonymous private page of our own, touched once and unmapped; no
+            // other reference to it exists.
+            unsafe {
+                let p = libc::mmap(
+                    std::ptr::null_mut(),
+                    page,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                assert_ne!(p, libc::MAP_FAILED);
+                p.cast::<u8>().write_volatile(1);
+                libc::munmap(p, page);
+            }
+        }
+        let (mut overflowed, mut minor_samples, mut fault_losses) = (false, 0, 0);
+        events.drain(|stream, record| match (stream, record) {
+            (Stream::Mappings, Record::Overflowed | Record::Lost(_)) => overflowed = true,
+            (Stream::Mappings, Record::Sample { .. }) => panic!("a fault in the mappings' ring"),
+            (Stream::Faults(_), Record::Lost(n)) => fault_losses += n,
+            (Stream::Faults(_), Record::Sample { .. }) => minor_samples += 1,
+            (Stream::Faults(_), record) => panic!("{record:?} in a fault's ring"),
+            (Stream::Mappings, _) => {}
+        });
+        assert!(overflowed, "{MAPPED} mappings did not fill their ring");
+        assert_eq!(fault_losses, 0);
+        assert!(
+            minor_samples >= MAPPED / 4,
+            "{minor_samples} faults recorded"
         );
     }
 

@@ -29,6 +29,9 @@ pub enum Record {
     },
     /// The kernel could not write this many records: its buffer was full.
     Lost(u64),
+    /// A mappings ring was found full to within a record at a drain: the kernel may
+    /// have dropped records it has not said yet ([`super::FaultEvents::drain`]).
+    Overflowed,
     /// A mapping made: by mmap(), mprotect(), brk's growth, an exec.
     Mmap(Mmap),
     /// Process `pid` was forked by process `ppid` (the same pid: a thread was started).
@@ -48,7 +51,7 @@ impl Record {
             | Record::Exec { time_ns, .. }
             | Record::Exit { time_ns, .. } => Some(*time_ns),
             Record::Mmap(m) => Some(m.time_ns),
-            Record::Lost(_) => None,
+            Record::Lost(_) | Record::Overflowed => None,
         }
     }
 }
@@ -110,11 +113,18 @@ impl Ring {
         unsafe { &*self.map.as_ptr().add(offset).cast::<AtomicU64>() }
     }
 
+    /// The bytes its records may take.
+    pub fn data_size(&self) -> usize {
+        self.data_size
+    }
+
     /// Hands every record written since the last drain to `each`, then gives their
-    /// space back to the kernel. Records of other types are skipped.
-    pub fn drain(&mut self, mut each: impl FnMut(Record)) {
+    /// space back to the kernel; returns how many bytes of records it found. Records of
+    /// other types are skipped.
+    pub fn drain(&mut self, mut each: impl FnMut(Record)) -> usize {
         let head = self.word(DATA_HEAD).load(Ordering::Acquire);
         let mut tail = self.word(DATA_TAIL).load(Ordering::Relaxed);
+        let found = usize::try_from(head.wrapping_sub(tail)).unwrap_or(usize::MAX);
         while head.wrapping_sub(tail) >= HEADER_SIZE as u64 {
             self.copy_out(tail, HEADER_SIZE);
             let kind = u32::from_ne_bytes(self.record[0..4].try_into().unwrap_or_default());
@@ -134,6 +144,7 @@ impl Ring {
             tail = tail.wrapping_add(size as u64);
         }
         self.word(DATA_TAIL).store(tail, Ordering::Release);
+        found
     }
 
     /// Copies `len` bytes from ring position `pos` into `self.record`.
