@@ -12,6 +12,7 @@
 
 pub mod feed;
 pub mod mapping;
+pub mod offsets;
 pub mod table;
 pub mod tally;
 
@@ -24,5 +25,6 @@ pub use feed::{Attribution, Feed, TableSource};
 /// shorter length is not seen in step with it.
 pub const DEFAULT_MINOR_SAMPLING: u64 = 61;
 pub use mapping::{FileId, Mapping, MappingKind};
+pub use offsets::OffsetHistogram;
 pub use table::{Entry, Faults, PeriodTable, ProcessFaults};
 pub use tally::Tally;

@@ -1,11 +1,12 @@
 //! One period's faults, where and who: what a backend hands the consumer beside each
 //! sample.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ops::AddAssign;
 use std::sync::Arc;
 
-use super::mapping::Mapping;
+use super::mapping::{FileId, Mapping};
+use super::offsets::OffsetHistogram;
 
 /// The most (process, mapping) entries one table holds; what the others took is summed
 /// in [`PeriodTable::rest`]. A period's faults rarely spread over more.
@@ -65,6 +66,9 @@ pub struct PeriodTable {
     pub lost: Faults,
     /// Each process's own faults over the period, those with any.
     pub processes: Vec<ProcessFaults>,
+    /// The faults on each file by offset, for the files of [`PeriodTable::entries`]
+    /// whose faults' offsets were known.
+    pub offsets: Vec<(FileId, OffsetHistogram)>,
 }
 
 impl PeriodTable {
@@ -82,6 +86,9 @@ impl PeriodTable {
         let mut builder = Builder::default();
         for entry in self.entries.drain(..).chain(later.entries) {
             builder.add(entry.pid, entry.mapping, entry.faults);
+        }
+        for (file, histogram) in self.offsets.drain(..).chain(later.offsets) {
+            builder.offsets.entry(file).or_default().merge(&histogram);
         }
         builder.rest = self.rest;
         builder.rest += later.rest;
@@ -107,11 +114,21 @@ impl PeriodTable {
 pub struct Builder {
     entries: HashMap<(u32, Arc<Mapping>), Faults>,
     rest: Faults,
+    offsets: HashMap<FileId, OffsetHistogram>,
 }
 
 impl Builder {
     pub fn add(&mut self, pid: u32, mapping: Arc<Mapping>, faults: Faults) {
         *self.entries.entry((pid, mapping)).or_default() += faults;
+    }
+
+    /// Adds faults at a known place: with `offset`, the file offset of the page they
+    /// took in `mapping`'s file, counted in the file's histogram too.
+    pub fn add_at(&mut self, pid: u32, mapping: Arc<Mapping>, offset: Option<u64>, faults: Faults) {
+        if let (Some(file), Some(offset)) = (mapping.file, offset) {
+            self.offsets.entry(file).or_default().add(offset, faults);
+        }
+        self.add(pid, mapping, faults);
     }
 
     /// Whether nothing was added.
@@ -139,12 +156,19 @@ impl Builder {
                 rest += entry.faults;
             }
         }
+        // The files of the entries kept: at most MAX_ENTRIES histograms.
+        let kept: HashSet<FileId> = entries.iter().filter_map(|e| e.mapping.file).collect();
+        let mut offsets: Vec<(FileId, OffsetHistogram)> = (self.offsets.into_iter())
+            .filter(|(file, _)| kept.contains(file))
+            .collect();
+        offsets.sort_by_key(|(file, _)| *file);
         PeriodTable {
             end_ns,
             entries,
             rest,
             lost,
             processes,
+            offsets,
         }
     }
 }

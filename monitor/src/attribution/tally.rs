@@ -3,7 +3,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::mapping::Mapping;
+use super::mapping::{FileId, Mapping};
+use super::offsets::OffsetHistogram;
 use super::table::{Faults, PeriodTable};
 
 /// The most mappings, and processes, a tally keeps apart: past it the half with the fewest
@@ -43,6 +44,9 @@ pub struct Tally {
     by_pid: HashMap<u32, Faults>,
     /// Recorded faults not kept by process: the tables' own rest, and folded processes.
     pids_folded: Faults,
+    /// Each file's faults by offset, for the files of the mappings kept (at most
+    /// [`MAX_KEPT`], about 1 KiB each).
+    offsets: HashMap<FileId, OffsetHistogram>,
 }
 
 impl Tally {
@@ -61,10 +65,18 @@ impl Tally {
             *self.mappings.entry(Arc::clone(&entry.mapping)).or_default() += entry.faults;
             *self.by_pid.entry(entry.pid).or_default() += entry.faults;
         }
+        for (file, histogram) in &table.offsets {
+            self.offsets.entry(*file).or_default().merge(histogram);
+        }
         self.folded += table.rest;
         self.pids_folded += table.rest;
         self.lost += table.lost;
         self.bound();
+    }
+
+    /// The faults on `file` by offset, where their offsets were known.
+    pub fn offsets(&self, file: &FileId) -> Option<&OffsetHistogram> {
+        self.offsets.get(file)
     }
 
     /// Adds the faults `mapping` took (a band's history, replayed).
@@ -201,7 +213,11 @@ impl Tally {
 
     /// Folds the half with the fewest faults once more than [`MAX_KEPT`] are kept.
     fn bound(&mut self) {
-        fold_smallest(&mut self.mappings, &mut self.folded);
+        if fold_smallest(&mut self.mappings, &mut self.folded) {
+            let kept: std::collections::HashSet<FileId> =
+                self.mappings.keys().filter_map(|m| m.file).collect();
+            self.offsets.retain(|file, _| kept.contains(file));
+        }
         fold_smallest(&mut self.by_pid, &mut self.pids_folded);
         if self.processes.len() > MAX_KEPT {
             let mut all: Vec<(u32, ProcessTotal)> = self.processes.drain().collect();
@@ -212,10 +228,14 @@ impl Tally {
     }
 }
 
-/// Past [`MAX_KEPT`] keys, folds the faults of the half with the fewest into `folded`.
-fn fold_smallest<K: Eq + std::hash::Hash>(kept: &mut HashMap<K, Faults>, folded: &mut Faults) {
+/// Past [`MAX_KEPT`] keys, folds the faults of the half with the fewest into `folded`;
+/// whether it did.
+fn fold_smallest<K: Eq + std::hash::Hash>(
+    kept: &mut HashMap<K, Faults>,
+    folded: &mut Faults,
+) -> bool {
     if kept.len() <= MAX_KEPT {
-        return;
+        return false;
     }
     let mut all: Vec<(K, Faults)> = kept.drain().collect();
     all.sort_by_key(|(_, f)| std::cmp::Reverse((f.major, f.minor_samples)));
@@ -223,6 +243,7 @@ fn fold_smallest<K: Eq + std::hash::Hash>(kept: &mut HashMap<K, Faults>, folded:
         *folded += faults;
     }
     kept.extend(all);
+    true
 }
 
 #[cfg(test)]

@@ -33,6 +33,8 @@ struct Resolved {
     time_ns: u64,
     pid: u32,
     mapping: Arc<Mapping>,
+    /// The file offset of the faulting page, in a file's mapping.
+    offset: Option<u64>,
     major: bool,
 }
 
@@ -107,10 +109,12 @@ impl KernelAttributor {
                 self.lost += one(fault.major);
                 continue;
             }
+            let (mapping, offset) = self.maps.locate(fault.pid, fault.address);
             self.waiting.push(Resolved {
                 time_ns: fault.time_ns,
                 pid: fault.pid,
-                mapping: self.maps.resolve(fault.pid, fault.address),
+                mapping,
+                offset,
                 major: fault.major,
             });
         }
@@ -125,7 +129,7 @@ impl KernelAttributor {
             if fault.time_ns > end_ns {
                 later.push(fault);
             } else {
-                builder.add(fault.pid, fault.mapping, one(fault.major));
+                builder.add_at(fault.pid, fault.mapping, fault.offset, one(fault.major));
             }
         }
         self.waiting = later;

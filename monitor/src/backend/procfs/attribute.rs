@@ -179,8 +179,8 @@ impl Attributor {
         match timed.record {
             Record::Sample { pid, addr, .. } => {
                 let Some(kind) = kind else { return };
-                let mapping = self.resolve(pid, addr);
-                self.current.add(pid, mapping, one(kind, 1));
+                let (mapping, offset) = self.resolve(pid, addr);
+                self.current.add_at(pid, mapping, offset, one(kind, 1));
             }
             Record::Mmap(mmap) => self.recorded.mmap(&mmap),
             Record::Fork { pid, ppid, .. } if pid != ppid => {
@@ -204,23 +204,25 @@ impl Attributor {
     /// stack grown, what was mapped before the process was watched), the stack below a
     /// gap, then `/proc` as read (at most once a period), kept in the process's table
     /// for its later faults and its children. A process whose maps its user may not read (a setuid program the command ran)
-    /// stays unreadable, as without the records.
-    fn resolve(&mut self, pid: u32, addr: u64) -> Arc<Mapping> {
+    /// stays unreadable, as without the records. With it, the file offset of the page
+    /// `addr` is in, for a file's mapping.
+    fn resolve(&mut self, pid: u32, addr: u64) -> (Arc<Mapping>, Option<u64>) {
         if self.maps.unreadable(pid) {
-            return self.maps.resolve(pid, addr);
+            return (self.maps.resolve(pid, addr), None);
         }
-        if let Some(mapping) = self.recorded.find(pid, addr) {
-            return mapping;
+        if let Some(found) = self.recorded.locate(pid, addr) {
+            return found;
         }
         if let Some(stack) = self.recorded.stack_grown(pid, addr) {
-            return stack;
+            return (stack, None);
         }
         match self.maps.region(pid, addr) {
             Ok(region) => {
                 self.recorded.fill(pid, addr, &region);
-                region.mapping
+                let offset = region.offset(addr);
+                (region.mapping, offset)
             }
-            Err(outside) => outside,
+            Err(outside) => (outside, None),
         }
     }
 }
@@ -263,6 +265,7 @@ mod tests {
             time_ns,
             start: 0x1000,
             end: 0x2000,
+            pgoff: 0,
             file: FileId {
                 major: 254,
                 minor: 0,

@@ -21,7 +21,24 @@ const KEPT_PERIODS: u64 = 200;
 pub struct Region {
     pub start: u64,
     pub end: u64,
+    /// The file offset mapped at `start` (maps' offset column, an mmap record's pgoff).
+    pub pgoff: u64,
     pub mapping: Arc<Mapping>,
+}
+
+impl Region {
+    /// The file offset of the page holding `addr` (which the region holds), for a file's
+    /// mapping: as `perf trace` prints a fault's, `file@0x7cc000`.
+    pub fn offset(&self, addr: u64) -> Option<u64> {
+        file_offset(&self.mapping, self.start, self.pgoff, addr)
+    }
+}
+
+/// The file offset of the page holding `addr` in a region of `mapping` from `start`,
+/// mapping its file from `pgoff`; `None` for memory of no file.
+pub fn file_offset(mapping: &Mapping, start: u64, pgoff: u64, addr: u64) -> Option<u64> {
+    let page = addr & !(crate::system::page_size() as u64 - 1);
+    (mapping.file).and_then(|_| page.checked_sub(start)?.checked_add(pgoff))
 }
 
 /// A process's maps as last read.
@@ -125,6 +142,18 @@ impl MapsCache {
             .map_or_else(|outside| outside, |r| r.mapping)
     }
 
+    /// The mapping holding `addr` in process `pid`, and the file offset of its page for
+    /// a file's.
+    pub fn locate(&mut self, pid: u32, addr: u64) -> (Arc<Mapping>, Option<u64>) {
+        match self.region(pid, addr) {
+            Ok(region) => {
+                let offset = region.offset(addr);
+                (region.mapping, offset)
+            }
+            Err(outside) => (outside, None),
+        }
+    }
+
     /// The region holding `addr` in process `pid`, or what an address outside every
     /// region counts as.
     pub fn region(&mut self, pid: u32, addr: u64) -> Result<Region, Arc<Mapping>> {
@@ -150,7 +179,7 @@ pub fn parse(pid: u32, text: &str) -> Vec<Region> {
     let mut regions: Vec<Region> = text
         .lines()
         .filter_map(|line| parse_line(pid, line))
-        .map(|(start, end, mapping)| {
+        .map(|(start, end, pgoff, mapping)| {
             let mapping = Arc::clone(
                 seen.entry(mapping.clone())
                     .or_insert_with(|| Arc::new(mapping)),
@@ -158,6 +187,7 @@ pub fn parse(pid: u32, text: &str) -> Vec<Region> {
             Region {
                 start,
                 end,
+                pgoff,
                 mapping,
             }
         })
@@ -167,7 +197,7 @@ pub fn parse(pid: u32, text: &str) -> Vec<Region> {
 }
 
 /// `start-end perms offset major:minor inode   name`, named as [`Mapping`] says.
-fn parse_line(pid: u32, line: &str) -> Option<(u64, u64, Mapping)> {
+fn parse_line(pid: u32, line: &str) -> Option<(u64, u64, u64, Mapping)> {
     let mut rest = line;
     let mut fields = [""; 5];
     for field in &mut fields {
@@ -176,11 +206,12 @@ fn parse_line(pid: u32, line: &str) -> Option<(u64, u64, Mapping)> {
         *field = &rest[..end];
         rest = &rest[end..];
     }
-    let [range, perms, _offset, dev, inode] = fields;
+    let [range, perms, offset, dev, inode] = fields;
     let name = rest.trim_start_matches(' ');
     let (start, end) = range.split_once('-')?;
     let start = u64::from_str_radix(start, 16).ok()?;
     let end = u64::from_str_radix(end, 16).ok()?;
+    let pgoff = u64::from_str_radix(offset, 16).ok()?;
     let (major, minor) = dev.split_once(':')?;
     let file = FileId {
         major: u32::from_str_radix(major, 16).ok()?,
@@ -189,7 +220,7 @@ fn parse_line(pid: u32, line: &str) -> Option<(u64, u64, Mapping)> {
     };
     let shared = perms.as_bytes().get(3) == Some(&b's');
     let exec = perms.as_bytes().get(2) == Some(&b'x');
-    Some((start, end, mapping(pid, name, shared, exec, file)))
+    Some((start, end, pgoff, mapping(pid, name, shared, exec, file)))
 }
 
 /// A region of process `pid` named `name` as `/proc/PID/maps` names it (an mmap record
@@ -269,6 +300,11 @@ mod tests {
         // A process's anonymous memory is one mapping, however many regions.
         assert!(Arc::ptr_eq(&regions[3].mapping, &regions[7].mapping));
         assert_eq!(regions[4].start, 0x7f1c_2400_0000);
+        // A file's offset at a fault is its page's: the address less the region's start,
+        // plus the offset mapped there; memory of no file has none.
+        assert_eq!(regions[1].offset(0x55d0_c0a2_f123), Some(0x2f000));
+        assert_eq!(regions[4].offset(0x7f1c_2400_0fff), Some(0));
+        assert_eq!(regions[2].offset(0x55d0_c1e7_f000), None);
     }
 
     #[test]

@@ -33,8 +33,9 @@ pub const MAX_TOTAL_REGIONS: usize = 131_072;
 /// least recently used.
 pub const MAX_PROCESSES: usize = 4_096;
 
-/// Regions by start address: their end and mapping, none overlapping.
-type Regions = BTreeMap<u64, (u64, Arc<Mapping>)>;
+/// Regions by start address: their end, the file offset mapped at their start, and
+/// their mapping, none overlapping.
+type Regions = BTreeMap<u64, (u64, u64, Arc<Mapping>)>;
 
 #[derive(Default)]
 struct Table {
@@ -48,34 +49,38 @@ struct Table {
 }
 
 impl Table {
-    fn find(&self, addr: u64) -> Option<&Arc<Mapping>> {
-        let (_, (end, mapping)) = self.regions.range(..=addr).next_back()?;
-        (addr < *end).then_some(mapping)
+    /// The mapping holding `addr`, and the file offset of its page for a file's.
+    fn find(&self, addr: u64) -> Option<(&Arc<Mapping>, Option<u64>)> {
+        let (start, (end, pgoff, mapping)) = self.regions.range(..=addr).next_back()?;
+        (addr < *end).then(|| (mapping, maps::file_offset(mapping, *start, *pgoff, addr)))
     }
 
-    /// Maps `start..end`, cutting what it overlaps to what lies outside it.
-    fn insert(&mut self, start: u64, end: u64, mapping: Arc<Mapping>) {
+    /// Maps `start..end` (`pgoff`: the file offset at `start`), cutting what it overlaps
+    /// to what lies outside it.
+    fn insert(&mut self, start: u64, end: u64, pgoff: u64, mapping: Arc<Mapping>) {
         if self.overflowed || start >= end {
             return;
         }
         // Regions do not overlap, so their ends rise with their starts: walking back
         // from the last one starting before `end`, the overlapping ones come first.
         let overlapping: Vec<u64> = (self.regions.range(..end).rev())
-            .take_while(|(_, (e, _))| *e > start)
+            .take_while(|(_, (e, _, _))| *e > start)
             .map(|(s, _)| *s)
             .collect();
         for s in overlapping {
-            let Some((e, old)) = self.regions.remove(&s) else {
+            let Some((e, old_pgoff, old)) = self.regions.remove(&s) else {
                 continue;
             };
             if s < start {
-                self.regions.insert(s, (start, Arc::clone(&old)));
+                self.regions.insert(s, (start, old_pgoff, Arc::clone(&old)));
             }
             if e > end {
-                self.regions.insert(end, (e, old));
+                // What is left above maps the file from further in.
+                let pgoff = old_pgoff.wrapping_add(end - s);
+                self.regions.insert(end, (e, pgoff, old));
             }
         }
-        self.regions.insert(start, (end, mapping));
+        self.regions.insert(start, (end, pgoff, mapping));
         if self.regions.len() > MAX_REGIONS {
             self.regions.clear();
             self.overflowed = true;
@@ -88,7 +93,7 @@ impl Table {
         let below = self.regions.range(..=addr).next_back();
         let above = self.regions.range(addr..).next();
         (
-            below.map_or(0, |(_, (end, _))| *end),
+            below.map_or(0, |(_, (end, _, _))| *end),
             above.map_or(u64::MAX, |(start, _)| *start),
         )
     }
@@ -141,7 +146,7 @@ impl Recorded {
         let name = maps_name(&record.name);
         let mapping = maps::mapping(record.pid, &name, record.shared, record.exec, record.file);
         self.change(record.pid, |table| {
-            table.insert(record.start, record.end, Arc::new(mapping));
+            table.insert(record.start, record.end, record.pgoff, Arc::new(mapping));
         });
     }
 
@@ -165,12 +170,12 @@ impl Recorded {
         };
         let mut table = Table::default();
         for region in base {
-            table.insert(region.start, region.end, own(&region.mapping));
+            table.insert(region.start, region.end, region.pgoff, own(&region.mapping));
         }
         if let Some(parent) = self.tables.get(&ppid) {
             table.overflowed = parent.overflowed;
-            for (&start, (end, mapping)) in &parent.regions {
-                table.insert(start, *end, own(mapping));
+            for (&start, (end, pgoff, mapping)) in &parent.regions {
+                table.insert(start, *end, *pgoff, own(mapping));
             }
         }
         self.change(pid, |t| *t = table);
@@ -190,17 +195,24 @@ impl Recorded {
     }
 
     /// The mapping the records say holds `addr` in process `pid`, if they say.
+    #[cfg(test)]
     pub fn find(&mut self, pid: u32, addr: u64) -> Option<Arc<Mapping>> {
+        self.locate(pid, addr).map(|(mapping, _)| mapping)
+    }
+
+    /// The mapping the records say holds `addr` in process `pid`, if they say, and the
+    /// file offset of its page for a file's.
+    pub fn locate(&mut self, pid: u32, addr: u64) -> Option<(Arc<Mapping>, Option<u64>)> {
         let table = self.tables.get_mut(&pid)?;
         table.used = self.period;
-        table.find(addr).cloned()
+        (table.find(addr)).map(|(mapping, offset)| (Arc::clone(mapping), offset))
     }
 
     /// The stack, if `addr` (which no region of process `pid` holds) lies in the gap
     /// below its `[stack]`: the stack grew there, which makes no record.
     pub fn stack_grown(&self, pid: u32, addr: u64) -> Option<Arc<Mapping>> {
         let table = self.tables.get(&pid)?;
-        let (_, (_, above)) = table.regions.range(addr..).next()?;
+        let (_, (_, _, above)) = table.regions.range(addr..).next()?;
         (above.kind == MappingKind::Stack).then(|| Arc::clone(above))
     }
 
@@ -214,7 +226,9 @@ impl Recorded {
         self.change(pid, |table| {
             let (low, high) = table.gap(addr);
             let mapping = Arc::clone(&region.mapping);
-            table.insert(region.start.max(low), region.end.min(high), mapping);
+            let start = region.start.max(low);
+            let pgoff = region.pgoff.wrapping_add(start - region.start);
+            table.insert(start, region.end.min(high), pgoff, mapping);
         });
     }
 
@@ -267,6 +281,7 @@ mod tests {
             time_ns: 0,
             start: 0,
             end: 0,
+            pgoff: 0,
             file: FileId {
                 major: 254,
                 minor: 0,
@@ -349,6 +364,35 @@ mod tests {
         let line = "4000-5000 rw-s 00000000 fe:00 43 /db\\012z";
         let from_proc = &maps::parse(7, line)[0].mapping;
         assert_eq!(*r.find(7, 0x4000).unwrap(), **from_proc);
+    }
+
+    #[test]
+    fn a_faults_file_offset_is_its_pages_in_the_region_and_in_what_is_left_of_it() {
+        let mut r = Recorded::default();
+        let offset = |r: &mut Recorded, addr| r.locate(7, addr).and_then(|(_, o)| o);
+        // 0x10000.. of /a mapped at 0x100000, its middle page mapped over.
+        let a = Mmap {
+            pgoff: 0x10000,
+            ..file("/a", 1)
+        };
+        r.mmap(&at(7, 0x100000, 0x108000, &a));
+        assert_eq!(offset(&mut r, 0x100fff), Some(0x10000));
+        r.mmap(&at(7, 0x103000, 0x104000, &file("/b", 2)));
+        assert_eq!(offset(&mut r, 0x102000), Some(0x12000));
+        assert_eq!(offset(&mut r, 0x103000), Some(0));
+        assert_eq!(offset(&mut r, 0x105123), Some(0x15000));
+        // /proc's region over a gap: its offsets where it begins in the gap.
+        let shown = &maps::parse(7, "200000-204000 r--s 00004000 fe:00 9 /c")[0];
+        r.mmap(&at(7, 0x200000, 0x202000, &file("/d", 3)));
+        r.fill(7, 0x203000, shown);
+        assert_eq!(offset(&mut r, 0x203000), Some(0x7000));
+        // Memory of no file has none.
+        let anon = Mmap {
+            shared: false,
+            ..file("//anon", 0)
+        };
+        r.mmap(&at(7, 0x300000, 0x301000, &anon));
+        assert_eq!(offset(&mut r, 0x300000), None);
     }
 
     #[test]

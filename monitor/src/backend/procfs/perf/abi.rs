@@ -100,6 +100,7 @@ pub mod mmap2 {
     pub const PID: usize = 0;
     pub const ADDR: usize = 8;
     pub const LEN: usize = 16;
+    pub const PGOFF: usize = 24;
     pub const MAJ: usize = 32;
     pub const MIN: usize = 36;
     pub const INO: usize = 40;
@@ -273,6 +274,11 @@ mod tests {
                 "mmap2 len",
                 "offsetof(struct mmap2, len)".into(),
                 mmap2::LEN as u64,
+            ),
+            (
+                "mmap2 pgoff",
+                "offsetof(struct mmap2, pgoff)".into(),
+                mmap2::PGOFF as u64,
             ),
             (
                 "mmap2 maj",

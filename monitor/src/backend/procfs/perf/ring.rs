@@ -63,6 +63,8 @@ pub struct Mmap {
     pub time_ns: u64,
     pub start: u64,
     pub end: u64,
+    /// The file offset mapped at `start`, in bytes.
+    pub pgoff: u64,
     /// The file's device and inode, as `/proc/PID/maps` shows them (zeros when none).
     pub file: FileId,
     pub exec: bool,
@@ -192,6 +194,7 @@ fn parse(kind: u32, misc: u16, body: &[u8]) -> Option<Record> {
                 time_ns: stamped()?,
                 start,
                 end: start.checked_add(u64_at(mmap2::LEN)?)?,
+                pgoff: u64_at(mmap2::PGOFF)?,
                 file: FileId {
                     major: u32_at(mmap2::MAJ)?,
                     minor: u32_at(mmap2::MIN)?,
