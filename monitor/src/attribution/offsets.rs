@@ -144,13 +144,17 @@ pub fn human_bytes(bytes: u64) -> String {
     }
 }
 
-/// Offsets `start..end` as a person reads a region: `0-4 MiB`, `12-16 MiB`,
-/// `512 KiB-1 MiB` (the unit said once where both share it).
+/// Offsets `start..end` as a person reads a region, exactly, in the largest unit both
+/// are whole numbers of: `0-4 MiB`, `12-16 MiB`, `2752-2816 KiB`.
 pub fn human_span(start: u64, end: u64) -> String {
-    let (from, to) = (human_bytes(start), human_bytes(end));
-    match (from.split_once(' '), to.split_once(' ')) {
-        (Some((number, unit)), Some((_, same))) if unit == same => format!("{number}-{to}"),
-        _ => format!("{from}-{to}"),
+    const UNITS: [(u32, &str); 4] = [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")];
+    let whole = |shift: u32| start.trailing_zeros().min(end.trailing_zeros()) >= shift;
+    match UNITS
+        .iter()
+        .find(|(shift, _)| whole(*shift) && end >> shift > 0)
+    {
+        Some((shift, unit)) => format!("{}-{} {unit}", start >> shift, end >> shift),
+        None => format!("{start}-{end}"),
     }
 }
 
@@ -263,6 +267,8 @@ mod tests {
         assert_eq!(human_bytes(3 << 29), "1.5 GiB");
         assert_eq!(human_span(0, 4 << 20), "0-4 MiB");
         assert_eq!(human_span(12 << 20, 16 << 20), "12-16 MiB");
-        assert_eq!(human_span(512 << 10, 1 << 20), "512 KiB-1 MiB");
+        assert_eq!(human_span(512 << 10, 1 << 20), "512-1024 KiB");
+        assert_eq!(human_span(2752 << 10, 2816 << 10), "2752-2816 KiB");
+        assert_eq!(human_span(0, 100), "0-100");
     }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::attribution::offsets::FileRegion;
 use crate::attribution::{Attribution, Faults, Feed, Mapping, MappingKind, PeriodTable, Tally};
 use crate::pressure::verdict::{Band, BandMapping, OpenBand};
 use crate::rows::row::Row;
@@ -19,6 +20,9 @@ pub const TOP: usize = 5;
 
 /// How many of the processes that took a mapping's faults an interval's record names.
 const TOP_TAKERS: usize = 3;
+
+/// How many of a file's hottest regions an interval's record and the summary list.
+pub const TOP_REGIONS: usize = 3;
 
 /// The most mappings a row keeps its major faults apart for the plot's lane: its others'
 /// are drawn among "other mappings". The lane draws the run's top [`TOP`]; one of them
@@ -127,7 +131,8 @@ impl AttributionReport {
                 takers
                     .sort_by_key(|(pid, f)| (std::cmp::Reverse((f.major, f.minor_samples)), *pid));
                 takers.truncate(TOP_TAKERS);
-                MappingRecord::new(mapping, faults, period, &takers)
+                let regions = hottest_regions(tally, mapping, faults.major > 0, period);
+                MappingRecord::new(mapping, faults, period, &takers, regions)
             })
             .collect();
         let mut listed = Faults::default();
@@ -235,6 +240,51 @@ pub struct MappingRecord {
     /// The processes that took the most of its faults (a file's may be several), each
     /// with its own.
     pub by_process: Vec<TakerRecord>,
+    /// A file's hottest regions, by major faults if it took any, else by minor; `None`:
+    /// not a file, or no fault's offset known.
+    pub regions: Option<Vec<RegionRecord>>,
+}
+
+/// One of a file's hottest regions: its offsets `start..end` (bytes), its faults, and
+/// their share of the file's (major faults, or minor ones, as it was ranked by).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RegionRecord {
+    pub start: u64,
+    pub end: u64,
+    pub major: u64,
+    pub minor_est: u64,
+    pub minor_samples: u64,
+    pub share: f64,
+}
+
+/// The hottest regions of `mapping`'s file in `tally`, ranked by major faults
+/// (`by_major`) or by minor ones; `None`: not a file, or no offset known.
+pub fn hottest_regions(
+    tally: &Tally,
+    mapping: &Mapping,
+    by_major: bool,
+    period: Option<u64>,
+) -> Option<Vec<RegionRecord>> {
+    let histogram = tally.offsets(&mapping.file?)?;
+    let count = |f: &Faults| if by_major { f.major } else { f.minor_samples };
+    let total = count(&histogram.total());
+    if total == 0 {
+        return None;
+    }
+    let regions = (histogram.hottest(TOP_REGIONS, count).into_iter())
+        .map(|FileRegion { start, end, faults }| {
+            let f = FaultsRecord::new(faults, period);
+            RegionRecord {
+                start,
+                end,
+                major: f.major,
+                minor_est: f.minor_est,
+                minor_samples: f.minor_samples,
+                share: count(&faults) as f64 / total as f64,
+            }
+        })
+        .collect();
+    Some(regions)
 }
 
 /// A process that took a mapping's faults, and how many.
@@ -251,6 +301,7 @@ impl MappingRecord {
         faults: Faults,
         period: Option<u64>,
         takers: &[(u32, Faults)],
+        regions: Option<Vec<RegionRecord>>,
     ) -> MappingRecord {
         let f = FaultsRecord::new(faults, period);
         MappingRecord {
@@ -270,6 +321,7 @@ impl MappingRecord {
                     }
                 })
                 .collect(),
+            regions,
         }
     }
 }
@@ -631,6 +683,73 @@ mod tests {
         );
         // The next interval starts afresh, and has no record without rows.
         assert!(w.interval_record().is_none());
+    }
+
+    #[test]
+    fn a_files_hottest_regions_are_in_its_interval_record_and_the_summary() {
+        use crate::attribution::FileId;
+        use crate::output::summary::{Summary, Thrashing};
+        use crate::output::totals::Totals;
+
+        let feed = on();
+        let mut w = AttributionReport::new(Arc::clone(&feed), false);
+        let data = Arc::new(Mapping {
+            kind: MappingKind::Shared,
+            name: "/srv/data.bin".into(),
+            file: Some(FileId {
+                major: 8,
+                minor: 1,
+                inode: 7,
+            }),
+            owner: None,
+        });
+        let mib = 1u64 << 20;
+        let mut builder = Builder::default();
+        // 0-4 MiB read a page at a time, 12-16 MiB two faults a page: of 16 MiB, 256 KiB
+        // buckets.
+        for (range, each) in [(0..4 * mib, 1), (12 * mib..16 * mib, 2)] {
+            for offset in range.step_by(4096) {
+                builder.add_at(1, Arc::clone(&data), Some(offset), major(each));
+            }
+        }
+        feed.push(builder.finish(50_000_000, Faults::default(), Vec::new()));
+        w.row(&row(1, 0, 3072));
+        let record = w.interval_record().unwrap();
+        let regions = record.mappings[0]
+            .regions
+            .as_ref()
+            .expect("a file's regions");
+        let seen: Vec<(u64, u64, u64)> =
+            regions.iter().map(|r| (r.start, r.end, r.major)).collect();
+        assert_eq!(seen, [(12 * mib, 16 * mib, 2048), (0, 4 * mib, 1024)]);
+        assert!((regions[0].share - 2.0 / 3.0).abs() < 1e-9);
+        feed.push({
+            let mut builder = Builder::default();
+            builder.add_at(1, Arc::clone(&data), Some(0), major(1));
+            builder.finish(100_000_000, Faults::default(), Vec::new())
+        });
+        w.row(&row(2, 0, 1));
+        let place = w.finish();
+        let mut totals = Totals::default();
+        totals.add(&row(1, 0, 3073));
+        let text = Summary {
+            backend: "procfs",
+            mode: shared_layout::Mode::Strict,
+            counted: "pid 42 and its descendants",
+            totals: &totals,
+            blocked: std::time::Duration::ZERO,
+            deferred: 0,
+            child: None,
+            peaks: &[],
+            thrashing: Thrashing::NotJudged,
+            attributed: Some(&place),
+            notes: &[],
+        }
+        .to_string();
+        assert!(
+            text.contains("/srv/data.bin (shared)\n                             in the file: 12-16 MiB 67%, 0-4 MiB 33%\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@ use serde_json::{json, Value};
 
 use super::{Summary, Thrashing};
 use crate::attribution::{Attribution, Faults, Mapping};
-use crate::output::attribution::{AttributionSummary, TOP};
+use crate::output::attribution::{hottest_regions, AttributionSummary, TOP};
 use crate::output::metadata::Metadata;
 use crate::output::totals::Totals;
 
@@ -67,7 +67,8 @@ fn where_json(w: &AttributionSummary, totals: &Totals) -> Value {
     let recorded = w.run.recorded();
     let lost = w.run.lost();
     let estimate = |samples: u64| samples.saturating_mul(period.unwrap_or(0));
-    let mapping = |m: &Mapping, count: u64, of: u64, f: Faults| {
+    let mapping = |m: &Mapping, by_major: bool, of: u64, f: Faults| {
+        let count = if by_major { f.major } else { f.minor_samples };
         json!({
             "name": m.name,
             "kind": m.kind,
@@ -77,6 +78,7 @@ fn where_json(w: &AttributionSummary, totals: &Totals) -> Value {
             "minor_est": estimate(f.minor_samples),
             "minor_samples": f.minor_samples,
             "share": count as f64 / of.max(1) as f64,
+            "regions": hottest_regions(&w.run, m, by_major, period),
         })
     };
     let processes = w.run.top_processes(TOP);
@@ -93,7 +95,7 @@ fn where_json(w: &AttributionSummary, totals: &Totals) -> Value {
             "of": totals.major,
             "lost": lost.major,
             "top": (w.run.top_major(TOP).into_iter())
-                .map(|(m, f)| mapping(m, f.major, recorded.major, f))
+                .map(|(m, f)| mapping(m, true, recorded.major, f))
                 .collect::<Vec<_>>(),
         },
         "minor": {
@@ -103,7 +105,7 @@ fn where_json(w: &AttributionSummary, totals: &Totals) -> Value {
             "lost_est": estimate(lost.minor_samples),
             "lost": lost.minor_samples,
             "top": (w.run.top_minor(TOP).into_iter())
-                .map(|(m, f)| mapping(m, f.minor_samples, recorded.minor_samples, f))
+                .map(|(m, f)| mapping(m, false, recorded.minor_samples, f))
                 .collect::<Vec<_>>(),
         },
         "processes": (processes.iter())

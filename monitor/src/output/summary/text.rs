@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use shared_layout::Mode;
 
+use crate::attribution::offsets::human_span;
 use crate::attribution::{Attribution, Mapping};
-use crate::output::attribution::{AttributionSummary, TOP};
+use crate::output::attribution::{hottest_regions, AttributionSummary, TOP};
 use crate::output::totals::Totals;
 use crate::pressure::verdict::{Band, Rule};
 use crate::system::exit::ExitStatus;
@@ -233,6 +234,7 @@ impl Summary<'_> {
                 )?;
                 for (mapping, faults) in w.run.top_major(TOP) {
                     share_line(f, faults.major, recorded.major, "", mapping)?;
+                    regions_line(f, w, mapping, true)?;
                 }
                 // Never above the exact count it estimates: a sampled count overshoots
                 // by up to a period per thread (each thread's events count from its
@@ -249,6 +251,7 @@ impl Summary<'_> {
                 for (mapping, faults) in w.run.top_minor(TOP) {
                     let count = estimate(faults.minor_samples);
                     share_line(f, count, estimate(recorded.minor_samples), "~", mapping)?;
+                    regions_line(f, w, mapping, false)?;
                 }
             }
         }
@@ -333,6 +336,27 @@ fn share_line(
         "\n      {:>5.1}% {:>14}  {mapping}",
         count as f64 * 100.0 / total.max(1) as f64,
         format!("{approximate}{count}")
+    )
+}
+
+/// A file's hottest regions, under its line: `in the file: 0-4 MiB 61%, 12-14 MiB 30%`,
+/// each one's share of the file's major faults (`by_major`) or of its minor ones.
+fn regions_line(
+    f: &mut fmt::Formatter<'_>,
+    w: &AttributionSummary,
+    mapping: &Mapping,
+    by_major: bool,
+) -> fmt::Result {
+    let Some(regions) = hottest_regions(&w.run, mapping, by_major, None) else {
+        return Ok(());
+    };
+    let listed: Vec<String> = (regions.iter())
+        .map(|r| format!("{} {:.0}%", human_span(r.start, r.end), r.share * 100.0))
+        .collect();
+    write!(
+        f,
+        "\n                             in the file: {}",
+        listed.join(", ")
     )
 }
 
