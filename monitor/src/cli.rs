@@ -713,6 +713,23 @@ pub struct WorkArgs {
     /// the page cache, so that the sweep's faults are major.
     #[arg(long, requires = "file")]
     pub evict: bool,
+    /// Sweep only this range of the file, in MiB (repeatable).
+    ///
+    /// Sweep only the file's pages from START to END MiB (repeatable: each range swept
+    /// in turn, in the order given), and say what each range took.
+    #[arg(long, value_name = "START-END", requires = "file", value_parser = parse_mib_range)]
+    pub file_range: Vec<std::ops::Range<u16>>,
+}
+
+/// `START-END` in MiB, START below END: a range of `work`'s file.
+fn parse_mib_range(s: &str) -> Result<std::ops::Range<u16>, String> {
+    let (start, end) = (s.split_once('-')).ok_or_else(|| format!("{s:?} is not START-END"))?;
+    let mib = |n: &str| n.parse::<u16>().map_err(|e| format!("{n:?}: {e}"));
+    let (start, end) = (mib(start)?, mib(end)?);
+    if start >= end {
+        return Err(format!("{s:?}: START must be below END"));
+    }
+    Ok(start..end)
 }
 
 #[cfg(test)]

@@ -195,6 +195,101 @@ fn each_mappings_faults_are_where_work_put_them_a_childs_too_majors_all_on_their
     assert!(svg.contains(&legend), "no {legend:?} in {svg}");
 }
 
+/// Every `work range:` line: each range of its file (bytes) and the major faults it took.
+fn announced_ranges(stderr: &str) -> Vec<(u64, u64, u64)> {
+    (stderr.lines())
+        .filter_map(|l| l.strip_prefix("work range: pid "))
+        .map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let at = words.iter().position(|w| *w == "offsets").unwrap();
+            let range = words[at + 1].trim_end_matches(':');
+            let (start, end) = range.split_once('-').unwrap();
+            let major = words.iter().position(|w| w.starts_with("major")).unwrap();
+            (
+                start.parse().unwrap(),
+                end.parse().unwrap(),
+                words[major - 1].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// `regions` of a mapping in a record or the summary, as (start, end, major), by offset.
+fn regions(mapping: &Value) -> Vec<(u64, u64, u64)> {
+    let mut all: Vec<(u64, u64, u64)> = (mapping["regions"].as_array())
+        .unwrap_or_else(|| panic!("no regions in {mapping}"))
+        .iter()
+        .map(|r| {
+            let n = |key: &str| r[key].as_u64().unwrap();
+            (n("start"), n("end"), n("major"))
+        })
+        .collect();
+    all.sort_unstable();
+    all
+}
+
+/// A file read in two known ranges of its 8 MiB, evicted before each later sweep: the
+/// summary's hottest regions of the file are those two ranges with every major fault
+/// each took, by its own thread's counts; the interval records' add up to the same.
+#[test]
+fn a_files_hottest_regions_are_the_ranges_work_read_with_every_major_fault_each_took() {
+    let dir = OnDisk::new("regions");
+    let file = dir.0.join("data.bin");
+    let rows = dir.0.join("rows.jsonl");
+    let summary = dir.0.join("run.json");
+    let script = format!(
+        "{WORK} 1 R 1 3 --sleep-ms 50 --file {} --file-mib 8 --file-range 0-2 \
+         --file-range 6-7 --evict",
+        file.display()
+    );
+    let out = monitor(&[
+        "run",
+        "--backend",
+        "procfs",
+        "--format",
+        "jsonl",
+        "-o",
+        rows.to_str().unwrap(),
+        "--summary",
+        summary.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let ranges = announced_ranges(&err);
+    let mib = 1u64 << 20;
+    let bounds: Vec<(u64, u64)> = ranges.iter().map(|&(s, e, _)| (s, e)).collect();
+    assert_eq!(bounds, [(0, 2 * mib), (6 * mib, 7 * mib)], "{err}");
+    // Two sweeps of evicted pages: a major fault a page at most, some at least.
+    assert!(ranges[0].2 > 0 && ranges[1].2 > 0, "{ranges:?}");
+    let summary: Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let major = &summary["where"]["major"];
+    assert_eq!(major["lost"], 0, "records lost: the counts cannot be exact");
+    let top = major["top"].as_array().unwrap();
+    let on_file = (top.iter())
+        .find(|m| m["name"] == file.to_str().unwrap())
+        .unwrap_or_else(|| panic!("{top:?}"));
+    // The file's buckets are 128 KiB (8 MiB of offsets in 64): each range's edges are
+    // buckets' edges, and its count exact.
+    assert_eq!(regions(on_file), ranges, "{on_file}");
+    let text = std::fs::read_to_string(&rows).unwrap();
+    let mut in_records = [0u64; 2];
+    for m in (where_records(&text).iter())
+        .flat_map(|r| r["mappings"].as_array().unwrap().clone())
+        .filter(|m| m["name"] == file.to_str().unwrap() && m["major"].as_u64() > Some(0))
+    {
+        for (start, end, n) in regions(&m) {
+            let i = ranges.iter().position(|r| r.0 <= start && end <= r.1);
+            let i = i.unwrap_or_else(|| panic!("{start}..{end} in neither range: {m}"));
+            in_records[i] += n;
+        }
+    }
+    assert_eq!(in_records, [ranges[0].2, ranges[1].2], "{text}");
+}
+
 /// A process that maps a file, faults in it, unmaps it and exits long before the monitor
 /// first reads its descendants' maps (a period of 5 s, the process done in tens of ms)
 /// has its faults on that file all the same, every one: the mappings as the kernel's

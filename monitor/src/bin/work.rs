@@ -36,8 +36,16 @@ fn run(args: &WorkArgs) -> anyhow::Result<()> {
     let mut file = (args.file.as_deref())
         .map(|path| {
             let mib = args.file_mib.unwrap_or(args.mib);
-            FileMap::create(path, usize::from(mib), args.evict)
-                .with_context(|| format!("creating and mapping {} ({mib} MiB)", path.display()))
+            let map = FileMap::create(path, usize::from(mib), args.evict)
+                .with_context(|| format!("creating and mapping {} ({mib} MiB)", path.display()))?;
+            if args.file_range.is_empty() {
+                return Ok(map);
+            }
+            let bytes: Vec<std::ops::Range<usize>> = (args.file_range.iter())
+                .map(|r| usize::from(r.start) << 20..usize::from(r.end) << 20)
+                .collect();
+            map.only(&bytes)
+                .with_context(|| format!("sweeping ranges of {} ({mib} MiB)", path.display()))
         })
         .transpose()?;
     let mut checksum = 0;
@@ -53,7 +61,7 @@ fn run(args: &WorkArgs) -> anyhow::Result<()> {
         }
     }
     if let Some(file) = &file {
-        announce_mappings(pid, &workload, file)?;
+        announce_mappings(pid, &workload, file, !args.file_range.is_empty())?;
         if file.stayed_cached() > 0 {
             let line = format!(
                 "work: warning: {} page reads of {} found the page cached though evicted \
@@ -89,8 +97,13 @@ fn run(args: &WorkArgs) -> anyhow::Result<()> {
 
 /// Says how many faults each mapping should have taken, one line each (one write each,
 /// as the report below): the anonymous buffer's, by the pages its accesses touched, and
-/// the file's, by what its sweeps took.
-fn announce_mappings(pid: u32, workload: &Workload, file: &FileMap) -> anyhow::Result<()> {
+/// the file's, by what its sweeps took; with `ranges`, each range of the file's too.
+fn announce_mappings(
+    pid: u32,
+    workload: &Workload,
+    file: &FileMap,
+    ranges: bool,
+) -> anyhow::Result<()> {
     let (start, end) = workload.range();
     let touched = workload
         .touched_pages()
@@ -112,6 +125,21 @@ fn announce_mappings(pid: u32, workload: &Workload, file: &FileMap) -> anyhow::R
     );
     let _ = std::io::stderr().write_all(anonymous.as_bytes());
     let _ = std::io::stderr().write_all(mapped.as_bytes());
+    if ranges {
+        for range in file.ranges() {
+            let line = format!(
+                "work range: pid {pid} file {} offsets {}-{}: {} pages, {} minor faults, \
+                 {} major faults\n",
+                file.path().display(),
+                range.bytes.start,
+                range.bytes.end,
+                range.bytes.len().div_ceil(monitor::system::page_size()),
+                range.expected.minor,
+                range.expected.major
+            );
+            let _ = std::io::stderr().write_all(line.as_bytes());
+        }
+    }
     Ok(())
 }
 

@@ -8,10 +8,13 @@
 //! cached reads each, read ahead of nothing (`MADV_RANDOM`): major faults (a write would
 //! also call the file system's `page_mkwrite`, which on ext4 makes the write fault again,
 //! minor, once the page is read). With `evict`, every sweep after the first begins with
-//! the file's pages written back and dropped from the page cache.
+//! the file's pages written back and dropped from the page cache. A sweep touches the
+//! whole file, or only the ranges of it asked for, one after the other, each range's
+//! faults counted apart: what each region of the file took.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
+use std::ops::Range;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -33,6 +36,13 @@ pub struct Expected {
 const EVICTION_TRIES: u32 = 20;
 const EVICTION_WAIT_MAX: Duration = Duration::from_millis(50);
 
+/// A range of the file a sweep touches, in bytes, and what its pages took.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SweptRange {
+    pub bytes: Range<usize>,
+    pub expected: Expected,
+}
+
 /// The file and its shared mapping.
 pub struct FileMap {
     path: PathBuf,
@@ -41,7 +51,8 @@ pub struct FileMap {
     page_size: usize,
     evict: bool,
     sweeps: u32,
-    expected: Expected,
+    /// What the sweeps touch, in order: the whole file unless told otherwise.
+    ranges: Vec<SweptRange>,
     stayed_cached: u64,
 }
 
@@ -64,6 +75,10 @@ impl FileMap {
         // only through this mapping from now on.
         let map = unsafe { MmapMut::map_mut(&file)? };
         map.advise(Advice::Random)?;
+        let whole = SweptRange {
+            bytes: 0..map.len(),
+            expected: Expected::default(),
+        };
         Ok(FileMap {
             path: path.to_path_buf(),
             file,
@@ -71,9 +86,33 @@ impl FileMap {
             page_size: crate::system::page_size(),
             evict,
             sweeps: 0,
-            expected: Expected::default(),
+            ranges: vec![whole],
             stayed_cached: 0,
         })
+    }
+
+    /// Sweeps only `ranges` of the file (bytes, in the file's pages), one after the other;
+    /// a range beyond the file's end is refused.
+    pub fn only(mut self, ranges: &[Range<usize>]) -> io::Result<FileMap> {
+        let len = self.map.len();
+        if let Some(bad) = ranges.iter().find(|r| r.start >= r.end || r.end > len) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("range {bad:?} is not within the file's {len} bytes"),
+            ));
+        }
+        self.ranges = (ranges.iter())
+            .map(|r| SweptRange {
+                bytes: r.clone(),
+                expected: Expected::default(),
+            })
+            .collect();
+        Ok(self)
+    }
+
+    /// The ranges swept, and what each took.
+    pub fn ranges(&self) -> &[SweptRange] {
+        &self.ranges
     }
 
     /// The mapping's address range.
@@ -86,13 +125,21 @@ impl FileMap {
         &self.path
     }
 
+    /// The pages a sweep touches.
     pub fn pages(&self) -> usize {
-        self.map.len() / self.page_size
+        (self.ranges.iter())
+            .map(|r| r.bytes.len().div_ceil(self.page_size))
+            .sum()
     }
 
-    /// The faults every sweep so far took.
+    /// The faults every sweep so far took, in all its ranges.
     pub fn expected(&self) -> Expected {
-        self.expected
+        let mut all = Expected::default();
+        for range in &self.ranges {
+            all.minor += range.expected.minor;
+            all.major += range.expected.major;
+        }
+        all
     }
 
     /// Pages that stayed in the page cache through a sweep's evictions, all sweeps
@@ -107,7 +154,7 @@ impl FileMap {
     /// the sweep took is its thread's counts, whatever they were): `stayed_cached` says
     /// how many.
     pub fn sweep(&mut self) -> io::Result<u8> {
-        let pages = self.pages() as u64;
+        let pages = (self.map.len() / self.page_size) as u64;
         let mut cached = pages;
         if self.sweeps > 0 {
             let mut wait = Duration::from_millis(1);
@@ -126,25 +173,26 @@ impl FileMap {
         } else {
             cached = self.cached_pages()?;
         }
-        let before = thread_faults()?;
         let mut sum = 0u8;
-        if cached == pages {
-            // Stored, never read first: a read would fault first and map its cached
-            // neighbours read-only (fault-around), each then faulting again on its write
-            // (write-protect): one page in 16 taking two faults, where `expected` says one.
-            let stamp = (self.sweeps as u8).wrapping_add(1);
-            for page in 0..self.pages() {
-                self.map[page * self.page_size] = stamp;
-                sum = sum.wrapping_add(stamp);
+        let stamp = (self.sweeps as u8).wrapping_add(1);
+        for range in &mut self.ranges {
+            let before = thread_faults()?;
+            for at in range.bytes.clone().step_by(self.page_size) {
+                if cached == pages {
+                    // Stored, never read first: a read would fault first and map its
+                    // cached neighbours read-only (fault-around), each then faulting again
+                    // on its write (write-protect): one page in 16 taking two faults,
+                    // where `expected` says one.
+                    self.map[at] = stamp;
+                    sum = sum.wrapping_add(stamp);
+                } else {
+                    sum = sum.wrapping_add(self.map[at]);
+                }
             }
-        } else {
-            for page in 0..self.pages() {
-                sum = sum.wrapping_add(self.map[page * self.page_size]);
-            }
+            let after = thread_faults()?;
+            range.expected.minor += after.minor - before.minor;
+            range.expected.major += after.major - before.major;
         }
-        let after = thread_faults()?;
-        self.expected.minor += after.minor - before.minor;
-        self.expected.major += after.major - before.major;
         self.sweeps += 1;
         Ok(std::hint::black_box(sum))
     }
@@ -235,6 +283,30 @@ mod tests {
         // Within this process's own faults (other tests' threads fault beside it).
         assert!(after.major - before.major >= expected.major, "{expected:?}");
         assert!(after.minor - before.minor >= expected.minor, "{expected:?}");
+        drop(map);
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn a_sweep_of_ranges_touches_only_their_pages_and_counts_each_apart() {
+        let exe = std::env::current_exe().unwrap();
+        let path = exe.with_file_name(format!("ranges-{}", std::process::id()));
+        let mib = 1 << 20;
+        let map = FileMap::create(&path, 4, true).unwrap();
+        assert!(map.only(&[0..mib, 3 * mib..5 * mib]).is_err());
+        let map = FileMap::create(&path, 4, true).unwrap();
+        let mut map = map.only(&[0..mib, 3 * mib..4 * mib - 4096]).unwrap();
+        assert_eq!(map.pages(), 256 + 255);
+        map.sweep().unwrap();
+        map.sweep().unwrap();
+        let ranges = map.ranges();
+        // The second sweep's pages evicted: a major fault each at most, each range's own.
+        assert!((1..=256).contains(&ranges[0].expected.major), "{ranges:?}");
+        assert!((1..=255).contains(&ranges[1].expected.major), "{ranges:?}");
+        assert_eq!(
+            map.expected().major,
+            ranges[0].expected.major + ranges[1].expected.major
+        );
         drop(map);
         assert!(!path.exists());
     }
