@@ -237,6 +237,7 @@ fn a_files_hottest_regions_are_the_ranges_work_read_with_every_major_fault_each_
     let file = dir.0.join("data.bin");
     let rows = dir.0.join("rows.jsonl");
     let summary = dir.0.join("run.json");
+    let plot = dir.0.join("run.svg");
     let script = format!(
         "{WORK} 1 R 1 3 --sleep-ms 50 --file {} --file-mib 8 --file-range 0-2 \
          --file-range 6-7 --evict",
@@ -252,6 +253,8 @@ fn a_files_hottest_regions_are_the_ranges_work_read_with_every_major_fault_each_
         rows.to_str().unwrap(),
         "--summary",
         summary.to_str().unwrap(),
+        "--plot",
+        plot.to_str().unwrap(),
         "--",
         "sh",
         "-c",
@@ -288,6 +291,15 @@ fn a_files_hottest_regions_are_the_ranges_work_read_with_every_major_fault_each_
         }
     }
     assert_eq!(in_records, [ranges[0].2, ranges[1].2], "{text}");
+    // The plot's heat map is of this file, in buckets of 128 KiB, on an axis in MiB.
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    for text in [
+        "major faults by file offset in /",
+        "data.bin (shared), a cell a period and 128 KiB:",
+        "file offset (MiB)",
+    ] {
+        assert!(svg.contains(text), "no {text:?} in {svg}");
+    }
 }
 
 /// A process that maps a file, faults in it, unmaps it and exits long before the monitor

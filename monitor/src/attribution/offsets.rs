@@ -125,25 +125,6 @@ impl OffsetHistogram {
     }
 }
 
-/// `bytes` as a person reads an offset: `0`, `12 KiB`, `4 MiB`, `1.5 GiB`.
-pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if bytes < 1024 {
-        return bytes.to_string();
-    }
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if value.fract() == 0.0 {
-        format!("{value:.0} {}", UNITS[unit])
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
-}
-
 /// Offsets `start..end` as a person reads a region, exactly, in the largest unit both
 /// are whole numbers of: `0-4 MiB`, `12-16 MiB`, `2752-2816 KiB`.
 pub fn human_span(start: u64, end: u64) -> String {
@@ -261,10 +242,6 @@ mod tests {
 
     #[test]
     fn offsets_read_in_binary_units() {
-        assert_eq!(human_bytes(0), "0");
-        assert_eq!(human_bytes(12 << 10), "12 KiB");
-        assert_eq!(human_bytes(4 << 20), "4 MiB");
-        assert_eq!(human_bytes(3 << 29), "1.5 GiB");
         assert_eq!(human_span(0, 4 << 20), "0-4 MiB");
         assert_eq!(human_span(12 << 20, 16 << 20), "12-16 MiB");
         assert_eq!(human_span(512 << 10, 1 << 20), "512-1024 KiB");

@@ -9,8 +9,10 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::attribution::offsets::FileRegion;
-use crate::attribution::{Attribution, Faults, Feed, Mapping, MappingKind, PeriodTable, Tally};
+use crate::attribution::offsets::{FileRegion, BUCKETS};
+use crate::attribution::{
+    Attribution, Faults, Feed, FileId, Mapping, MappingKind, OffsetHistogram, PeriodTable, Tally,
+};
 use crate::pressure::verdict::{Band, BandMapping, OpenBand};
 use crate::rows::row::Row;
 
@@ -23,6 +25,12 @@ const TOP_TAKERS: usize = 3;
 
 /// How many of a file's hottest regions an interval's record and the summary list.
 pub const TOP_REGIONS: usize = 3;
+
+/// How many files a row keeps its major faults by offset for, for the plot's heat map of
+/// the run's top file: the row's two with the most (at most 64 buckets of 8 bytes each:
+/// 1 KiB a row). A row where that file took fewer major faults than two others shows
+/// none of them there.
+const HEAT_PER_ROW: usize = 2;
 
 /// The most mappings a row keeps its major faults apart for the plot's lane: its others'
 /// are drawn among "other mappings". The lane draws the run's top [`TOP`]; one of them
@@ -399,6 +407,32 @@ pub struct MappingLane {
     pub lost: u64,
     /// One per row, in the rows' order.
     pub rows: Vec<LaneRow>,
+    /// The major faults by offset of the first file among [`MappingLane::mappings`],
+    /// where their offsets were known.
+    pub heat: Option<FileHeat>,
+}
+
+/// A file's major faults by offset, row by row: the plot's heat map.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FileHeat {
+    /// As the summary names its mapping.
+    pub name: String,
+    /// Each bucket's width, bytes: the run's histogram's.
+    pub width: u64,
+    /// The buckets up to the last with faults.
+    pub buckets: usize,
+    /// One per row, in the rows' order: each bucket with major faults, and how many.
+    pub rows: Vec<Vec<(u8, u64)>>,
+    /// The most major faults of one bucket in one row.
+    pub most: u64,
+}
+
+/// A row's major faults by offset in one file: its histogram's width (a power of two)
+/// and the buckets with some.
+struct RowOffsets {
+    file: FileId,
+    shift: u32,
+    buckets: Vec<(u8, u32)>,
 }
 
 /// One row's major faults, as the lane stacks them.
@@ -427,14 +461,23 @@ struct LaneHistory {
     ids: HashMap<Arc<Mapping>, u32>,
     /// The row under way.
     pending: HashMap<Arc<Mapping>, u64>,
+    pending_offsets: HashMap<FileId, OffsetHistogram>,
     row: RowMajors,
     rows: Vec<RowMajors>,
+    /// Each row's major faults by offset, of its [`HEAT_PER_ROW`] files with most.
+    offsets: Vec<Vec<RowOffsets>>,
 }
 
 impl LaneHistory {
     fn add(&mut self, table: &PeriodTable) {
         for entry in table.entries.iter().filter(|e| e.faults.major > 0) {
             *self.pending.entry(Arc::clone(&entry.mapping)).or_default() += entry.faults.major;
+        }
+        for (file, histogram) in &table.offsets {
+            self.pending_offsets
+                .entry(*file)
+                .or_default()
+                .merge(histogram);
         }
         self.row.recorded = self.row.recorded.saturating_add(table.recorded().major);
         self.row.lost = self.row.lost.saturating_add(table.lost.major);
@@ -451,6 +494,60 @@ impl LaneHistory {
             row.by_mapping.push((id, n));
         }
         self.rows.push(row);
+        let mut files: Vec<(FileId, OffsetHistogram)> = (self.pending_offsets.drain())
+            .filter(|(_, h)| h.total().major > 0)
+            .collect();
+        files.sort_by_key(|(file, h)| (std::cmp::Reverse(h.total().major), *file));
+        files.truncate(HEAT_PER_ROW);
+        let kept = (files.into_iter())
+            .map(|(file, h)| RowOffsets {
+                file,
+                shift: h.width().trailing_zeros(),
+                buckets: (h.buckets())
+                    .filter(|(_, _, f)| f.major > 0)
+                    .map(|(start, _, f)| {
+                        let count = u32::try_from(f.major).unwrap_or(u32::MAX);
+                        ((start / h.width()) as u8, count)
+                    })
+                    .collect(),
+            })
+            .collect();
+        self.offsets.push(kept);
+    }
+
+    /// The heat map of the first file among `top` whose offsets are known: each row's
+    /// buckets put into the run's (as wide as any row's, or wider).
+    fn heat(&self, run: &Tally, top: &[(&Arc<Mapping>, Faults)]) -> Option<FileHeat> {
+        let (mapping, file, histogram) = top.iter().find_map(|(mapping, _)| {
+            let file = mapping.file?;
+            let histogram = run.offsets(&file).filter(|h| h.total().major > 0)?;
+            Some((mapping, file, histogram))
+        })?;
+        let width = histogram.width();
+        let rows: Vec<Vec<(u8, u64)>> = (self.offsets.iter())
+            .map(|kept| {
+                let mut cells = [0u64; BUCKETS];
+                for row in kept.iter().filter(|r| r.file == file) {
+                    for &(bucket, n) in &row.buckets {
+                        let start = u64::from(bucket) << row.shift;
+                        let at = ((start / width) as usize).min(BUCKETS - 1);
+                        cells[at] = cells[at].saturating_add(u64::from(n));
+                    }
+                }
+                (cells.iter().enumerate())
+                    .filter(|(_, n)| **n > 0)
+                    .map(|(b, n)| (b as u8, *n))
+                    .collect()
+            })
+            .collect();
+        let cells = || rows.iter().flatten();
+        Some(FileHeat {
+            name: mapping.to_string(),
+            width,
+            buckets: cells().map(|(b, _)| usize::from(*b) + 1).max().unwrap_or(0),
+            most: cells().map(|(_, n)| *n).max().unwrap_or(0),
+            rows,
+        })
     }
 
     /// The lane of the run's top mappings by major faults.
@@ -481,6 +578,7 @@ impl LaneHistory {
             recorded: run.recorded().major,
             lost: run.lost().major,
             rows,
+            heat: self.heat(run, &top),
         }
     }
 }
@@ -832,6 +930,47 @@ mod tests {
                 lane_row([0; TOP], 49, 0),
             ]
         );
+    }
+
+    #[test]
+    fn the_heat_map_holds_the_top_files_major_faults_by_offset_in_the_runs_buckets() {
+        use crate::attribution::FileId;
+        let feed = on();
+        let mut w = AttributionReport::new(Arc::clone(&feed), true);
+        let file = |inode, name: &str| {
+            Arc::new(Mapping {
+                kind: MappingKind::Shared,
+                name: name.into(),
+                file: Some(FileId {
+                    major: 8,
+                    minor: 1,
+                    inode,
+                }),
+                owner: None,
+            })
+        };
+        let (db, log) = (file(1, "/db"), file(2, "/log"));
+        let period = |end_ns, faults: &[(&Arc<Mapping>, u64, u64)]| {
+            let mut builder = Builder::default();
+            for (mapping, offset, n) in faults {
+                builder.add_at(1, Arc::clone(mapping), Some(*offset), major(*n));
+            }
+            builder.finish(end_ns, Faults::default(), Vec::new())
+        };
+        // Row 1: /db's first page, in 4 KiB buckets; row 2: at 1 MiB, widening the run's
+        // to 32 KiB; row 3: /log only.
+        feed.push(period(50_000_000, &[(&db, 0, 3), (&db, 4096, 2)]));
+        w.row(&row(1, 0, 5));
+        feed.push(period(100_000_000, &[(&db, 1 << 20, 7)]));
+        w.row(&row(2, 0, 7));
+        feed.push(period(150_000_000, &[(&log, 0, 1)]));
+        w.row(&row(3, 0, 1));
+        let heat = w.finish().lane.unwrap().heat.expect("a file's offsets");
+        assert_eq!(heat.name, "/db (shared)");
+        assert_eq!(heat.width, 32 << 10);
+        assert_eq!(heat.buckets, 33);
+        assert_eq!(heat.rows, [vec![(0, 5)], vec![(32, 7)], vec![]]);
+        assert_eq!(heat.most, 7);
     }
 
     #[test]

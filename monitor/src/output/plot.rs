@@ -1,6 +1,6 @@
 //! The profile as an SVG timeline: lanes on one time axis, in seconds, for the fault
-//! rates, the major faults by mapping (where faults were attributed to mappings), the
-//! resident and swapped memory, the memory stall and the CPU utilization, with the
+//! rates, the major faults by mapping (where faults were attributed to mappings) and the
+//! top file's by offset (a heat map), the resident and swapped memory, the memory stall and the CPU utilization, with the
 //! thrashing verdict's bands shaded across all of them.
 //!
 //! Rates and shares are drawn as steps over each row's own period. A row much shorter
@@ -11,8 +11,9 @@
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::attribution::{LaneRow, MappingLane, TOP};
+use super::attribution::{FileHeat, LaneRow, MappingLane, TOP};
 use super::metadata::shortened;
+use crate::attribution::offsets::human_span;
 use crate::pressure::verdict::Band;
 use crate::rows::row::Row;
 
@@ -39,6 +40,8 @@ const WIDTH: u32 = 1100;
 const HEIGHT: u32 = 1000;
 /// The lane of major faults by mapping: its legend and its chart.
 const MAPPING_LANE: u32 = 280;
+/// The heat map of the top file's major faults by offset: its legend and its chart.
+const HEAT_LANE: u32 = 260;
 const FONT: &str = "sans-serif";
 const MIB: f64 = (1u64 << 20) as f64;
 
@@ -62,6 +65,13 @@ const MAPPINGS: [RGBColor; TOP] = [
     RGBColor(23, 190, 207),
 ];
 const OTHER_MAPPINGS: RGBColor = RGBColor(190, 190, 190);
+/// The heat map's scale, from a cell with one fault to the most (ColorBrewer's YlOrRd).
+const HEAT: [RGBColor; 4] = [
+    RGBColor(255, 237, 160),
+    RGBColor(254, 178, 76),
+    RGBColor(240, 59, 32),
+    RGBColor(128, 0, 38),
+];
 const NOT_RECORDED: RGBColor = RGBColor(60, 60, 60);
 
 /// One drawn step: a row, or a short row merged with the one before it.
@@ -149,6 +159,23 @@ fn merged(a: LaneRow, b: LaneRow) -> LaneRow {
         other: a.other.saturating_add(b.other),
         lost: a.lost.saturating_add(b.lost),
     }
+}
+
+/// The heat map's colour for a cell of `n` faults (1 to `most`): the quarter of `most` it
+/// is in, the most always the darkest.
+fn heat_level(most: u64, n: u64) -> usize {
+    let levels = HEAT.len() as u64;
+    ((n * levels).div_ceil(most.max(1)).saturating_sub(1) as usize).min(HEAT.len() - 1)
+}
+
+/// The counts the heat map's colour `k` stands for (those n with [`heat_level`] k); none
+/// when the most is smaller than the colours.
+fn heat_range(most: u64, k: usize) -> Option<(u64, u64)> {
+    let levels = HEAT.len() as u64;
+    let k = k as u64;
+    let low = k * most / levels + 1;
+    let high = (k + 1) * most / levels;
+    (low <= high).then_some((low, high))
 }
 
 /// A value held over each step, as the corners of a step line; an instant has none.
@@ -372,7 +399,9 @@ pub fn render(
         ByMapping::NotAttributed(why) => Err(format!("not attributed ({why})")),
     };
     let by_mapping_height = if lane.is_ok() { MAPPING_LANE } else { LEGEND };
-    let height = HEIGHT + by_mapping_height;
+    let heat = lane.as_ref().ok().and_then(|l| l.heat.as_ref());
+    let heat_height = if heat.is_some() { HEAT_LANE } else { 0 };
+    let height = HEIGHT + by_mapping_height + heat_height;
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
@@ -385,6 +414,7 @@ pub fn render(
         let root = root.titled(&title, (FONT, 20)).map_err(draw_err)?;
         let (faults_area, rest) = root.split_vertically(HEIGHT * 26 / 100);
         let (by_mapping_area, rest) = rest.split_vertically(by_mapping_height);
+        let (heat_area, rest) = rest.split_vertically(heat_height);
         let (memory_area, rest) = rest.split_vertically(HEIGHT * 26 / 100);
         let (stall_area, cpu_area) = rest.split_vertically(HEIGHT * 20 / 100);
         let lanes = Lanes {
@@ -399,6 +429,9 @@ pub fn render(
                 let note = format!("major faults by mapping: {note}");
                 legend_row(&by_mapping_area, &[(&note, Key::Note)])?;
             }
+        }
+        if let Some(heat) = heat {
+            lanes.heat(&heat_area, rows, heat)?;
         }
         lanes.memory(&memory_area)?;
         lanes.stall(&stall_area)?;
@@ -502,6 +535,56 @@ impl Lanes<'_> {
                 .map_err(draw_err)?;
         }
         shade_bands(&mut chart, self.bands)
+    }
+
+    /// The top file's major faults by offset, row by row: a cell a row and bucket, its
+    /// colour the faults the row took there (white: none).
+    fn heat(&self, area: &LaneArea<'_>, rows: &[Row], heat: &FileHeat) -> Result<(), PlotError> {
+        let (strip, area) = area.split_vertically(2 * LEGEND_LINE + 8);
+        let x = Y_LABELS as i32 + 14;
+        let line_y = |line: u32| (line * LEGEND_LINE + LEGEND_LINE / 2 + 2) as i32;
+        let chars = ((WIDTH - 2 * Y_LABELS) as i32 / LEGEND_CHAR) as usize - 40;
+        let title = format!(
+            "major faults by file offset in {}, a cell a period and {}:",
+            shortened(&heat.name, chars),
+            human_span(0, heat.width).trim_start_matches("0-")
+        );
+        legend_item(&strip, (x, line_y(0)), &title, Key::Note)?;
+        let mut at = x;
+        for (k, colour) in HEAT.iter().enumerate() {
+            let Some((low, high)) = heat_range(heat.most, k) else {
+                continue;
+            };
+            let label = if low == high {
+                format!("{low}")
+            } else {
+                format!("{low}-{high}")
+            };
+            at = legend_item(&strip, (at, line_y(1)), &label, Key::Box(*colour))? + 16;
+        }
+        // The axis in the largest unit the file's extent is at least 2 of: ticks at round
+        // numbers of it.
+        let extent = heat.buckets as u64 * heat.width;
+        let (unit, name) = [(1u64 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")]
+            .into_iter()
+            .find(|(unit, _)| extent / unit >= 2)
+            .unwrap_or((1, "bytes"));
+        let y_max = extent as f64 / unit as f64;
+        let mut chart = lane(&area, self.x, y_max.max(1.0), false, false)?;
+        let y_desc = format!("file offset ({name})");
+        mesh(&mut chart, &y_desc, &whole, false, self.bands)?;
+        let width = heat.width as f64 / unit as f64;
+        let cells = rows.iter().zip(&heat.rows).flat_map(|(row, cells)| {
+            let end = row.time_ms as f64 / 1e3;
+            let start = end - row.period_ns as f64 / 1e9;
+            cells.iter().map(move |&(bucket, n)| {
+                let low = f64::from(bucket) * width;
+                let colour = HEAT[heat_level(heat.most, n)];
+                Rectangle::new([(start, low), (end, low + width)], colour.filled())
+            })
+        });
+        chart.draw_series(cells).map_err(draw_err)?;
+        Ok(())
     }
 
     /// Memory: resident anonymous, file and shared stacked, swapped out as a line.
@@ -867,6 +950,7 @@ mod tests {
             recorded: 420,
             lost: 10,
             rows: lane_rows,
+            heat: None,
         };
         (rows, lane)
     }
@@ -915,6 +999,56 @@ mod tests {
     }
 
     #[test]
+    fn the_top_files_offsets_are_a_heat_map_with_its_axis_in_bytes_and_its_scale() {
+        let (rows, mut lane) = attributed();
+        // 0-4 MiB in the first 10 rows, 12-16 MiB in the last 10, in 256 KiB buckets.
+        let heat_rows: Vec<Vec<(u8, u64)>> = (0..20u8)
+            .map(|i| match i {
+                0..10 => (0..16).map(|b| (b, u64::from(i) + 1)).collect(),
+                _ => (48..64).map(|b| (b, 40)).collect(),
+            })
+            .collect();
+        lane.heat = Some(FileHeat {
+            name: "/srv/db/index.dat (shared)".into(),
+            width: 256 << 10,
+            buckets: 64,
+            rows: heat_rows,
+            most: 40,
+        });
+        let svg = render(&rows, &[], "caption", ByMapping::Lane(&lane)).unwrap();
+        let texts = texts(&svg);
+        for text in [
+            "major faults by file offset in /srv/db/index.dat (shared), a cell a period and 256 KiB:",
+            "1-10",
+            "31-40",
+            "file offset (MiB)",
+        ] {
+            assert!(texts.contains(&text), "missing {text:?}: {texts:?}");
+        }
+        assert!(svg.contains(&format!("height=\"{}\"", HEIGHT + MAPPING_LANE + HEAT_LANE)));
+        // A cell for each row's bucket with faults, the most in the darkest colour: 10
+        // rows of 16 cells of 40, and its legend's box.
+        let RGBColor(r, g, b) = HEAT[3];
+        let darkest = format!("fill=\"#{r:02X}{g:02X}{b:02X}\"");
+        assert_eq!(svg.matches(&darkest).count(), 160 + 1, "{svg}");
+    }
+
+    #[test]
+    fn each_count_has_one_colour_of_the_heat_maps_scale_and_its_legend_says_which() {
+        for most in [1, 2, 3, 4, 7, 40, 1000] {
+            for n in 1..=most {
+                let level = heat_level(most, n);
+                let (low, high) = heat_range(most, level).unwrap();
+                assert!((low..=high).contains(&n), "{n} of {most}: {level}");
+            }
+            assert_eq!(heat_level(most, most), HEAT.len() - 1);
+        }
+        assert_eq!(heat_range(1, 0), None);
+        assert_eq!(heat_range(10, 0), Some((1, 2)));
+        assert_eq!(heat_range(10, 3), Some((8, 10)));
+    }
+
+    #[test]
     fn without_attribution_there_is_no_lane_and_a_line_says_why() {
         let (rows, _) = attributed();
         let unattributed = ByMapping::NotAttributed("the kernel backend does not attribute them");
@@ -931,6 +1065,7 @@ mod tests {
             recorded: 0,
             lost: 0,
             rows: vec![LaneRow::default(); rows.len()],
+            heat: None,
         };
         let svg = render(&rows, &[], "caption", ByMapping::Lane(&none)).unwrap();
         assert!(texts(&svg).contains(&"major faults by mapping: none recorded"));
