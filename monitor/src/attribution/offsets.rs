@@ -143,22 +143,15 @@ pub fn human_span(start: u64, end: u64) -> String {
 mod tests {
     use super::*;
 
-    fn major(n: u64) -> Faults {
-        Faults {
-            major: n,
-            minor_samples: 0,
-        }
-    }
-
     const PAGE: u64 = 4096;
 
     #[test]
     fn a_small_files_buckets_are_pages_and_their_edges_exact() {
         let mut h = OffsetHistogram::default();
-        h.add(0, major(1));
-        h.add(PAGE - 1, major(1));
-        h.add(PAGE, major(1));
-        h.add(63 * PAGE + 5, major(1));
+        h.add(0, Faults::major(1));
+        h.add(PAGE - 1, Faults::major(1));
+        h.add(PAGE, Faults::major(1));
+        h.add(63 * PAGE + 5, Faults::major(1));
         assert_eq!(h.width(), PAGE);
         let buckets: Vec<(u64, u64, u64)> = h.buckets().map(|(s, e, f)| (s, e, f.major)).collect();
         assert_eq!(
@@ -171,10 +164,10 @@ mod tests {
     fn a_file_that_grows_widens_its_buckets_and_keeps_every_count() {
         let mut h = OffsetHistogram::default();
         for page in 0..64 {
-            h.add(page * PAGE, major(1));
+            h.add(page * PAGE, Faults::major(1));
         }
         // The first offset past 64 pages: buckets of two pages.
-        h.add(64 * PAGE, major(10));
+        h.add(64 * PAGE, Faults::major(10));
         assert_eq!(h.width(), 2 * PAGE);
         assert_eq!(h.total().major, 74);
         let first: Vec<(u64, u64)> = h.buckets().take(2).map(|(s, _, f)| (s, f.major)).collect();
@@ -184,12 +177,12 @@ mod tests {
             Some((64 * PAGE, 10))
         );
         // At 1 TiB, just past 64 buckets of 16 GiB: buckets of 32 GiB, still 74 + 1.
-        h.add(1 << 40, major(1));
+        h.add(1 << 40, Faults::major(1));
         assert_eq!(h.width(), 1 << 35);
         assert_eq!(h.total().major, 75);
         assert_eq!(h.buckets().next().map(|(_, _, f)| f.major), Some(74));
         // The largest offset there is fits too.
-        h.add(u64::MAX, major(1));
+        h.add(u64::MAX, Faults::major(1));
         assert_eq!(h.width(), 1 << 58);
         assert_eq!(h.total().major, 76);
     }
@@ -197,10 +190,10 @@ mod tests {
     #[test]
     fn histograms_of_one_file_merge_exactly_whatever_their_widths() {
         let mut fine = OffsetHistogram::default();
-        fine.add(PAGE, major(3));
+        fine.add(PAGE, Faults::major(3));
         let mut wide = OffsetHistogram::default();
-        wide.add(100 << 20, major(5));
-        wide.add(0, major(1));
+        wide.add(100 << 20, Faults::major(5));
+        wide.add(0, Faults::major(1));
         let mut a = fine.clone();
         a.merge(&wide);
         let mut b = wide.clone();
@@ -217,10 +210,10 @@ mod tests {
         // between them.
         let mib = 1u64 << 20;
         for page in (0..4 * mib).step_by(PAGE as usize) {
-            h.add(page, major(1));
+            h.add(page, Faults::major(1));
         }
         for page in (12 * mib..14 * mib).step_by(PAGE as usize) {
-            h.add(page, major(3));
+            h.add(page, Faults::major(3));
         }
         h.add(
             8 * mib,
@@ -229,7 +222,7 @@ mod tests {
                 minor_samples: 1,
             },
         );
-        h.add(16 * mib - 1, major(0));
+        h.add(16 * mib - 1, Faults::major(0));
         assert_eq!(h.width(), 256 << 10);
         let hot = h.hottest(5, |f| f.major);
         let seen: Vec<(u64, u64, u64)> = hot

@@ -22,6 +22,14 @@ pub struct Faults {
 }
 
 impl Faults {
+    /// `n` major faults, no minor one.
+    pub fn major(n: u64) -> Faults {
+        Faults {
+            major: n,
+            minor_samples: 0,
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.major == 0 && self.minor_samples == 0
     }

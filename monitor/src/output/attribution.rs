@@ -657,14 +657,14 @@ impl BandHistory {
         if let Some((start, sums)) = self.settled.take() {
             if start == start_ns {
                 for (mapping, n) in &sums {
-                    tally.add_mapping(mapping, major(*n));
+                    tally.add_mapping(mapping, Faults::major(*n));
                 }
             }
         }
         let within = |end: &u64| *end > start_ns && *end <= end_ns;
         for (_, majors) in self.periods.iter().filter(|(end, _)| within(end)) {
             for (mapping, n) in majors {
-                tally.add_mapping(mapping, major(*n));
+                tally.add_mapping(mapping, Faults::major(*n));
             }
         }
         let total = tally.recorded().major;
@@ -675,13 +675,6 @@ impl BandHistory {
             major_faults: faults.major,
             share: faults.major as f64 / total as f64,
         })
-    }
-}
-
-fn major(n: u64) -> Faults {
-    Faults {
-        major: n,
-        minor_samples: 0,
     }
 }
 
@@ -730,6 +723,28 @@ mod tests {
             period_ns: 50_000_000,
             ..Row::default()
         }
+    }
+
+    /// The summary of `place`, its totals `row`'s.
+    fn summary_text(place: &AttributionSummary, row: &Row) -> String {
+        use crate::output::summary::{Summary, Thrashing};
+        use crate::output::totals::Totals;
+        let mut totals = Totals::default();
+        totals.add(row);
+        Summary {
+            backend: "procfs",
+            mode: shared_layout::Mode::Strict,
+            counted: "pid 42 and its descendants",
+            totals: &totals,
+            blocked: std::time::Duration::ZERO,
+            deferred: 0,
+            child: None,
+            peaks: &[],
+            thrashing: Thrashing::NotJudged,
+            attributed: Some(place),
+            notes: &[],
+        }
+        .to_string()
     }
 
     fn on() -> Arc<Feed> {
@@ -786,8 +801,6 @@ mod tests {
     #[test]
     fn a_files_hottest_regions_are_in_its_interval_record_and_the_summary() {
         use crate::attribution::FileId;
-        use crate::output::summary::{Summary, Thrashing};
-        use crate::output::totals::Totals;
 
         let feed = on();
         let mut w = AttributionReport::new(Arc::clone(&feed), false);
@@ -807,7 +820,7 @@ mod tests {
         // buckets.
         for (range, each) in [(0..4 * mib, 1), (12 * mib..16 * mib, 2)] {
             for offset in range.step_by(4096) {
-                builder.add_at(1, Arc::clone(&data), Some(offset), major(each));
+                builder.add_at(1, Arc::clone(&data), Some(offset), Faults::major(each));
             }
         }
         feed.push(builder.finish(50_000_000, Faults::default(), Vec::new()));
@@ -823,27 +836,12 @@ mod tests {
         assert!((regions[0].share - 2.0 / 3.0).abs() < 1e-9);
         feed.push({
             let mut builder = Builder::default();
-            builder.add_at(1, Arc::clone(&data), Some(0), major(1));
+            builder.add_at(1, Arc::clone(&data), Some(0), Faults::major(1));
             builder.finish(100_000_000, Faults::default(), Vec::new())
         });
         w.row(&row(2, 0, 1));
         let place = w.finish();
-        let mut totals = Totals::default();
-        totals.add(&row(1, 0, 3073));
-        let text = Summary {
-            backend: "procfs",
-            mode: shared_layout::Mode::Strict,
-            counted: "pid 42 and its descendants",
-            totals: &totals,
-            blocked: std::time::Duration::ZERO,
-            deferred: 0,
-            child: None,
-            peaks: &[],
-            thrashing: Thrashing::NotJudged,
-            attributed: Some(&place),
-            notes: &[],
-        }
-        .to_string();
+        let text = summary_text(&place, &row(1, 0, 3073));
         assert!(
             text.contains("/srv/data.bin (shared)\n                             in the file: 12-16 MiB 67%, 0-4 MiB 33%\n"),
             "{text}"
@@ -953,7 +951,7 @@ mod tests {
         let period = |end_ns, faults: &[(&Arc<Mapping>, u64, u64)]| {
             let mut builder = Builder::default();
             for (mapping, offset, n) in faults {
-                builder.add_at(1, Arc::clone(mapping), Some(*offset), major(*n));
+                builder.add_at(1, Arc::clone(mapping), Some(*offset), Faults::major(*n));
             }
             builder.finish(end_ns, Faults::default(), Vec::new())
         };
@@ -1000,33 +998,13 @@ mod tests {
 
     #[test]
     fn the_summary_never_estimates_more_minor_faults_than_were_taken() {
-        use crate::output::summary::{Summary, Thrashing};
-        use crate::output::totals::Totals;
-        use shared_layout::Mode;
-        use std::time::Duration;
-
         let feed = on();
         let mut w = AttributionReport::new(Arc::clone(&feed), false);
         // 30 recorded at one in 10: 300 estimated, where the rows say 200 were taken.
         feed.push(table(50_000_000, &[("/f", 0, 30)]));
         w.row(&row(1, 200, 0));
         let place = w.finish();
-        let mut totals = Totals::default();
-        totals.add(&row(1, 200, 0));
-        let text = Summary {
-            backend: "procfs",
-            mode: Mode::Strict,
-            counted: "pid 42 and its descendants",
-            totals: &totals,
-            blocked: Duration::ZERO,
-            deferred: 0,
-            child: None,
-            peaks: &[],
-            thrashing: Thrashing::NotJudged,
-            attributed: Some(&place),
-            notes: &[],
-        }
-        .to_string();
+        let text = summary_text(&place, &row(1, 200, 0));
         assert!(text.contains("~200 estimated of 200"), "{text}");
         assert!(!text.contains("~300"), "{text}");
     }
