@@ -10,6 +10,7 @@
 //! from the module's faults region (`backend/kernel/attribute.rs`), both resolving
 //! addresses with the same maps cache. [`Tally`] adds tables up and ranks what they hold.
 
+pub mod faults;
 pub mod feed;
 pub mod mapping;
 pub mod offsets;

@@ -10,7 +10,7 @@
 //! histograms of one file always merge exactly: the finer one's buckets each fall inside
 //! one of the wider's. 64 buckets of 16 bytes: about 1 KiB a file.
 
-use super::table::Faults;
+use super::faults::Faults;
 
 /// Buckets in a histogram.
 pub const BUCKETS: usize = 64;

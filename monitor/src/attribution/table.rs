@@ -2,45 +2,15 @@
 //! sample.
 
 use std::collections::{HashMap, HashSet};
-use std::ops::AddAssign;
 use std::sync::Arc;
 
+pub use super::faults::Faults;
 use super::mapping::{FileId, Mapping};
 use super::offsets::OffsetHistogram;
 
 /// The most (process, mapping) entries one table holds; what the others took is summed
 /// in [`PeriodTable::rest`]. A period's faults rarely spread over more.
 pub const MAX_ENTRIES: usize = 256;
-
-/// Faults counted on one mapping, or lost.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Faults {
-    /// Major faults: every one is recorded.
-    pub major: u64,
-    /// Minor faults recorded: one in every [`super::Attribution::On`]'s `minor_sampling`.
-    pub minor_samples: u64,
-}
-
-impl Faults {
-    /// `n` major faults, no minor one.
-    pub fn major(n: u64) -> Faults {
-        Faults {
-            major: n,
-            minor_samples: 0,
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.major == 0 && self.minor_samples == 0
-    }
-}
-
-impl AddAssign for Faults {
-    fn add_assign(&mut self, other: Faults) {
-        self.major = self.major.saturating_add(other.major);
-        self.minor_samples = self.minor_samples.saturating_add(other.minor_samples);
-    }
-}
 
 /// The faults one process took on one mapping.
 #[derive(Clone, Debug, PartialEq, Eq)]
