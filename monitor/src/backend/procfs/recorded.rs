@@ -8,14 +8,16 @@
 //!
 //! What the records cannot say: perf has no munmap record, so an address unmapped and
 //! not mapped again still resolves to its last mapping (what it was at any fault there:
-//! the kernel counts no fault at an address unmapped at the time); the stack's growth
-//! makes no record (an address in the gap below a `[stack]` region is the stack grown
-//! into it: nothing else may be mapped there without a record); and what was mapped
-//! before the process was watched, or before its parent was, is not in them: the
-//! process's `/proc/PID/maps` ([`super::maps`]) fills those gaps where it can be read.
+//! the kernel counts no fault at an address unmapped at the time); mremap() makes none
+//! either, so a region moved or grown by it is found where it was, as `perf report`
+//! finds it; the stack's growth makes no record (in a table *complete* since an exec,
+//! an address in the gap below a `[stack]` region is the stack grown into it); and what
+//! was mapped before the process was watched, or before its parent was, is not in them:
+//! the process's `/proc/PID/maps` ([`super::maps`]) fills those gaps where it can be
+//! read.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::maps::{self, Region};
@@ -26,9 +28,13 @@ use crate::attribution::{Mapping, MappingKind};
 /// 65,530): past it, its table is emptied and its records ignored until an exec or a
 /// fork gives the pid a new one; its faults are resolved from `/proc` as before.
 pub const MAX_REGIONS: usize = 16_384;
-/// The most regions of all tables together (some 150 bytes each, a name included:
-/// about 20 MiB): past it, the tables least recently used are dropped.
+/// The most regions of all tables together (some 100 bytes each, their names apart:
+/// about 13 MiB): past it, the tables least recently used are dropped.
 pub const MAX_TOTAL_REGIONS: usize = 131_072;
+/// The most bytes of the names the records gave (each name kept once, however many
+/// regions and processes map it; a path is up to 4,096 bytes): past it, a record of a
+/// new name is not kept, and its process's faults are resolved from `/proc`.
+pub const MAX_NAME_BYTES: usize = 16 << 20;
 /// The most processes with a table: past it, those that exited go first, then the
 /// least recently used.
 pub const MAX_PROCESSES: usize = 4_096;
@@ -42,6 +48,9 @@ struct Table {
     regions: Regions,
     /// Past [`MAX_REGIONS`]: none kept, records ignored.
     overflowed: bool,
+    /// Built from the records since an exec (or a fork of such a table): every region
+    /// the process has is in it, but what mremap() moved and the stack's growth.
+    complete: bool,
     /// The period its process's exit was applied in.
     exited: Option<u64>,
     /// The last period a record or a fault used it.
@@ -115,6 +124,10 @@ pub struct Recorded {
     tables: HashMap<u32, Table>,
     /// Regions in all tables.
     total: usize,
+    /// The mappings the records named, each kept once (a region holds one of these),
+    /// and the bytes of their names.
+    named: HashSet<Arc<Mapping>>,
+    name_bytes: usize,
     period: u64,
 }
 
@@ -125,12 +138,25 @@ impl Recorded {
     pub fn next_period(&mut self) {
         let period = self.period;
         let total = &mut self.total;
-        self.tables.retain(|_, t| {
-            let keep = t.exited.is_none_or(|exited| exited == period);
+        self.tables.retain(|&pid, t| {
+            // The exit of a process's first thread while others live on (it called
+            // pthread_exit()) is no end of the process: /proc says.
+            let keep = t.exited.is_none_or(|exited| {
+                exited == period || std::path::Path::new(&format!("/proc/{pid}")).exists()
+            });
             if !keep {
                 *total -= t.regions.len();
             }
             keep
+        });
+        // Names no region holds any more.
+        let name_bytes = &mut self.name_bytes;
+        self.named.retain(|mapping| {
+            let held = Arc::strong_count(mapping) > 1;
+            if !held {
+                *name_bytes -= mapping.name.len();
+            }
+            held
         });
         self.period += 1;
     }
@@ -139,15 +165,40 @@ impl Recorded {
     pub fn forget_all(&mut self) {
         self.tables.clear();
         self.total = 0;
+        self.named.clear();
+        self.name_bytes = 0;
     }
 
     /// Applies an mmap record.
     pub fn mmap(&mut self, record: &Mmap) {
         let name = maps_name(&record.name);
         let mapping = maps::mapping(record.pid, &name, record.shared, record.exec, record.file);
+        let Some(mapping) = self.intern(mapping) else {
+            // Past the names' bound: its faults go to /proc rather than a stale region.
+            self.change(record.pid, |table| {
+                table.regions.clear();
+                table.overflowed = true;
+            });
+            return;
+        };
         self.change(record.pid, |table| {
-            table.insert(record.start, record.end, record.pgoff, Arc::new(mapping));
+            table.insert(record.start, record.end, record.pgoff, mapping);
         });
+    }
+
+    /// The one kept copy of `mapping`, or `None` when a new name would pass
+    /// [`MAX_NAME_BYTES`].
+    fn intern(&mut self, mapping: Mapping) -> Option<Arc<Mapping>> {
+        if let Some(kept) = self.named.get(&mapping) {
+            return Some(Arc::clone(kept));
+        }
+        if self.name_bytes + mapping.name.len() > MAX_NAME_BYTES {
+            return None;
+        }
+        self.name_bytes += mapping.name.len();
+        let kept = Arc::new(mapping);
+        self.named.insert(Arc::clone(&kept));
+        Some(kept)
     }
 
     /// Process `pid` was forked by `ppid`: its table is its parent's, on top of `base`
@@ -168,13 +219,20 @@ impl Recorded {
             });
             Arc::clone(made)
         };
-        let mut table = Table::default();
-        for region in base {
-            table.insert(region.start, region.end, region.pgoff, own(&region.mapping));
-        }
-        if let Some(parent) = self.tables.get(&ppid) {
-            table.overflowed = parent.overflowed;
-            for (&start, (end, pgoff, mapping)) in &parent.regions {
+        let parent = self.tables.get(&ppid);
+        let mut table = Table {
+            complete: parent.is_some_and(|p| p.complete),
+            ..Table::default()
+        };
+        if parent.is_some_and(|p| p.overflowed) {
+            // Its parent's records were not kept: neither are its own.
+            table.overflowed = true;
+        } else {
+            for region in base {
+                table.insert(region.start, region.end, region.pgoff, own(&region.mapping));
+            }
+            for (&start, (end, pgoff, mapping)) in parent.map(|p| &p.regions).into_iter().flatten()
+            {
                 table.insert(start, *end, *pgoff, own(mapping));
             }
         }
@@ -183,7 +241,12 @@ impl Recorded {
 
     /// Process `pid` exec'd: its mappings are gone.
     pub fn exec(&mut self, pid: u32) {
-        self.change(pid, |t| *t = Table::default());
+        self.change(pid, |t| {
+            *t = Table {
+                complete: true,
+                ..Table::default()
+            }
+        });
     }
 
     /// Process `pid` ended: its table goes once the period's records are applied.
@@ -209,9 +272,10 @@ impl Recorded {
     }
 
     /// The stack, if `addr` (which no region of process `pid` holds) lies in the gap
-    /// below its `[stack]`: the stack grew there, which makes no record.
+    /// below its `[stack]` in a complete table: the stack grew there, which makes no
+    /// record. In another, the gap may hold what was mapped before the records began.
     pub fn stack_grown(&self, pid: u32, addr: u64) -> Option<Arc<Mapping>> {
-        let table = self.tables.get(&pid)?;
+        let table = self.tables.get(&pid).filter(|t| t.complete)?;
         let (_, (_, _, above)) = table.regions.range(addr..).next()?;
         (above.kind == MappingKind::Stack).then(|| Arc::clone(above))
     }
@@ -434,6 +498,8 @@ mod tests {
             shared: false,
             ..file("[stack]", 0)
         };
+        // A process watched from its exec: its table is complete.
+        r.exec(7);
         r.mmap(&at(7, 0x1000, 0x2000, &file("/a", 1)));
         r.mmap(&at(7, 0x8000, 0x9000, &stack));
         assert_eq!(
@@ -441,6 +507,15 @@ mod tests {
             Some(MappingKind::Stack)
         );
         assert!(r.stack_grown(7, 0x9000).is_none());
+        // One watched from the middle of its life (`--pid`): the gap below its stack may
+        // hold a file it mapped before (the review's 4,096 majors of a file named
+        // [stack]), and its child's too.
+        r.mmap(&at(9, 0x8000, 0x9000, &stack));
+        assert!(r.stack_grown(9, 0x7000).is_none());
+        r.fork(10, 9, &[]);
+        assert!(r.stack_grown(10, 0x7000).is_none());
+        r.fork(11, 7, &[]);
+        assert!(r.stack_grown(11, 0x7000).is_some());
         // A region /proc shows over the gap and a recorded region: the gap's part only.
         let shown = &maps::parse(7, "0-5000 r--p 00000000 fe:00 9 /b")[0];
         r.fill(7, 0x3000, shown);
@@ -451,16 +526,75 @@ mod tests {
 
     #[test]
     fn an_exited_processs_table_goes_after_the_period_of_its_exit() {
+        // No process has this pid (above the kernel's PID_MAX_LIMIT).
+        const GONE: u32 = 1 << 30;
         let mut r = Recorded::default();
-        r.mmap(&at(7, 0x1000, 0x2000, &file("/a", 1)));
-        r.exit(7);
+        r.mmap(&at(GONE, 0x1000, 0x2000, &file("/a", 1)));
+        r.exit(GONE);
         // Records of the same period still resolve.
-        assert!(r.find(7, 0x1000).is_some());
+        assert!(r.find(GONE, 0x1000).is_some());
         r.next_period();
-        assert!(r.find(7, 0x1000).is_some());
+        assert!(r.find(GONE, 0x1000).is_some());
         r.next_period();
-        assert!(r.find(7, 0x1000).is_none());
+        assert!(r.find(GONE, 0x1000).is_none());
         assert_eq!(r.size(), (0, 0));
+        // A first thread's exit while the process lives on (pthread_exit()): kept.
+        let alive = std::process::id();
+        r.mmap(&at(alive, 0x1000, 0x2000, &file("/a", 1)));
+        r.exit(alive);
+        r.next_period();
+        r.next_period();
+        assert!(r.find(alive, 0x1000).is_some());
+    }
+
+    #[test]
+    fn a_child_of_a_process_past_the_bound_keeps_none_of_its_regions() {
+        let mut r = Recorded::default();
+        r.exec(7);
+        for i in 0..=MAX_REGIONS as u64 {
+            r.mmap(&at(
+                7,
+                0x10_0000 + i * 0x2000,
+                0x10_1000 + i * 0x2000,
+                &file("/x", 9),
+            ));
+        }
+        assert!(r.find(7, 0x10_0000).is_none(), "past the bound, none kept");
+        // What /proc showed of the parent, and the child's own record after the fork.
+        let base = maps::parse(7, "1000-2000 r--p 00000000 fe:00 1 /A");
+        r.fork(8, 7, &base);
+        r.mmap(&at(8, 0x1000, 0x2000, &file("/B", 2)));
+        assert_eq!(r.find(8, 0x1800).map(|m| m.name.clone()), None);
+    }
+
+    #[test]
+    fn a_name_mapped_many_times_is_kept_once_and_the_names_are_bounded_in_bytes() {
+        let mut r = Recorded::default();
+        let long = format!("/{}", "n".repeat(3_900));
+        for pid in 1..=8 {
+            for i in 0..1_000 {
+                r.mmap(&at(pid, i * 0x2000, i * 0x2000 + 0x1000, &file(&long, 5)));
+            }
+        }
+        assert_eq!((r.named.len(), r.name_bytes), (1, long.len()));
+        // New names past the bound: the process's regions go, its faults to /proc.
+        let mut inode = 100;
+        while r.name_bytes + long.len() <= MAX_NAME_BYTES {
+            inode += 1;
+            r.mmap(&at(
+                9,
+                0x1000,
+                0x2000,
+                &file(&format!("{long}{inode}"), inode),
+            ));
+        }
+        assert!(r.find(9, 0x1000).is_some());
+        r.mmap(&at(9, 0x3000, 0x4000, &file(&format!("{long}-past"), 1)));
+        assert!(r.find(9, 0x1000).is_none() && r.find(9, 0x3000).is_none());
+        assert!(r.name_bytes <= MAX_NAME_BYTES);
+        // Names no region holds any more (pid 9's) are let go at the next period.
+        r.next_period();
+        assert_eq!((r.named.len(), r.name_bytes), (1, long.len()));
     }
 
     #[test]

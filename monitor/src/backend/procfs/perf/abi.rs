@@ -91,6 +91,9 @@ pub const PERF_RECORD_SAMPLE: u32 = 9;
 pub const PERF_RECORD_MMAP2: u32 = 10;
 /// In a `PERF_RECORD_COMM`'s header: the rename is an exec's.
 pub const PERF_RECORD_MISC_COMM_EXEC: u16 = 1 << 13;
+/// An MMAP2 record carrying a build id where the device and inode are (only with the
+/// attribute's `build_id`, which the events do not set).
+pub const PERF_RECORD_MISC_MMAP_BUILD_ID: u16 = 1 << 14;
 
 /// `PERF_RECORD_MMAP2`'s body, after the header (the header's comment; no struct in
 /// it): `u32 pid, tid; u64 addr, len, pgoff; u32 maj, min; u64 ino, ino_generation;
@@ -259,6 +262,11 @@ mod tests {
                 "comm_exec",
                 "PERF_RECORD_MISC_COMM_EXEC".into(),
                 PERF_RECORD_MISC_COMM_EXEC.into(),
+            ),
+            (
+                "mmap build id",
+                "PERF_RECORD_MISC_MMAP_BUILD_ID".into(),
+                PERF_RECORD_MISC_MMAP_BUILD_ID.into(),
             ),
             (
                 "mmap2 pid",

@@ -12,8 +12,8 @@ use memmap2::{MmapOptions, MmapRaw};
 
 use super::abi::{
     mmap2, task, DATA_HEAD, DATA_TAIL, HEADER_SIZE, PERF_RECORD_COMM, PERF_RECORD_EXIT,
-    PERF_RECORD_FORK, PERF_RECORD_LOST, PERF_RECORD_MISC_COMM_EXEC, PERF_RECORD_MMAP2,
-    PERF_RECORD_SAMPLE, SAMPLE_ID_SIZE, SAMPLE_ID_TIME,
+    PERF_RECORD_FORK, PERF_RECORD_LOST, PERF_RECORD_MISC_COMM_EXEC, PERF_RECORD_MISC_MMAP_BUILD_ID,
+    PERF_RECORD_MMAP2, PERF_RECORD_SAMPLE, SAMPLE_ID_SIZE, SAMPLE_ID_TIME,
 };
 use crate::attribution::FileId;
 
@@ -185,6 +185,8 @@ fn parse(kind: u32, misc: u16, body: &[u8]) -> Option<Record> {
         }),
         // id, lost.
         PERF_RECORD_LOST => Some(Record::Lost(u64_at(8)?)),
+        // Its device and inode are not there: not a record these events ask for.
+        PERF_RECORD_MMAP2 if misc & PERF_RECORD_MISC_MMAP_BUILD_ID != 0 => None,
         PERF_RECORD_MMAP2 => {
             let start = u64_at(mmap2::ADDR)?;
             let name = body.get(mmap2::FILENAME..fields_end?)?;
