@@ -713,7 +713,7 @@ pub struct WorkArgs {
     /// the page cache, so that the sweep's faults are major.
     #[arg(long, requires = "file")]
     pub evict: bool,
-    /// Sweep only this range of the file, in MiB (repeatable).
+    /// Sweep only these MiB of the file (repeatable).
     ///
     /// Sweep only the file's pages from START to END MiB (repeatable: each range swept
     /// in turn, in the order given), and say what each range took.
