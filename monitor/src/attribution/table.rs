@@ -190,6 +190,46 @@ mod tests {
     }
 
     #[test]
+    fn a_tables_offsets_are_those_of_its_kept_files_and_merge_by_file() {
+        use crate::attribution::{FileId, MappingKind};
+        let file = |inode| {
+            Arc::new(Mapping {
+                kind: MappingKind::Shared,
+                name: format!("/{inode}"),
+                file: Some(FileId {
+                    major: 8,
+                    minor: 1,
+                    inode,
+                }),
+                owner: None,
+            })
+        };
+        let table = |end_ns, offset| {
+            let mut builder = Builder::default();
+            builder.add_at(1, file(1), Some(offset), Faults::major(2));
+            // Past the table's entries, with the fewest faults: its offsets are not kept.
+            let more = Faults {
+                major: 1,
+                minor_samples: 1,
+            };
+            for i in 0..MAX_ENTRIES as u32 {
+                builder.add(1, anon(1, u64::from(i)), more);
+            }
+            builder.add_at(1, file(2), Some(0), Faults::major(1));
+            // No offset known: counted, not in the histogram.
+            builder.add_at(1, file(1), None, Faults::major(5));
+            builder.finish(end_ns, Faults::default(), Vec::new())
+        };
+        let mut first = table(10, 0);
+        assert_eq!(first.offsets.len(), 1, "{:?}", first.offsets);
+        first.merge(table(20, 1 << 30));
+        let (id, histogram) = &first.offsets[0];
+        assert_eq!(id.inode, 1);
+        assert_eq!(histogram.total().major, 4);
+        assert_eq!(histogram.width(), 1 << 25);
+    }
+
+    #[test]
     fn merged_tables_add_up_and_end_with_the_later() {
         let one = |end_ns, major, lost| {
             let mut builder = Builder::default();
