@@ -1,0 +1,91 @@
+#!/bin/bash
+# What a fleet monitor costs with N targets (docs/benchmarks.md, "A thousand targets"):
+# N cgroup v2 directories under a fresh one below the cgroup2 mount, a sleeping process
+# in each, one `monitor --cgroups-under DIR --max-targets N --period 1s --prometheus`
+# over them. After every target is profiled and WARMUP seconds more, the monitor's
+# utime + stime over MEASURE seconds (a share of one CPU), its resident memory and
+# threads, and the time of a scrape of /metrics (the median of 5) and its size.
+#
+#   benches/fleet_scale.sh [N...]        (default: 100 1000; root: it makes cgroups)
+#
+# Prints one Markdown table row per N. Uses $MONITOR, else target/release/monitor (built
+# if missing).
+set -euo pipefail
+
+WARMUP=${WARMUP:-10}
+MEASURE=${MEASURE:-30}
+counts=("$@")
+[ ${#counts[@]} -gt 0 ] || counts=(100 1000)
+
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "fleet_scale.sh: needs root, to make cgroups" >&2; exit 2; }
+mount=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
+[ -n "$mount" ] || { echo "fleet_scale.sh: no cgroup2 mount" >&2; exit 2; }
+monitor=${MONITOR:-target/release/monitor}
+[ -x "$monitor" ] || cargo build --release -q -p monitor --bin monitor
+ticks=$(getconf CLK_TCK)
+
+top=
+monitor_pid=
+cleanup() {
+    [ -z "$monitor_pid" ] || kill "$monitor_pid" 2>/dev/null || true
+    [ -z "$monitor_pid" ] || wait "$monitor_pid" 2>/dev/null || true
+    monitor_pid=
+    if [ -n "$top" ] && [ -d "$top" ]; then
+        for dir in "$top"/t*; do
+            [ -d "$dir" ] || continue
+            xargs -r kill -9 < "$dir/cgroup.procs" 2>/dev/null || true
+        done
+        sleep 0.5
+        for dir in "$top"/t*; do rmdir "$dir" 2>/dev/null || true; done
+        rmdir "$top" 2>/dev/null || true
+    fi
+    top=
+}
+trap cleanup EXIT
+
+# utime + stime of process $1, in clock ticks (fields 14 and 15, after the comm).
+cpu_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'; }
+
+echo "| N | CPU, share of one | per target | resident | per target | threads | scrape | /metrics |"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
+for n in "${counts[@]}"; do
+    top="$mount/pfprof-scale-$$"
+    mkdir "$top"
+    for i in $(seq "$n"); do
+        mkdir "$top/t$i"
+        sleep 3600 < /dev/null > /dev/null 2>&1 &
+        echo $! > "$top/t$i/cgroup.procs"
+        disown
+    done
+    log=$(mktemp)
+    "$monitor" --cgroups-under "$top" --max-targets "$n" --period 1s \
+        --prometheus 127.0.0.1:0 --quiet 2> "$log" &
+    monitor_pid=$!
+    address=
+    for _ in $(seq 600); do
+        address=$(sed -n 's|.*serving metrics at \(http://[^ ]*\)$|\1|p' "$log" | head -1)
+        profiled=$(grep -c '^[^:]*: profiling ' "$log" || true)
+        [ -n "$address" ] && [ "$profiled" -ge "$n" ] && break
+        sleep 0.1
+    done
+    [ "$profiled" -ge "$n" ] || { echo "fleet_scale.sh: $profiled of $n targets profiled" >&2; cat "$log" >&2; exit 1; }
+    sleep "$WARMUP"
+    before=$(cpu_ticks "$monitor_pid")
+    sleep "$MEASURE"
+    after=$(cpu_ticks "$monitor_pid")
+    rss_kib=$(awk '/^VmRSS:/ { print $2 }' "/proc/$monitor_pid/status")
+    threads=$(awk '/^Threads:/ { print $2 }' "/proc/$monitor_pid/status")
+    scrapes=$(for _ in 1 2 3 4 5; do
+        curl -s -o /dev/null -w '%{time_total}\n' "$address"
+    done | sort -n | sed -n 3p)
+    size=$(curl -s "$address" | wc -c)
+    awk -v n="$n" -v d="$((after - before))" -v t="$ticks" -v m="$MEASURE" \
+        -v rss="$rss_kib" -v th="$threads" -v s="$scrapes" -v b="$size" 'BEGIN {
+        cpu = d / t / m * 100
+        printf "| %d | %.2f%% | %.4f%% | %.1f MiB | %.0f KiB | %d | %.0f ms | %.0f KiB |\n",
+            n, cpu, cpu / n, rss / 1024, rss / n, th, s * 1000, b / 1024
+    }'
+    rm -f "$log"
+    cleanup
+done
