@@ -76,10 +76,16 @@ for n in "${counts[@]}"; do
     after=$(cpu_ticks "$monitor_pid")
     rss_kib=$(awk '/^VmRSS:/ { print $2 }' "/proc/$monitor_pid/status")
     threads=$(awk '/^Threads:/ { print $2 }' "/proc/$monitor_pid/status")
-    scrapes=$(for _ in 1 2 3 4 5; do
-        curl -s -o /dev/null -w '%{time_total}\n' "$address"
-    done | sort -n | sed -n 3p)
-    size=$(curl -s "$address" | wc -c)
+    read -r scrapes size < <(python3 - "$address" <<'PY'
+import sys, time, urllib.request
+times = []
+for _ in range(5):
+    start = time.monotonic()
+    body = urllib.request.urlopen(sys.argv[1]).read()
+    times.append(time.monotonic() - start)
+print(sorted(times)[2], len(body))
+PY
+)
     awk -v n="$n" -v d="$((after - before))" -v t="$ticks" -v m="$MEASURE" \
         -v rss="$rss_kib" -v th="$threads" -v s="$scrapes" -v b="$size" 'BEGIN {
         cpu = d / t / m * 100
