@@ -107,6 +107,8 @@ impl Hub {
         completed.derived.extend_from_slice(labels);
         entry.labels = Arc::new(completed);
         entry.held = false;
+        // One that ended while held lingers from now: its final values were never shown.
+        entry.ended = entry.ended.map(|_| Instant::now());
         true
     }
 
@@ -333,6 +335,25 @@ mod tests {
         // Shown once: a second completion adds nothing.
         assert!(!hub.show("/a", &[("pod", "other".into())]));
         assert_eq!(shown(&hub), vec![named]);
+    }
+
+    #[test]
+    fn a_target_that_ended_while_held_lingers_from_when_it_is_shown() {
+        let linger = Duration::from_millis(300);
+        let hub = Hub::new(linger);
+        hub.hold("/a");
+        let ended = Snapshot {
+            done: true,
+            ..Snapshot::default()
+        };
+        hub.attach(labels("/a"), Arc::new(Board::new(ended)));
+        hub.prune();
+        std::thread::sleep(linger);
+        assert!(hub.show("/a", &[]));
+        assert_eq!(hub.prune(), 1, "its final values gone as they were shown");
+        assert_eq!(shown(&hub).len(), 1);
+        std::thread::sleep(linger);
+        assert_eq!(hub.prune(), 0);
     }
 
     #[test]

@@ -98,7 +98,7 @@ pub fn run(request: FleetRequest) -> Result<u8, ProfileError> {
         fleet.show_awaited(&hub);
         let discovered = discover::discover(&roots);
         fleet.start_new(discovered, &hub, &request);
-        wait_or_signal(&signals, request.template.interval);
+        wait_or_signal(&signals, fleet.next_look(request.template.interval));
     }
     fleet.stop_all();
     let scrapers = usize::from(request.template.export.linger_scrapers.max(1));
@@ -221,6 +221,15 @@ impl Fleet {
             // Still running and not attached yet: shown at a later look.
             !ended
         });
+    }
+
+    /// How long until the next look: an `interval`, or less when a held target's wait
+    /// for its names ends sooner.
+    fn next_look(&self, interval: Duration) -> Duration {
+        let now = Instant::now();
+        (self.awaited.values())
+            .map(|awaited| (awaited.since + NAMES_AWAITED).saturating_duration_since(now))
+            .fold(interval, Duration::min)
     }
 
     /// Stops every profile and waits for their ends.
