@@ -83,7 +83,11 @@ impl OffsetHistogram {
         let width = self.width();
         (self.buckets.iter().enumerate())
             .filter(|(_, f)| !f.is_empty())
-            .map(move |(i, f)| (i as u64 * width, (i as u64 + 1) * width, *f))
+            .map(move |(i, f)| {
+                let start = i as u64 * width;
+                // The last bucket of the widest ends at 2^64: its end saturates.
+                (start, start.saturating_add(width), *f)
+            })
     }
 
     /// The `k` regions where `count` took most, most first: each a run of adjacent
@@ -96,14 +100,15 @@ impl OffsetHistogram {
                 continue;
             }
             let start = i as u64 * width;
+            let end = start.saturating_add(width);
             match regions.last_mut() {
                 Some(run) if run.end == start => {
-                    run.end = start + width;
+                    run.end = end;
                     run.faults += *faults;
                 }
                 _ => regions.push(FileRegion {
                     start,
-                    end: start + width,
+                    end,
                     faults: *faults,
                 }),
             }
@@ -185,6 +190,8 @@ mod tests {
         h.add(u64::MAX, Faults::major(1));
         assert_eq!(h.width(), 1 << 58);
         assert_eq!(h.total().major, 76);
+        let last = h.hottest(2, |f| f.major)[1];
+        assert_eq!((last.start, last.end), (63 << 58, u64::MAX));
     }
 
     #[test]

@@ -564,7 +564,7 @@ impl Lanes<'_> {
         }
         // The axis in the largest unit the file's extent is at least 2 of: ticks at round
         // numbers of it.
-        let extent = heat.buckets as u64 * heat.width;
+        let extent = (heat.buckets as u64).saturating_mul(heat.width);
         let (unit, name) = [(1u64 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")]
             .into_iter()
             .find(|(unit, _)| extent / unit >= 2)
