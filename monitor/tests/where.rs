@@ -6,7 +6,7 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 use common::*;
 use serde_json::Value;
@@ -78,6 +78,28 @@ fn entry<'a>(top: &'a [Value], a: &Announced) -> Option<&'a Value> {
     })
 }
 
+/// `monitor run` of `sh -c script` on the procfs backend, its rows written to `rows` as
+/// JSON Lines, its summary to `summary` as JSON and its plot to `plot`.
+fn run_written(rows: &Path, summary: &Path, plot: &Path, script: &str) -> Output {
+    monitor(&[
+        "run",
+        "--backend",
+        "procfs",
+        "--format",
+        "jsonl",
+        "-o",
+        rows.to_str().unwrap(),
+        "--summary",
+        summary.to_str().unwrap(),
+        "--plot",
+        plot.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        script,
+    ])
+}
+
 #[test]
 fn each_mappings_faults_are_where_work_put_them_a_childs_too_majors_all_on_their_file() {
     let dir = OnDisk::new("mappings");
@@ -93,23 +115,7 @@ fn each_mappings_faults_are_where_work_put_them_a_childs_too_majors_all_on_their
         a.display(),
         b.display()
     );
-    let out = monitor(&[
-        "run",
-        "--backend",
-        "procfs",
-        "--format",
-        "jsonl",
-        "-o",
-        rows.to_str().unwrap(),
-        "--summary",
-        summary.to_str().unwrap(),
-        "--plot",
-        plot.to_str().unwrap(),
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
+    let out = run_written(&rows, &summary, &plot, &script);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     let announced = announced(&err);
@@ -243,23 +249,7 @@ fn a_files_hottest_regions_are_the_ranges_work_read_with_every_major_fault_each_
          --file-range 6-7 --evict",
         file.display()
     );
-    let out = monitor(&[
-        "run",
-        "--backend",
-        "procfs",
-        "--format",
-        "jsonl",
-        "-o",
-        rows.to_str().unwrap(),
-        "--summary",
-        summary.to_str().unwrap(),
-        "--plot",
-        plot.to_str().unwrap(),
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
+    let out = run_written(&rows, &summary, &plot, &script);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     let ranges = announced_ranges(&err);
