@@ -7,7 +7,6 @@
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -15,7 +14,7 @@ use nix::fcntl::{open, openat, OFlag};
 use nix::sys::stat::Mode;
 use nix::sys::statfs::{fstatfs, CGROUP2_SUPER_MAGIC};
 
-use crate::system::procstat::ProcessCounters;
+use crate::system::procstat::{read_whole, ProcessCounters};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
@@ -143,9 +142,14 @@ impl Cgroup {
         let Some(listing) = &self.listing else {
             return processes_below(self.fd.as_fd());
         };
-        let mut pids = pids_in(&read_from_start(&listing.procs).ok()?);
+        // Read again from offset 0, the kernel lists them anew; a removed cgroup's files
+        // fail with ENODEV.
+        let mut buf = Vec::new();
+        let procs = read_whole(&listing.procs, &mut buf).ok()?;
+        let mut pids = pids_in(std::str::from_utf8(procs).ok()?);
+        let stat = read_whole(&listing.stat, &mut buf).ok()?;
         // Most targets have no cgroup below: their directory is not listed at all.
-        if descendants(&read_from_start(&listing.stat).ok()?) != Some(0) {
+        if descendants(std::str::from_utf8(stat).ok()?) != Some(0) {
             let mut dirs = child_dirs(self.fd.as_fd());
             gather_below(&mut pids, &mut dirs);
         }
@@ -190,21 +194,6 @@ fn gather_below(pids: &mut Vec<u32>, dirs: &mut Vec<OwnedFd>) {
 fn open_below(dir: BorrowedFd, name: &str) -> io::Result<File> {
     let fd = openat(dir, name, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())?;
     Ok(File::from(fd))
-}
-
-/// The whole of a cgroup file held open, read from offset 0: the kernel makes its text
-/// anew at each read from there. A removed cgroup's files fail with ENODEV.
-fn read_from_start(file: &File) -> io::Result<String> {
-    let mut bytes = Vec::with_capacity(256);
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = file.read_at(&mut chunk, bytes.len() as u64)?;
-        if n == 0 {
-            break;
-        }
-        bytes.extend_from_slice(&chunk[..n]);
-    }
-    String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 /// The pids of a `cgroup.procs` text.
