@@ -334,17 +334,25 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_files_held_open_list_who_is_inside_now_and_below_once_a_cgroup_is_made_there() {
+    /// Where a test may make a cgroup of its own below the cgroup2 mount; `None` (said)
+    /// unless root: making cgroups takes it (CI's tests run as root).
+    fn test_cgroup_path(test: &str) -> Option<PathBuf> {
         if !nix::unistd::geteuid().is_root() {
             eprintln!("not root: no cgroup made, nothing checked");
-            return;
+            return None;
         }
         let mount = cgroup2_mounts()
             .into_iter()
             .next()
             .expect("a cgroup2 mount");
-        let dir = mount.join(format!("pfprof-test-listing-{}", std::process::id()));
+        Some(mount.join(format!("pfprof-test-{test}-{}", std::process::id())))
+    }
+
+    #[test]
+    fn the_files_held_open_list_who_is_inside_now_and_below_once_a_cgroup_is_made_there() {
+        let Some(dir) = test_cgroup_path("listing") else {
+            return;
+        };
         fs::create_dir(&dir).unwrap();
         let cgroup = Cgroup::open(&dir).unwrap();
         assert!(
@@ -383,16 +391,9 @@ mod tests {
 
     #[test]
     fn a_cgroup_removed_and_made_again_at_its_path_is_not_the_one_held_open() {
-        // Making cgroups takes root (CI's tests run as root).
-        if !nix::unistd::geteuid().is_root() {
-            eprintln!("not root: no cgroup made, nothing checked");
+        let Some(dir) = test_cgroup_path("again") else {
             return;
-        }
-        let mount = cgroup2_mounts()
-            .into_iter()
-            .next()
-            .expect("a cgroup2 mount");
-        let dir = mount.join(format!("pfprof-test-{}", std::process::id()));
+        };
         fs::create_dir(&dir).unwrap();
         fs::create_dir(dir.join("child")).unwrap();
         let cgroup = Cgroup::open(&dir).unwrap();

@@ -451,11 +451,10 @@ mod tests {
 
     use super::*;
 
-    /// The records as the running kernel writes them: a file this thread maps, then a
-    /// fault in it, read back with what the file's metadata says.
-    #[test]
-    fn the_kernel_records_a_mapping_with_its_file_then_the_faults_in_it() {
-        let mut events = FaultEvents::new(1).unwrap();
+    /// The events on the calling thread, one minor fault recorded in `minor_sampling`,
+    /// and its tid; `None` where the kernel refuses them (said: nothing is checked).
+    fn events_on_this_thread(minor_sampling: u64) -> Option<(FaultEvents, u32)> {
+        let mut events = FaultEvents::new(minor_sampling).unwrap();
         let tid = nix::unistd::gettid().as_raw() as u32;
         match events.attach(Watched::Task {
             tid,
@@ -463,10 +462,22 @@ mod tests {
         }) {
             Err(PerfError::Refused { .. } | PerfError::Unsupported(_)) => {
                 eprintln!("perf events refused here: not checked");
-                return;
+                None
             }
-            attached => assert!(attached.unwrap()),
+            attached => {
+                assert!(attached.unwrap());
+                Some((events, tid))
+            }
         }
+    }
+
+    /// The records as the running kernel writes them: a file this thread maps, then a
+    /// fault in it, read back with what the file's metadata says.
+    #[test]
+    fn the_kernel_records_a_mapping_with_its_file_then_the_faults_in_it() {
+        let Some((mut events, tid)) = events_on_this_thread(1) else {
+            return;
+        };
         let dir = std::env::temp_dir().join(format!("pfprof-mmap2-{tid}"));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("mapped file");
@@ -513,18 +524,9 @@ mod tests {
     #[test]
     fn a_storm_of_mappings_overflows_their_ring_and_costs_the_faults_nothing() {
         // One fault in 4 recorded: the faults' ring holds them all (1 KiB a page of ring).
-        let mut events = FaultEvents::new(4).unwrap();
-        let tid = nix::unistd::gettid().as_raw() as u32;
-        match events.attach(Watched::Task {
-            tid,
-            from_exec: false,
-        }) {
-            Err(PerfError::Refused { .. } | PerfError::Unsupported(_)) => {
-                eprintln!("perf events refused here: not checked");
-                return;
-            }
-            attached => assert!(attached.unwrap()),
-        }
+        let Some((mut events, _)) = events_on_this_thread(4) else {
+            return;
+        };
         const MAPPED: usize = 1500;
         let page = crate::system::page_size();
         // Far more mapping records (about 100 bytes each) than a 64 KiB ring holds.
