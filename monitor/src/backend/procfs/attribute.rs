@@ -172,15 +172,13 @@ impl Attributor {
 
     fn apply(&mut self, timed: Timed) {
         let time_ns = timed.time_ns;
-        let kind = match timed.stream {
-            Stream::Faults(kind) => Some(kind),
-            Stream::Mappings => None,
-        };
         match timed.record {
+            // Only the faults' events sample.
             Record::Sample { pid, addr, .. } => {
-                let Some(kind) = kind else { return };
-                let (mapping, offset) = self.resolve(pid, addr);
-                self.current.add_at(pid, mapping, offset, one(kind, 1));
+                if let Stream::Faults(kind) = timed.stream {
+                    let (mapping, offset) = self.resolve(pid, addr);
+                    self.current.add_at(pid, mapping, offset, one(kind, 1));
+                }
             }
             Record::Mmap(mmap) => self.recorded.mmap(&mmap),
             Record::Fork { pid, ppid, .. } if pid != ppid => {
