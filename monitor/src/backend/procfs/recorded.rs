@@ -91,9 +91,14 @@ impl Table {
         }
         self.regions.insert(start, (end, pgoff, mapping));
         if self.regions.len() > MAX_REGIONS {
-            self.regions.clear();
-            self.overflowed = true;
+            self.give_up();
         }
+    }
+
+    /// Keeps none of its regions from now on: its faults are resolved from `/proc`.
+    fn give_up(&mut self) {
+        self.regions.clear();
+        self.overflowed = true;
     }
 
     /// The gap holding `addr` (which no region holds): from the end of the region below
@@ -175,10 +180,7 @@ impl Recorded {
         let mapping = maps::mapping(record.pid, &name, record.shared, record.exec, record.file);
         let Some(mapping) = self.intern(mapping) else {
             // Past the names' bound: its faults go to /proc rather than a stale region.
-            self.change(record.pid, |table| {
-                table.regions.clear();
-                table.overflowed = true;
-            });
+            self.change(record.pid, Table::give_up);
             return;
         };
         self.change(record.pid, |table| {
