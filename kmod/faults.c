@@ -44,8 +44,10 @@
 #include <linux/perf_event.h>
 #include <linux/pid.h>
 #include <linux/pid_namespace.h>
+#include <linux/ptrace.h>
 #include <linux/rcupdate.h>
 #include <linux/sched/signal.h>
+#include <linux/sched/task_stack.h>
 #include <linux/slab.h>
 #include <linux/timekeeping.h>
 #include <linux/vmalloc.h>
@@ -59,6 +61,7 @@ struct pfprof_cpu_fault {
 	u64 address;
 	s32 pid;
 	u32 kind;
+	u64 ip;
 };
 
 /*
@@ -175,6 +178,21 @@ static struct pfprof_cpu_faults *pfprof_cpu_buffer(struct pfprof_faults *f,
 }
 
 /*
+ * The user instruction that took the fault: the fault's own registers' for
+ * one taken in user mode; for one the kernel took on the process's behalf
+ * (copying to a user buffer not yet there), where the process entered the
+ * kernel, as /proc/PID/syscall names it.  A kernel thread has none.
+ */
+static u64 pfprof_user_ip(struct pt_regs *regs)
+{
+	if (regs && user_mode(regs))
+		return instruction_pointer(regs);
+	if (current->flags & PF_KTHREAD)
+		return 0;
+	return instruction_pointer(task_pt_regs(current));
+}
+
+/*
  * The overflow handler: in the faulting task, preemption off, under RCU.
  * No lock, no sleep, nothing read from user space.
  */
@@ -215,6 +233,7 @@ static void pfprof_fault_handler(struct perf_event *event,
 	r->address = data->sample_flags & PERF_SAMPLE_ADDR ? data->addr : 0;
 	r->pid = pid;
 	r->kind = major ? PFPROF_FAULT_MAJOR : PFPROF_FAULT_MINOR;
+	r->ip = pfprof_user_ip(regs);
 	/* Release: the record is complete before the sampler sees it (faults-cpu-buffer). */
 	smp_store_release(&c->head, head + 1);
 	/*
@@ -888,6 +907,7 @@ void pfprof_faults_drain(struct pfprof_session *s)
 				.address = r->address,
 				.pid = r->pid,
 				.kind = r->kind,
+				.ip = r->ip,
 			};
 			if (n == PFPROF_FAULT_BATCH) {
 				pfprof_faults_publish(f, batch, n);

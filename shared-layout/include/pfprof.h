@@ -208,7 +208,8 @@
  * After PFPROF_IOC_ATTRIBUTE, the module records the faults of the
  * session's processes through the kernel's software perf events
  * (PERF_COUNT_SW_PAGE_FAULTS_MAJ: every one; _MIN: one in minor_sampling),
- * each with its process, address and time, and its sampler copies them
+ * each with its process, address, time and the instruction that took it,
+ * and its sampler copies them
  * here once a period, before that period's sample is offered to the ring:
  * a consumer that holds a sample of time T finds here every fault recorded
  * up to T, but for one whose handler was still running on another CPU
@@ -280,7 +281,7 @@
 #include <linux/types.h>
 
 #define PFPROF_MAGIC		0x46504650u	/* "PFPF" in little-endian memory */
-#define PFPROF_ABI_VERSION	5u
+#define PFPROF_ABI_VERSION	6u
 
 #define PFPROF_DEVICE_PATH	"/dev/pfprof"
 #define PFPROF_PROC_PATH	"/proc/pfprof/status"
@@ -539,7 +540,9 @@ struct pfprof_fault {
 	__u64 address;	/* the faulting address in the process */
 	__s32 pid;	/* its process (tgid), in the opener's pid namespace */
 	__u32 kind;	/* PFPROF_FAULT_* */
-	__u64 reserved;	/* 0 */
+	__u64 ip;	/* the user instruction that took it, or where the
+			 * process entered the kernel that took it for it
+			 * (a read() into a page not there yet); 0: none */
 };
 
 /* The faults region's control page. */

@@ -6,7 +6,7 @@
 use core::mem::{offset_of, size_of};
 
 pub const MAGIC: u32 = 0x4650_4650;
-pub const ABI_VERSION: u32 = 5;
+pub const ABI_VERSION: u32 = 6;
 
 pub const DEVICE_PATH: &str = "/dev/pfprof";
 pub const PROC_PATH: &str = "/proc/pfprof/status";
@@ -218,7 +218,9 @@ pub struct FaultRecord {
     pub pid: i32,
     /// `FAULT_MAJOR` or `FAULT_MINOR`.
     pub kind: u32,
-    pub reserved: u64,
+    /// The user instruction that took it (or where its process entered the kernel
+    /// that took it); 0: none.
+    pub ip: u64,
 }
 
 /// `struct pfprof_faults_area`: the faults region's control page. Never read through a
@@ -355,7 +357,7 @@ assert_layout!(Info, size 64, align 8, {
     reserved: 56,
 });
 assert_layout!(FaultRecord, size 32, align 8, {
-    time_ns: 0, address: 8, pid: 16, kind: 20, reserved: 24,
+    time_ns: 0, address: 8, pid: 16, kind: 20, ip: 24,
 });
 assert_layout!(FaultsHeader, size 192, align 8, {
     magic: 0, record_size: 4, region_size: 8, data_offset: 16, record_count: 24,

@@ -29,6 +29,9 @@ pub struct Fault {
     pub pid: u32,
     /// A major fault; otherwise one minor fault recorded in `minor_sampling`.
     pub major: bool,
+    /// The user instruction that took it, or where its process entered the kernel
+    /// that took it for it; 0: none.
+    pub ip: u64,
 }
 
 /// Faults the consumer did not get, since the last drain, by kind: overwritten before
@@ -235,7 +238,7 @@ impl FaultsRegion {
 
 /// A record's fault, or `None` for a kind this consumer does not know.
 fn decode(words: [u64; RECORD_WORDS]) -> Option<Fault> {
-    let [time_ns, address, pid_kind, _reserved] = words;
+    let [time_ns, address, pid_kind, ip] = words;
     // pid is the low half of the third word on a little-endian machine, kind the high.
     let (pid, kind) = if cfg!(target_endian = "little") {
         (pid_kind as u32, (pid_kind >> 32) as u32)
@@ -252,6 +255,7 @@ fn decode(words: [u64; RECORD_WORDS]) -> Option<Fault> {
         address,
         pid,
         major,
+        ip,
     })
 }
 
@@ -345,7 +349,7 @@ mod tests {
             self.set64(off, fault.time_ns);
             self.set64(off + 8, fault.address);
             self.set64(off + 16, u64::from(fault.pid) | (u64::from(kind) << 32));
-            self.set64(off + 24, 0);
+            self.set64(off + 24, fault.ip);
             if fault.major {
                 self.major += 1;
             } else {
@@ -376,6 +380,7 @@ mod tests {
             address: 0x1000 * i,
             pid: 7 + i as u32 % 2,
             major: i % 3 == 0,
+            ip: 0x40_0000 + i,
         }
     }
 
@@ -384,7 +389,7 @@ mod tests {
     }
 
     #[test]
-    fn records_are_decoded_in_order_with_their_process_address_and_kind() {
+    fn records_are_decoded_in_order_with_their_process_address_kind_and_instruction() {
         let mut w = Writer::new(16);
         let mut r = w.reader();
         assert_eq!(r.minor_sampling(), 61);

@@ -146,7 +146,7 @@ fn facts() -> Vec<Fact> {
         f,
         FaultRecord,
         "pfprof_fault",
-        [time_ns, address, pid, kind, reserved]
+        [time_ns, address, pid, kind, ip]
     );
     struct_facts!(
         f,

@@ -161,11 +161,11 @@ mod tests {
         );
         let advice = when_not_loaded(&dir, "7.3.4-cloud");
         assert!(
-            advice.contains("sudo dkms install pfprof/0.2.0 -k 7.3.4-cloud"),
+            advice.contains("sudo dkms install pfprof/0.3.0 -k 7.3.4-cloud"),
             "{advice}"
         );
         assert!(
-            advice.contains("sudo apt install ./pfprof-dkms_0.2.0_all.deb"),
+            advice.contains("sudo apt install ./pfprof-dkms_0.3.0_all.deb"),
             "{advice}"
         );
         assert!(!advice.contains("headers"), "{advice}");
@@ -185,8 +185,8 @@ mod tests {
     #[test]
     fn an_older_module_is_removed_before_the_new_one_is_installed_and_reloaded() {
         let advice = when_module_older("6.12.1");
-        let remove = advice.find("dkms remove pfprof/0.2.0 --all").unwrap();
-        let install = advice.find("dkms install pfprof/0.2.0 -k 6.12.1").unwrap();
+        let remove = advice.find("dkms remove pfprof/0.3.0 --all").unwrap();
+        let install = advice.find("dkms install pfprof/0.3.0 -k 6.12.1").unwrap();
         let reload = advice
             .rfind("modprobe -r pfprof && sudo modprobe pfprof")
             .unwrap();
@@ -197,7 +197,7 @@ mod tests {
     fn an_older_module_is_replaced_by_the_package_of_the_monitors_version_first() {
         let advice = when_module_older("6.12.1");
         let package = advice
-            .find("sudo apt install ./pfprof-dkms_0.2.0_all.deb && sudo modprobe -r pfprof")
+            .find("sudo apt install ./pfprof-dkms_0.3.0_all.deb && sudo modprobe -r pfprof")
             .unwrap();
         assert!(package < advice.find("dkms remove").unwrap(), "{advice}");
     }
@@ -205,9 +205,9 @@ mod tests {
     #[test]
     fn a_newer_module_names_the_monitors_package_of_its_own_version() {
         assert_eq!(
-            when_module_newer(Some("0.2.0")),
-            "install the monitor of the module's version, pfprof 0.2.0: \
-             sudo apt install ./pfprof_0.2.0_*.deb"
+            when_module_newer(Some("0.3.0")),
+            "install the monitor of the module's version, pfprof 0.3.0: \
+             sudo apt install ./pfprof_0.3.0_*.deb"
         );
         assert_eq!(
             when_module_newer(None),
@@ -220,9 +220,9 @@ mod tests {
         let dir = kernel_dir("version", &[]);
         let file = dir.join("version");
         assert_eq!(loaded_module_version(&file), None);
-        fs::write(&file, "0.2.0\n").unwrap();
-        assert_eq!(loaded_module_version(&file).as_deref(), Some("0.2.0"));
-        fs::write(&file, "0.2.0; rm -rf ~\n").unwrap();
+        fs::write(&file, "0.3.0\n").unwrap();
+        assert_eq!(loaded_module_version(&file).as_deref(), Some("0.3.0"));
+        fs::write(&file, "0.3.0; rm -rf ~\n").unwrap();
         assert_eq!(loaded_module_version(&file), None);
     }
 
