@@ -14,6 +14,7 @@ pub mod faults;
 pub mod feed;
 pub mod mapping;
 pub mod offsets;
+pub mod symbols;
 pub mod table;
 pub mod tally;
 
@@ -27,5 +28,6 @@ pub use feed::{Attribution, Feed, TableSource};
 pub const DEFAULT_MINOR_SAMPLING: u64 = 61;
 pub use mapping::{FileId, Mapping, MappingKind};
 pub use offsets::OffsetHistogram;
-pub use table::{Entry, Faults, PeriodTable, ProcessFaults};
+pub use symbols::Function;
+pub use table::{Code, Entry, Faults, PeriodTable, ProcessFaults};
 pub use tally::Tally;

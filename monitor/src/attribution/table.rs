@@ -12,6 +12,42 @@ use super::offsets::OffsetHistogram;
 /// in [`PeriodTable::rest`]. A period's faults rarely spread over more.
 pub const MAX_ENTRIES: usize = 256;
 
+/// The most code locations one table holds; what the others took is summed in
+/// [`PeriodTable::code_rest`]. A location is one instruction: a loop faulting through a
+/// file is one.
+pub const MAX_CODE: usize = 1024;
+
+/// Where the instruction that faulted was.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Code {
+    /// In the process's memory: the mapping holding the instruction, and its file offset
+    /// there in a file's mapping (named by the consumer: attribution/symbols.rs).
+    User {
+        mapping: Arc<Mapping>,
+        offset: Option<u64>,
+    },
+    /// In the kernel: a fault it took on the process's behalf, copying to or from its
+    /// memory in a system call.
+    Kernel,
+    /// Not said: a module that records no instruction pointer.
+    Unknown,
+}
+
+impl Code {
+    /// Where the instruction at `ip` was, `mapping` holding it for a user address (the
+    /// kernel's half of the address space is the upper one on every 64-bit Linux).
+    pub fn at(ip: u64, mapping: impl FnOnce() -> (Arc<Mapping>, Option<u64>)) -> Code {
+        match ip {
+            0 => Code::Unknown,
+            ip if ip >> 63 == 1 => Code::Kernel,
+            _ => {
+                let (mapping, offset) = mapping();
+                Code::User { mapping, offset }
+            }
+        }
+    }
+}
+
 /// The faults one process took on one mapping.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
@@ -47,6 +83,11 @@ pub struct PeriodTable {
     /// The faults on each file by offset, for the files of [`PeriodTable::entries`]
     /// whose faults' offsets were known.
     pub offsets: Vec<(FileId, OffsetHistogram)>,
+    /// The faults recorded, by where the instruction that took them was: at most
+    /// [`MAX_CODE`].
+    pub code: Vec<(Code, Faults)>,
+    /// Those recorded at code locations beyond [`MAX_CODE`].
+    pub code_rest: Faults,
 }
 
 impl PeriodTable {
@@ -68,6 +109,11 @@ impl PeriodTable {
         for (file, histogram) in self.offsets.drain(..).chain(later.offsets) {
             builder.offsets.entry(file).or_default().merge(&histogram);
         }
+        for (code, faults) in self.code.drain(..).chain(later.code) {
+            builder.add_code(code, faults);
+        }
+        builder.code_rest = self.code_rest;
+        builder.code_rest += later.code_rest;
         builder.rest = self.rest;
         builder.rest += later.rest;
         let mut lost = self.lost;
@@ -93,6 +139,8 @@ pub struct Builder {
     entries: HashMap<(u32, Arc<Mapping>), Faults>,
     rest: Faults,
     offsets: HashMap<FileId, OffsetHistogram>,
+    code: HashMap<Code, Faults>,
+    code_rest: Faults,
 }
 
 impl Builder {
@@ -107,6 +155,11 @@ impl Builder {
             self.offsets.entry(file).or_default().add(offset, faults);
         }
         self.add(pid, mapping, faults);
+    }
+
+    /// Adds faults taken by the instruction at `code`.
+    pub fn add_code(&mut self, code: Code, faults: Faults) {
+        *self.code.entry(code).or_default() += faults;
     }
 
     /// Whether nothing was added.
@@ -140,6 +193,14 @@ impl Builder {
             .filter(|(file, _)| kept.contains(file))
             .collect();
         offsets.sort_by_key(|(file, _)| *file);
+        let mut code: Vec<(Code, Faults)> = self.code.into_iter().collect();
+        let mut code_rest = self.code_rest;
+        if code.len() > MAX_CODE {
+            code.sort_by_key(|(_, f)| std::cmp::Reverse((f.major, f.minor_samples)));
+            for (_, faults) in code.drain(MAX_CODE..) {
+                code_rest += faults;
+            }
+        }
         PeriodTable {
             end_ns,
             entries,
@@ -147,6 +208,8 @@ impl Builder {
             lost,
             processes,
             offsets,
+            code,
+            code_rest,
         }
     }
 }

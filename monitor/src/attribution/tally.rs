@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::mapping::{FileId, Mapping};
 use super::offsets::OffsetHistogram;
+use super::symbols::Function;
 use super::table::{Faults, PeriodTable};
 
 /// The most mappings, and processes, a tally keeps apart: past it the half with the fewest
@@ -47,6 +48,11 @@ pub struct Tally {
     /// Each file's faults by offset, for the files of the mappings kept (at most
     /// [`MAX_KEPT`], about 1 KiB each).
     offsets: HashMap<FileId, OffsetHistogram>,
+    /// The faults recorded, by the function whose code took them.
+    functions: HashMap<Function, Faults>,
+    /// Recorded faults not kept by function: the tables' code beyond their bound, and
+    /// folded functions.
+    functions_folded: Faults,
 }
 
 impl Tally {
@@ -72,6 +78,52 @@ impl Tally {
         self.pids_folded += table.rest;
         self.lost += table.lost;
         self.bound();
+    }
+
+    /// Adds faults by the function that took them (a table's code, named), and those
+    /// whose code was not kept.
+    pub fn add_functions(&mut self, functions: &[(Function, Faults)], folded: Faults) {
+        for (function, faults) in functions {
+            *self.functions.entry(function.clone()).or_default() += *faults;
+        }
+        self.functions_folded += folded;
+        fold_smallest(&mut self.functions, &mut self.functions_folded);
+    }
+
+    /// The `k` functions with the most major faults, most first (only those with some).
+    pub fn top_functions_major(&self, k: usize) -> Vec<(&Function, Faults)> {
+        ranked(
+            &self.functions,
+            k,
+            |f| (f.major, f.minor_samples),
+            |f| f.major > 0,
+        )
+    }
+
+    /// The `k` functions with the most minor faults recorded, most first.
+    pub fn top_functions_minor(&self, k: usize) -> Vec<(&Function, Faults)> {
+        ranked(
+            &self.functions,
+            k,
+            |f| (f.minor_samples, f.major),
+            |f| f.minor_samples > 0,
+        )
+    }
+
+    /// The functions among the `k` with the most major faults or the `k` with the most
+    /// minor ones, ordered by major then minor faults.
+    pub fn top_functions_either(&self, k: usize) -> Vec<(&Function, Faults)> {
+        either(self.top_functions_major(k), self.top_functions_minor(k))
+    }
+
+    /// Every function kept, with its faults, in no order.
+    pub fn functions(&self) -> impl Iterator<Item = (&Function, Faults)> {
+        self.functions.iter().map(|(f, faults)| (f, *faults))
+    }
+
+    /// Recorded faults whose function was not kept.
+    pub fn functions_folded(&self) -> Faults {
+        self.functions_folded
     }
 
     /// The faults on `file` by offset, where their offsets were known.
@@ -134,16 +186,7 @@ impl Tally {
     /// The mappings among the `k` with the most major faults or the `k` with the most
     /// minor ones, ordered by major then minor faults.
     pub fn top_either(&self, k: usize) -> Vec<(&Arc<Mapping>, Faults)> {
-        let mut top = self.top_major(k);
-        for (mapping, faults) in self.top_minor(k) {
-            if !top.iter().any(|(m, _)| *m == mapping) {
-                top.push((mapping, faults));
-            }
-        }
-        top.sort_by(|(a, fa), (b, fb)| {
-            (fb.major, fb.minor_samples, a).cmp(&(fa.major, fa.minor_samples, b))
-        });
-        top
+        either(self.top_major(k), self.top_minor(k))
     }
 
     /// The faults the tables recorded, by the process that took them, in no order.
@@ -201,14 +244,7 @@ impl Tally {
         key: impl Fn(&Faults) -> (u64, u64),
         keep: impl Fn(&Faults) -> bool,
     ) -> Vec<(&Arc<Mapping>, Faults)> {
-        let mut all: Vec<(&Arc<Mapping>, Faults)> = (self.mappings.iter())
-            .filter(|(_, f)| keep(f))
-            .map(|(m, f)| (m, *f))
-            .collect();
-        // Ties in the order of the mappings, so that equal runs rank alike.
-        all.sort_by(|(a, fa), (b, fb)| (key(fb), a).cmp(&(key(fa), b)));
-        all.truncate(k);
-        all
+        ranked(&self.mappings, k, key, keep)
     }
 
     /// Folds the half with the fewest faults once more than [`MAX_KEPT`] are kept.
@@ -226,6 +262,40 @@ impl Tally {
             self.processes.extend(all);
         }
     }
+}
+
+/// The keys of `major` and those of `minor` not among them, by major then minor faults.
+fn either<'a, K: Ord>(
+    major: Vec<(&'a K, Faults)>,
+    minor: Vec<(&'a K, Faults)>,
+) -> Vec<(&'a K, Faults)> {
+    let mut top = major;
+    for (key, faults) in minor {
+        if !top.iter().any(|(k, _)| *k == key) {
+            top.push((key, faults));
+        }
+    }
+    top.sort_by(|(a, fa), (b, fb)| {
+        (fb.major, fb.minor_samples, a).cmp(&(fa.major, fa.minor_samples, b))
+    });
+    top
+}
+
+/// The `k` of `kept` with the greatest `key`, greatest first, of those to `keep`.
+fn ranked<K: Ord>(
+    kept: &HashMap<K, Faults>,
+    k: usize,
+    key: impl Fn(&Faults) -> (u64, u64),
+    keep: impl Fn(&Faults) -> bool,
+) -> Vec<(&K, Faults)> {
+    let mut all: Vec<(&K, Faults)> = (kept.iter())
+        .filter(|(_, f)| keep(f))
+        .map(|(m, f)| (m, *f))
+        .collect();
+    // Ties in the keys' order, so that equal runs rank alike.
+    all.sort_by(|(a, fa), (b, fb)| (key(fb), a).cmp(&(key(fa), b)));
+    all.truncate(k);
+    all
 }
 
 /// Past [`MAX_KEPT`] keys, folds the faults of the half with the fewest into `folded`;

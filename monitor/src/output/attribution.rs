@@ -10,8 +10,10 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::attribution::offsets::{FileRegion, BUCKETS};
+use crate::attribution::symbols::Symbolizer;
 use crate::attribution::{
-    Attribution, Faults, Feed, FileId, Mapping, MappingKind, OffsetHistogram, PeriodTable, Tally,
+    Attribution, Faults, Feed, FileId, Function, Mapping, MappingKind, OffsetHistogram,
+    PeriodTable, Tally,
 };
 use crate::pressure::verdict::{Band, BandMapping, OpenBand};
 use crate::rows::row::Row;
@@ -51,6 +53,10 @@ pub struct AttributionReport {
     bands: BandHistory,
     /// Each row's major faults by mapping, when there is a plot to draw them in.
     lane: Option<LaneHistory>,
+    /// Names the code that took the faults: here, in the consumer, not in the drain
+    /// that must keep up with the kernel's rings.
+    symbols: Symbolizer,
+    functions: Vec<(Function, Faults)>,
 }
 
 /// The rows of the interval under way and their tables.
@@ -76,6 +82,8 @@ impl AttributionReport {
             run: Tally::default(),
             bands: BandHistory::default(),
             lane: plot.then(LaneHistory::default),
+            symbols: Symbolizer::default(),
+            functions: Vec::new(),
         }
     }
 
@@ -84,6 +92,12 @@ impl AttributionReport {
         self.feed.take_until(row.mono_ns, &mut self.taken);
         for table in self.taken.drain(..) {
             self.interval.tally.add(&table);
+            self.functions.clear();
+            for (code, faults) in &table.code {
+                self.functions.push((self.symbols.function(code), *faults));
+            }
+            (self.interval.tally).add_functions(&self.functions, table.code_rest);
+            self.run.add_functions(&self.functions, table.code_rest);
             for entry in &table.entries {
                 let key = (Arc::clone(&entry.mapping), entry.pid);
                 *self.interval.taken.entry(key).or_default() += entry.faults;
@@ -159,6 +173,9 @@ impl AttributionReport {
                 major: p.major,
             })
             .collect();
+        let functions = (tally.top_functions_either(TOP).into_iter())
+            .map(|(function, faults)| FunctionRecord::new(function, faults, period))
+            .collect();
         let programs = (tally.top_programs(TOP).into_iter())
             .map(|p| ProgramRecord {
                 comm: p.comm.to_string(),
@@ -183,6 +200,7 @@ impl AttributionReport {
                 period,
             ),
             mappings,
+            functions,
             lost: FaultsRecord::new(tally.lost(), period),
             processes,
             programs,
@@ -334,6 +352,33 @@ impl MappingRecord {
     }
 }
 
+/// A function in an interval's record: the faults its code took.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FunctionRecord {
+    /// Its symbol's name (Rust's demangled), or `[unknown]` where its binary has none
+    /// for the code.
+    pub name: String,
+    /// The binary or library its code is in (a path), or the memory's name as a mapping
+    /// is shown (`anonymous memory of pid 1234`), `[kernel]`.
+    pub binary: String,
+    pub major: u64,
+    pub minor_est: u64,
+    pub minor_samples: u64,
+}
+
+impl FunctionRecord {
+    pub fn new(function: &Function, faults: Faults, period: Option<u64>) -> FunctionRecord {
+        let f = FaultsRecord::new(faults, period);
+        FunctionRecord {
+            name: function.name.to_string(),
+            binary: function.binary.clone(),
+            major: f.major,
+            minor_est: f.minor_est,
+            minor_samples: f.minor_samples,
+        }
+    }
+}
+
 /// A program in an interval's record: the faults of its processes (those of one name),
 /// exact.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -374,6 +419,9 @@ pub struct IntervalRecord {
     pub mappings: Vec<MappingRecord>,
     /// The other mappings' faults.
     pub other_mappings: FaultsRecord,
+    /// The top functions by major faults and by minor faults: where the instructions
+    /// that took them were.
+    pub functions: Vec<FunctionRecord>,
     /// Records the kernel could not deliver.
     pub lost: FaultsRecord,
     /// The processes with the most faults, exact.

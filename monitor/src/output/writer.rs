@@ -735,6 +735,7 @@ mod tests {
                 minor_est: 0,
                 minor_samples: 0,
             },
+            functions: Vec::new(),
             lost: FaultsRecord {
                 major: 1,
                 minor_est: 61,

@@ -4,7 +4,8 @@
 //! (the module wrote the period's faults before it), each fault's address resolved to
 //! its mapping by the same maps cache as the procfs backend's, from `/proc/<pid>/maps`
 //! with the monitor's own rights; each process's own faults read from its
-//! `/proc/<pid>/stat`, as the procfs backend's are.
+//! `/proc/<pid>/stat`, as the procfs backend's are. Each fault's instruction (ABI 6)
+//! is resolved by the same maps, to be named by the consumer as the procfs backend's.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -14,7 +15,7 @@ use std::time::Duration;
 use shared_layout::faults::{Fault, FaultsRegion, Missed};
 
 use crate::attribution::table::Builder;
-use crate::attribution::{Faults, Mapping, PeriodTable, TableSource};
+use crate::attribution::{Code, Faults, Mapping, PeriodTable, TableSource};
 use crate::backend::procfs::maps::MapsCache;
 use crate::backend::procfs::who::Who;
 use crate::system::procstat;
@@ -35,6 +36,8 @@ struct Resolved {
     mapping: Arc<Mapping>,
     /// The file offset of the faulting page, in a file's mapping.
     offset: Option<u64>,
+    /// Where the instruction that took it was (ABI 6's `ip`), resolved by the same maps.
+    code: Code,
     major: bool,
 }
 
@@ -110,11 +113,14 @@ impl KernelAttributor {
                 continue;
             }
             let (mapping, offset) = self.maps.locate(fault.pid, fault.address);
+            let maps = &mut self.maps;
+            let code = Code::at(fault.ip, || maps.locate(fault.pid, fault.ip));
             self.waiting.push(Resolved {
                 time_ns: fault.time_ns,
                 pid: fault.pid,
                 mapping,
                 offset,
+                code,
                 major: fault.major,
             });
         }
@@ -130,6 +136,7 @@ impl KernelAttributor {
                 later.push(fault);
             } else {
                 builder.add_at(fault.pid, fault.mapping, fault.offset, one(fault.major));
+                builder.add_code(fault.code, one(fault.major));
             }
         }
         self.waiting = later;

@@ -20,7 +20,7 @@ use super::maps::MapsCache;
 use super::perf::{FaultEvents, Kind, Record, Stream};
 use super::recorded::Recorded;
 use crate::attribution::table::Builder;
-use crate::attribution::{Faults, Mapping, PeriodTable, ProcessFaults};
+use crate::attribution::{Code, Faults, Mapping, PeriodTable, ProcessFaults};
 
 /// The most processes whose maps are read ahead of their faults in a period: each read
 /// costs tens of µs, and a storm of short-lived processes must not make a period's work
@@ -174,10 +174,14 @@ impl Attributor {
         let time_ns = timed.time_ns;
         match timed.record {
             // Only the faults' events sample.
-            Record::Sample { pid, addr, .. } => {
+            Record::Sample { pid, addr, ip, .. } => {
                 if let Stream::Faults(kind) = timed.stream {
                     let (mapping, offset) = self.resolve(pid, addr);
                     self.current.add_at(pid, mapping, offset, one(kind, 1));
+                    // The code's mapping as the address's was found, as it was then;
+                    // its function named by the consumer, off this drain.
+                    let code = Code::at(ip, || self.resolve(pid, ip));
+                    self.current.add_code(code, one(kind, 1));
                 }
             }
             Record::Mmap(mmap) => self.recorded.mmap(&mmap),
@@ -277,6 +281,7 @@ mod tests {
 
     fn fault(time_ns: u64) -> Record {
         Record::Sample {
+            ip: 0x1000,
             pid: 7,
             tid: 7,
             time_ns,

@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 
 use super::{Summary, Thrashing};
-use crate::attribution::{Attribution, Faults, Mapping};
+use crate::attribution::{Attribution, Faults, Function, Mapping};
 use crate::output::attribution::{hottest_regions, AttributionSummary, TOP};
 use crate::output::metadata::Metadata;
 use crate::output::totals::Totals;
@@ -81,6 +81,17 @@ fn where_json(w: &AttributionSummary, totals: &Totals) -> Value {
             "regions": hottest_regions(&w.run, m, by_major, period),
         })
     };
+    let function = |function: &Function, by_major: bool, of: u64, f: Faults| {
+        let count = if by_major { f.major } else { f.minor_samples };
+        json!({
+            "name": &*function.name,
+            "binary": function.binary,
+            "major": f.major,
+            "minor_est": estimate(f.minor_samples),
+            "minor_samples": f.minor_samples,
+            "share": count as f64 / of.max(1) as f64,
+        })
+    };
     let processes = w.run.top_processes(TOP);
     let (minor, major) = (processes.iter()).fold((0u64, 0u64), |(mi, ma), (_, p)| {
         (mi.saturating_add(p.minor), ma.saturating_add(p.major))
@@ -97,6 +108,9 @@ fn where_json(w: &AttributionSummary, totals: &Totals) -> Value {
             "top": (w.run.top_major(TOP).into_iter())
                 .map(|(m, f)| mapping(m, true, recorded.major, f))
                 .collect::<Vec<_>>(),
+            "functions": (w.run.top_functions_major(TOP).into_iter())
+                .map(|(fun, f)| function(fun, true, recorded.major, f))
+                .collect::<Vec<_>>(),
         },
         "minor": {
             "estimated": estimate(recorded.minor_samples),
@@ -106,6 +120,9 @@ fn where_json(w: &AttributionSummary, totals: &Totals) -> Value {
             "lost": lost.minor_samples,
             "top": (w.run.top_minor(TOP).into_iter())
                 .map(|(m, f)| mapping(m, false, recorded.minor_samples, f))
+                .collect::<Vec<_>>(),
+            "functions": (w.run.top_functions_minor(TOP).into_iter())
+                .map(|(fun, f)| function(fun, false, recorded.minor_samples, f))
                 .collect::<Vec<_>>(),
         },
         "processes": (processes.iter())

@@ -6,7 +6,7 @@ use std::time::Duration;
 use shared_layout::Mode;
 
 use crate::attribution::offsets::human_span;
-use crate::attribution::{Attribution, Mapping};
+use crate::attribution::{Attribution, Function, Mapping};
 use crate::output::attribution::{hottest_regions, AttributionSummary, TOP};
 use crate::output::totals::Totals;
 use crate::pressure::verdict::{Band, Rule};
@@ -236,6 +236,13 @@ impl Summary<'_> {
                     share_line(f, faults.major, recorded.major, "", mapping)?;
                     regions_line(f, w, mapping, true)?;
                 }
+                let by_function = w.run.top_functions_major(TOP);
+                if !by_function.is_empty() {
+                    write!(f, "\n    major faults by function")?;
+                }
+                for (function, faults) in by_function {
+                    share_line(f, faults.major, recorded.major, "", &in_binary(function))?;
+                }
                 // Never above the exact count it estimates: a sampled count overshoots
                 // by up to a period per thread (each thread's events count from its
                 // start).
@@ -252,6 +259,15 @@ impl Summary<'_> {
                     let count = estimate(faults.minor_samples);
                     share_line(f, count, estimate(recorded.minor_samples), "~", mapping)?;
                     regions_line(f, w, mapping, false)?;
+                }
+                let by_function = w.run.top_functions_minor(TOP);
+                if !by_function.is_empty() {
+                    write!(f, "\n    minor faults by function")?;
+                }
+                for (function, faults) in by_function {
+                    let count = estimate(faults.minor_samples);
+                    let name = in_binary(function);
+                    share_line(f, count, estimate(recorded.minor_samples), "~", &name)?;
                 }
             }
         }
@@ -323,17 +339,29 @@ impl Summary<'_> {
     }
 }
 
-/// One mapping's line: its share of `total`, its count (`~`: an estimate), its name.
+/// A function as the summary lists it: `read_index in libdb.so.5` (the binary's file
+/// name: its path is the mapping's, listed above).
+fn in_binary(function: &Function) -> String {
+    let binary = function
+        .binary
+        .rsplit('/')
+        .next()
+        .unwrap_or(&function.binary);
+    format!("{} in {binary}", function.name)
+}
+
+/// One mapping's (or function's) line: its share of `total`, its count (`~`: an
+/// estimate), its name.
 fn share_line(
     f: &mut fmt::Formatter<'_>,
     count: u64,
     total: u64,
     approximate: &str,
-    mapping: &Mapping,
+    name: &dyn fmt::Display,
 ) -> fmt::Result {
     write!(
         f,
-        "\n      {:>5.1}% {:>14}  {mapping}",
+        "\n      {:>5.1}% {:>14}  {name}",
         count as f64 * 100.0 / total.max(1) as f64,
         format!("{approximate}{count}")
     )

@@ -41,6 +41,8 @@ pub const PERF_COUNT_SW_PAGE_FAULTS_MAJ: u64 = 6;
 /// An event that counts nothing: its ring carries the mapping records alone.
 pub const PERF_COUNT_SW_DUMMY: u64 = 9;
 
+/// The instruction pointer at the fault (the user's, with `exclude_kernel`).
+pub const PERF_SAMPLE_IP: u64 = 1 << 0;
 pub const PERF_SAMPLE_TID: u64 = 1 << 1;
 pub const PERF_SAMPLE_TIME: u64 = 1 << 2;
 pub const PERF_SAMPLE_ADDR: u64 = 1 << 3;
@@ -121,7 +123,8 @@ pub mod task {
 }
 
 /// The sample's id fields at the end of every other record (`sample_id_all`), for the
-/// events' `sample_type` `TID | TIME`: `u32 pid, tid; u64 time`.
+/// events' `sample_type` (IP and ADDR are not id fields): `TID | TIME`: `u32 pid, tid;
+/// u64 time`.
 pub const SAMPLE_ID_SIZE: usize = 16;
 pub const SAMPLE_ID_TIME: usize = 8;
 
@@ -216,6 +219,7 @@ mod tests {
                 PERF_COUNT_SW_PAGE_FAULTS_MAJ,
             ),
             ("dummy", "PERF_COUNT_SW_DUMMY".into(), PERF_COUNT_SW_DUMMY),
+            ("ip", "PERF_SAMPLE_IP".into(), PERF_SAMPLE_IP),
             ("tid", "PERF_SAMPLE_TID".into(), PERF_SAMPLE_TID),
             ("time", "PERF_SAMPLE_TIME".into(), PERF_SAMPLE_TIME),
             ("addr", "PERF_SAMPLE_ADDR".into(), PERF_SAMPLE_ADDR),

@@ -314,7 +314,11 @@ impl FaultEvents {
             size: abi::PERF_ATTR_SIZE_VER5,
             config,
             sample_period,
-            sample_type: abi::PERF_SAMPLE_TID | abi::PERF_SAMPLE_TIME | abi::PERF_SAMPLE_ADDR,
+            // IP: the code that faulted, named by the consumer (attribution/symbols.rs).
+            sample_type: abi::PERF_SAMPLE_IP
+                | abi::PERF_SAMPLE_TID
+                | abi::PERF_SAMPLE_TIME
+                | abi::PERF_SAMPLE_ADDR,
             flags: event_flags,
             // With WATERMARK, 0: poll wakes once half the ring is written, whatever
             // size it is mapped with.

@@ -20,8 +20,10 @@ use crate::attribution::FileId;
 /// What a record of the fault events says. Times are `CLOCK_MONOTONIC`, in ns.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
-    /// A fault: the process and thread that took it, when, and the address.
+    /// A fault: the process and thread that took it, when, the address, and the
+    /// instruction's (a kernel address for a fault taken in a system call).
     Sample {
+        ip: u64,
         pid: u32,
         tid: u32,
         time_ns: u64,
@@ -74,8 +76,8 @@ pub struct Mmap {
     pub name: String,
 }
 
-/// A mapped ring buffer of events opened with `PERF_SAMPLE_TID | PERF_SAMPLE_TIME |
-/// PERF_SAMPLE_ADDR` and `sample_id_all`, and its descriptor.
+/// A mapped ring buffer of events opened with `PERF_SAMPLE_IP | PERF_SAMPLE_TID |
+/// PERF_SAMPLE_TIME | PERF_SAMPLE_ADDR` and `sample_id_all`, and its descriptor.
 pub struct Ring {
     fd: OwnedFd,
     map: MmapRaw,
@@ -176,12 +178,14 @@ fn parse(kind: u32, misc: u16, body: &[u8]) -> Option<Record> {
     let fields_end = body.len().checked_sub(SAMPLE_ID_SIZE);
     let stamped = || u64_at(fields_end? + SAMPLE_ID_TIME);
     match kind {
-        // sample_type TID | TIME | ADDR, in the kernel's order: pid, tid, time, addr.
+        // sample_type IP | TID | TIME | ADDR, in the kernel's order: ip, pid, tid, time,
+        // addr.
         PERF_RECORD_SAMPLE => Some(Record::Sample {
-            pid: u32_at(0)?,
-            tid: u32_at(4)?,
-            time_ns: u64_at(8)?,
-            addr: u64_at(16)?,
+            ip: u64_at(0)?,
+            pid: u32_at(8)?,
+            tid: u32_at(12)?,
+            time_ns: u64_at(16)?,
+            addr: u64_at(24)?,
         }),
         // id, lost.
         PERF_RECORD_LOST => Some(Record::Lost(u64_at(8)?)),
@@ -233,6 +237,7 @@ mod tests {
     #[test]
     fn samples_and_losses_are_read_from_their_bodies_and_other_records_skipped() {
         let mut body = Vec::new();
+        body.extend_from_slice(&0x5555_0000_2345u64.to_ne_bytes());
         body.extend_from_slice(&7u32.to_ne_bytes());
         body.extend_from_slice(&8u32.to_ne_bytes());
         body.extend_from_slice(&1234u64.to_ne_bytes());
@@ -240,13 +245,14 @@ mod tests {
         assert_eq!(
             parse(PERF_RECORD_SAMPLE, 0, &body),
             Some(Record::Sample {
+                ip: 0x5555_0000_2345,
                 pid: 7,
                 tid: 8,
                 time_ns: 1234,
                 addr: 0x7f00_0000_1000
             })
         );
-        assert_eq!(parse(PERF_RECORD_SAMPLE, 0, &body[..20]), None);
+        assert_eq!(parse(PERF_RECORD_SAMPLE, 0, &body[..28]), None);
         let lost: Vec<u8> = [1u64, 42].iter().flat_map(|v| v.to_ne_bytes()).collect();
         assert_eq!(parse(PERF_RECORD_LOST, 0, &lost), Some(Record::Lost(42)));
         assert_eq!(parse(5, 0, &lost), None);
