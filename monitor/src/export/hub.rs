@@ -131,7 +131,7 @@ impl Hub {
     }
 
     /// Whether `target` is exported now (running, or its final values lingering).
-    pub fn holds(&self, target: &str) -> bool {
+    pub fn exports(&self, target: &str) -> bool {
         self.lock().entries.contains_key(target)
     }
 
@@ -327,7 +327,7 @@ mod tests {
         assert!(!hub.show("/a", &[]), "shown before its profile attached");
         let board = Arc::new(Board::new(Snapshot::default()));
         hub.attach(labels("/a"), Arc::clone(&board));
-        assert!(hub.holds("/a"));
+        assert!(hub.exports("/a"));
         assert_eq!(shown(&hub), Vec::<Vec<_>>::new());
         assert!(hub.show("/a", &[("pod", "web-0".into())]));
         let named = vec![("pod_uid", "u".into()), ("pod", "web-0".into())];

@@ -129,7 +129,7 @@ impl Fleet {
             if self.running.contains_key(&found.name) {
                 continue;
             }
-            let returning = hub.holds(&found.name);
+            let returning = hub.exports(&found.name);
             if !returning && exported >= request.max_targets {
                 left_out.insert(found.name);
                 continue;
