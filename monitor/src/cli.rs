@@ -719,6 +719,13 @@ pub struct WorkArgs {
     /// in turn, in the order given), and say what each range took.
     #[arg(long, value_name = "START-END", requires = "file", value_parser = parse_mib_range)]
     pub file_range: Vec<std::ops::Range<u16>>,
+    /// Read each --file-range with code of its own.
+    ///
+    /// Read the first --file-range in work's function read_first_range, the second in
+    /// read_second_range, the third with the C library's memchr, and say which read
+    /// each.
+    #[arg(long, requires = "file_range")]
+    pub by_function: bool,
 }
 
 /// `START-END` in MiB, START below END: a range of `work`'s file.

@@ -855,3 +855,166 @@ fn the_exporters_count_each_major_fault_under_its_mapping_and_program_a_hostile_
         "work's {work:?}, {took} on the file alone"
     );
 }
+
+/// Every `work range:` line of `--by-function`: each range's offsets (bytes), its major
+/// faults, and the function that read it.
+fn ranges_read_by(stderr: &str) -> Vec<((u64, u64, u64), String)> {
+    let readers = (stderr.lines())
+        .filter(|l| l.starts_with("work range: pid "))
+        .map(|l| l.rsplit_once(", read by ").unwrap().1.to_string());
+    announced_ranges(stderr).into_iter().zip(readers).collect()
+}
+
+/// The function entries of the JSON summary's major faults, as (binary, name, major).
+fn major_functions(summary: &Value) -> Vec<(String, String, u64)> {
+    (summary["where"]["major"]["functions"].as_array())
+        .unwrap_or_else(|| panic!("no functions in {summary}"))
+        .iter()
+        .map(|f| {
+            let text = |key: &str| f[key].as_str().unwrap().to_string();
+            (text("binary"), text("name"), f["major"].as_u64().unwrap())
+        })
+        .collect()
+}
+
+/// A copy of `work` as a distribution ships a binary: with `--strip-all`, its symbols
+/// gone; with a debug file beside it too, named by its `.gnu_debuglink`.
+fn stripped_work(dir: &Path, debug_file: bool) -> PathBuf {
+    let objcopy = |args: &[&str]| {
+        let status = Command::new("objcopy")
+            .args(args)
+            .status()
+            .unwrap_or_else(|e| panic!("objcopy (binutils: apt-get install binutils): {e}"));
+        assert!(status.success(), "objcopy {args:?}");
+    };
+    let name = if debug_file {
+        "work-linked"
+    } else {
+        "work-stripped"
+    };
+    let stripped = dir.join(name);
+    let out = stripped.to_str().unwrap();
+    if debug_file {
+        let debug = dir.join("work.debug");
+        objcopy(&["--only-keep-debug", WORK, debug.to_str().unwrap()]);
+        let link = format!("--add-gnu-debuglink={}", debug.display());
+        objcopy(&["--strip-all", &link, WORK, out]);
+    } else {
+        objcopy(&["--strip-all", WORK, out]);
+    }
+    stripped
+}
+
+/// The function whose code touches `work`'s file without `--by-function`.
+const SWEEP: &str = "monitor::work::filemap::Reader::touch";
+
+/// The known answer of code locations: `work --by-function` reads three ranges of an
+/// evicted file, each in its own code (two functions of its own, the C library's
+/// memchr), beside a short-lived `work` that maps a file, faults it in and exits within
+/// the one period of 5 s. For `work` as built, stripped with its debug file beside it,
+/// and stripped bare: at least 95% of each range's major faults on the function that
+/// read it (in the bare copy, on `[unknown]` in its binary: counted, not dropped), the
+/// file's regions those ranges, and the short-lived process's faults on its sweep.
+#[test]
+fn each_ranges_major_faults_are_on_the_function_that_read_it_stripped_or_not() {
+    let dir = OnDisk::new("functions");
+    let variants = [
+        (PathBuf::from(WORK), true),
+        (stripped_work(&dir.0, true), true),
+        (stripped_work(&dir.0, false), false),
+    ];
+    for (work, named) in variants {
+        let (file, short) = (dir.0.join("index.bin"), dir.0.join("short.bin"));
+        let rows = dir.0.join("rows.jsonl");
+        let summary = dir.0.join("run.json");
+        let script = format!(
+            "{} 1 R 1 3 --sleep-ms 50 --file {} --file-mib 8 --file-range 0-2 \
+             --file-range 3-4 --file-range 6-7 --evict --by-function & \
+             {WORK} 1 R 1 2 --sleep-ms 0 --file {} --file-mib 2 --evict; wait",
+            work.display(),
+            file.display(),
+            short.display()
+        );
+        let out = monitor(&[
+            "run",
+            "--backend",
+            "procfs",
+            "--period",
+            "5s",
+            "--format",
+            "jsonl",
+            "-o",
+            rows.to_str().unwrap(),
+            "--summary",
+            summary.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ]);
+        let err = stderr(&out);
+        assert!(out.status.success(), "{err}");
+        let ranges = ranges_read_by(&err);
+        assert_eq!(ranges.len(), 3, "{err}");
+        let summary: Value =
+            serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+        assert_eq!(summary["where"]["major"]["lost"], 0, "{summary}");
+        let functions = major_functions(&summary);
+        let work_path = work.to_str().unwrap();
+        let on = |binary: &dyn Fn(&str) -> bool, name: &dyn Fn(&str) -> bool| -> u64 {
+            (functions.iter())
+                .filter(|(b, n, _)| binary(b) && name(n))
+                .map(|f| f.2)
+                .sum()
+        };
+        let mut own_code = 0;
+        for ((_, _, major), reader) in &ranges {
+            assert!(*major >= 256, "{reader}: {major} major faults: {err}");
+            let took = if reader == "memchr" {
+                on(&|b| b.ends_with("/libc.so.6"), &|n| n.contains("memchr"))
+            } else if named {
+                on(&|b| b == work_path, &|n| n == reader)
+            } else {
+                own_code += major;
+                continue;
+            };
+            assert!(
+                took as f64 >= 0.95 * *major as f64 && took <= *major,
+                "{reader} read {major}, {took} on it: {functions:?}"
+            );
+        }
+        if !named {
+            let unknown = on(&|b| b == work_path, &|n| n == "[unknown]");
+            assert!(
+                unknown as f64 >= 0.95 * own_code as f64,
+                "{own_code} major faults in the stripped work's code, {unknown} [unknown]: \
+                 {functions:?}"
+            );
+        }
+        // The right ranges of the file: its regions are the three, each with its count.
+        let top = summary["where"]["major"]["top"].as_array().unwrap();
+        let on_file = (top.iter())
+            .find(|m| m["name"] == file.to_str().unwrap())
+            .unwrap_or_else(|| panic!("{top:?}"));
+        let expected: Vec<(u64, u64, u64)> = ranges.iter().map(|r| r.0).collect();
+        assert_eq!(regions(on_file), expected, "{on_file}");
+        // The short-lived process's faults: on its file, and on its sweep's code.
+        let gone = (announced(&err).into_iter())
+            .find(|a| a.file.as_deref() == Some(&short))
+            .unwrap_or_else(|| panic!("{err}"));
+        let sweep = on(&|b| b == WORK, &|n| n == SWEEP);
+        assert!(
+            sweep as f64 >= 0.95 * gone.major as f64 && gone.major >= 256,
+            "the short-lived work took {} major faults, {sweep} on its sweep: {functions:?}",
+            gone.major
+        );
+        // The interval records carry the functions, adding up to the summary's.
+        let text = std::fs::read_to_string(&rows).unwrap();
+        let in_records: u64 = (where_records(&text).iter())
+            .flat_map(|r| r["functions"].as_array().unwrap().clone())
+            .filter(|f| f["binary"] == WORK && f["name"] == SWEEP)
+            .map(|f| f["major"].as_u64().unwrap())
+            .sum();
+        assert_eq!(in_records, sweep, "{text}");
+    }
+}

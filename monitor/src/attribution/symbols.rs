@@ -114,13 +114,25 @@ impl SymbolTable {
             .collect();
         let mut functions = functions(elf.symbols(), budget);
         if functions.is_empty() {
-            // Stripped: the debug file installed for its build id, else what the
-            // dynamic linker needs (exported functions only).
-            let debug = elf.build_id().ok().flatten().and_then(debug_file);
-            if let Some(debug) = debug.and_then(|p| File::open(p).ok()) {
+            // Stripped: its debug file, installed for its build id or named by its
+            // .gnu_debuglink (beside it, or in .debug/ beside it, as gdb looks).
+            let by_id = elf.build_id().ok().flatten().and_then(debug_file);
+            let linked = (elf.gnu_debuglink().ok().flatten())
+                .and_then(|(name, _)| std::str::from_utf8(name).ok())
+                .map(|name| {
+                    let dir = path.parent().unwrap_or(Path::new("/"));
+                    [dir.join(name), dir.join(".debug").join(name)]
+                });
+            for debug in by_id.into_iter().chain(linked.into_iter().flatten()) {
+                let Ok(debug) = File::open(debug) else {
+                    continue;
+                };
                 let debug = ReadCache::new(debug);
                 if let Ok(debug) = object::File::parse(&debug) {
                     functions = self::functions(debug.symbols(), budget);
+                }
+                if !functions.is_empty() {
+                    break;
                 }
             }
         }
@@ -153,12 +165,11 @@ impl SymbolTable {
     }
 }
 
-/// The path of the debug file of build id `id`, if one is installed.
+/// Where the debug file of build id `id` is installed, if it is.
 fn debug_file(id: &[u8]) -> Option<PathBuf> {
     let (first, rest) = id.split_first()?;
     let rest: String = rest.iter().map(|b| format!("{b:02x}")).collect();
-    let path = Path::new(BUILD_ID_DIR).join(format!("{first:02x}/{rest}.debug"));
-    path.exists().then_some(path)
+    Some(Path::new(BUILD_ID_DIR).join(format!("{first:02x}/{rest}.debug")))
 }
 
 /// The defined functions among `symbols`, by address, each ending where its size says

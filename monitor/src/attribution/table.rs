@@ -34,15 +34,20 @@ pub enum Code {
 }
 
 impl Code {
-    /// Where the instruction at `ip` was, `mapping` holding it for a user address (the
-    /// kernel's half of the address space is the upper one on every 64-bit Linux).
+    /// Where the instruction at `ip` was, `mapping` holding it for a user address, with
+    /// the file offset of its page (the kernel's half of the address space is the upper
+    /// one on every 64-bit Linux).
     pub fn at(ip: u64, mapping: impl FnOnce() -> (Arc<Mapping>, Option<u64>)) -> Code {
         match ip {
             0 => Code::Unknown,
             ip if ip >> 63 == 1 => Code::Kernel,
             _ => {
-                let (mapping, offset) = mapping();
-                Code::User { mapping, offset }
+                let (mapping, page) = mapping();
+                let within_page = ip & (crate::system::page_size() as u64 - 1);
+                Code::User {
+                    mapping,
+                    offset: page.map(|page| page + within_page),
+                }
             }
         }
     }
@@ -225,6 +230,22 @@ mod tests {
             file: None,
             owner: Some(pid),
         })
+    }
+
+    #[test]
+    fn code_is_placed_at_its_bytes_offset_in_its_page_and_kernel_or_unsaid_code_apart() {
+        let page = crate::system::page_size() as u64;
+        let text = anon(1, 0);
+        let at = |ip| Code::at(ip, || (Arc::clone(&text), Some(3 * page)));
+        assert_eq!(
+            at(5 * page + 0x123),
+            Code::User {
+                mapping: Arc::clone(&text),
+                offset: Some(3 * page + 0x123)
+            }
+        );
+        assert_eq!(at(0xffff_ffff_8100_0000), Code::Kernel);
+        assert_eq!(at(0), Code::Unknown);
     }
 
     #[test]

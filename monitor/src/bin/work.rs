@@ -39,13 +39,19 @@ fn run(args: &WorkArgs) -> anyhow::Result<()> {
             let map = FileMap::create(path, usize::from(mib), args.evict)
                 .with_context(|| format!("creating and mapping {} ({mib} MiB)", path.display()))?;
             if args.file_range.is_empty() {
-                return Ok(map);
+                return anyhow::Ok(map);
             }
             let bytes: Vec<std::ops::Range<usize>> = (args.file_range.iter())
                 .map(|r| usize::from(r.start) << 20..usize::from(r.end) << 20)
                 .collect();
-            map.only(&bytes)
-                .with_context(|| format!("sweeping ranges of {} ({mib} MiB)", path.display()))
+            let map = map
+                .only(&bytes)
+                .with_context(|| format!("sweeping ranges of {} ({mib} MiB)", path.display()))?;
+            Ok(if args.by_function {
+                map.by_function()
+            } else {
+                map
+            })
         })
         .transpose()?;
     let mut checksum = 0;
@@ -126,16 +132,17 @@ fn announce_mappings(
     let _ = std::io::stderr().write_all(anonymous.as_bytes());
     let _ = std::io::stderr().write_all(mapped.as_bytes());
     if ranges {
-        for range in file.ranges() {
+        for (i, range) in file.ranges().iter().enumerate() {
             let line = format!(
                 "work range: pid {pid} file {} offsets {}-{}: {} pages, {} minor faults, \
-                 {} major faults\n",
+                 {} major faults, read by {}\n",
                 file.path().display(),
                 range.bytes.start,
                 range.bytes.end,
                 range.bytes.len().div_ceil(monitor::system::page_size()),
                 range.expected.minor,
-                range.expected.major
+                range.expected.major,
+                file.reader(i).function()
             );
             let _ = std::io::stderr().write_all(line.as_bytes());
         }

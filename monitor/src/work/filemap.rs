@@ -54,6 +54,8 @@ pub struct FileMap {
     /// What the sweeps touch, in order: the whole file unless told otherwise.
     ranges: Vec<SweptRange>,
     stayed_cached: u64,
+    /// Each range read by its own code ([`FileMap::by_function`]).
+    by_function: bool,
 }
 
 impl FileMap {
@@ -88,6 +90,7 @@ impl FileMap {
             sweeps: 0,
             ranges: vec![whole],
             stayed_cached: 0,
+            by_function: false,
         })
     }
 
@@ -108,6 +111,18 @@ impl FileMap {
             })
             .collect();
         Ok(self)
+    }
+
+    /// Reads each range with code of its own ([`Reader::ALL`], in order), for a
+    /// profiler's known answer: which function took which range's faults.
+    pub fn by_function(mut self) -> FileMap {
+        self.by_function = true;
+        self
+    }
+
+    /// The code that reads the `i`th range in each sweep.
+    pub fn reader(&self, i: usize) -> Reader {
+        Reader::of_range(self.by_function, i)
     }
 
     /// The ranges swept, and what each took.
@@ -174,21 +189,16 @@ impl FileMap {
             cached = self.cached_pages()?;
         }
         let mut sum = 0u8;
-        let stamp = (self.sweeps as u8).wrapping_add(1);
-        for range in &mut self.ranges {
+        // Stored, never read first, when all are cached: a read would fault first and
+        // map its cached neighbours read-only (fault-around), each then faulting again
+        // on its write (write-protect): one page in 16 taking two faults, where
+        // `expected` says one.
+        let stamp = (cached == pages).then_some((self.sweeps as u8).wrapping_add(1));
+        for (i, range) in self.ranges.iter_mut().enumerate() {
             let before = thread_faults()?;
-            for at in range.bytes.clone().step_by(self.page_size) {
-                if cached == pages {
-                    // Stored, never read first: a read would fault first and map its
-                    // cached neighbours read-only (fault-around), each then faulting again
-                    // on its write (write-protect): one page in 16 taking two faults,
-                    // where `expected` says one.
-                    self.map[at] = stamp;
-                    sum = sum.wrapping_add(stamp);
-                } else {
-                    sum = sum.wrapping_add(self.map[at]);
-                }
-            }
+            let reader = Reader::of_range(self.by_function, i);
+            let bytes = &mut self.map[range.bytes.clone()];
+            sum = sum.wrapping_add(reader.touch(bytes, self.page_size, stamp));
             let after = thread_faults()?;
             range.expected.minor += after.minor - before.minor;
             range.expected.major += after.major - before.major;
@@ -224,6 +234,91 @@ impl FileMap {
     fn cached_pages(&self) -> io::Result<u64> {
         resident_pages(self.map.as_ptr(), self.map.len())
     }
+}
+
+/// The code that touches a range's pages in a sweep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reader {
+    /// The sweep's own loop.
+    Loop,
+    /// [`read_first_range`].
+    First,
+    /// [`read_second_range`].
+    Second,
+    /// The C library's `memchr`, reading every byte: code in a shared library.
+    Memchr,
+}
+
+impl Reader {
+    /// The readers of the first ranges with `--by-function`, in order.
+    pub const ALL: [Reader; 3] = [Reader::First, Reader::Second, Reader::Memchr];
+
+    /// The reader of the `i`th range: its own with `by_function`, else the loop's.
+    fn of_range(by_function: bool, i: usize) -> Reader {
+        match by_function {
+            true => Reader::ALL.get(i).copied().unwrap_or(Reader::Loop),
+            false => Reader::Loop,
+        }
+    }
+
+    /// The function a profiler should name for it (`work`'s demangled, libc's symbol).
+    pub fn function(self) -> &'static str {
+        match self {
+            Reader::Loop => "monitor::work::filemap::Reader::touch",
+            Reader::First => "monitor::work::filemap::read_first_range",
+            Reader::Second => "monitor::work::filemap::read_second_range",
+            Reader::Memchr => "memchr",
+        }
+    }
+
+    /// Touches each page of `bytes`: stores `stamp` in each, else reads each; returns
+    /// their sum. Never inlined: the loop's faults are this function's.
+    #[inline(never)]
+    fn touch(self, bytes: &mut [u8], page_size: usize, stamp: Option<u8>) -> u8 {
+        match self {
+            Reader::Loop => touch_pages(bytes, page_size, stamp),
+            Reader::First => read_first_range(bytes, page_size, stamp),
+            Reader::Second => read_second_range(bytes, page_size, stamp),
+            Reader::Memchr => {
+                // memchr reads every byte for one it never finds (255: no sweep's stamp
+                // is, and a new file's bytes are 0); the stores stay ours.
+                if stamp.is_some() {
+                    return touch_pages(bytes, page_size, stamp);
+                }
+                // SAFETY: `bytes` is a live slice of the mapping: memchr reads its
+                // `len()` bytes and nothing else.
+                let found = unsafe { libc::memchr(bytes.as_ptr().cast(), 255, bytes.len()) };
+                u8::from(!found.is_null())
+            }
+        }
+    }
+}
+
+/// The known answer's first function: its instructions take the first range's faults.
+#[inline(never)]
+pub fn read_first_range(bytes: &mut [u8], page_size: usize, stamp: Option<u8>) -> u8 {
+    touch_pages(bytes, page_size, stamp)
+}
+
+/// The known answer's second function.
+#[inline(never)]
+pub fn read_second_range(bytes: &mut [u8], page_size: usize, stamp: Option<u8>) -> u8 {
+    touch_pages(bytes, page_size, stamp)
+}
+
+/// Stores `stamp` in a byte of each page of `bytes`, or reads one; their sum. Inlined:
+/// the faulting instructions are its caller's.
+#[inline(always)]
+fn touch_pages(bytes: &mut [u8], page_size: usize, stamp: Option<u8>) -> u8 {
+    let mut sum = 0u8;
+    for at in (0..bytes.len()).step_by(page_size) {
+        match stamp {
+            Some(stamp) => bytes[at] = stamp,
+            None => sum = sum.wrapping_add(std::hint::black_box(bytes[at])),
+        }
+        sum = sum.wrapping_add(stamp.unwrap_or(0));
+    }
+    sum
 }
 
 impl Drop for FileMap {
