@@ -765,7 +765,8 @@ fn escaped(value: &str) -> String {
 }
 
 #[test]
-fn the_exporters_count_each_major_fault_under_its_mapping_and_program_a_hostile_files_escaped() {
+fn the_exporters_count_each_major_fault_under_its_mapping_program_and_function_a_hostile_files_escaped(
+) {
     use std::io::{BufRead, BufReader, Read, Write};
     let dir = OnDisk::new("exported");
     // A file named to break out of its label: a quote, a backslash, a newline.
@@ -779,7 +780,14 @@ fn the_exporters_count_each_major_fault_under_its_mapping_and_program_a_hostile_
             "--summary",
             summary.to_str().unwrap(),
         ])
-        .args(["--prometheus", "127.0.0.1:0", "--linger", "60s", "--"])
+        .args([
+            "--prometheus",
+            "127.0.0.1:0",
+            "--linger",
+            "60s",
+            "--export-functions",
+        ])
+        .arg("--")
         .args([WORK, "48", "R", "30000", "3", "--sleep-ms", "50", "--evict"])
         .arg("--file")
         .arg(&file)
@@ -853,6 +861,22 @@ fn the_exporters_count_each_major_fault_under_its_mapping_and_program_a_hostile_
     assert!(
         work.len() == 1 && work[0] >= took,
         "work's {work:?}, {took} on the file alone"
+    );
+    // And by function (--export-functions): the same faults, the file's on work's sweep.
+    let by_function = |labels: &str| -> Vec<u64> {
+        (text.lines())
+            .filter(|l| l.starts_with("pfprof_function_faults_total{") && l.contains(labels))
+            .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+            .collect()
+    };
+    assert_eq!(by_function("").iter().sum::<u64>(), recorded, "{text}");
+    let sweep = by_function(&format!(
+        r#"function="{SWEEP}",binary="{}"}}"#,
+        escaped(WORK)
+    ));
+    assert!(
+        sweep.len() == 1 && sweep[0] as f64 >= 0.95 * took as f64,
+        "the sweep's {sweep:?}, {took} on the file"
     );
 }
 

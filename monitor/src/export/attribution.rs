@@ -22,7 +22,7 @@ use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use crate::attribution::{Faults, Mapping, Tally};
+use crate::attribution::{Faults, Function, Mapping, Tally};
 
 /// The most mappings a target's series name at once: with `[other]` and `[lost]`, at
 /// most 18 values of the `mapping` label per target and metric.
@@ -31,6 +31,11 @@ pub const MAX_NAMED: usize = 16;
 /// The most programs a target's series name at once: with `[other]` and `[lost]`, at
 /// most 12 values of the `program` label per target and metric.
 pub const MAX_PROGRAMS: usize = 10;
+
+/// The most functions a target's series name at once (`--export-functions`): with
+/// `[other]` and `[lost]`, at most 18 values of the `function` label per target and
+/// metric.
+pub const MAX_FUNCTIONS: usize = 16;
 
 /// The program a process's faults are named with when its name was never read (it was
 /// gone before a pass read it).
@@ -96,6 +101,24 @@ fn bounded(name: &str) -> String {
         start += 1;
     }
     format!("…{}", &name[start..])
+}
+
+/// What a function's series are labelled with: `function`, its name (`[unknown]` where
+/// its binary has no symbol for it), and `binary`, its file's path (or the memory's name);
+/// each at most [`MAX_NAME_BYTES`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FunctionLabels {
+    pub name: Arc<str>,
+    pub binary: Arc<str>,
+}
+
+impl FunctionLabels {
+    pub fn of(function: &Function) -> FunctionLabels {
+        FunctionLabels {
+            name: bounded(&function.name).into(),
+            binary: bounded(&function.binary).into(),
+        }
+    }
 }
 
 /// A named series.
@@ -212,6 +235,8 @@ pub struct AttributedSeries {
     pub minor_sampling: u64,
     pub mappings: FirstSight<MappingLabels>,
     pub programs: FirstSight<Arc<str>>,
+    /// By function, where asked for (`--export-functions`).
+    pub functions: Option<FirstSight<FunctionLabels>>,
     /// Not recorded: the kernel's buffer was full.
     pub lost: Faults,
     /// Each process's program as the tables last named it, and the interval that did.
@@ -225,9 +250,18 @@ impl AttributedSeries {
             minor_sampling,
             mappings: FirstSight::new(MAX_NAMED),
             programs: FirstSight::new(MAX_PROGRAMS),
+            functions: None,
             lost: Faults::default(),
             names: HashMap::new(),
             intervals: 0,
+        }
+    }
+
+    /// The faults by function too, at most [`MAX_FUNCTIONS`] named.
+    pub fn with_functions(self) -> AttributedSeries {
+        AttributedSeries {
+            functions: Some(FirstSight::new(MAX_FUNCTIONS)),
+            ..self
         }
     }
 
@@ -269,12 +303,31 @@ impl AttributedSeries {
         }
         self.programs.add(programs, mono_ns);
         self.programs.other += interval.pids_folded();
+        if let Some(series) = self.functions.as_mut() {
+            let mut functions: HashMap<FunctionLabels, Faults> = HashMap::new();
+            for (function, faults) in interval.functions() {
+                *functions.entry(FunctionLabels::of(function)).or_default() += faults;
+            }
+            series.add(functions, mono_ns);
+            series.other += interval.functions_folded();
+        }
         self.lost += interval.lost();
     }
 
-    /// Each family's series: by mapping, by program.
-    pub fn families(&self) -> [Vec<SeriesPoint>; 2] {
-        [self.mapping_points(), self.program_points()]
+    /// Each family's series: by mapping, by program, and by function where asked for.
+    pub fn families(&self) -> Vec<Vec<SeriesPoint>> {
+        let mut families = vec![self.mapping_points(), self.program_points()];
+        if let Some(functions) = &self.functions {
+            let named = (functions.named.iter()).map(|named| {
+                let labels = vec![
+                    ("function", named.key.name.to_string()),
+                    ("binary", named.key.binary.to_string()),
+                ];
+                (labels, named.counts)
+            });
+            families.push(self.points("function", named, functions.other));
+        }
+        families
     }
 
     /// The minor faults `samples` recorded stand for.
@@ -375,6 +428,49 @@ mod tests {
     /// Every fault recorded or lost is in one series or another.
     fn all(series: &AttributedSeries) -> u64 {
         (series.mapping_points().iter()).map(|p| p.major).sum()
+    }
+
+    #[test]
+    fn functions_are_a_family_of_their_own_only_where_asked_for_every_fault_in_it() {
+        use crate::attribution::Function;
+        let mut tally = interval(&[("/a", 10), ("/b", 3)]);
+        let function = |name: &str| Function {
+            binary: "/usr/bin/db".into(),
+            name: name.into(),
+        };
+        let folded = major(2);
+        tally.add_functions(
+            &[
+                (function("read_index"), major(9)),
+                (function("scan"), major(2)),
+            ],
+            folded,
+        );
+        let mut plain = AttributedSeries::new(61);
+        plain.add_interval(&tally, 1);
+        assert_eq!(plain.families().len(), 2);
+        let mut series = AttributedSeries::new(61).with_functions();
+        series.add_interval(&tally, 1);
+        let families = series.families();
+        assert_eq!(families.len(), 3);
+        let points: Vec<(Vec<(&str, String)>, u64)> = (families[2].iter())
+            .map(|p| (p.labels.clone(), p.major))
+            .collect();
+        let labels = |name: &str| {
+            vec![
+                ("function", name.to_owned()),
+                ("binary", "/usr/bin/db".into()),
+            ]
+        };
+        assert_eq!(
+            points,
+            [
+                (labels("read_index"), 9),
+                (labels("scan"), 2),
+                (vec![("function", "[other]".into())], 2),
+                (vec![("function", "[lost]".into())], 1),
+            ]
+        );
     }
 
     #[test]

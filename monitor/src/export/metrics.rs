@@ -155,6 +155,25 @@ pub const PROGRAM_ESTIMATED_FAULTS: Metric = Metric {
            named as pfprof_program_faults names them",
 };
 
+pub const FUNCTION_FAULTS: Metric = Metric {
+    otel: "pfprof.function.faults",
+    otel_unit: "{fault}",
+    prometheus: "pfprof_function_faults",
+    unit: None,
+    help: "Major faults by the function whose code took them (--export-functions), every \
+           one recorded: the same faults as pfprof_mapping_faults, each of the target's \
+           named functions since the profile began (at most 16), the others' as \
+           function=\"[other]\", those the kernel could not record as function=\"[lost]\"",
+};
+pub const FUNCTION_ESTIMATED_FAULTS: Metric = Metric {
+    otel: "pfprof.function.estimated_faults",
+    otel_unit: "{fault}",
+    prometheus: "pfprof_function_estimated_faults",
+    unit: None,
+    help: "Minor faults by function, estimated: one in --minor-sampling recorded, times it; \
+           named as pfprof_function_faults names them",
+};
+
 /// A metric of the attributed faults: the fault type it counts, and its count of a
 /// series.
 pub type AttributedMetric = (&'static Metric, &'static str, fn(&SeriesPoint) -> u64);
@@ -171,9 +190,16 @@ pub const PROGRAM_METRICS: [AttributedMetric; 2] = [
     (&PROGRAM_ESTIMATED_FAULTS, "minor", |p| p.minor_estimated),
 ];
 
+/// The metrics of the faults by function.
+pub const FUNCTION_METRICS: [AttributedMetric; 2] = [
+    (&FUNCTION_FAULTS, "major", |p| p.major),
+    (&FUNCTION_ESTIMATED_FAULTS, "minor", |p| p.minor_estimated),
+];
+
 /// The metrics of each family of attributed series, in [`AttributedSeries::families`]'
-/// order: by mapping, by program.
-pub const ATTRIBUTED_METRICS: [&[AttributedMetric; 2]; 2] = [&MAPPING_METRICS, &PROGRAM_METRICS];
+/// order: by mapping, by program, by function.
+pub const ATTRIBUTED_METRICS: [&[AttributedMetric; 2]; 3] =
+    [&MAPPING_METRICS, &PROGRAM_METRICS, &FUNCTION_METRICS];
 pub const BUILD_INFO: Metric = Metric {
     otel: "pfprof.build.info",
     otel_unit: "",

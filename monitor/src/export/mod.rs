@@ -63,6 +63,15 @@ pub struct ExportOptions {
     /// the wait ends: 2 for an HA pair of Prometheus servers. --linger still bounds it.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     pub linger_scrapers: u16,
+    /// Export the faults by function too.
+    ///
+    /// Export the major and minor faults by the function whose code took them too
+    /// (pfprof_function_faults, pfprof_function_estimated_faults, labelled function
+    /// and binary): at most 16 functions named per target at once, the others'
+    /// faults as function="[other]", with "[lost]" at most 18 values of the function
+    /// label per target and metric.
+    #[arg(long)]
+    pub export_functions: bool,
 }
 
 impl ExportOptions {
@@ -113,6 +122,8 @@ pub struct Exporters {
     episodes_before: u64,
     /// The last row's timestamp: when the faults by mapping last added were counted.
     last_mono_ns: u64,
+    /// `--export-functions`: the faults by function exported too.
+    functions: bool,
 }
 
 impl Exporters {
@@ -165,12 +176,13 @@ impl Exporters {
             textfile,
             episodes_before: 0,
             last_mono_ns: 0,
+            functions: options.export_functions,
         }))
     }
 
     /// Exports through a fleet monitor's `hub` instead of exporters of its own, going on
     /// from the target's earlier values when it comes back within `--linger`.
-    pub fn attach(hub: &Hub, labels: Labels) -> Exporters {
+    pub fn attach(hub: &Hub, labels: Labels, options: &ExportOptions) -> Exporters {
         let board = Arc::new(Board::new(Snapshot::default()));
         let resumed = hub.attach(Arc::new(labels), Arc::clone(&board));
         let mut snapshot = Snapshot {
@@ -189,6 +201,7 @@ impl Exporters {
             otlp: None,
             textfile: None,
             last_mono_ns: 0,
+            functions: options.export_functions,
         }
     }
 
@@ -206,8 +219,16 @@ impl Exporters {
     /// Adds the faults by mapping and by program of the rows added since the last call
     /// (`interval`), one minor fault recorded in `minor_sampling`.
     pub fn add_attributed(&mut self, interval: &Tally, minor_sampling: u64) {
+        let functions = self.functions;
         (self.snapshot.attributed)
-            .get_or_insert_with(|| AttributedSeries::new(minor_sampling))
+            .get_or_insert_with(|| {
+                let series = AttributedSeries::new(minor_sampling);
+                if functions {
+                    series.with_functions()
+                } else {
+                    series
+                }
+            })
             .add_interval(interval, self.last_mono_ns);
     }
 
@@ -324,7 +345,7 @@ mod tests {
             derived: Vec::new(),
         };
         let before = unix_ms();
-        let mut exporters = Exporters::attach(&hub, labels);
+        let mut exporters = Exporters::attach(&hub, labels, &ExportOptions::default());
         let attached = exporters.board.latest().0.updated_unix_ms;
         // A clock that moves: the next post's time is after the first's.
         while unix_ms() == attached {

@@ -178,7 +178,7 @@ fn open<B: Backend>(request: &Request) -> Result<(Sinks, Opened<B>), ProfileErro
         derived: (request.supervised.as_ref()).map_or_else(Vec::new, |s| s.derived.clone()),
     };
     let exporters = match &request.supervised {
-        Some(supervised) => Some(Exporters::attach(&supervised.hub, labels)),
+        Some(supervised) => Some(Exporters::attach(&supervised.hub, labels, &request.export)),
         None => Exporters::start(&request.export, labels, request.interval)?,
     };
     let signals = match &request.supervised {

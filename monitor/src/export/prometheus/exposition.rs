@@ -253,10 +253,14 @@ impl SnapshotCollector {
             return Ok(());
         }
         for (i, metrics) in ATTRIBUTED_METRICS.into_iter().enumerate() {
+            // By function only where asked for: no family of no series otherwise.
+            if !attributed.iter().any(|(families, _)| families.len() > i) {
+                continue;
+            }
             for (metric, fault_type, count) in metrics {
                 let mut family = descriptor(encoder, metric, MetricType::Counter)?;
                 for (families, labels) in &attributed {
-                    for point in &families[i] {
+                    for point in families.get(i).into_iter().flatten() {
                         let mut pairs = with(labels, "system_paging_fault_type", fault_type);
                         pairs.extend(
                             point
