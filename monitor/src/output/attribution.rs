@@ -1045,6 +1045,61 @@ mod tests {
     }
 
     #[test]
+    fn code_is_named_by_function_in_the_record_and_the_summary_what_has_no_name_kept() {
+        use crate::attribution::Code;
+        let feed = on();
+        let mut w = AttributionReport::new(Arc::clone(&feed), false);
+        let mut table = table(50_000_000, &[("/f", 7, 2)]);
+        // Code of no file (a JIT's), a kernel address, a module record without an IP.
+        let jit = Arc::new(Mapping {
+            kind: MappingKind::Anonymous,
+            name: String::new(),
+            file: None,
+            owner: Some(42),
+        });
+        table.code = vec![
+            (
+                Code::User {
+                    mapping: jit,
+                    offset: None,
+                },
+                Faults::major(4),
+            ),
+            (Code::Kernel, Faults::major(2)),
+            (
+                Code::Unknown,
+                Faults {
+                    major: 1,
+                    minor_samples: 2,
+                },
+            ),
+        ];
+        feed.push(table);
+        w.row(&row(1, 20, 7));
+        let record = w.interval_record().unwrap();
+        let named: Vec<(&str, &str, u64)> = (record.functions.iter())
+            .map(|f| (f.binary.as_str(), f.name.as_str(), f.major))
+            .collect();
+        assert_eq!(
+            named,
+            [
+                ("anonymous memory of pid 42", "[unknown]", 4),
+                ("[kernel]", "[unknown]", 2),
+                ("[unknown]", "[unknown]", 1),
+            ]
+        );
+        assert_eq!(record.functions[2].minor_est, 20);
+        let place = w.finish();
+        let text = summary_text(&place, &row(1, 20, 7));
+        for line in [
+            "    major faults by function\n       57.1%              4  [unknown] in anonymous memory of pid 42\n",
+            "    minor faults by function\n      100.0%            ~20  [unknown] in [unknown]",
+        ] {
+            assert!(text.contains(line), "no {line:?} in {text}");
+        }
+    }
+
+    #[test]
     fn the_summary_never_estimates_more_minor_faults_than_were_taken() {
         let feed = on();
         let mut w = AttributionReport::new(Arc::clone(&feed), false);
