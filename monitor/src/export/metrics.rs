@@ -335,6 +335,9 @@ pub struct Snapshot {
     pub done: bool,
     /// When these values were posted, Unix time in milliseconds ([`LAST_UPDATE`]).
     pub updated_unix_ms: u64,
+    /// When the target's counts began (its first profile's start, in a fleet), Unix
+    /// time in nanoseconds: an OTLP cumulative point's start time.
+    pub started_unix_ns: u64,
 }
 
 impl Snapshot {

@@ -138,8 +138,12 @@ impl Exporters {
             return Ok(None);
         }
         // Zero counts as of now: the textfile's first write already says when.
-        let mut snapshot = Snapshot::default();
-        snapshot.stamp(SystemTime::now());
+        let now = SystemTime::now();
+        let mut snapshot = Snapshot {
+            started_unix_ns: otlp::unix_ns(now),
+            ..Snapshot::default()
+        };
+        snapshot.stamp(now);
         let board = Arc::new(Board::new(snapshot.clone()));
         let labels = Arc::new(labels);
         let one = Arc::new(prometheus::http::OneTarget {
@@ -185,11 +189,14 @@ impl Exporters {
     pub fn attach(hub: &Hub, labels: Labels, options: &ExportOptions) -> Exporters {
         let board = Arc::new(Board::new(Snapshot::default()));
         let resumed = hub.attach(Arc::new(labels), Arc::clone(&board));
-        let mut snapshot = Snapshot {
-            done: false,
-            ..resumed.unwrap_or_default()
-        };
-        snapshot.stamp(SystemTime::now());
+        let now = SystemTime::now();
+        // A target back within --linger goes on counting from its first start.
+        let mut snapshot = resumed.unwrap_or_else(|| Snapshot {
+            started_unix_ns: otlp::unix_ns(now),
+            ..Snapshot::default()
+        });
+        snapshot.done = false;
+        snapshot.stamp(now);
         board.post(&snapshot);
         Exporters {
             board,
@@ -357,6 +364,29 @@ mod tests {
             before <= attached && attached < published && published <= unix_ms(),
             "{before} {attached} {published}"
         );
+    }
+
+    #[test]
+    fn a_target_back_within_the_linger_counts_from_its_first_start() {
+        let hub = Hub::new(Duration::from_secs(60));
+        let labels = |target: &str| Labels {
+            target: target.into(),
+            backend: "procfs".into(),
+            mode: "strict".into(),
+            monitor_pid: "7".into(),
+            derived: Vec::new(),
+        };
+        let options = ExportOptions::default();
+        let started = |e: &Exporters| e.board.latest().0.started_unix_ns;
+        let first = Exporters::attach(&hub, labels("/a"), &options);
+        let first_start = started(&first);
+        assert!(first_start > 0);
+        let _ = first.finish(|| false);
+        std::thread::sleep(Duration::from_millis(2));
+        let back = Exporters::attach(&hub, labels("/a"), &options);
+        let other = Exporters::attach(&hub, labels("/b"), &options);
+        assert_eq!(started(&back), first_start);
+        assert!(started(&other) > first_start);
     }
 
     #[test]

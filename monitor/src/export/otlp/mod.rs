@@ -66,8 +66,6 @@ pub struct Pusher {
 /// What stays the same in every push.
 struct Identity {
     resource: Resource,
-    /// When the profile started: every sum and histogram counts from there.
-    start_unix_ns: u64,
 }
 
 /// What a push carries: each target's snapshot with its labels, and whether these are
@@ -126,7 +124,6 @@ impl Pusher {
         let config = Config::resolve(options, env)?;
         let identity = Identity {
             resource: resource::resource(env)?,
-            start_unix_ns: unix_ns(SystemTime::now()),
         };
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_global(Some(config.timeout))
@@ -294,7 +291,9 @@ fn request(
         .map(|(snapshot, labels)| {
             let points = Points {
                 labels: labels.pairs().iter().map(|(k, v)| string(k, v)).collect(),
-                start_unix_ns: identity.start_unix_ns,
+                // Each target's sums count from its own start: a fleet's targets
+                // come and go.
+                start_unix_ns: snapshot.started_unix_ns,
                 now_unix_ns,
             };
             ResourceMetrics {
@@ -493,7 +492,6 @@ mod tests {
     fn identity() -> Identity {
         Identity {
             resource: Resource::default(),
-            start_unix_ns: 1,
         }
     }
 
@@ -528,15 +526,25 @@ mod tests {
                 ("container", "nginx".into()),
             ],
         );
+        let started = |started_unix_ns| Snapshot {
+            started_unix_ns,
+            ..Snapshot::default()
+        };
         let targets = [
-            (
-                Snapshot::default(),
-                labels("/system.slice/a.service", Vec::new()),
-            ),
-            (Snapshot::default(), container),
+            (started(1), labels("/system.slice/a.service", Vec::new())),
+            (started(2), container),
         ];
-        let decoded = request(&targets, &identity(), 2);
+        let decoded = request(&targets, &identity(), 3);
         assert_eq!(decoded.resource_metrics.len(), 2);
+        // Each target's sums from its own start: the second came later.
+        let start = |i: usize| {
+            let metric = &decoded.resource_metrics[i].scope_metrics[0].metrics[0];
+            let Some(metric::Data::Sum(sum)) = &metric.data else {
+                panic!("faults are not a sum");
+            };
+            sum.data_points[0].start_time_unix_nano
+        };
+        assert_eq!((start(0), start(1)), (1, 2));
         let resource = |i: usize| decoded.resource_metrics[i].resource.clone().unwrap();
         let faults = |i: usize| {
             let metric = &decoded.resource_metrics[i].scope_metrics[0].metrics[0];
@@ -654,6 +662,7 @@ mod tests {
         }
         let s = Snapshot {
             attributed: Some(m),
+            started_unix_ns: 1,
             ..Snapshot::default()
         };
         let request = request(&[(s, labels("work", Vec::new()))], &identity(), 9);
