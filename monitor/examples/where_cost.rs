@@ -4,11 +4,13 @@
 //! fault (a byte written a page: a page allocated and zeroed), one bound by major faults
 //! (a file dropped from the page cache, then read through a shared mapping a byte a page,
 //! read ahead of nothing), each run bare, under `monitor run --no-attribution`, under
-//! `monitor run` (attribution on), under `perf record -e page-faults -d`, and under
-//! `perf record` sampling as the monitor does, in turns, round after round; the medians
-//! of the workload's own time and CPU time, and their ratios. A benchmark, not a test:
+//! `monitor run` (attribution on), under `perf record -e page-faults -d`, under `perf
+//! record` sampling as the monitor does, and with its call chains (`-g`), in turns, round
+//! after round; with BEFORE, another monitor's `monitor run` too (one built without code
+//! locations, say: what naming the code costs, in the same run); the medians of the
+//! workload's own time and CPU time, and their ratios. A benchmark, not a test:
 //!
-//!     cargo build --release -p monitor --bin monitor --example where_cost && target/release/examples/where_cost [ROUNDS] [MONITOR]
+//!     cargo build --release -p monitor --bin monitor --example where_cost && target/release/examples/where_cost [ROUNDS] [MONITOR] [BEFORE]
 //!
 //! The workload is this program (`where_cost workload minor|alloc|major FILE`), timing its own
 //! loop: the profilers' start and end are not in it. `perf` must be on the PATH.
@@ -74,9 +76,10 @@ fn main() -> anyhow::Result<()> {
     make_file(&file)?;
     let perf_data = exe.with_file_name(format!("where-cost-{}.perf", std::process::id()));
     let monitor = monitor.display().to_string();
-    let run = |extra: &[&str]| -> Vec<String> {
+    let before = std::env::args().nth(3);
+    let run_of = |monitor: &str, extra: &[&str]| -> Vec<String> {
         [
-            &monitor,
+            monitor,
             "run",
             "--backend",
             "procfs",
@@ -90,7 +93,19 @@ fn main() -> anyhow::Result<()> {
         .map(|s| s.to_string())
         .collect()
     };
-    let configs = [
+    let run = |extra: &[&str]| run_of(&monitor, extra);
+    let sampling = monitor::attribution::DEFAULT_MINOR_SAMPLING.to_string();
+    let as_the_monitor = [
+        "-e",
+        "major-faults",
+        "-c",
+        "1",
+        "-e",
+        "minor-faults",
+        "-c",
+        &sampling,
+    ];
+    let mut configs = vec![
         Config {
             name: "bare",
             prefix: Vec::new(),
@@ -109,21 +124,19 @@ fn main() -> anyhow::Result<()> {
         },
         Config {
             name: "perf record, sampling as the monitor",
-            prefix: perf(
-                &[
-                    "-e",
-                    "major-faults",
-                    "-c",
-                    "1",
-                    "-e",
-                    "minor-faults",
-                    "-c",
-                    &monitor::attribution::DEFAULT_MINOR_SAMPLING.to_string(),
-                ],
-                &perf_data,
-            ),
+            prefix: perf(&as_the_monitor, &perf_data),
+        },
+        Config {
+            name: "perf record -g, sampling as the monitor",
+            prefix: perf(&[&as_the_monitor[..], &["-g"]].concat(), &perf_data),
         },
     ];
+    if let Some(before) = &before {
+        configs.push(Config {
+            name: "BEFORE monitor (attribution)",
+            prefix: run_of(before, &[]),
+        });
+    }
     let workloads = ["minor", "alloc", "major"];
     let mut results = vec![vec![Vec::new(); configs.len()]; workloads.len()];
     for round in 0..rounds as usize {

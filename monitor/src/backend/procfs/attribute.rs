@@ -66,6 +66,10 @@ pub struct Attributor {
     /// drain began (a CPU's ring may not hold its records of that time yet).
     waiting: InOrder,
     current: Builder,
+    /// The last faults' process and instruction, where it was, and how many faults it
+    /// took in a row: a loop faulting through a file faults at one instruction, resolved
+    /// and counted in the table once for the run (until a mapping record is applied).
+    last_code: Option<(u32, u64, Code, Faults)>,
     lost: Faults,
     /// The rings whose descriptor hung up (its event's task and inherited children are
     /// gone: poll says so at once, forever), by their position in
@@ -81,6 +85,7 @@ impl Attributor {
             recorded: Recorded::default(),
             waiting: InOrder::default(),
             current: Builder::default(),
+            last_code: None,
             lost: Faults::default(),
             hung_up: Vec::new(),
         }
@@ -113,6 +118,7 @@ impl Attributor {
     /// process's own faults.
     pub fn finish(&mut self, end_ns: u64, processes: Vec<ProcessFaults>) -> PeriodTable {
         self.drain_until(end_ns);
+        self.count_code();
         let table = std::mem::take(&mut self.current).finish(
             end_ns,
             std::mem::take(&mut self.lost),
@@ -172,6 +178,10 @@ impl Attributor {
 
     fn apply(&mut self, timed: Timed) {
         let time_ns = timed.time_ns;
+        if !matches!(timed.record, Record::Sample { .. }) {
+            // The mappings may change: the next instruction is resolved anew.
+            self.count_code();
+        }
         match timed.record {
             // Only the faults' events sample.
             Record::Sample { pid, addr, ip, .. } => {
@@ -180,8 +190,15 @@ impl Attributor {
                     self.current.add_at(pid, mapping, offset, one(kind, 1));
                     // The code's mapping as the address's was found, as it was then;
                     // its function named by the consumer, off this drain.
-                    let code = Code::at(ip, || self.resolve(pid, ip));
-                    self.current.add_code(code, one(kind, 1));
+                    let same = matches!(&self.last_code, Some((p, i, ..)) if (*p, *i) == (pid, ip));
+                    if !same {
+                        self.count_code();
+                        let code = Code::at(ip, || self.resolve(pid, ip));
+                        self.last_code = Some((pid, ip, code, Faults::default()));
+                    }
+                    if let Some((.., faults)) = self.last_code.as_mut() {
+                        *faults += one(kind, 1);
+                    }
                 }
             }
             Record::Mmap(mmap) => self.recorded.mmap(&mmap),
@@ -197,6 +214,13 @@ impl Attributor {
             }
             Record::Exit { pid, tid, .. } if pid == tid => self.recorded.exit(pid),
             Record::Fork { .. } | Record::Exit { .. } | Record::Lost(_) | Record::Overflowed => {}
+        }
+    }
+
+    /// Counts the last faults' code location in the table.
+    fn count_code(&mut self) {
+        if let Some((_, _, code, faults)) = self.last_code.take() {
+            self.current.add_code(code, faults);
         }
     }
 
