@@ -79,9 +79,9 @@ fn entry<'a>(top: &'a [Value], a: &Announced) -> Option<&'a Value> {
 }
 
 /// `monitor run` of `sh -c script` on the procfs backend, its rows written to `rows` as
-/// JSON Lines, its summary to `summary` as JSON and its plot to `plot`.
-fn run_written(rows: &Path, summary: &Path, plot: &Path, script: &str) -> Output {
-    monitor(&[
+/// JSON Lines, its summary to `summary` as JSON, with `options` (`--plot FILE`...).
+fn run_written(rows: &Path, summary: &Path, options: &[&str], script: &str) -> Output {
+    let written = [
         "run",
         "--backend",
         "procfs",
@@ -91,13 +91,9 @@ fn run_written(rows: &Path, summary: &Path, plot: &Path, script: &str) -> Output
         rows.to_str().unwrap(),
         "--summary",
         summary.to_str().unwrap(),
-        "--plot",
-        plot.to_str().unwrap(),
-        "--",
-        "sh",
-        "-c",
-        script,
-    ])
+    ];
+    let command = ["--", "sh", "-c", script];
+    monitor(&[&written[..], options, &command].concat())
 }
 
 #[test]
@@ -115,7 +111,12 @@ fn each_mappings_faults_are_where_work_put_them_a_childs_too_majors_all_on_their
         a.display(),
         b.display()
     );
-    let out = run_written(&rows, &summary, &plot, &script);
+    let out = run_written(
+        &rows,
+        &summary,
+        &["--plot", plot.to_str().unwrap()],
+        &script,
+    );
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     let announced = announced(&err);
@@ -249,7 +250,12 @@ fn a_files_hottest_regions_are_the_ranges_work_read_with_every_major_fault_each_
          --file-range 6-7 --evict",
         file.display()
     );
-    let out = run_written(&rows, &summary, &plot, &script);
+    let out = run_written(
+        &rows,
+        &summary,
+        &["--plot", plot.to_str().unwrap()],
+        &script,
+    );
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     let ranges = announced_ranges(&err);
@@ -959,23 +965,7 @@ fn each_ranges_major_faults_are_on_the_function_that_read_it_stripped_or_not() {
             file.display(),
             short.display()
         );
-        let out = monitor(&[
-            "run",
-            "--backend",
-            "procfs",
-            "--period",
-            "5s",
-            "--format",
-            "jsonl",
-            "-o",
-            rows.to_str().unwrap(),
-            "--summary",
-            summary.to_str().unwrap(),
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ]);
+        let out = run_written(&rows, &summary, &["--period", "5s"], &script);
         let err = stderr(&out);
         assert!(out.status.success(), "{err}");
         let ranges = ranges_read_by(&err);
