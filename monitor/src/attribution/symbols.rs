@@ -22,9 +22,9 @@ use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 use super::mapping::FileId;
 use super::table::Code;
 
-/// The most symbols the cache holds, over all its files: about 80 bytes each with its
-/// name, so at most about 40 MiB; a typical library has thousands (libc's `.dynsym`
-/// 3,000, python3's 10,000). Past it the cache starts again empty; a single file of more
+/// The most symbols the cache holds, over all its files: about 100 bytes each with its
+/// name, so at most about 50 MiB; a typical file has thousands (python3's `.dynsym`
+/// 1,500, libc's debug file 3,700, this monitor's `.symtab` 7,600). Past it the cache starts again empty; a single file of more
 /// keeps its first this many functions by address, and names the rest `[unknown]`.
 pub const MAX_CACHED_SYMBOLS: usize = 500_000;
 
@@ -309,5 +309,15 @@ mod tests {
         );
         // An offset past every segment is no function's.
         assert_eq!(table.function_at(u64::MAX), None);
+        // Not the file that was mapped (replaced since: another inode): not read.
+        let other = FileId {
+            major: 0,
+            minor: 0,
+            inode: 1,
+        };
+        assert!(matches!(
+            SymbolTable::read(Path::new(&path), Some(other), MAX_CACHED_SYMBOLS),
+            Err(SymbolError::Replaced { .. })
+        ));
     }
 }
