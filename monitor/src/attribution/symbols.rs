@@ -28,6 +28,10 @@ use super::table::Code;
 /// keeps its first this many functions by address, and names the rest `[unknown]`.
 pub const MAX_CACHED_SYMBOLS: usize = 500_000;
 
+/// The most files the cache knows, those it could not read included: past it, it starts
+/// again empty.
+pub const MAX_CACHED_FILES: usize = 4096;
+
 /// Where a distribution installs debug files by build id: `xx/yyyy.debug`.
 const BUILD_ID_DIR: &str = "/usr/lib/debug/.build-id";
 
@@ -37,9 +41,11 @@ pub const UNKNOWN: &str = "[unknown]";
 /// A function, in the binary or library (or other memory) its code is in.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Function {
-    /// The file's path, or the memory's name as the summary names a mapping
-    /// (`anonymous memory of pid 1234` for JIT code, `[kernel]` for a fault the
-    /// kernel took in a system call on the process's behalf).
+    /// The file's path, or the memory's name without its process (`[anon:NAME]`,
+    /// `[heap]`; `[anonymous]` for plain anonymous memory: JIT code; `[kernel]` for a
+    /// fault the kernel took in a system call on the process's behalf): one JIT's code
+    /// in fifteen processes is one function, as a program's heap is one mapping to the
+    /// exporters.
     pub binary: String,
     /// The symbol's name, demangled (Rust's; C++'s are left as they are), or
     /// [`UNKNOWN`].
@@ -210,8 +216,8 @@ fn demangled(name: &str) -> Arc<str> {
 }
 
 /// The symbol tables of the files code was found in, read once each (by device and
-/// inode) and kept while they fit [`MAX_CACHED_SYMBOLS`]; the consumer's, off the
-/// sampler's drain.
+/// inode) and kept while they fit [`MAX_CACHED_SYMBOLS`] and [`MAX_CACHED_FILES`]; the
+/// consumer's, off the sampler's drain.
 #[derive(Debug, Default)]
 pub struct Symbolizer {
     tables: HashMap<FileId, Option<Arc<SymbolTable>>>,
@@ -243,9 +249,9 @@ impl Symbolizer {
             }
             _ => None,
         };
-        let binary = match mapping.file {
-            Some(_) => mapping.name.clone(),
-            None => mapping.to_string(),
+        let binary = match (mapping.file, mapping.name.is_empty()) {
+            (Some(_), _) | (None, false) => mapping.name.clone(),
+            (None, true) => format!("[{}]", mapping.kind.describe()),
         };
         Function {
             binary,
@@ -263,7 +269,7 @@ impl Symbolizer {
             .ok()
             .map(Arc::new);
         let size = table.as_ref().map_or(0, |t| t.len());
-        if self.symbols + size > MAX_CACHED_SYMBOLS {
+        if self.symbols + size > MAX_CACHED_SYMBOLS || self.tables.len() >= MAX_CACHED_FILES {
             self.tables.clear();
             self.symbols = 0;
         }

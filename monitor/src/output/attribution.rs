@@ -359,7 +359,7 @@ pub struct FunctionRecord {
     /// for the code.
     pub name: String,
     /// The binary or library its code is in (a path), or the memory's name as a mapping
-    /// is shown (`anonymous memory of pid 1234`), `[kernel]`.
+    /// is named without its process (`[anonymous]`, `[anon:NAME]`), `[kernel]`.
     pub binary: String,
     pub major: u64,
     pub minor_est: u64,
@@ -1083,7 +1083,7 @@ mod tests {
         assert_eq!(
             named,
             [
-                ("anonymous memory of pid 42", "[unknown]", 4),
+                ("[anonymous]", "[unknown]", 4),
                 ("[kernel]", "[unknown]", 2),
                 ("[unknown]", "[unknown]", 1),
             ]
@@ -1092,7 +1092,7 @@ mod tests {
         let place = w.finish();
         let text = summary_text(&place, &row(1, 20, 7));
         for line in [
-            "    major faults by function\n       57.1%              4  [unknown] in anonymous memory of pid 42\n",
+            "    major faults by function\n       57.1%              4  [unknown] in [anonymous]\n",
             "    minor faults by function\n      100.0%            ~20  [unknown] in [unknown]",
         ] {
             assert!(text.contains(line), "no {line:?} in {text}");
