@@ -178,8 +178,10 @@ fn check_backend(backend: &str, dir: &str) -> Result<String> {
         each.push(format!("{name} {on} of {}", file.major));
         ensure!(
             on.abs_diff(file.major) as f64 <= 0.01 * file.major as f64 + 16.0,
-            "{backend}: {on} major faults on {name}, work took {}: {major_top:?}",
-            file.major
+            "{backend}: {on} major faults on {name}, work took {}; of the major faults \
+             the kernel could not deliver, {} lost: {major_top:?}",
+            file.major,
+            place["major"]["lost"]
         );
         on_files += on;
     }
@@ -214,6 +216,124 @@ pub fn each_mappings_faults_are_where_work_put_them_in_both_backends(env: &Env) 
     }
     drop(disk);
     crate::harness::figure(&format!("where: {}", figures.join("; ")));
+    module.unload()
+}
+
+/// Each `work range:` line of `work --by-function`: the range's major faults and the
+/// function that read it.
+fn ranges_read_by(stderr: &str) -> Result<Vec<(u64, String)>> {
+    stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("work range: pid "))
+        .map(|line| {
+            let (counts, reader) = line
+                .rsplit_once(", read by ")
+                .with_context(|| format!("no reader in {line:?}"))?;
+            let major = counts
+                .strip_suffix(" major faults")
+                .and_then(|c| c.rsplit(", ").next())
+                .with_context(|| format!("no major faults in {line:?}"))?;
+            Ok((major.parse()?, reader.to_owned()))
+        })
+        .collect()
+}
+
+/// Whether the ELF file at `path` keeps its symbol table (a distribution's package
+/// strips it; the code in it is then `[unknown]` to any profiler without debug files).
+fn has_symbols(path: &str) -> Result<bool> {
+    use object::Object;
+    let data = fs::read(path)?;
+    let elf = object::File::parse(&*data).with_context(|| format!("{path} is no ELF file"))?;
+    Ok(elf.section_by_name(".symtab").is_some())
+}
+
+/// One backend's run of `work --by-function` (three ranges of an evicted file, each read
+/// by its own code: two functions of work's, the C library's memchr); what it found.
+fn check_functions(backend: &str, dir: &str) -> Result<String> {
+    let file = format!("{dir}/functions-{backend}");
+    let summary = format!("/tmp/functions-{backend}.json");
+    let monitor = Command::new("/bin/monitor")
+        .args(["run", "--backend", backend, "-o", "/dev/null"])
+        .args(["--summary", &summary, "--", "/bin/work", "1", "R", "1", "3"])
+        .args(["--sleep-ms", "50", "--file", &file, "--file-mib", "8"])
+        .args([
+            "--file-range",
+            "0-2",
+            "--file-range",
+            "3-4",
+            "--file-range",
+            "6-7",
+        ])
+        .args(["--evict", "--by-function"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("running /bin/monitor")?;
+    let err = finished(backend, within(monitor, Duration::from_secs(300))?)?;
+    let ranges = ranges_read_by(&err)?;
+    ensure!(ranges.len() == 3, "{backend}: {err}");
+    let summary: Value = serde_json::from_str(&fs::read_to_string(&summary)?)?;
+    let functions = array(&summary["where"]["major"]["functions"], "major.functions")?;
+    let on = |binary: &dyn Fn(&str) -> bool, name: &dyn Fn(&str) -> bool| -> u64 {
+        (functions.iter())
+            .filter(|f| {
+                binary(f["binary"].as_str().unwrap_or_default())
+                    && name(f["name"].as_str().unwrap_or_default())
+            })
+            .filter_map(|f| f["major"].as_u64())
+            .sum()
+    };
+    // The static work of run.sh's lanes has the C library inside; the package's links
+    // it, and is stripped.
+    let named = has_symbols("/bin/work")?;
+    let (mut own_code, mut each) = (0, Vec::new());
+    for (major, reader) in &ranges {
+        ensure!(
+            *major >= 256,
+            "{backend}: {reader} took {major} major faults: {err}"
+        );
+        let took = if reader == "memchr" {
+            // Static, work holds the C library's variant (`__memchr_evex`); dynamic,
+            // libc.so.6 does, a local symbol that its stripped file no longer names.
+            on(&|b| b == "/bin/work", &|n| n.contains("memchr"))
+                + on(&|b| b.ends_with("/libc.so.6"), &|_| true)
+        } else if named {
+            on(&|b| b == "/bin/work", &|n| n == reader)
+        } else {
+            own_code += major;
+            continue;
+        };
+        each.push(format!("{reader} {took} of {major}"));
+        ensure!(
+            took as f64 >= 0.95 * *major as f64 && took <= *major,
+            "{backend}: {reader} read {major}, {took} on it: {functions:?}"
+        );
+    }
+    if !named {
+        let unknown = on(&|b| b == "/bin/work", &|n| n == "[unknown]");
+        each.push(format!(
+            "work's stripped code [unknown] {unknown} of {own_code}"
+        ));
+        ensure!(
+            unknown as f64 >= 0.95 * own_code as f64,
+            "{backend}: {own_code} major faults in the stripped work's code, {unknown} \
+             [unknown]: {functions:?}"
+        );
+    }
+    Ok(format!("{backend}: {}", each.join(", ")))
+}
+
+pub fn each_ranges_major_faults_are_on_the_function_that_read_it_in_both_backends(
+    env: &Env,
+) -> Result<()> {
+    let module = kmod::insmod(env, &[])?;
+    let disk = ZramDisk::mount(64, "/mnt/code")?;
+    let mut figures = Vec::new();
+    for backend in ["kernel", "procfs"] {
+        figures.push(check_functions(backend, disk.dir)?);
+    }
+    drop(disk);
+    crate::harness::figure(&format!("functions: {}", figures.join("; ")));
     module.unload()
 }
 

@@ -141,6 +141,7 @@ const TESTS: &[(&str, Test)] = tests![
     isolation::a_process_execing_again_and_again_is_never_withdrawn,
     isolation::a_descendant_that_runs_a_setuid_program_between_two_looks_is_not_counted,
     attribution::each_mappings_faults_are_where_work_put_them_in_both_backends,
+    attribution::each_ranges_major_faults_are_on_the_function_that_read_it_in_both_backends,
     attribution::another_users_session_learns_nothing_of_a_process_it_may_not_read,
     attribution::threads_created_while_their_process_is_listed_are_recorded_once,
     attribution::a_descendant_reparented_stays_its_trees_and_is_recorded_once,
