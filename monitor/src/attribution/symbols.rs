@@ -10,13 +10,15 @@
 //! offsets named, to these tables' 98% from libc6-dbg's) and 0.2-1.1 s through DWARF
 //! (which finds the debug file: the same 98%); addr2line reads DWARF only, for lines.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::fs::File;
+use std::ops::Range;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use object::read::ReadCache;
+use object::read::{ReadCache, ReadCacheOps, ReadRef};
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 
 use super::mapping::FileId;
@@ -24,13 +26,24 @@ use super::table::Code;
 
 /// The most symbols the cache holds, over all its files: about 100 bytes each with its
 /// name, so at most about 50 MiB; a typical file has thousands (python3's `.dynsym`
-/// 1,500, libc's debug file 3,700, this monitor's `.symtab` 7,600). Past it the cache starts again empty; a single file of more
-/// keeps its first this many functions by address, and names the rest `[unknown]`.
+/// 1,500, libc's debug file 3,700, this monitor's `.symtab` 7,600). Past it the cache
+/// starts again empty; a single file of more keeps its first this many functions by
+/// address, and names the rest `[unknown]`.
 pub const MAX_CACHED_SYMBOLS: usize = 500_000;
 
 /// The most files the cache knows, those it could not read included: past it, it starts
 /// again empty.
 pub const MAX_CACHED_FILES: usize = 4096;
+
+/// The most bytes of one file (and of its debug file) read into memory: its headers,
+/// symbol tables and names. This monitor's own `.symtab` and names are 1.4 MiB, libc's
+/// debug file's 0.4 MiB; a file past it is `[unknown]`. Any user's process may map a
+/// file it made, and a symbol table of gigabytes would be read whole.
+const MAX_READ_BYTES: u64 = 64 << 20;
+
+/// The longest symbol name read: a name runs to a NUL that a hostile file may hold back
+/// for gigabytes.
+const MAX_NAME_BYTES: u64 = 64 << 10;
 
 /// Where a distribution installs debug files by build id: `xx/yyyy.debug`.
 const BUILD_ID_DIR: &str = "/usr/lib/debug/.build-id";
@@ -110,7 +123,7 @@ impl SymbolTable {
             source,
         };
         // Read as needed: the headers and symbol tables, not a whole binary.
-        let data = ReadCache::new(handle);
+        let data = BoundedRead::new(handle);
         let elf = object::File::parse(&data).map_err(parse_error)?;
         let segments = (elf.segments())
             .map(|s| {
@@ -134,7 +147,7 @@ impl SymbolTable {
                 let Ok(debug) = File::open(debug) else {
                     continue;
                 };
-                let debug = ReadCache::new(debug);
+                let debug = BoundedRead::new(debug);
                 if let Ok(debug) = object::File::parse(&debug) {
                     functions = self::functions(debug.symbols(), budget);
                 }
@@ -169,6 +182,46 @@ impl SymbolTable {
 
     pub fn is_empty(&self) -> bool {
         self.functions.is_empty()
+    }
+}
+
+/// A file read as needed, [`MAX_READ_BYTES`] of it at most: `object` reads a symbol
+/// table whole, whatever size its section header says, and a name up to its NUL.
+struct BoundedRead<R: ReadCacheOps> {
+    cache: ReadCache<R>,
+    left: Cell<u64>,
+}
+
+impl<R: ReadCacheOps> BoundedRead<R> {
+    fn new(read: R) -> BoundedRead<R> {
+        BoundedRead {
+            cache: ReadCache::new(read),
+            left: Cell::new(MAX_READ_BYTES),
+        }
+    }
+
+    /// Takes `size` bytes of what is left, or refuses the read.
+    fn take(&self, size: u64) -> Result<(), ()> {
+        self.left.set(self.left.get().checked_sub(size).ok_or(())?);
+        Ok(())
+    }
+}
+
+impl<'a, R: ReadCacheOps> ReadRef<'a> for &'a BoundedRead<R> {
+    fn len(self) -> Result<u64, ()> {
+        (&self.cache).len()
+    }
+
+    fn read_bytes_at(self, offset: u64, size: u64) -> Result<&'a [u8], ()> {
+        self.take(size)?;
+        (&self.cache).read_bytes_at(offset, size)
+    }
+
+    fn read_bytes_at_until(self, range: Range<u64>, delimiter: u8) -> Result<&'a [u8], ()> {
+        let end = range.end.min(range.start.saturating_add(MAX_NAME_BYTES));
+        let bytes = (&self.cache).read_bytes_at_until(range.start..end, delimiter)?;
+        self.take(bytes.len() as u64)?;
+        Ok(bytes)
     }
 }
 
@@ -282,6 +335,35 @@ impl Symbolizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_is_read_no_further_than_its_bound_whatever_its_headers_say() {
+        let dir = std::env::temp_dir().join(format!("pfprof-bounded-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("sparse");
+        // A name whose NUL comes past the bound, then a gigabyte of holes.
+        let mut bytes = vec![b'x'; MAX_NAME_BYTES as usize + 1];
+        bytes.push(0);
+        std::fs::write(&path, &bytes).unwrap();
+        let file = File::options().write(true).open(&path).unwrap();
+        file.set_len(1 << 30).unwrap();
+        let read = BoundedRead::new(File::open(&path).unwrap());
+        let data = &read;
+        assert_eq!(data.read_bytes_at_until(0..1 << 30, 0), Err(()));
+        let short = MAX_NAME_BYTES - 1;
+        assert_eq!(
+            data.read_bytes_at_until(short..1 << 30, 0).map(<[u8]>::len),
+            Ok(2)
+        );
+        assert_eq!(data.read_bytes_at(1 << 20, MAX_READ_BYTES), Err(()));
+        assert!(data.read_bytes_at(1 << 20, MAX_READ_BYTES - 16).is_ok());
+        assert_eq!(
+            data.read_bytes_at(0, 64),
+            Err(()),
+            "the bound is for all reads"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// This test's own binary: `this_function_is_named` is found at its own code's
     /// file offset, as a fault's instruction would be.
