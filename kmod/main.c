@@ -53,7 +53,7 @@ MODULE_PARM_DESC(max_registrations,
 #define PFPROF_FAULT_PAGES_DEFAULT	256
 #define PFPROF_FAULT_PAGES_MIN		2
 #define PFPROF_FAULT_PAGES_MAX		16384
-/* Each CPU's buffer between two periods: 24 bytes a record. */
+/* Each CPU's buffer between two periods: 32 bytes a record, 128 KiB by default. */
 #define PFPROF_FAULT_CPU_RECORDS_DEFAULT	4096
 #define PFPROF_FAULT_CPU_RECORDS_MIN	64
 #define PFPROF_FAULT_CPU_RECORDS_MAX	65536
