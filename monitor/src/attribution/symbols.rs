@@ -12,24 +12,30 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
+use std::fmt::{self, Write as _};
 use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use nix::errno::Errno;
+use nix::fcntl::{self, OFlag, OpenHow, ResolveFlag};
+use nix::sys::stat::Mode;
 use object::read::{ReadCache, ReadCacheOps, ReadRef};
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 
 use super::mapping::FileId;
 use super::table::Code;
 
-/// The most symbols the cache holds, over all its files: about 100 bytes each with its
-/// name, so at most about 50 MiB; a typical file has thousands (python3's `.dynsym`
-/// 1,500, libc's debug file 3,700, this monitor's `.symtab` 7,600). Past it the cache
-/// starts again empty; a single file of more keeps its first this many functions by
-/// address, and names the rest `[unknown]`.
-pub const MAX_CACHED_SYMBOLS: usize = 500_000;
+/// The most bytes the cache holds, over all its files: each function's name and
+/// [`ENTRY_BYTES`]. A typical file has thousands of functions (python3's `.dynsym`
+/// 1,500, libc's debug file 3,700, this monitor's `.symtab` 7,600: 0.5 MiB); past it
+/// the cache starts again empty.
+pub const MAX_CACHED_BYTES: usize = 128 << 20;
+
+/// What a function costs the cache beside its name: its range and the name's pointer.
+const ENTRY_BYTES: usize = 40;
 
 /// The most files the cache knows, those it could not read included: past it, it starts
 /// again empty.
@@ -41,9 +47,12 @@ pub const MAX_CACHED_FILES: usize = 4096;
 /// file it made, and a symbol table of gigabytes would be read whole.
 const MAX_READ_BYTES: u64 = 64 << 20;
 
-/// The longest symbol name read: a name runs to a NUL that a hostile file may hold back
-/// for gigabytes.
-const MAX_NAME_BYTES: u64 = 64 << 10;
+/// The longest symbol name `object` reads (its own bound: a longer name is no name).
+const MAX_NAME_BYTES: u64 = 4096;
+
+/// The longest name demangled: a Rust v0 symbol of 74 bytes demangles to a megabyte
+/// through its back-references. A longer one is cut, ending in `…`.
+const MAX_DEMANGLED_BYTES: usize = 1024;
 
 /// Where a distribution installs debug files by build id: `xx/yyyy.debug`.
 const BUILD_ID_DIR: &str = "/usr/lib/debug/.build-id";
@@ -84,35 +93,32 @@ pub enum SymbolError {
     },
 }
 
-/// One file's functions by address, and how its file offsets become addresses.
+/// One file's functions by address (named as the file names them), and how its file
+/// offsets become addresses.
 #[derive(Debug, Default)]
 pub struct SymbolTable {
     /// The loadable segments: (file offset, size in the file, address).
     segments: Vec<(u64, u64, u64)>,
     /// Functions by start address: (start, end, name), sorted, not overlapping.
     functions: Vec<(u64, u64, Arc<str>)>,
+    /// What it costs the cache: its names and entries.
+    bytes: usize,
 }
 
 impl SymbolTable {
     /// The functions of the ELF file at `path`, which must be `file` (device and inode)
     /// when given.
-    pub fn read(
-        path: &Path,
-        file: Option<FileId>,
-        budget: usize,
-    ) -> Result<SymbolTable, SymbolError> {
-        let open = |path: &Path| {
-            File::open(path).map_err(|source| SymbolError::Open {
-                path: path.into(),
-                source,
-            })
+    pub fn read(path: &Path, file: Option<FileId>) -> Result<SymbolTable, SymbolError> {
+        let open_error = |source| SymbolError::Open {
+            path: path.into(),
+            source,
         };
-        let handle = open(path)?;
+        // The kernel names a mapping by its path without symbolic links: a path through
+        // one is another file than the one mapped (a process's chroot or mount
+        // namespace names its files with paths that lead elsewhere here).
+        let handle = open_regular(path, ResolveFlag::RESOLVE_NO_SYMLINKS).map_err(open_error)?;
         if let Some(file) = file {
-            let meta = handle.metadata().map_err(|source| SymbolError::Open {
-                path: path.into(),
-                source,
-            })?;
+            let meta = handle.metadata().map_err(open_error)?;
             let (major, minor) = (libc::major(meta.dev()), libc::minor(meta.dev()));
             if (major, minor, meta.ino()) != (file.major, file.minor, file.inode) {
                 return Err(SymbolError::Replaced { path: path.into() });
@@ -132,47 +138,36 @@ impl SymbolTable {
             })
             .filter(|&(_, size, _)| size > 0)
             .collect();
-        let mut functions = functions(elf.symbols(), budget);
+        let mut functions = functions(elf.symbols());
         if functions.is_empty() {
             // Stripped: its debug file, installed for its build id or named by its
-            // .gnu_debuglink (beside it, or in .debug/ beside it, as gdb looks).
-            let by_id = elf.build_id().ok().flatten().and_then(debug_file);
-            let linked = (elf.gnu_debuglink().ok().flatten())
-                .and_then(|(name, _)| std::str::from_utf8(name).ok())
-                .map(|name| {
-                    let dir = path.parent().unwrap_or(Path::new("/"));
-                    [dir.join(name), dir.join(".debug").join(name)]
-                });
-            for debug in by_id.into_iter().chain(linked.into_iter().flatten()) {
-                let Ok(debug) = File::open(debug) else {
-                    continue;
-                };
-                let debug = BoundedRead::new(debug);
-                if let Ok(debug) = object::File::parse(&debug) {
-                    functions = self::functions(debug.symbols(), budget);
-                }
-                if !functions.is_empty() {
-                    break;
-                }
+            // .gnu_debuglink (beside it, or in .debug/ beside it, as gdb looks), and
+            // taken only if it carries the binary's build id: the link is the file's
+            // word, and any user may write a file naming another's.
+            if let Some(id) = elf.build_id().ok().flatten() {
+                functions = debug_functions(path, id, elf.gnu_debuglink().ok().flatten());
             }
         }
         if functions.is_empty() {
-            functions = self::functions(elf.dynamic_symbols(), budget);
+            functions = self::functions(elf.dynamic_symbols());
         }
+        let bytes = (functions.iter()).map(|f| ENTRY_BYTES + f.2.len()).sum();
         Ok(SymbolTable {
             segments,
             functions,
+            bytes,
         })
     }
 
-    /// The function whose code is at file offset `offset`, if a symbol covers it.
-    pub fn function_at(&self, offset: u64) -> Option<&Arc<str>> {
+    /// The function whose code is at file offset `offset`, if a symbol covers it, its
+    /// name demangled.
+    pub fn function_at(&self, offset: u64) -> Option<Arc<str>> {
         let &(start, _, address) = (self.segments.iter())
             .find(|&&(start, size, _)| offset >= start && offset - start < size)?;
         let address = address.checked_add(offset - start)?;
         let after = self.functions.partition_point(|f| f.0 <= address);
         let (_, end, name) = self.functions.get(after.checked_sub(1)?)?;
-        (address < *end).then_some(name)
+        (address < *end).then(|| demangled(name))
     }
 
     /// How many functions it holds.
@@ -183,6 +178,63 @@ impl SymbolTable {
     pub fn is_empty(&self) -> bool {
         self.functions.is_empty()
     }
+}
+
+/// Opens the regular file at `path` to read, resolved as `resolve` allows: never a
+/// FIFO's open that waits for a writer, nor a device's that does what opening it does.
+fn open_regular(path: &Path, resolve: ResolveFlag) -> std::io::Result<File> {
+    // Not blocking (a FIFO), no controlling terminal; O_NONBLOCK means nothing to a
+    // regular file's reads.
+    let flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK | OFlag::O_NOCTTY;
+    let how = OpenHow::new().flags(flags).resolve(resolve);
+    let fd = match fcntl::openat2(fcntl::AT_FDCWD, path, how) {
+        // Before 5.6: the last component alone kept from being a link.
+        Err(Errno::ENOSYS) => fcntl::open(path, flags | OFlag::O_NOFOLLOW, Mode::empty()),
+        opened => opened,
+    }?;
+    let file = File::from(fd);
+    if !file.metadata()?.file_type().is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    Ok(file)
+}
+
+/// The functions of the stripped binary at `path` (build id `id`, `.gnu_debuglink`
+/// `link`) from its debug file: by build id, where the distribution installs them
+/// (its links followed: the directory is root's), or the link's plain file name beside
+/// it or in `.debug/` beside it (no link followed, no other directory); either only if
+/// it carries the same build id. None where there is none.
+fn debug_functions(
+    path: &Path,
+    id: &[u8],
+    link: Option<(&[u8], u32)>,
+) -> Vec<(u64, u64, Arc<str>)> {
+    let by_id = debug_file(id).map(|p| (p, ResolveFlag::empty()));
+    let name = link
+        .and_then(|(name, _)| std::str::from_utf8(name).ok())
+        .filter(|name| !name.contains('/') && *name != "." && *name != "..");
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let linked = name.into_iter().flat_map(|name| {
+        [dir.join(name), dir.join(".debug").join(name)]
+            .map(|p| (p, ResolveFlag::RESOLVE_NO_SYMLINKS))
+    });
+    for (debug, resolve) in by_id.into_iter().chain(linked) {
+        let Ok(debug) = open_regular(&debug, resolve) else {
+            continue;
+        };
+        let debug = BoundedRead::new(debug);
+        let Ok(debug) = object::File::parse(&debug) else {
+            continue;
+        };
+        if debug.build_id().ok().flatten() != Some(id) {
+            continue;
+        }
+        let functions = self::functions(debug.symbols());
+        if !functions.is_empty() {
+            return functions;
+        }
+    }
+    Vec::new()
 }
 
 /// A file read as needed, [`MAX_READ_BYTES`] of it at most: `object` reads a symbol
@@ -218,10 +270,14 @@ impl<'a, R: ReadCacheOps> ReadRef<'a> for &'a BoundedRead<R> {
     }
 
     fn read_bytes_at_until(self, range: Range<u64>, delimiter: u8) -> Result<&'a [u8], ()> {
-        let end = range.end.min(range.start.saturating_add(MAX_NAME_BYTES));
-        let bytes = (&self.cache).read_bytes_at_until(range.start..end, delimiter)?;
-        self.take(bytes.len() as u64)?;
-        Ok(bytes)
+        // The most the cache may keep of it, taken before it reads; what the name did
+        // not use given back.
+        let most = range.end.saturating_sub(range.start).min(MAX_NAME_BYTES);
+        self.take(most)?;
+        let bytes = (&self.cache).read_bytes_at_until(range, delimiter);
+        let used = bytes.map_or(0, |b| b.len() as u64);
+        self.left.set(self.left.get() + (most - used.min(most)));
+        bytes
     }
 }
 
@@ -233,10 +289,10 @@ fn debug_file(id: &[u8]) -> Option<PathBuf> {
 }
 
 /// The defined functions among `symbols`, by address, each ending where its size says
-/// (or where the next begins, for a symbol of no size), at most `budget` of them.
+/// (or where the next begins, for a symbol of no size), named as the file names them:
+/// as many as [`MAX_READ_BYTES`] let the file's tables hold.
 fn functions<'data, S: ObjectSymbol<'data>>(
     symbols: impl Iterator<Item = S>,
-    budget: usize,
 ) -> Vec<(u64, u64, Arc<str>)> {
     let mut found: Vec<(u64, u64, &str)> = symbols
         .filter(|s| s.kind() == SymbolKind::Text && s.is_definition() && s.address() != 0)
@@ -245,7 +301,6 @@ fn functions<'data, S: ObjectSymbol<'data>>(
     // Aliases of one address (a weak and a global name): the first kept.
     found.sort_by_key(|&(address, size, _)| (address, std::cmp::Reverse(size)));
     found.dedup_by_key(|f| f.0);
-    found.truncate(budget);
     let starts: Vec<u64> = found.iter().map(|f| f.0).collect();
     (found.iter().enumerate())
         .map(|(i, &(start, size, name))| {
@@ -255,26 +310,62 @@ fn functions<'data, S: ObjectSymbol<'data>>(
             } else {
                 start.saturating_add(size).min(next)
             };
-            (start, end, demangled(name))
+            (start, end, name.into())
         })
         .collect()
 }
 
-/// A Rust symbol's name as its source says it (without the hash); others as they are.
-fn demangled(name: &str) -> Arc<str> {
-    match rustc_demangle::try_demangle(name) {
-        Ok(demangled) => format!("{demangled:#}").into(),
-        Err(_) => name.into(),
+/// A Rust symbol's name as its source says it (without the hash), at most
+/// [`MAX_DEMANGLED_BYTES`]; others as they are.
+fn demangled(name: &Arc<str>) -> Arc<str> {
+    let Ok(demangled) = rustc_demangle::try_demangle(name) else {
+        return Arc::clone(name);
+    };
+    let mut out = Capped(String::new());
+    if write!(out, "{demangled:#}").is_err() {
+        out.0.push('…');
+    }
+    out.0.into()
+}
+
+/// A string that refuses to grow past [`MAX_DEMANGLED_BYTES`]: the demangler stops at
+/// the refusal.
+struct Capped(String);
+
+impl fmt::Write for Capped {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let room = MAX_DEMANGLED_BYTES.saturating_sub(self.0.len());
+        if s.len() <= room {
+            self.0.push_str(s);
+            return Ok(());
+        }
+        let mut cut = room;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        self.0.push_str(&s[..cut]);
+        Err(fmt::Error)
     }
 }
 
 /// The symbol tables of the files code was found in, read once each (by device and
-/// inode) and kept while they fit [`MAX_CACHED_SYMBOLS`] and [`MAX_CACHED_FILES`]; the
+/// inode) and kept while they fit [`MAX_CACHED_BYTES`] and [`MAX_CACHED_FILES`]; the
 /// consumer's, off the sampler's drain.
 #[derive(Debug, Default)]
 pub struct Symbolizer {
-    tables: HashMap<FileId, Option<Arc<SymbolTable>>>,
-    symbols: usize,
+    tables: HashMap<FileId, Cached>,
+    bytes: usize,
+}
+
+/// A file's table, or why there is none.
+#[derive(Debug)]
+enum Cached {
+    Read(Arc<SymbolTable>),
+    /// The file itself is no ELF file it can read: by any path.
+    Unreadable,
+    /// Not found by this path: tried again by another, since the first one tried may
+    /// be a process's that leads elsewhere here, where another's to the file does not.
+    Unread(Box<str>),
 }
 
 impl Symbolizer {
@@ -298,7 +389,7 @@ impl Symbolizer {
         let name = match (mapping.file, offset) {
             (Some(file), Some(offset)) => {
                 let table = self.table(file, &mapping.name);
-                table.and_then(|t| t.function_at(offset).cloned())
+                table.and_then(|t| t.function_at(offset))
             }
             _ => None,
         };
@@ -313,21 +404,32 @@ impl Symbolizer {
     }
 
     fn table(&mut self, file: FileId, path: &str) -> Option<Arc<SymbolTable>> {
-        if let Some(table) = self.tables.get(&file) {
-            return table.clone();
+        match self.tables.get(&file) {
+            Some(Cached::Read(table)) => return Some(Arc::clone(table)),
+            Some(Cached::Unreadable) => return None,
+            Some(Cached::Unread(tried)) if **tried == *path => return None,
+            _ => {}
         }
         // A path the kernel marked deleted is no longer there: its stat differs.
-        let path = Path::new(path);
-        let table = SymbolTable::read(path, Some(file), MAX_CACHED_SYMBOLS)
-            .ok()
-            .map(Arc::new);
-        let size = table.as_ref().map_or(0, |t| t.len());
-        if self.symbols + size > MAX_CACHED_SYMBOLS || self.tables.len() >= MAX_CACHED_FILES {
+        let (cached, size) = match SymbolTable::read(Path::new(path), Some(file)) {
+            Ok(table) => {
+                let bytes = table.bytes;
+                (Cached::Read(Arc::new(table)), bytes)
+            }
+            Err(SymbolError::Parse { .. }) => (Cached::Unreadable, ENTRY_BYTES),
+            Err(_) => (Cached::Unread(path.into()), ENTRY_BYTES + path.len()),
+        };
+        if self.bytes + size > MAX_CACHED_BYTES || self.tables.len() >= MAX_CACHED_FILES {
             self.tables.clear();
-            self.symbols = 0;
+            self.bytes = 0;
         }
-        self.symbols += size;
-        self.tables.insert(file, table.clone());
+        // A second path's failure replaces the first's: its bytes stay counted.
+        self.bytes += size;
+        let table = match &cached {
+            Cached::Read(table) => Some(Arc::clone(table)),
+            Cached::Unreadable | Cached::Unread(_) => None,
+        };
+        self.tables.insert(file, cached);
         table
     }
 }
@@ -341,42 +443,142 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("pfprof-bounded-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("sparse");
-        // A name whose NUL comes past the bound, then a gigabyte of holes.
-        let mut bytes = vec![b'x'; MAX_NAME_BYTES as usize + 1];
-        bytes.push(0);
-        std::fs::write(&path, &bytes).unwrap();
+        // Two short names, then a gigabyte of holes.
+        std::fs::write(&path, b"ab\0cd\0").unwrap();
         let file = File::options().write(true).open(&path).unwrap();
         file.set_len(1 << 30).unwrap();
         let read = BoundedRead::new(File::open(&path).unwrap());
         let data = &read;
-        assert_eq!(data.read_bytes_at_until(0..1 << 30, 0), Err(()));
-        let short = MAX_NAME_BYTES - 1;
-        assert_eq!(
-            data.read_bytes_at_until(short..1 << 30, 0).map(<[u8]>::len),
-            Ok(2)
-        );
+        // A name is charged what it used, once read.
+        assert_eq!(data.read_bytes_at_until(0..1 << 30, 0), Ok(&b"ab"[..]));
+        assert_eq!(read.left.get(), MAX_READ_BYTES - 2);
         assert_eq!(data.read_bytes_at(1 << 20, MAX_READ_BYTES), Err(()));
-        assert!(data.read_bytes_at(1 << 20, MAX_READ_BYTES - 16).is_ok());
+        assert!(data
+            .read_bytes_at(1 << 20, MAX_READ_BYTES - 2 - 100)
+            .is_ok());
+        // Less left than a name may take: refused before it is read and kept.
+        assert_eq!(data.read_bytes_at_until(3..1 << 30, 0), Err(()));
         assert_eq!(
-            data.read_bytes_at(0, 64),
+            data.read_bytes_at(0, 101),
             Err(()),
             "the bound is for all reads"
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// This test's own binary: `this_function_is_named` is found at its own code's
-    /// file offset, as a fault's instruction would be.
-    #[inline(never)]
-    fn this_function_is_named() -> usize {
-        this_function_is_named as *const () as usize
+    #[test]
+    fn a_name_demangles_to_at_most_its_bound() {
+        // 119 bytes that demangle to a megabyte through their back-references.
+        let bomb: Arc<str> = "_RIC3fooTTTTTTTTTTTTTTTTTTTTTThBr_EBq_EBp_EBo_EBn_EBm_EBl_EBk_\
+                              EBj_EBi_EBh_EBg_EBf_EBe_EBd_EBc_EBb_EBa_EB9_EB8_EB7_EB6_EE"
+            .into();
+        let name = demangled(&bomb);
+        assert!(
+            name.len() <= MAX_DEMANGLED_BYTES + '…'.len_utf8(),
+            "{}",
+            name.len()
+        );
+        assert!(name.starts_with("foo::<") && name.ends_with('…'), "{name}");
+        let plain: Arc<str> = "memchr".into();
+        assert_eq!(demangled(&plain), plain);
+        let rust: Arc<str> = "_ZN4core3fmt5write17h0123456789abcdefE".into();
+        assert_eq!(&*demangled(&rust), "core::fmt::write");
     }
 
     #[test]
-    fn a_functions_code_is_named_from_its_file_offset_and_a_gap_is_unknown() {
+    fn a_debug_link_names_no_other_file_than_a_plain_name_beside_the_binary() {
+        let dir = std::env::temp_dir().join(format!("pfprof-link-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("bin")).unwrap();
+        // This test's binary has symbols and a build id: as a debug file, it would name
+        // them, were it found by any of these links.
+        let exe = std::env::current_exe().unwrap();
+        let elf_bytes = std::fs::read(&exe).unwrap();
+        let elf = object::File::parse(&*elf_bytes).unwrap();
+        let Some(id) = elf.build_id().unwrap() else {
+            return; // a linker without build ids: nothing to link by
+        };
+        let beside = dir.join("bin/beside.debug");
+        std::os::unix::fs::symlink(&exe, &beside).unwrap();
+        let binary = dir.join("bin/stripped");
+        let absolute = exe.to_str().unwrap().as_bytes();
+        for link in [
+            absolute,
+            b"../../../../../../../proc/self/exe",
+            b"beside.debug",
+        ] {
+            let found = debug_functions(&binary, id, Some((link, 0)));
+            assert!(
+                found.is_empty(),
+                "{}: {} functions",
+                String::from_utf8_lossy(link),
+                found.len()
+            );
+        }
+        // A plain name beside it, a regular file of the same build id: taken.
+        std::fs::remove_file(&beside).unwrap();
+        std::fs::copy(&exe, &beside).unwrap();
+        assert!(!debug_functions(&binary, id, Some((b"beside.debug", 0))).is_empty());
+        // Of another build id: not.
+        assert!(debug_functions(&binary, b"\x01\x02", Some((b"beside.debug", 0))).is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_fifo_or_a_link_is_not_opened_for_symbols() {
+        let dir = std::env::temp_dir().join(format!("pfprof-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        nix::unistd::mkfifo(&fifo, Mode::S_IRWXU).unwrap();
+        // Returns at once: an open that waited for a writer would hang here.
+        assert!(SymbolTable::read(&fifo, None).is_err());
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(std::env::current_exe().unwrap(), &link).unwrap();
+        assert!(matches!(
+            SymbolTable::read(&link, None),
+            Err(SymbolError::Open { .. })
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_file_not_found_by_one_path_is_named_by_another() {
+        use super::super::mapping::MappingKind;
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let meta = std::fs::metadata(&exe).unwrap();
+        let file = FileId {
+            major: libc::major(meta.dev()),
+            minor: libc::minor(meta.dev()),
+            inode: meta.ino(),
+        };
+        let offset = this_functions_offset().0;
+        let code = |name: &str| Code::User {
+            mapping: Arc::new(super::super::Mapping {
+                kind: MappingKind::Text,
+                name: name.into(),
+                file: Some(file),
+                owner: None,
+            }),
+            offset: Some(offset),
+        };
+        let mut symbolizer = Symbolizer::default();
+        // Another process's path to the file, which leads nowhere here, seen first.
+        let elsewhere = symbolizer.function(&code("/elsewhere/in/a/container/exe"));
+        assert_eq!(&*elsewhere.name, UNKNOWN);
+        let here = symbolizer.function(&code(exe.to_str().unwrap()));
+        assert!(
+            here.name.ends_with("tests::this_function_is_named"),
+            "{here:?}"
+        );
+    }
+
+    /// Where `this_function_is_named`'s code is in this test's binary: its file offset
+    /// and the binary's path, as `/proc/self/maps` says.
+    fn this_functions_offset() -> (u64, String) {
         let address = this_function_is_named() as u64;
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        let (offset, path) = (maps.lines())
+        (maps.lines())
             .find_map(|line| {
                 let f: Vec<&str> = line.split_whitespace().collect();
                 let (start, end) = f[0].split_once('-')?;
@@ -388,8 +590,20 @@ mod tests {
                 (start <= address && address < end)
                     .then(|| (address - start + pgoff, f[5].to_string()))
             })
-            .unwrap();
-        let table = SymbolTable::read(Path::new(&path), None, MAX_CACHED_SYMBOLS).unwrap();
+            .unwrap()
+    }
+
+    /// This test's own binary: `this_function_is_named` is found at its own code's
+    /// file offset, as a fault's instruction would be.
+    #[inline(never)]
+    fn this_function_is_named() -> usize {
+        this_function_is_named as *const () as usize
+    }
+
+    #[test]
+    fn a_functions_code_is_named_from_its_file_offset_and_a_gap_is_unknown() {
+        let (offset, path) = this_functions_offset();
+        let table = SymbolTable::read(Path::new(&path), None).unwrap();
         let name = table.function_at(offset).unwrap();
         assert!(
             name.ends_with("tests::this_function_is_named"),
@@ -404,7 +618,7 @@ mod tests {
             inode: 1,
         };
         assert!(matches!(
-            SymbolTable::read(Path::new(&path), Some(other), MAX_CACHED_SYMBOLS),
+            SymbolTable::read(Path::new(&path), Some(other)),
             Err(SymbolError::Replaced { .. })
         ));
     }
