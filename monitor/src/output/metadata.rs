@@ -59,7 +59,7 @@ pub fn shortened(name: &str, chars: usize) -> String {
 
 /// `text` with its control characters escaped (`\n`, `\u{1b}`): an argument or a path
 /// shown on a terminal must not move its cursor or send it sequences.
-fn printable(text: &str) -> String {
+pub(crate) fn printable(text: &str) -> String {
     text.chars()
         .map(|c| match c {
             c if c.is_control() => c.escape_default().to_string(),

@@ -8,6 +8,7 @@ use shared_layout::Mode;
 use crate::attribution::offsets::human_span;
 use crate::attribution::{Attribution, Function, Mapping};
 use crate::output::attribution::{hottest_regions, AttributionSummary, TOP};
+use crate::output::metadata::printable;
 use crate::output::totals::Totals;
 use crate::pressure::verdict::{Band, Rule};
 use crate::system::exit::ExitStatus;
@@ -284,7 +285,9 @@ impl Summary<'_> {
             write!(
                 f,
                 "\n      {:>12} minor {:>10} major  {} ({who})",
-                p.minor, p.major, p.comm
+                p.minor,
+                p.major,
+                printable(&p.comm)
             )?;
             minor = minor.saturating_add(p.minor);
             major = major.saturating_add(p.major);
@@ -340,18 +343,20 @@ impl Summary<'_> {
 }
 
 /// A function as the summary lists it: `read_index in libdb.so.5` (the binary's file
-/// name: its path is the mapping's, listed above).
+/// name: its path is the mapping's, listed above). A memory's name (`[anon:a/b]`) is
+/// shown whole: a `/` in it divides no path.
 fn in_binary(function: &Function) -> String {
-    let binary = function
-        .binary
-        .rsplit('/')
-        .next()
-        .unwrap_or(&function.binary);
+    let binary = if function.binary.starts_with('[') {
+        &function.binary
+    } else {
+        (function.binary.rsplit('/').next()).unwrap_or(&function.binary)
+    };
     format!("{} in {binary}", function.name)
 }
 
 /// One mapping's (or function's) line: its share of `total`, its count (`~`: an
-/// estimate), its name.
+/// estimate), its name, escaped: a file's or a symbol's name may hold a newline (a
+/// forged line) or an escape sequence for the terminal.
 fn share_line(
     f: &mut fmt::Formatter<'_>,
     count: u64,
@@ -361,9 +366,10 @@ fn share_line(
 ) -> fmt::Result {
     write!(
         f,
-        "\n      {:>5.1}% {:>14}  {name}",
+        "\n      {:>5.1}% {:>14}  {}",
         count as f64 * 100.0 / total.max(1) as f64,
-        format!("{approximate}{count}")
+        format!("{approximate}{count}"),
+        printable(&name.to_string())
     )
 }
 
@@ -491,5 +497,42 @@ mod tests {
         );
         assert!(!quiet.contains("producer blocked") && !quiet.contains("deferred"));
         assert!(summary(Mode::Relaxed).ends_with("\n  note: one thing"));
+    }
+
+    /// A function's line in the summary, as [`share_line`] writes it.
+    struct Line(Function);
+
+    impl fmt::Display for Line {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            share_line(f, 1, 2, "", &in_binary(&self.0))
+        }
+    }
+
+    fn function(binary: &str, name: &str) -> Function {
+        Function {
+            binary: binary.into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn a_symbol_or_binary_with_a_newline_or_an_escape_prints_escaped() {
+        let line = Line(function(
+            "/opt/x\u{1b}[2J/lib\u{1b}]0;t",
+            "f\nforged\u{1b}[31m",
+        ))
+        .to_string();
+        assert_eq!(
+            line,
+            "\n       50.0%              1  f\\nforged\\u{1b}[31m in lib\\u{1b}]0;t"
+        );
+    }
+
+    #[test]
+    fn a_memory_name_with_a_slash_prints_whole() {
+        let path = Line(function("/usr/lib/libdb.so.5", "read_index")).to_string();
+        assert!(path.ends_with("  read_index in libdb.so.5"), "{path}");
+        let memory = Line(function("[anon:a/b]", "jitted")).to_string();
+        assert!(memory.ends_with("  jitted in [anon:a/b]"), "{memory}");
     }
 }
