@@ -68,7 +68,8 @@ pub struct Attributor {
     current: Builder,
     /// The last faults' process and instruction, where it was, and how many faults it
     /// took in a row: a loop faulting through a file faults at one instruction, resolved
-    /// and counted in the table once for the run (until a mapping record is applied).
+    /// and counted in the table once for the run (until a mapping record is applied or
+    /// lost).
     last_code: Option<(u32, u64, Code, Faults)>,
     lost: Faults,
     /// The rings whose descriptor hung up (its event's task and inherited children are
@@ -166,14 +167,20 @@ impl Attributor {
             _ => {}
         });
         if mappings_lost {
-            // A region kept may be one a lost record replaced: the tables start again
-            // from the records after it, /proc read meanwhile, as before any record.
-            self.waiting.drop_mappings();
-            self.recorded.forget_all();
+            self.forget_mappings();
         }
         for timed in self.waiting.take_until(horizon) {
             self.apply(timed);
         }
+    }
+
+    /// A mapping record was lost: a region kept may be one it replaced. The tables start
+    /// again from the records after it, /proc read meanwhile, as before any record; the
+    /// run's code, resolved by the old tables, is counted and not reused.
+    fn forget_mappings(&mut self) {
+        self.count_code();
+        self.waiting.drop_mappings();
+        self.recorded.forget_all();
     }
 
     fn apply(&mut self, timed: Timed) {
@@ -286,8 +293,12 @@ mod tests {
     }
 
     fn mmap(time_ns: u64, name: &str) -> Record {
+        mmap_in(7, time_ns, name)
+    }
+
+    fn mmap_in(pid: u32, time_ns: u64, name: &str) -> Record {
         Record::Mmap(Mmap {
-            pid: 7,
+            pid,
             time_ns,
             start: 0x1000,
             end: 0x2000,
@@ -304,10 +315,14 @@ mod tests {
     }
 
     fn fault(time_ns: u64) -> Record {
+        fault_in(7, time_ns)
+    }
+
+    fn fault_in(pid: u32, time_ns: u64) -> Record {
         Record::Sample {
             ip: 0x1000,
-            pid: 7,
-            tid: 7,
+            pid,
+            tid: pid,
             time_ns,
             addr: 0x1800,
         }
@@ -366,5 +381,25 @@ mod tests {
             "the fault alone waits"
         );
         assert!(recorded.find(7, 0x1800).is_none(), "a stale region kept");
+    }
+
+    #[test]
+    fn a_run_at_one_instruction_is_resolved_anew_once_a_mapping_record_was_lost() {
+        let mut attributor = Attributor::new(FaultEvents::new(1).unwrap());
+        // This process: its /proc maps are readable, and hold nothing at 0x1000.
+        let pid = std::process::id();
+        attributor.apply(timed(10, mmap_in(pid, 10, "/kept")));
+        attributor.apply(timed(20, fault_in(pid, 20)));
+        attributor.forget_mappings();
+        attributor.apply(timed(30, fault_in(pid, 30)));
+        let table = attributor.finish(u64::MAX, Vec::new());
+        let kept =
+            |code: &Code| matches!(code, Code::User { mapping, .. } if mapping.name == "/kept");
+        let counts: Vec<(bool, u64)> = (table.code.iter())
+            .map(|(code, faults)| (kept(code), faults.major))
+            .collect();
+        assert_eq!(counts.len(), 2, "{:?}", table.code);
+        assert!(counts.contains(&(true, 1)), "{:?}", table.code);
+        assert!(counts.contains(&(false, 1)), "{:?}", table.code);
     }
 }
