@@ -17,6 +17,12 @@ pub const MAX_ENTRIES: usize = 256;
 /// file is one.
 pub const MAX_CODE: usize = 1024;
 
+/// The most code locations a period's [`Builder`] gathers: faults at a location new past
+/// them are summed in `code_rest` at once, so that a period of faults all over a JIT's
+/// code holds bounded memory (about 64 bytes a location). Four times [`MAX_CODE`]: the
+/// table's are, nearly always, among the first so many.
+const MAX_CODE_GATHERED: usize = 4 * MAX_CODE;
+
 /// Where the instruction that faulted was.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Code {
@@ -117,7 +123,7 @@ impl PeriodTable {
         for (code, faults) in self.code.drain(..).chain(later.code) {
             builder.add_code(code, faults);
         }
-        builder.code_rest = self.code_rest;
+        builder.code_rest += self.code_rest;
         builder.code_rest += later.code_rest;
         builder.rest = self.rest;
         builder.rest += later.rest;
@@ -162,9 +168,16 @@ impl Builder {
         self.add(pid, mapping, faults);
     }
 
-    /// Adds faults taken by the instruction at `code`.
+    /// Adds faults taken by the instruction at `code` (in `code_rest`, a location new
+    /// past [`MAX_CODE_GATHERED`]).
     pub fn add_code(&mut self, code: Code, faults: Faults) {
-        *self.code.entry(code).or_default() += faults;
+        if let Some(counted) = self.code.get_mut(&code) {
+            *counted += faults;
+        } else if self.code.len() < MAX_CODE_GATHERED {
+            self.code.insert(code, faults);
+        } else {
+            self.code_rest += faults;
+        }
     }
 
     /// Whether nothing was added.
@@ -246,6 +259,32 @@ mod tests {
         );
         assert_eq!(at(0xffff_ffff_8100_0000), Code::Kernel);
         assert_eq!(at(0), Code::Unknown);
+    }
+
+    #[test]
+    fn a_period_gathers_a_bounded_number_of_code_locations_and_sums_the_rest_exactly() {
+        let mut builder = Builder::default();
+        let text = anon(1, 0);
+        let at = |offset| Code::User {
+            mapping: Arc::clone(&text),
+            offset: Some(offset),
+        };
+        let n = MAX_CODE_GATHERED as u64 + 10;
+        for i in 0..n {
+            builder.add_code(at(i), Faults::major(1));
+        }
+        // A location gathered still counts its faults past the bound.
+        builder.add_code(at(0), Faults::major(5));
+        assert_eq!(builder.code.len(), MAX_CODE_GATHERED);
+        assert_eq!(builder.code_rest, Faults::major(10));
+        let table = builder.finish(5, Faults::default(), Vec::new());
+        assert_eq!(table.code.len(), MAX_CODE);
+        assert!(table.code.contains(&(at(0), Faults::major(6))));
+        let mut total = table.code_rest;
+        for (_, faults) in &table.code {
+            total += *faults;
+        }
+        assert_eq!(total, Faults::major(n + 5));
     }
 
     #[test]
