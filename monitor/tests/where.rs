@@ -835,33 +835,26 @@ fn the_exporters_count_each_major_fault_under_its_mapping_program_and_function_a
     assert!(name.ends_with("db \"x\\y\\012z"), "{top}");
     let took = top["major"].as_u64().unwrap();
     assert!(took >= 10_000, "{top}");
-    let series = |labels: &str| -> u64 {
-        let found: Vec<&str> = (text.lines())
-            .filter(|l| l.starts_with("pfprof_mapping_faults_total{") && l.contains(labels))
-            .collect();
-        assert_eq!(found.len(), 1, "{labels} in\n{text}");
-        found[0].rsplit(' ').next().unwrap().parse().unwrap()
+    // Each series of `family` whose labels hold `labels`: its value.
+    let series = |family: &str, labels: &str| -> Vec<u64> {
+        (text.lines())
+            .filter(|l| l.starts_with(&format!("{family}{{")) && l.contains(labels))
+            .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+            .collect()
     };
-    let on_file = series(&format!(
+    let by_mapping = |labels: &str| series("pfprof_mapping_faults_total", labels);
+    let on_file = by_mapping(&format!(
         r#"mapping="{}",mapping_kind="shared"}}"#,
         escaped(name)
     ));
     // Named with its first faults: every one of them is its own series'.
-    assert_eq!(on_file, took, "{on_file} of its {took} exported");
+    assert_eq!(on_file, [took], "{on_file:?} of its {took} exported");
     // Every major fault recorded or lost is under one mapping label or another.
-    let all: u64 = (text.lines())
-        .filter(|l| l.starts_with("pfprof_mapping_faults_total{"))
-        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
-        .sum();
+    let all: u64 = by_mapping("").iter().sum();
     let recorded = major["recorded"].as_u64().unwrap() + major["lost"].as_u64().unwrap();
     assert_eq!(all, recorded, "{text}");
     // And by program: the same faults, work's under its name.
-    let by_program = |labels: &str| -> Vec<u64> {
-        (text.lines())
-            .filter(|l| l.starts_with("pfprof_program_faults_total{") && l.contains(labels))
-            .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
-            .collect()
-    };
+    let by_program = |labels: &str| series("pfprof_program_faults_total", labels);
     assert_eq!(by_program("").iter().sum::<u64>(), recorded, "{text}");
     let work = by_program(r#"program="work""#);
     assert!(
@@ -869,12 +862,7 @@ fn the_exporters_count_each_major_fault_under_its_mapping_program_and_function_a
         "work's {work:?}, {took} on the file alone"
     );
     // And by function (--export-functions): the same faults, the file's on work's sweep.
-    let by_function = |labels: &str| -> Vec<u64> {
-        (text.lines())
-            .filter(|l| l.starts_with("pfprof_function_faults_total{") && l.contains(labels))
-            .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
-            .collect()
-    };
+    let by_function = |labels: &str| series("pfprof_function_faults_total", labels);
     assert_eq!(by_function("").iter().sum::<u64>(), recorded, "{text}");
     let sweep = by_function(&format!(
         r#"function="{SWEEP}",binary="{}"}}"#,
