@@ -207,16 +207,27 @@ fn check_backend(backend: &str, dir: &str) -> Result<String> {
     ))
 }
 
-pub fn each_mappings_faults_are_where_work_put_them_in_both_backends(env: &Env) -> Result<()> {
+/// `check` run with each backend on a disk of `mib` at `dir`, the module loaded; their
+/// findings one figure, after `what`.
+fn in_both_backends(
+    env: &Env,
+    what: &str,
+    (mib, dir): (u64, &'static str),
+    check: fn(&str, &str) -> Result<String>,
+) -> Result<()> {
     let module = kmod::insmod(env, &[])?;
-    let disk = ZramDisk::mount(256, "/mnt/where")?;
+    let disk = ZramDisk::mount(mib, dir)?;
     let mut figures = Vec::new();
     for backend in ["kernel", "procfs"] {
-        figures.push(check_backend(backend, disk.dir)?);
+        figures.push(check(backend, disk.dir)?);
     }
     drop(disk);
-    crate::harness::figure(&format!("where: {}", figures.join("; ")));
+    crate::harness::figure(&format!("{what}: {}", figures.join("; ")));
     module.unload()
+}
+
+pub fn each_mappings_faults_are_where_work_put_them_in_both_backends(env: &Env) -> Result<()> {
+    in_both_backends(env, "where", (256, "/mnt/where"), check_backend)
 }
 
 /// Each `work range:` line of `work --by-function`: the range's major faults and the
@@ -326,15 +337,7 @@ fn check_functions(backend: &str, dir: &str) -> Result<String> {
 pub fn each_ranges_major_faults_are_on_the_function_that_read_it_in_both_backends(
     env: &Env,
 ) -> Result<()> {
-    let module = kmod::insmod(env, &[])?;
-    let disk = ZramDisk::mount(64, "/mnt/code")?;
-    let mut figures = Vec::new();
-    for backend in ["kernel", "procfs"] {
-        figures.push(check_functions(backend, disk.dir)?);
-    }
-    drop(disk);
-    crate::harness::figure(&format!("functions: {}", figures.join("; ")));
-    module.unload()
+    in_both_backends(env, "functions", (64, "/mnt/code"), check_functions)
 }
 
 /// Pages a child touches once the session may not read it any more, or, the control,
