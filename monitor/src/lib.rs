@@ -33,19 +33,27 @@ pub fn program_name() -> &'static str {
 }
 
 /// Held by the unit tests that take and give back tens of MiB of this process's memory
-/// ([`fresh_pages`]): tests run as threads of one process, and those that measure its
-/// resident memory must not see another's come and go.
+/// ([`fresh_pages`], or this test binary read for its symbols): tests run as threads of
+/// one process, and those that measure its resident memory must not see another's come
+/// and go. What an earlier holder freed, glibc may keep resident in an arena that a new
+/// thread takes over and trims later: given back first, it cannot leave mid-measurement.
 #[cfg(test)]
 fn big_allocations() -> std::sync::MutexGuard<'static, ()> {
     static BIG_ALLOCATIONS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    BIG_ALLOCATIONS
+    let guard = BIG_ALLOCATIONS
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // SAFETY: malloc_trim only returns free memory of glibc's arenas to the kernel.
+    unsafe { libc::malloc_trim(0) };
+    guard
 }
 
-/// 64 MiB of fresh pages, resident once written: above glibc's largest mmap threshold
-/// (32 MiB), so a mapping of their own, never a heap block another test already touched.
+/// 64 MiB of fresh pages, resident once written, unmapped when dropped. A mapping of
+/// their own, not the allocator's: glibc serves even a 64 MiB request from a free heap
+/// block when it has one, pages another test left resident, which would not grow.
 #[cfg(test)]
-fn fresh_pages() -> Vec<u8> {
-    vec![1u8; 64 << 20]
+fn fresh_pages() -> memmap2::MmapMut {
+    let mut pages = memmap2::MmapMut::map_anon(64 << 20).expect("64 MiB of anonymous memory");
+    pages.fill(1);
+    pages
 }

@@ -440,6 +440,8 @@ mod tests {
 
     #[test]
     fn a_file_is_read_no_further_than_its_bound_whatever_its_headers_say() {
+        // Reads nearly its bound, 64 MiB, into memory.
+        let _big = crate::big_allocations();
         let dir = std::env::temp_dir().join(format!("pfprof-bounded-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("sparse");
@@ -487,6 +489,8 @@ mod tests {
 
     #[test]
     fn a_debug_link_names_no_other_file_than_a_plain_name_beside_the_binary() {
+        // Reads this test's binary, tens of MiB, into memory.
+        let _big = crate::big_allocations();
         let dir = std::env::temp_dir().join(format!("pfprof-link-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("bin")).unwrap();
@@ -545,6 +549,7 @@ mod tests {
     #[test]
     fn a_file_not_found_by_one_path_is_named_by_another() {
         use super::super::mapping::MappingKind;
+        let _big = crate::big_allocations();
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
         let meta = std::fs::metadata(&exe).unwrap();
         let file = FileId {
@@ -602,6 +607,7 @@ mod tests {
 
     #[test]
     fn a_functions_code_is_named_from_its_file_offset_and_a_gap_is_unknown() {
+        let _big = crate::big_allocations();
         let (offset, path) = this_functions_offset();
         let table = SymbolTable::read(Path::new(&path), None).unwrap();
         let name = table.function_at(offset).unwrap();

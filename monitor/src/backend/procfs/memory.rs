@@ -250,7 +250,11 @@ mod tests {
         for _ in 1..IDLE_EVERY {
             assert_eq!(probe.read(false, &NO_FAULTS), before);
         }
-        assert!(probe.read(false, &NO_FAULTS).rss_anon >= before.rss_anon + (60 << 20));
+        let fourth = probe.read(false, &NO_FAULTS);
+        assert!(
+            fourth.rss_anon >= before.rss_anon + (60 << 20),
+            "{before:?} {fourth:?}"
+        );
         drop(pages);
         assert!(probe.read(true, &NO_FAULTS).rss_anon < before.rss_anon + (60 << 20));
     }

@@ -562,9 +562,12 @@ mod tests {
         });
         assert!(overflowed, "{MAPPED} mappings did not fill their ring");
         assert_eq!(fault_losses, 0);
+        // The events are per CPU, each with its own count to the next record: a thread
+        // that moved between CPUs leaves up to 3 faults unrecorded on each.
+        let cpus = events.cpus.len();
         assert!(
-            minor_samples >= MAPPED / 4,
-            "{minor_samples} faults recorded"
+            minor_samples * 4 + 3 * cpus >= MAPPED,
+            "{minor_samples} faults recorded on {cpus} CPUs"
         );
     }
 
