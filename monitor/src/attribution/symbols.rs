@@ -18,6 +18,7 @@ use std::ops::Range;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use nix::errno::Errno;
 use nix::fcntl::{self, OFlag, OpenHow, ResolveFlag};
@@ -54,11 +55,26 @@ const MAX_NAME_BYTES: u64 = 4096;
 /// through its back-references. A longer one is cut, ending in `…`.
 const MAX_DEMANGLED_BYTES: usize = 1024;
 
+/// How many bytes of files the cache reads a second at most, once it has read
+/// [`READ_BURST_BYTES`]: a process may map thousands of files it made, each with
+/// [`MAX_READ_BYTES`] of symbols, and more of them than the cache holds would be read
+/// again and again. The code of a file not read for it is named [`DEFERRED`] until the
+/// budget allows, then named as usual; typical files take 0.1-2 MiB.
+const READ_BYTES_PER_SECOND: u64 = 16 << 20;
+
+/// How many bytes the cache may read at once, at the start of a profile (the binaries
+/// and libraries of what it profiles) or after a quiet while.
+const READ_BURST_BYTES: u64 = 256 << 20;
+
 /// Where a distribution installs debug files by build id: `xx/yyyy.debug`.
 const BUILD_ID_DIR: &str = "/usr/lib/debug/.build-id";
 
 /// What a function is named when its code's file has no symbol for it.
 pub const UNKNOWN: &str = "[unknown]";
+
+/// What a function is named when its file was not read: the cache had read as much as
+/// it may for now ([`READ_BYTES_PER_SECOND`]).
+pub const DEFERRED: &str = "[symbols deferred]";
 
 /// A function, in the binary or library (or other memory) its code is in.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -107,8 +123,13 @@ pub struct SymbolTable {
 
 impl SymbolTable {
     /// The functions of the ELF file at `path`, which must be `file` (device and inode)
-    /// when given.
-    pub fn read(path: &Path, file: Option<FileId>) -> Result<SymbolTable, SymbolError> {
+    /// when given; what it read of the file and its debug file added to `spent`, bytes,
+    /// whether it succeeds or not.
+    pub fn read(
+        path: &Path,
+        file: Option<FileId>,
+        spent: &Cell<u64>,
+    ) -> Result<SymbolTable, SymbolError> {
         let open_error = |source| SymbolError::Open {
             path: path.into(),
             source,
@@ -129,7 +150,7 @@ impl SymbolTable {
             source,
         };
         // Read as needed: the headers and symbol tables, not a whole binary.
-        let data = BoundedRead::new(handle);
+        let data = BoundedRead::new(handle, spent);
         let elf = object::File::parse(&data).map_err(parse_error)?;
         let segments = (elf.segments())
             .map(|s| {
@@ -145,7 +166,8 @@ impl SymbolTable {
             // taken only if it carries the binary's build id: the link is the file's
             // word, and any user may write a file naming another's.
             if let Some(id) = elf.build_id().ok().flatten() {
-                functions = debug_functions(path, id, elf.gnu_debuglink().ok().flatten());
+                let link = elf.gnu_debuglink().ok().flatten();
+                functions = debug_functions(path, id, link, spent);
             }
         }
         if functions.is_empty() {
@@ -208,6 +230,7 @@ fn debug_functions(
     path: &Path,
     id: &[u8],
     link: Option<(&[u8], u32)>,
+    spent: &Cell<u64>,
 ) -> Vec<(u64, u64, Arc<str>)> {
     let by_id = debug_file(id).map(|p| (p, ResolveFlag::empty()));
     let name = link
@@ -222,7 +245,7 @@ fn debug_functions(
         let Ok(debug) = open_regular(&debug, resolve) else {
             continue;
         };
-        let debug = BoundedRead::new(debug);
+        let debug = BoundedRead::new(debug, spent);
         let Ok(debug) = object::File::parse(&debug) else {
             continue;
         };
@@ -238,28 +261,38 @@ fn debug_functions(
 }
 
 /// A file read as needed, [`MAX_READ_BYTES`] of it at most: `object` reads a symbol
-/// table whole, whatever size its section header says, and a name up to its NUL.
-struct BoundedRead<R: ReadCacheOps> {
+/// table whole, whatever size its section header says, and a name up to its NUL. What
+/// it reads is added to `spent`.
+struct BoundedRead<'s, R: ReadCacheOps> {
     cache: ReadCache<R>,
     left: Cell<u64>,
+    spent: &'s Cell<u64>,
 }
 
-impl<R: ReadCacheOps> BoundedRead<R> {
-    fn new(read: R) -> BoundedRead<R> {
+impl<'s, R: ReadCacheOps> BoundedRead<'s, R> {
+    fn new(read: R, spent: &'s Cell<u64>) -> BoundedRead<'s, R> {
         BoundedRead {
             cache: ReadCache::new(read),
             left: Cell::new(MAX_READ_BYTES),
+            spent,
         }
     }
 
     /// Takes `size` bytes of what is left, or refuses the read.
     fn take(&self, size: u64) -> Result<(), ()> {
         self.left.set(self.left.get().checked_sub(size).ok_or(())?);
+        self.spent.set(self.spent.get().saturating_add(size));
         Ok(())
+    }
+
+    /// Gives back `size` bytes taken but not read.
+    fn give_back(&self, size: u64) {
+        self.left.set(self.left.get() + size);
+        self.spent.set(self.spent.get().saturating_sub(size));
     }
 }
 
-impl<'a, R: ReadCacheOps> ReadRef<'a> for &'a BoundedRead<R> {
+impl<'a, 's, R: ReadCacheOps> ReadRef<'a> for &'a BoundedRead<'s, R> {
     fn len(self) -> Result<u64, ()> {
         (&self.cache).len()
     }
@@ -276,7 +309,7 @@ impl<'a, R: ReadCacheOps> ReadRef<'a> for &'a BoundedRead<R> {
         self.take(most)?;
         let bytes = (&self.cache).read_bytes_at_until(range, delimiter);
         let used = bytes.map_or(0, |b| b.len() as u64);
-        self.left.set(self.left.get() + (most - used.min(most)));
+        self.give_back(most - used.min(most));
         bytes
     }
 }
@@ -349,12 +382,51 @@ impl fmt::Write for Capped {
 }
 
 /// The symbol tables of the files code was found in, read once each (by device and
-/// inode) and kept while they fit [`MAX_CACHED_BYTES`] and [`MAX_CACHED_FILES`]; the
-/// consumer's, off the sampler's drain.
+/// inode) and kept while they fit [`MAX_CACHED_BYTES`] and [`MAX_CACHED_FILES`], read at
+/// [`READ_BYTES_PER_SECOND`] at most; the consumer's, off the sampler's drain.
 #[derive(Debug, Default)]
 pub struct Symbolizer {
     tables: HashMap<FileId, Cached>,
     bytes: usize,
+    budget: ReadBudget,
+}
+
+/// How many bytes the cache may read now: a bucket of [`READ_BURST_BYTES`] filled at
+/// [`READ_BYTES_PER_SECOND`]. A file is read while any is left, and what it read is
+/// taken whole: the bucket goes into debt, paid back before the next read, so no file
+/// read past the budget goes unpaid.
+#[derive(Debug)]
+struct ReadBudget {
+    left: i64,
+    filled_at: Instant,
+}
+
+impl Default for ReadBudget {
+    fn default() -> ReadBudget {
+        ReadBudget {
+            left: READ_BURST_BYTES as i64,
+            filled_at: Instant::now(),
+        }
+    }
+}
+
+impl ReadBudget {
+    /// Whether a file may be read at `now`.
+    fn allows(&mut self, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.filled_at);
+        let earned = elapsed.as_nanos() * u128::from(READ_BYTES_PER_SECOND) / 1_000_000_000;
+        let earned = i64::try_from(earned).unwrap_or(i64::MAX);
+        self.left = self
+            .left
+            .saturating_add(earned)
+            .min(READ_BURST_BYTES as i64);
+        self.filled_at = now;
+        self.left > 0
+    }
+
+    fn spend(&mut self, bytes: u64) {
+        self.left = (self.left).saturating_sub(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
 }
 
 /// A file's table, or why there is none.
@@ -387,10 +459,11 @@ impl Symbolizer {
             }
         };
         let name = match (mapping.file, offset) {
-            (Some(file), Some(offset)) => {
-                let table = self.table(file, &mapping.name);
-                table.and_then(|t| t.function_at(offset))
-            }
+            (Some(file), Some(offset)) => match self.table(file, &mapping.name, Instant::now()) {
+                Lookup::Read(table) => table.function_at(offset),
+                Lookup::Unreadable => None,
+                Lookup::Deferred => Some(DEFERRED.into()),
+            },
             _ => None,
         };
         let binary = match (mapping.file, mapping.name.is_empty()) {
@@ -403,15 +476,22 @@ impl Symbolizer {
         }
     }
 
-    fn table(&mut self, file: FileId, path: &str) -> Option<Arc<SymbolTable>> {
+    /// The table of `file` at `path`, from the cache or read now if the budget allows.
+    fn table(&mut self, file: FileId, path: &str, now: Instant) -> Lookup {
         match self.tables.get(&file) {
-            Some(Cached::Read(table)) => return Some(Arc::clone(table)),
-            Some(Cached::Unreadable) => return None,
-            Some(Cached::Unread(tried)) if **tried == *path => return None,
+            Some(Cached::Read(table)) => return Lookup::Read(Arc::clone(table)),
+            Some(Cached::Unreadable) => return Lookup::Unreadable,
+            Some(Cached::Unread(tried)) if **tried == *path => return Lookup::Unreadable,
             _ => {}
         }
+        if !self.budget.allows(now) {
+            return Lookup::Deferred;
+        }
         // A path the kernel marked deleted is no longer there: its stat differs.
-        let (cached, size) = match SymbolTable::read(Path::new(path), Some(file)) {
+        let spent = Cell::new(0);
+        let read = SymbolTable::read(Path::new(path), Some(file), &spent);
+        self.budget.spend(spent.get());
+        let (cached, size) = match read {
             Ok(table) => {
                 let bytes = table.bytes;
                 (Cached::Read(Arc::new(table)), bytes)
@@ -426,12 +506,21 @@ impl Symbolizer {
         // A second path's failure replaces the first's: its bytes stay counted.
         self.bytes += size;
         let table = match &cached {
-            Cached::Read(table) => Some(Arc::clone(table)),
-            Cached::Unreadable | Cached::Unread(_) => None,
+            Cached::Read(table) => Lookup::Read(Arc::clone(table)),
+            Cached::Unreadable | Cached::Unread(_) => Lookup::Unreadable,
         };
         self.tables.insert(file, cached);
         table
     }
+}
+
+/// What the cache has for a file.
+enum Lookup {
+    Read(Arc<SymbolTable>),
+    /// Not an ELF file it can read, or not by this path.
+    Unreadable,
+    /// Not read yet: over the budget.
+    Deferred,
 }
 
 #[cfg(test)]
@@ -449,11 +538,13 @@ mod tests {
         std::fs::write(&path, b"ab\0cd\0").unwrap();
         let file = File::options().write(true).open(&path).unwrap();
         file.set_len(1 << 30).unwrap();
-        let read = BoundedRead::new(File::open(&path).unwrap());
+        let spent = Cell::new(0);
+        let read = BoundedRead::new(File::open(&path).unwrap(), &spent);
         let data = &read;
         // A name is charged what it used, once read.
         assert_eq!(data.read_bytes_at_until(0..1 << 30, 0), Ok(&b"ab"[..]));
         assert_eq!(read.left.get(), MAX_READ_BYTES - 2);
+        assert_eq!(spent.get(), 2);
         assert_eq!(data.read_bytes_at(1 << 20, MAX_READ_BYTES), Err(()));
         assert!(data
             .read_bytes_at(1 << 20, MAX_READ_BYTES - 2 - 100)
@@ -511,7 +602,7 @@ mod tests {
             b"../../../../../../../proc/self/exe",
             b"beside.debug",
         ] {
-            let found = debug_functions(&binary, id, Some((link, 0)));
+            let found = debug_functions(&binary, id, Some((link, 0)), &Cell::new(0));
             assert!(
                 found.is_empty(),
                 "{}: {} functions",
@@ -522,9 +613,17 @@ mod tests {
         // A plain name beside it, a regular file of the same build id: taken.
         std::fs::remove_file(&beside).unwrap();
         std::fs::copy(&exe, &beside).unwrap();
-        assert!(!debug_functions(&binary, id, Some((b"beside.debug", 0))).is_empty());
+        assert!(
+            !debug_functions(&binary, id, Some((b"beside.debug", 0)), &Cell::new(0)).is_empty()
+        );
         // Of another build id: not.
-        assert!(debug_functions(&binary, b"\x01\x02", Some((b"beside.debug", 0))).is_empty());
+        assert!(debug_functions(
+            &binary,
+            b"\x01\x02",
+            Some((b"beside.debug", 0)),
+            &Cell::new(0)
+        )
+        .is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -536,11 +635,11 @@ mod tests {
         let fifo = dir.join("fifo");
         nix::unistd::mkfifo(&fifo, Mode::S_IRWXU).unwrap();
         // Returns at once: an open that waited for a writer would hang here.
-        assert!(SymbolTable::read(&fifo, None).is_err());
+        assert!(SymbolTable::read(&fifo, None, &Cell::new(0)).is_err());
         let link = dir.join("link");
         std::os::unix::fs::symlink(std::env::current_exe().unwrap(), &link).unwrap();
         assert!(matches!(
-            SymbolTable::read(&link, None),
+            SymbolTable::read(&link, None, &Cell::new(0)),
             Err(SymbolError::Open { .. })
         ));
         std::fs::remove_dir_all(&dir).unwrap();
@@ -578,6 +677,60 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_read_budget_fills_at_its_rate_up_to_its_burst_and_a_read_past_it_is_owed() {
+        let start = Instant::now();
+        let mut budget = ReadBudget {
+            left: 1,
+            filled_at: start,
+        };
+        assert!(budget.allows(start));
+        // A read that spends more than was left is owed, whole.
+        budget.spend(10 << 20);
+        assert!(!budget.allows(start));
+        let second = std::time::Duration::from_secs(1);
+        assert!(!budget.allows(start + second / 2), "{budget:?}");
+        assert!(budget.allows(start + second));
+        assert_eq!(budget.left, (16 << 20) - (10 << 20) + 1);
+        // Never more than the burst, however long it was not used.
+        assert!(budget.allows(start + 3600 * second));
+        assert_eq!(budget.left, READ_BURST_BYTES as i64);
+    }
+
+    #[test]
+    fn a_file_past_the_read_budget_is_deferred_not_forgotten_and_read_once_it_allows() {
+        let _big = crate::big_allocations();
+        let (offset, path) = this_functions_offset();
+        let meta = std::fs::metadata(&path).unwrap();
+        let file = FileId {
+            major: libc::major(meta.dev()),
+            minor: libc::minor(meta.dev()),
+            inode: meta.ino(),
+        };
+        let now = Instant::now();
+        let mut symbolizer = Symbolizer {
+            budget: ReadBudget {
+                left: 0,
+                filled_at: now,
+            },
+            ..Symbolizer::default()
+        };
+        assert!(matches!(
+            symbolizer.table(file, &path, now),
+            Lookup::Deferred
+        ));
+        assert!(symbolizer.tables.is_empty());
+        let later = now + std::time::Duration::from_secs(4);
+        let Lookup::Read(table) = symbolizer.table(file, &path, later) else {
+            panic!("{path} not read once the budget allowed");
+        };
+        assert!(table
+            .function_at(offset)
+            .is_some_and(|name| name.ends_with("tests::this_function_is_named")));
+        // What it read was charged.
+        assert!(symbolizer.budget.left < 64 << 20, "{:?}", symbolizer.budget);
+    }
+
     /// Where `this_function_is_named`'s code is in this test's binary: its file offset
     /// and the binary's path, as `/proc/self/maps` says.
     fn this_functions_offset() -> (u64, String) {
@@ -609,7 +762,8 @@ mod tests {
     fn a_functions_code_is_named_from_its_file_offset_and_a_gap_is_unknown() {
         let _big = crate::big_allocations();
         let (offset, path) = this_functions_offset();
-        let table = SymbolTable::read(Path::new(&path), None).unwrap();
+        let spent = Cell::new(0);
+        let table = SymbolTable::read(Path::new(&path), None, &spent).unwrap();
         let name = table.function_at(offset).unwrap();
         assert!(
             name.ends_with("tests::this_function_is_named"),
@@ -624,7 +778,7 @@ mod tests {
             inode: 1,
         };
         assert!(matches!(
-            SymbolTable::read(Path::new(&path), Some(other)),
+            SymbolTable::read(Path::new(&path), Some(other), &spent),
             Err(SymbolError::Replaced { .. })
         ));
     }
