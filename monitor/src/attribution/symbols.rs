@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 use std::fs::File;
 use std::ops::Range;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -140,8 +141,12 @@ impl SymbolTable {
         let handle = open_regular(path, ResolveFlag::RESOLVE_NO_SYMLINKS).map_err(open_error)?;
         if let Some(file) = file {
             let meta = handle.metadata().map_err(open_error)?;
-            let (major, minor) = (libc::major(meta.dev()), libc::minor(meta.dev()));
-            if (major, minor, meta.ino()) != (file.major, file.minor, file.inode) {
+            let mapped = (file.major, file.minor);
+            // The kernel names a mapping's device as its filesystem's; on btrfs stat
+            // says its subvolume's, another.
+            let same_device = (libc::major(meta.dev()), libc::minor(meta.dev())) == mapped
+                || filesystem_device(&handle) == Some(mapped);
+            if meta.ino() != file.inode || !same_device {
                 return Err(SymbolError::Replaced { path: path.into() });
             }
         }
@@ -219,6 +224,31 @@ fn open_regular(path: &Path, resolve: ResolveFlag) -> std::io::Result<File> {
         return Err(std::io::Error::other("not a regular file"));
     }
     Ok(file)
+}
+
+/// The device of the filesystem `file` is on, as the kernel names a mapping's (its
+/// superblock's): its mount's in `/proc/self/mountinfo`, the mount found by the file's
+/// `mnt_id`.
+fn filesystem_device(file: &File) -> Option<(u32, u32)> {
+    let fdinfo = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", file.as_raw_fd()));
+    let fdinfo = fdinfo.ok()?;
+    let mount = (fdinfo.lines())
+        .find_map(|l| l.strip_prefix("mnt_id:"))?
+        .trim();
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mountinfo_device(&mountinfo, mount)
+}
+
+/// The device of mount `id` in a `mountinfo`: its line's third field, `major:minor`.
+fn mountinfo_device(mountinfo: &str, id: &str) -> Option<(u32, u32)> {
+    mountinfo.lines().find_map(|line| {
+        let mut fields = line.split(' ');
+        if fields.next()? != id {
+            return None;
+        }
+        let (major, minor) = fields.nth(1)?.split_once(':')?;
+        Some((major.parse().ok()?, minor.parse().ok()?))
+    })
 }
 
 /// The functions of the stripped binary at `path` (build id `id`, `.gnu_debuglink`
@@ -675,6 +705,19 @@ mod tests {
             here.name.ends_with("tests::this_function_is_named"),
             "{here:?}"
         );
+    }
+
+    #[test]
+    fn a_mounts_device_is_read_from_its_mountinfo_line() {
+        let mountinfo = "22 1 0:21 / /proc rw,nosuid - proc proc rw\n\
+                         44 27 0:39 / /mnt/bt rw,relatime - btrfs /dev/loop0 rw,subvol=/\n";
+        assert_eq!(mountinfo_device(mountinfo, "44"), Some((0, 39)));
+        assert_eq!(mountinfo_device(mountinfo, "4"), None);
+        assert_eq!(mountinfo_device("44 27 x / /", "44"), None);
+        // This test's binary: on a filesystem whose device stat says too (not btrfs),
+        // or on btrfs, whose mountinfo says the filesystem's.
+        let exe = File::open("/proc/self/exe").unwrap();
+        assert!(filesystem_device(&exe).is_some());
     }
 
     #[test]
