@@ -107,7 +107,11 @@ fn sample_command(
     let events = sampler.events();
     let reaper = thread::spawn(move || {
         let (_, totals, _) = child::wait(pid).unwrap();
-        events.send(Event::Exited { pid, totals });
+        events.send(Event::Exited {
+            pid,
+            totals,
+            zombie: None,
+        });
         totals
     });
 
@@ -250,7 +254,11 @@ fn the_samples_taken_while_a_command_is_stopped_hold_exactly_what_its_stat_says_
     let events = sampler.events();
     let (_, totals, _) = child::wait(pid).unwrap();
     std::mem::forget(guard);
-    events.send(Event::Exited { pid, totals });
+    events.send(Event::Exited {
+        pid,
+        totals,
+        zombie: None,
+    });
     while !source
         .next(&mut samples, Duration::from_millis(100))
         .unwrap()

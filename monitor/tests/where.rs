@@ -428,6 +428,41 @@ fn the_processes_of_one_program_are_one_line_of_the_summary() {
     assert!(minor >= 3 * 1000, "{err}");
 }
 
+/// A command that exits within the first period has every fault of its own under its
+/// program, read from its zombie before the reap: the passes read it last when the
+/// period began. Whether it counts with its descendants or alone.
+#[test]
+fn a_command_that_exits_within_a_period_has_all_its_own_faults_under_its_program() {
+    let dir = OnDisk::new("zombie");
+    let (rows, summary, file) = (
+        dir.0.join("rows.jsonl"),
+        dir.0.join("run.json"),
+        dir.0.join("file"),
+    );
+    for inherit in [&[][..], &["--no-inherit"][..]] {
+        let work = format!(
+            "exec {WORK} 1 R 1 3 --sleep-ms 50 --file {} --file-mib 8 --evict",
+            file.display()
+        );
+        let options = [&["--period", "5s"][..], inherit].concat();
+        let out = run_written(&rows, &summary, &options, &work);
+        let err = stderr(&out);
+        assert!(out.status.success(), "{err}");
+        let summary: Value =
+            serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+        let programs = summary["where"]["programs"].as_array().unwrap();
+        let work = (programs.iter())
+            .find(|p| p["comm"] == "work")
+            .unwrap_or_else(|| panic!("{inherit:?}: {programs:?}"));
+        assert!(work["major"].as_u64() >= Some(4096), "{inherit:?}: {work}");
+        assert_eq!(
+            summary["where"]["other_processes"],
+            serde_json::json!({"minor": 0, "major": 0}),
+            "{inherit:?}: {summary}"
+        );
+    }
+}
+
 /// The cgroup v2 mount point.
 fn cgroup2_mount() -> PathBuf {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();

@@ -31,7 +31,7 @@ use super::{Backend, BackendError, ExitWatch, OnEnd, Selection, Stopper};
 use crate::attribution::{Attribution, Feed};
 use crate::system::cgroup::Cgroup;
 use crate::system::error::SystemError;
-use crate::system::procstat::{self, Probe, ProcessCounters};
+use crate::system::procstat::{self, Probe, ProcessCounters, Stat};
 use attribute::Attributor;
 use members::Members;
 use perf::{FaultEvents, PerfError, Watched};
@@ -180,7 +180,7 @@ impl Backend for Procfs {
             Box::new(FinalCounts {
                 events: events.clone(),
                 inherit: self.inherit,
-                own: None,
+                zombie: None,
             })
         });
         self.events = Some(events);
@@ -284,29 +284,34 @@ fn off(e: &PerfError) -> String {
 
 /// The command's last counts for the sampler, which takes them once the command is
 /// reaped: its own, from its zombie, when it counts alone; else wait4()'s, its own and
-/// those of the descendants it waited for.
+/// those of the descendants it waited for. Its zombie's own faults either way, for
+/// the faults by process.
 struct FinalCounts {
     events: Events,
     inherit: bool,
-    /// Its zombie's counts, read before the reap.
-    own: Option<ProcessCounters>,
+    /// Its zombie's stat, read before the reap.
+    zombie: Option<Stat>,
 }
 
 impl ExitWatch for FinalCounts {
     fn exited(&mut self, pid: u32) {
         // Its zombie's stat has its own counts (and its CPU clock its own time) until the
         // reap; wait4() adds its reaped children's.
-        if !self.inherit {
-            self.own = (Probe::open(pid).and_then(|mut zombie| zombie.read()))
-                .ok()
-                .map(|stat| stat.counters);
-        }
+        self.zombie = (Probe::open(pid).and_then(|mut zombie| zombie.read())).ok();
     }
 
     fn reaped(self: Box<Self>, pid: u32, totals: ProcessCounters) {
         // A zombie that could not be read: wait4()'s, the nearest there is.
-        let totals = self.own.unwrap_or(totals);
-        self.events.send(Event::Exited { pid, totals });
+        let totals = match self.zombie {
+            Some(zombie) if !self.inherit => zombie.counters,
+            _ => totals,
+        };
+        let zombie = self.zombie;
+        self.events.send(Event::Exited {
+            pid,
+            totals,
+            zombie,
+        });
     }
 }
 

@@ -40,7 +40,7 @@ use super::process::Process;
 use super::tree::Tree;
 use super::who::Who;
 use crate::attribution::{Feed, PeriodTable};
-use crate::system::procstat::{ProcessCounters, StatError};
+use crate::system::procstat::{ProcessCounters, Stat, StatError};
 
 /// How long the last sample may wait for a free slot before the session is canceled anyway.
 const FINISH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -54,8 +54,14 @@ const CLOCK_READ_TRIES: u32 = 3;
 /// What the sampler is told from outside.
 #[derive(Clone, Copy, Debug)]
 pub enum Event {
-    /// A child was reaped; `totals` is its wait4() rusage.
-    Exited { pid: u32, totals: ProcessCounters },
+    /// A child was reaped; `totals`: what it counts for (its own counts when it counts
+    /// alone, else wait4()'s rusage); `zombie`: its stat read before the reap, its own
+    /// final faults.
+    Exited {
+        pid: u32,
+        totals: ProcessCounters,
+        zombie: Option<Stat>,
+    },
     /// Write the last sample and end the session now.
     Stop,
 }
@@ -450,11 +456,15 @@ impl Counts {
         }
     }
 
-    /// A reaped child's final counts, from wait4().
-    fn reaped(&mut self, pid: u32, totals: ProcessCounters) {
+    /// A reaped child's final counts, and its own faults as its zombie said them: the
+    /// passes read it last up to a period before it exited.
+    fn reaped(&mut self, pid: u32, totals: ProcessCounters, zombie: Option<Stat>) {
         if let Some(mut p) = self.procs.remove(&pid) {
             add_counts(&mut self.pending, advance(&mut p.seen, totals));
             self.threads += p.threads;
+            if let Some(zombie) = zombie.filter(|z| z.start == p.process.start) {
+                self.who.observe(pid, &zombie);
+            }
         }
     }
 }
@@ -502,7 +512,11 @@ fn sample_until_the_end(
         // Every event sounds the bell after it is sent: a silent bell, no events.
         while let Some(event) = sounded.then(|| events.try_recv().ok()).flatten() {
             match event {
-                Event::Exited { pid, totals } => counts.reaped(pid, totals),
+                Event::Exited {
+                    pid,
+                    totals,
+                    zombie,
+                } => counts.reaped(pid, totals, zombie),
                 Event::Stop => {
                     counts.pending.time_ns = counts.poll()?;
                     return Ok(());
@@ -693,7 +707,6 @@ fn set_memory(sample: &mut Sample, memory: Memory) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::system::procstat::Stat;
 
     /// A sample's counts, without its memory.
     fn counts(s: &Sample) -> (u64, u64, u64) {

@@ -292,11 +292,13 @@ impl Summary<'_> {
             minor = minor.saturating_add(p.minor);
             major = major.saturating_add(p.major);
         }
+        let (minor, major) = (t.minor.saturating_sub(minor), t.major.saturating_sub(major));
+        if minor == 0 && major == 0 {
+            return Ok(());
+        }
         write!(
             f,
-            "\n      {:>12} minor {:>10} major  other programs, and what was not read apart",
-            t.minor.saturating_sub(minor),
-            t.major.saturating_sub(major)
+            "\n      {minor:>12} minor {major:>10} major  other programs, and not read apart"
         )
     }
 
