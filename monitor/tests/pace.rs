@@ -51,6 +51,20 @@ fn ran_and_waited(tid: u32) -> (u64, u64) {
     (fields.next().unwrap(), fields.next().unwrap())
 }
 
+/// [`ran_and_waited`] and the moment it held: read again until the read took under a
+/// millisecond. A test thread preempted between the clock and the read (a loaded
+/// machine) would count the sampler's time then in the one window and not the other.
+fn ran_and_waited_now(tid: u32) -> (Instant, (u64, u64)) {
+    for _ in 0..1000 {
+        let at = Instant::now();
+        let read = ran_and_waited(tid);
+        if at.elapsed() < Duration::from_millis(1) {
+            return (at, read);
+        }
+    }
+    panic!("reading schedstat took a millisecond or more 1000 times in a row");
+}
+
 #[test]
 fn a_sampler_whose_poll_outruns_its_period_still_sleeps_between_polls() {
     let sleepers = Sleepers(
@@ -97,11 +111,11 @@ fn a_sampler_whose_poll_outruns_its_period_still_sleeps_between_polls() {
         }
     };
     drain(&mut source, &mut samples, Duration::from_millis(300));
-    let (before, (ran, waited)) = (samples.len(), ran_and_waited(tid));
-    let started = Instant::now();
+    let before = samples.len();
+    let (started, (ran, waited)) = ran_and_waited_now(tid);
     drain(&mut source, &mut samples, WINDOW);
-    let (ran_after, waited_after) = ran_and_waited(tid);
-    let wall = started.elapsed().as_nanos() as u64;
+    let (ended, (ran_after, waited_after)) = ran_and_waited_now(tid);
+    let wall = ended.duration_since(started).as_nanos() as u64;
     let polls = (samples.len() - before) as u64;
     let asleep = wall.saturating_sub((ran_after - ran) + (waited_after - waited));
     sampler.events().send(Event::Stop);
