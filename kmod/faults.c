@@ -23,9 +23,10 @@
  * it, and appends it to its CPU's buffer, whose only writer it is
  * (preemption off; page faults are taken in task context only, and the
  * perf core keeps a context from recursing), counting it as dropped when
- * it may not or the buffer is full.  The sampler, once a period and
- * whenever a buffer is half full (an interrupt work wakes it), empties
- * every CPU's buffer into the faults region.
+ * it may not or the buffer is full.  The sampler, once a period (every
+ * 100 ms at least, for a longer period) and whenever a buffer is half full
+ * (an interrupt work wakes it), empties every CPU's buffer into the faults
+ * region.
  *
  * Lifetime: an event's handler may run until the event is released and
  * the RCU readers that found it are done; a watch's context (its asker)
@@ -169,6 +170,15 @@ void pfprof_faults_init(struct pfprof_session *s)
 bool pfprof_faults_filling(struct pfprof_session *s)
 {
 	return atomic_read(&s->faults.filling);
+}
+
+/*
+ * Whether faults are recorded: set once, by PFPROF_IOC_ATTRIBUTE, and never
+ * cleared (a released session's sampler is stopped first).
+ */
+bool pfprof_faults_recording(struct pfprof_session *s)
+{
+	return READ_ONCE(s->faults.minor_sampling) != 0;
 }
 
 static struct pfprof_cpu_faults *pfprof_cpu_buffer(struct pfprof_faults *f,
@@ -876,8 +886,9 @@ static void pfprof_faults_publish(struct pfprof_faults *f,
 }
 
 /*
- * The sampler's, once a period before it offers the sample: every CPU's
- * faults into the region, the drop counts after them.
+ * The sampler's, once a period before it offers the sample (and between
+ * samples: sampler.c): every CPU's faults into the region, the drop counts
+ * after them.
  */
 void pfprof_faults_drain(struct pfprof_session *s)
 {

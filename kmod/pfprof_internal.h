@@ -299,6 +299,7 @@ void pfprof_faults_sync(struct pfprof_session *s, bool sampler);
 void pfprof_faults_exec(struct pfprof_session *s, bool member);
 void pfprof_faults_drain(struct pfprof_session *s);
 bool pfprof_faults_filling(struct pfprof_session *s);
+bool pfprof_faults_recording(struct pfprof_session *s);
 void pfprof_faults_release(struct pfprof_session *s);
 void pfprof_faults_exit(struct pfprof_session *s);
 

@@ -39,6 +39,15 @@
 #include "compat.h"
 #include "pfprof_internal.h"
 
+/*
+ * How often the faults recorded reach the region at least, when the period
+ * is longer: the consumer names a fault's mapping from its process's maps,
+ * read while the process lives.  The drain's timer may fire this late, to
+ * be coalesced with others: a drain needs no precision, a period does.
+ */
+#define PFPROF_FAULTS_DRAIN_NS		(100 * NSEC_PER_MSEC)
+#define PFPROF_FAULTS_DRAIN_SLACK_NS	(10 * NSEC_PER_MSEC)
+
 void pfprof_sampler_kick(struct pfprof_session *s)
 {
 	wake_up(&s->sampler_wq);
@@ -62,6 +71,7 @@ struct pfprof_wake {
 	bool idle;		/* waiting for a process to join */
 	bool unstarted;		/* waiting for the consumer to start the ring */
 	bool draining;		/* the last sample is collected, not delivered */
+	bool recording;		/* faults were recorded when it fell asleep */
 };
 
 static bool pfprof_woken(const struct pfprof_wake *w)
@@ -76,17 +86,22 @@ static bool pfprof_woken(const struct pfprof_wake *w)
 		       READ_ONCE(s->changes) != w->pruned;
 	if (w->idle)
 		return pfprof_sampler_has_work(s, w->seen);
-	/* The last process left or is leaving: its final sample ends the ring now. */
+	/*
+	 * The last process left or is leaving: its final sample ends the ring
+	 * now.  Faults recorded since it fell asleep: drained between samples.
+	 */
 	return (!w->draining && pfprof_last_sample_due(s)) ||
-	       pfprof_ring_retry_fired(&s->ring) || pfprof_faults_filling(s);
+	       pfprof_ring_retry_fired(&s->ring) || pfprof_faults_filling(s) ||
+	       pfprof_faults_recording(s) != w->recording;
 }
 
 /*
- * Sleeps until @deadline (absolute, CLOCK_MONOTONIC; KTIME_MAX: no timer)
- * or until @w says to wake.  A wake-up for nothing sleeps again until the
- * same deadline, so it cannot shift the period.
+ * Sleeps until @deadline (absolute, CLOCK_MONOTONIC; KTIME_MAX: no timer;
+ * up to @slack ns later) or until @w says to wake.  A wake-up for nothing
+ * sleeps again until the same deadline, so it cannot shift the period.
  */
-static void pfprof_sleep_until(ktime_t deadline, const struct pfprof_wake *w)
+static void pfprof_sleep_until(ktime_t deadline, u64 slack,
+			       const struct pfprof_wake *w)
 {
 	DEFINE_WAIT(wait);
 
@@ -96,10 +111,11 @@ static void pfprof_sleep_until(ktime_t deadline, const struct pfprof_wake *w)
 		if (pfprof_woken(w))
 			break;
 		/*
-		 * No slack: the period is what the user asked for, one timer
-		 * interrupt a period.  0: the timer expired; -EINTR: woken.
+		 * No slack for a period's end: the period is what the user
+		 * asked for.  0: the timer expired; -EINTR: woken.
 		 */
-		if (!schedule_hrtimeout_range(&deadline, 0, HRTIMER_MODE_ABS))
+		if (!schedule_hrtimeout_range(&deadline, slack,
+					      HRTIMER_MODE_ABS))
 			break;
 	}
 	finish_wait(&w->session->sampler_wq, &wait);
@@ -121,6 +137,7 @@ struct pfprof_sampler {
 	struct pfprof_session *session;
 	u64 period;
 	ktime_t deadline;		/* the current period's end */
+	ktime_t drain_at;		/* the faults' next drain, if sooner */
 	struct pfprof_wake wake;
 	struct pfprof_counters pending;	/* collected, not delivered */
 	struct pfprof_sample sample;	/* the offer made of it */
@@ -132,6 +149,15 @@ struct pfprof_sampler {
 	/* The ring the last sample (wake.draining) was collected for. */
 	unsigned int drain_generation;
 };
+
+/* A run starts: its first period, and the faults' first drain, from now. */
+static void pfprof_sampler_restart(struct pfprof_sampler *st)
+{
+	ktime_t now = ktime_get();
+
+	st->deadline = ktime_add_ns(now, st->period);
+	st->drain_at = ktime_add_ns(now, PFPROF_FAULTS_DRAIN_NS);
+}
 
 /*
  * Nobody to deliver to yet: what the members do meanwhile is read at the
@@ -147,21 +173,21 @@ static void pfprof_sampler_await_start(struct pfprof_sampler *st)
 	st->wake.pruned = READ_ONCE(s->changes);
 	pfprof_sleep_until(pfprof_nr_members(s) ?
 			   ktime_add_ns(ktime_get(), NSEC_PER_SEC) : KTIME_MAX,
-			   &st->wake);
+			   0, &st->wake);
 	st->wake.unstarted = false;
 	if (READ_ONCE(s->ring.mode) == PFPROF_MODE_NONE)
 		pfprof_members_prune(s);
-	st->deadline = ktime_add_ns(ktime_get(), st->period);
+	pfprof_sampler_restart(st);
 }
 
 /* Nothing to collect or deliver: sleeps, with no timer, until a join. */
 static void pfprof_sampler_await_members(struct pfprof_sampler *st)
 {
 	st->wake.idle = true;
-	pfprof_sleep_until(KTIME_MAX, &st->wake);
+	pfprof_sleep_until(KTIME_MAX, 0, &st->wake);
 	st->wake.idle = false;
 	/* The run's first period starts as the process joins. */
-	st->deadline = ktime_add_ns(ktime_get(), st->period);
+	pfprof_sampler_restart(st);
 }
 
 /*
@@ -239,6 +265,48 @@ static void pfprof_sampler_offer(struct pfprof_sampler *st, bool early)
 	}
 }
 
+/* Whether the faults are drained between samples too: a long period's. */
+static bool pfprof_sampler_drains_between(const struct pfprof_sampler *st)
+{
+	return st->period > PFPROF_FAULTS_DRAIN_NS &&
+	       pfprof_faults_recording(st->session);
+}
+
+/*
+ * When to wake, and how much later the timer may fire: the period's end,
+ * or the faults' drain when that comes sooner by more than its slack (the
+ * period's end drains them anyway).
+ */
+static ktime_t pfprof_sampler_wake_at(const struct pfprof_sampler *st,
+				      u64 *slack)
+{
+	ktime_t latest = ktime_add_ns(st->drain_at,
+				      PFPROF_FAULTS_DRAIN_SLACK_NS);
+
+	*slack = 0;
+	if (!pfprof_sampler_drains_between(st) ||
+	    !ktime_before(latest, st->deadline))
+		return st->deadline;
+	*slack = PFPROF_FAULTS_DRAIN_SLACK_NS;
+	return st->drain_at;
+}
+
+/* Whether the faults' drain between samples is due at @now. */
+static bool pfprof_sampler_drain_due(const struct pfprof_sampler *st,
+				     ktime_t now)
+{
+	return pfprof_sampler_drains_between(st) &&
+	       !ktime_before(now, st->drain_at) &&
+	       ktime_before(now, st->deadline);
+}
+
+/* Hands the faults recorded so far to the region; the next drain is due later. */
+static void pfprof_sampler_drain(struct pfprof_sampler *st, ktime_t now)
+{
+	pfprof_faults_drain(st->session);
+	st->drain_at = ktime_add_ns(now, PFPROF_FAULTS_DRAIN_NS);
+}
+
 /*
  * Woken before the deadline, and not for the last sample: only a retry
  * the consumer earned offers the same sample once more.
@@ -259,10 +327,11 @@ static int pfprof_sampler_fn(void *data)
 		.retry_earned = true,
 	};
 	struct mem_cgroup *charged;
+	ktime_t now, wake_at;
 	bool collected;
-	ktime_t now;
+	u64 slack;
 
-	st.deadline = ktime_add_ns(ktime_get(), st.period);
+	pfprof_sampler_restart(&st);
 	/* What it allocates (the kin its walks make) is its opener's. */
 	charged = pfprof_memcg_charge(s->memcg);
 	while (!kthread_should_stop()) {
@@ -274,13 +343,18 @@ static int pfprof_sampler_fn(void *data)
 			pfprof_sampler_await_members(&st);
 			continue;
 		}
-		pfprof_sleep_until(st.deadline, &st.wake);
+		st.wake.recording = pfprof_faults_recording(s);
+		wake_at = pfprof_sampler_wake_at(&st, &slack);
+		pfprof_sleep_until(wake_at, slack, &st.wake);
 		if (kthread_should_stop())
 			break;
-		/* A CPU's buffer of faults half full: emptied now, not lost. */
-		if (pfprof_faults_filling(s))
-			pfprof_faults_drain(s);
 		now = ktime_get();
+		/*
+		 * A CPU's buffer of faults half full (emptied now, not lost), or
+		 * their drain between samples due.
+		 */
+		if (pfprof_faults_filling(s) || pfprof_sampler_drain_due(&st, now))
+			pfprof_sampler_drain(&st, now);
 		if (pfprof_sampler_early(&st, now)) {
 			if (pfprof_ring_take_retry(&s->ring) && st.undelivered)
 				pfprof_sampler_offer(&st, true);
@@ -291,7 +365,7 @@ static int pfprof_sampler_fn(void *data)
 		pfprof_faults_sync(s, true);
 		if (collected) {
 			/* A sample's consumer finds its period's faults. */
-			pfprof_faults_drain(s);
+			pfprof_sampler_drain(&st, ktime_get());
 			pfprof_sampler_offer(&st, false);
 		}
 		/*

@@ -483,12 +483,17 @@ static long pfprof_ioc_attribute(struct file *file,
 {
 	struct pfprof_session *s = file->private_data;
 	struct pfprof_attribution attr;
+	int ret;
 
 	if (copy_from_user(&attr, uarg, sizeof(attr)))
 		return -EFAULT;
 	if (attr.flags || attr.reserved)
 		return -EINVAL;
-	return pfprof_faults_start(s, file, attr.minor_sampling);
+	ret = pfprof_faults_start(s, file, attr.minor_sampling);
+	/* A sampler asleep for a long period drains the faults between samples. */
+	if (!ret)
+		pfprof_sampler_kick(s);
+	return ret;
 }
 
 /*

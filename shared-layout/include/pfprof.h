@@ -210,7 +210,9 @@
  * (PERF_COUNT_SW_PAGE_FAULTS_MAJ: every one; _MIN: one in minor_sampling),
  * each with its process, address, time and the instruction that took it,
  * and its sampler copies them
- * here once a period, before that period's sample is offered to the ring:
+ * here once a period, before that period's sample is offered to the ring
+ * (and every 100 ms at least when the period is longer, so that a consumer
+ * may read a short-lived process's maps while it lives):
  * a consumer that holds a sample of time T finds here every fault recorded
  * up to T, but for one whose handler was still running on another CPU
  * then (it comes with the next period's).  Addresses are resolved to

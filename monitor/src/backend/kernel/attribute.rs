@@ -1,6 +1,6 @@
 //! Where the kernel backend's faults were: the module's faults region, drained every
-//! period by a thread of its own (so that each fault is resolved while its process
-//! lives, whenever the consumer takes its rows) and when the consumer takes a sample
+//! period (at least every [`DRAIN_EVERY`]) by a thread of its own (so that each fault is
+//! resolved while its process lives, whenever the consumer takes its rows) and when the consumer takes a sample
 //! (the module wrote the period's faults before it), each fault's address resolved to
 //! its mapping by the same maps cache as the procfs backend's, from `/proc/<pid>/maps`
 //! with the monitor's own rights; each process's own faults read from its
@@ -18,7 +18,8 @@ use crate::attribution::table::Builder;
 use crate::attribution::{Code, Faults, Mapping, PeriodTable, TableSource};
 use crate::backend::procfs::maps::MapsCache;
 use crate::backend::procfs::who::Who;
-use crate::system::procstat;
+use crate::backend::ExitWatch;
+use crate::system::procstat::{self, ProcessCounters};
 
 /// The most processes whose own faults are followed: a storm of short-lived processes
 /// must not make each period's reads grow without bound (the others' faults are still
@@ -28,6 +29,12 @@ const MAX_FOLLOWED: usize = 256;
 /// The most faults resolved and waiting for the consumer's next table: beyond them, a
 /// consumer that stopped taking rows costs no more memory, and the faults count as lost.
 const MAX_WAITING: usize = 1 << 20;
+
+/// How often the faults thread drains the region at least, whatever the period: a fault
+/// is resolved by its process's maps, read while it lives, and a command that lived
+/// 0.4 s of a 5 s period was gone before the first drain (all of its faults "unmapped
+/// by then").
+const DRAIN_EVERY: Duration = Duration::from_millis(100);
 
 /// A fault resolved to its mapping, waiting for its period's table.
 struct Resolved {
@@ -148,22 +155,43 @@ impl KernelAttributor {
 /// hold.
 pub struct Shared(Arc<Mutex<KernelAttributor>>);
 
+/// The command's own last faults, read from its zombie before the reap: the faults
+/// thread reads the processes it follows once a period, and a reaped one no more.
+struct LastFaults(Arc<Mutex<KernelAttributor>>);
+
+impl ExitWatch for LastFaults {
+    fn exited(&mut self, pid: u32) {
+        if let Ok(stat) = procstat::read(pid) {
+            let mut attributor = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            attributor.who.observe(pid, &stat);
+        }
+    }
+
+    fn reaped(self: Box<Self>, _pid: u32, _totals: ProcessCounters) {}
+}
+
 impl Shared {
-    /// Shares `attributor`, and starts the thread that advances it every `period` for
-    /// as long as the feed holds it.
+    /// Shares `attributor`, and starts the thread that advances it every `period` (or
+    /// [`DRAIN_EVERY`], if sooner) for as long as the feed holds it.
     pub fn start(attributor: KernelAttributor, period: Duration) -> std::io::Result<Shared> {
+        let every = period.min(DRAIN_EVERY);
         let shared = Arc::new(Mutex::new(attributor));
         let weak: Weak<Mutex<KernelAttributor>> = Arc::downgrade(&shared);
         std::thread::Builder::new()
             .name("faults".into())
             .spawn(move || loop {
-                std::thread::sleep(period);
+                std::thread::sleep(every);
                 let Some(attributor) = weak.upgrade() else {
                     return;
                 };
                 (attributor.lock().unwrap_or_else(PoisonError::into_inner)).advance();
             })?;
         Ok(Shared(shared))
+    }
+
+    /// What takes the command's last faults at its exit.
+    pub fn exit_watch(&self) -> Box<dyn ExitWatch> {
+        Box::new(LastFaults(Arc::clone(&self.0)))
     }
 }
 

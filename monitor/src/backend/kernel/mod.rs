@@ -177,13 +177,15 @@ impl Backend for Kernel {
     fn produce(
         &mut self,
         _area: &Arc<Area>,
-        _command: Option<u32>,
+        command: Option<u32>,
         _on_end: OnEnd,
     ) -> Result<Option<Box<dyn ExitWatch>>, BackendError> {
+        let mut watch = None;
         let feed = match self.attributor.take() {
             Some(attributor) => {
                 let shared = Shared::start(attributor, self.period)
                     .map_err(SystemError::doing("starting the faults thread"))?;
+                watch = command.map(|_| shared.exit_watch());
                 Feed::pulling(self.attribution.clone(), Box::new(shared))
             }
             None => Feed::new(self.attribution.clone()),
@@ -196,7 +198,7 @@ impl Backend for Kernel {
                 crate::program_name()
             );
         }
-        Ok(None)
+        Ok(watch)
     }
 
     fn attribution(&self) -> Option<Arc<Feed>> {

@@ -142,6 +142,7 @@ const TESTS: &[(&str, Test)] = tests![
     isolation::a_descendant_that_runs_a_setuid_program_between_two_looks_is_not_counted,
     attribution::each_mappings_faults_are_where_work_put_them_in_both_backends,
     attribution::each_ranges_major_faults_are_on_the_function_that_read_it_in_both_backends,
+    attribution::a_command_shorter_than_a_period_has_its_faults_on_its_file_and_program_in_both_backends,
     attribution::another_users_session_learns_nothing_of_a_process_it_may_not_read,
     attribution::threads_created_while_their_process_is_listed_are_recorded_once,
     attribution::a_descendant_reparented_stays_its_trees_and_is_recorded_once,
