@@ -109,6 +109,19 @@ fn array<'a>(v: &'a Value, what: &str) -> Result<&'a Vec<Value>> {
         .with_context(|| format!("{what} is not an array: {v}"))
 }
 
+/// `monitor run --backend BACKEND -o /dev/null` with `args` after them; its standard
+/// error once it ended well, within 300 s.
+fn monitor_run(backend: &str, args: &[&str]) -> Result<String> {
+    let monitor = Command::new("/bin/monitor")
+        .args(["run", "--backend", backend, "-o", "/dev/null"])
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("running /bin/monitor")?;
+    finished(backend, within(monitor, Duration::from_secs(300))?)
+}
+
 /// One backend's run of two `work`s (the second a child of the shell as the first) and
 /// its checks; what it found, for the figure.
 fn check_backend(backend: &str, dir: &str) -> Result<String> {
@@ -118,14 +131,7 @@ fn check_backend(backend: &str, dir: &str) -> Result<String> {
         "/bin/work 32 R 30000 3 --sleep-ms 50 --file {a} --evict & \
          /bin/work 24 R 30000 2 --sleep-ms 50 --file {b}; wait"
     );
-    let monitor = Command::new("/bin/monitor")
-        .args(["run", "--backend", backend, "-o", "/dev/null"])
-        .args(["--summary", &summary, "--", "sh", "-c", &script])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .context("running /bin/monitor")?;
-    let err = finished(backend, within(monitor, Duration::from_secs(300))?)?;
+    let err = monitor_run(backend, &["--summary", &summary, "--", "sh", "-c", &script])?;
     let announced = announced(&err)?;
     ensure!(announced.len() == 4, "{backend}: {err}");
     let summary: Value = serde_json::from_str(&fs::read_to_string(&summary)?)?;
@@ -274,24 +280,12 @@ fn has_symbols(path: &str) -> Result<bool> {
 fn check_functions(backend: &str, dir: &str) -> Result<String> {
     let file = format!("{dir}/functions-{backend}");
     let summary = format!("/tmp/functions-{backend}.json");
-    let monitor = Command::new("/bin/monitor")
-        .args(["run", "--backend", backend, "-o", "/dev/null"])
-        .args(["--summary", &summary, "--", "/bin/work", "1", "R", "1", "3"])
-        .args(["--sleep-ms", "50", "--file", &file, "--file-mib", "8"])
-        .args([
-            "--file-range",
-            "0-2",
-            "--file-range",
-            "3-4",
-            "--file-range",
-            "6-7",
-        ])
-        .args(["--evict", "--by-function"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .context("running /bin/monitor")?;
-    let err = finished(backend, within(monitor, Duration::from_secs(300))?)?;
+    // Paths without spaces: the words split as they are.
+    let args = format!(
+        "--summary {summary} -- /bin/work 1 R 1 3 --sleep-ms 50 --file {file} --file-mib 8 \
+         --file-range 0-2 --file-range 3-4 --file-range 6-7 --evict --by-function"
+    );
+    let err = monitor_run(backend, &args.split_whitespace().collect::<Vec<_>>())?;
     let ranges = ranges_read_by(&err)?;
     ensure!(ranges.len() == 3, "{backend}: {err}");
     let summary: Value = serde_json::from_str(&fs::read_to_string(&summary)?)?;
@@ -352,31 +346,11 @@ fn check_functions(backend: &str, dir: &str) -> Result<String> {
 fn check_short_command(backend: &str, dir: &str) -> Result<String> {
     let file = format!("{dir}/short-{backend}");
     let summary = format!("/tmp/short-{backend}.json");
-    let monitor = Command::new("/bin/monitor")
-        .args([
-            "run",
-            "--backend",
-            backend,
-            "--period",
-            "5s",
-            "-o",
-            "/dev/null",
-        ])
-        .args(["--summary", &summary, "--", "/bin/work", "1", "R", "1", "2"])
-        .args([
-            "--sleep-ms",
-            "0",
-            "--file",
-            &file,
-            "--file-mib",
-            "8",
-            "--evict",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .context("running /bin/monitor")?;
-    let err = finished(backend, within(monitor, Duration::from_secs(300))?)?;
+    let args = format!(
+        "--period 5s --summary {summary} -- /bin/work 1 R 1 2 --sleep-ms 0 --file {file} \
+         --file-mib 8 --evict"
+    );
+    let err = monitor_run(backend, &args.split_whitespace().collect::<Vec<_>>())?;
     let announced = announced(&err)?;
     let Some(read) = announced.iter().find(|x| x.file.as_deref() == Some(&*file)) else {
         bail!("{backend}: no announcement of {file}: {err}");
