@@ -624,7 +624,12 @@ fn poll_all(
                 Ok(stat) if stat.start == p.process.start => (stat, true),
                 // Ok: another process has the pid now, ours is gone.
                 Ok(_) | Err(StatError::NoSuchProcess(_)) => {
-                    if !p.process.child {
+                    if p.process.child {
+                        // Reaped, its final counts on their way (Event::Exited): still
+                        // known to `who` as last read, or its zombie's faults would
+                        // count again from its fork.
+                        observe(&p.process, who);
+                    } else {
                         unread.push(Unread {
                             pid,
                             since: p.read_at.elapsed(),
