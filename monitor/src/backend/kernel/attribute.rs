@@ -1,9 +1,9 @@
 //! Where the kernel backend's faults were: the module's faults region, drained every
 //! period (at least every [`DRAIN_EVERY`]) by a thread of its own (so that each fault is
-//! resolved while its process lives, whenever the consumer takes its rows) and when the consumer takes a sample
-//! (the module wrote the period's faults before it), each fault's address resolved to
-//! its mapping by the same maps cache as the procfs backend's, from `/proc/<pid>/maps`
-//! with the monitor's own rights; each process's own faults read from its
+//! resolved while its process lives, whenever the consumer takes its rows) and when the
+//! consumer takes a sample (the module wrote the period's faults before it), each
+//! fault's address resolved to its mapping by the same maps cache as the procfs
+//! backend's, from `/proc/<pid>/maps` with the monitor's own rights; each process's own faults read from its
 //! `/proc/<pid>/stat`, as the procfs backend's are. Each fault's instruction (ABI 6)
 //! is resolved by the same maps, to be named by the consumer as the procfs backend's.
 
