@@ -74,7 +74,7 @@ const BUILD_ID_DIR: &str = "/usr/lib/debug/.build-id";
 pub const UNKNOWN: &str = "[unknown]";
 
 /// What a function is named when its file was not read: the cache had read as much as
-/// it may for now ([`READ_BYTES_PER_SECOND`]).
+/// it may for now (`READ_BYTES_PER_SECOND`).
 pub const DEFERRED: &str = "[symbols deferred]";
 
 /// A function, in the binary or library (or other memory) its code is in.
