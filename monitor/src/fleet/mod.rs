@@ -19,9 +19,12 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use shared_layout::abi;
+
 use crate::backend::procfs::Procfs;
 use crate::command::signals::Signals;
 use crate::export::{FleetExport, Hub};
+use crate::pressure::watch::SystemCounters;
 use crate::profile::error::ProfileError;
 use crate::profile::{self, Request, Supervised};
 use crate::system::cgroup::cgroup2_mounts;
@@ -75,6 +78,8 @@ struct Fleet {
     names: KubeNames,
     /// By target name: held targets, each running or just ended.
     awaited: BTreeMap<String, Awaited>,
+    /// The system-wide pressure counters, read for all targets at once.
+    system: Arc<SystemCounters>,
 }
 
 /// Profiles every target the selectors name until SIGINT, SIGTERM or SIGHUP.
@@ -92,6 +97,7 @@ pub fn run(request: FleetRequest) -> Result<u8, ProfileError> {
         unnamed: BTreeSet::new(),
         names: KubeNames::new(Path::new(LOG_DIR), template.interval),
         awaited: BTreeMap::new(),
+        system: Arc::new(SystemCounters::open(system_fresh_for(template))),
     };
     while signals.received_count() == 0 {
         fleet.reap();
@@ -134,7 +140,8 @@ impl Fleet {
                 left_out.insert(found.name);
                 continue;
             }
-            match start_target(&found, hub, &request.template, &mut self.names) {
+            let template = &request.template;
+            match start_target(&found, hub, template, &mut self.names, &self.system) {
                 Ok((profiling, awaited)) => {
                     say(&format!("profiling {}", found.name));
                     exported += usize::from(!returning);
@@ -271,6 +278,14 @@ fn say(line: &str) {
 /// resident once it has wrapped.
 const TARGET_RING_PAGES: u64 = 8;
 
+/// How old a reading of the system-wide pressure counters may be served to a target: a
+/// tenth of the period, so that a thousand targets read them some ten times a period, not
+/// a thousand, and a row's share of them is placed at most a tenth of a period late.
+fn system_fresh_for(template: &Request) -> Duration {
+    let period_ms = template.period_ms.unwrap_or(abi::PERIOD_MS_DEFAULT);
+    Duration::from_millis(period_ms.into()) / 10
+}
+
 /// A profile of the cgroup `found`, as `--cgroup` makes one, exported through `hub`; a
 /// Kubernetes container whose names the node does not say yet is held, and awaited.
 fn start_target(
@@ -278,6 +293,7 @@ fn start_target(
     hub: &Arc<Hub>,
     template: &Request,
     names: &mut KubeNames,
+    system: &Arc<SystemCounters>,
 ) -> Result<(Profiling, Option<Awaited>), ProfileError> {
     let mut derived = match classify(&found.name) {
         Some(KubeCgroup::Container(labels)) => labels,
@@ -295,6 +311,7 @@ fn start_target(
             derived,
             signals: signals.clone(),
             ring_pages: TARGET_RING_PAGES,
+            system: Arc::clone(system),
         }),
         ..template.clone()
     };

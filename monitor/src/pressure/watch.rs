@@ -10,6 +10,9 @@
 //! on the same file fires (some stall of [`TRIGGER`]) or a drain sees the stall grow, and
 //! goes back to sleep once the stall has not grown for [`QUIET`]: an idle monitor wakes no
 //! more often than without it.
+//!
+//! The system-wide counters are the same for every profile of a process: a fleet's
+//! targets share one [`SystemCounters`], which serves a recent reading again.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -96,95 +99,183 @@ pub fn parse_vmstat(text: &str) -> [Option<u64>; VMSTAT_FIELDS.len()] {
     values
 }
 
-/// The files a reading comes from, kept open.
-struct Sources {
-    system: Option<File>,
-    cgroup: Option<File>,
+/// The system-wide counters (the system's PSI totals and `/proc/vmstat`'s), which every
+/// profile of a process reads alike: one reader for all of a fleet's targets, so that a
+/// thousand targets do not make and parse the same text a thousand times an interval.
+/// A reading no older than `fresh_for` is served again; a single profile's reader
+/// (`fresh_for` zero) reads every time, as before.
+pub struct SystemCounters {
+    files: Mutex<SystemFiles>,
+    fresh_for: Duration,
+    /// What is missing, said in every summary.
+    notes: Vec<String>,
+}
+
+struct SystemFiles {
+    psi: Option<File>,
     vmstat: Option<File>,
+    buf: Vec<u8>,
+    /// The last reading: its `CLOCK_MONOTONIC` ns and its values, in [`Pressure`]'s
+    /// order with the cgroup's columns empty.
+    last: Option<(u64, [Option<u64>; COUNTERS])>,
+}
+
+impl SystemCounters {
+    /// Opens what this kernel has (`/proc/pressure/memory`, `/proc/vmstat`); what is
+    /// missing becomes one of the notes.
+    pub fn open(fresh_for: Duration) -> SystemCounters {
+        let mut notes = Vec::new();
+        let psi = open_noting(
+            Path::new(SYSTEM_PSI),
+            "no memory stall columns and no thrashing verdict (a kernel without \
+             CONFIG_PSI, or one that needs psi=1 on its command line)",
+            &mut notes,
+        );
+        let vmstat = open_noting(
+            Path::new(VMSTAT),
+            "no swap, refault and reclaim columns",
+            &mut notes,
+        );
+        SystemCounters::from_files(psi, vmstat, fresh_for, notes)
+    }
+
+    fn from_files(
+        psi: Option<File>,
+        vmstat: Option<File>,
+        fresh_for: Duration,
+        mut notes: Vec<String>,
+    ) -> SystemCounters {
+        let has_vmstat = vmstat.is_some();
+        let counters = SystemCounters {
+            files: Mutex::new(SystemFiles {
+                psi,
+                vmstat,
+                buf: Vec::with_capacity(8192),
+                last: None,
+            }),
+            fresh_for,
+            notes: Vec::new(),
+        };
+        let first = counters.read(0);
+        if let (true, Some(first)) = (has_vmstat, first) {
+            let missing: Vec<&str> = VMSTAT_FIELDS
+                .iter()
+                .zip(&first[FIRST_VMSTAT..])
+                .filter(|(_, v)| v.is_none())
+                .map(|(name, _)| *name)
+                .collect();
+            if !missing.is_empty() {
+                notes.push(format!(
+                    "this kernel's /proc/vmstat has no {}: those columns are empty",
+                    missing.join(", ")
+                ));
+            }
+        }
+        SystemCounters { notes, ..counters }
+    }
+
+    fn files(&self) -> MutexGuard<'_, SystemFiles> {
+        // A reading is kept whole or not at all: a panic elsewhere leaves nothing torn.
+        self.files.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn has_psi(&self) -> bool {
+        self.files().psi.is_some()
+    }
+
+    /// The system's counters taken at or after `not_before` (`CLOCK_MONOTONIC` ns): the
+    /// last reading when it was and is no older than `fresh_for`, else a new one. `None`
+    /// when a file that was there cannot be read (no reading is better than one that
+    /// says a counter vanished).
+    fn read(&self, not_before: u64) -> Option<[Option<u64>; COUNTERS]> {
+        let mut files = self.files();
+        let now = abi::monotonic_ns();
+        let fresh_ns = u64::try_from(self.fresh_for.as_nanos()).unwrap_or(u64::MAX);
+        if let Some((at, values)) = files.last {
+            if at >= not_before && now.saturating_sub(at) <= fresh_ns && !self.fresh_for.is_zero() {
+                return Some(values);
+            }
+        }
+        let SystemFiles {
+            psi, vmstat, buf, ..
+        } = &mut *files;
+        let mut values = [None; COUNTERS];
+        if let Some(f) = psi {
+            let totals = parse_psi(&read_text(f, buf).ok()?)?;
+            values[0] = Some(totals.some_us);
+            values[1] = totals.full_us;
+        }
+        if let Some(f) = vmstat {
+            let text = read_text(f, buf).ok()?;
+            values[FIRST_VMSTAT..].copy_from_slice(&parse_vmstat(&text));
+        }
+        files.last = Some((now, values));
+        Some(values)
+    }
+}
+
+/// `path` opened, or `None` and a note saying `what` its absence means.
+fn open_noting(path: &Path, what: &str, notes: &mut Vec<String>) -> Option<File> {
+    match File::open(path) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            notes.push(format!("{} cannot be read ({e}): {what}", path.display()));
+            None
+        }
+    }
+}
+
+fn read_text(file: &File, buf: &mut Vec<u8>) -> io::Result<String> {
+    String::from_utf8(read_whole(file, buf)?.to_vec())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// The files a reading comes from: the system's, shared, and the cgroup's, kept open.
+struct Sources {
+    system: Arc<SystemCounters>,
+    cgroup: Option<File>,
     buf: Vec<u8>,
 }
 
 impl Sources {
-    /// Opens what this kernel has: the system's PSI file, the `cgroup`'s
-    /// `memory.pressure` when given, `/proc/vmstat`; what is missing becomes one of the
-    /// `notes`. Also where the stall trigger is set: the cgroup's PSI file when it is
+    /// Opens the `cgroup`'s `memory.pressure` when given; what is missing becomes one of
+    /// the `notes`. Also where the stall trigger is set: the cgroup's PSI file when it is
     /// read, else the system's.
-    fn open(cgroup: Option<&Path>, notes: &mut Vec<String>) -> (Sources, Option<PathBuf>) {
-        let mut open = |path: &Path, what: &str| match File::open(path) {
-            Ok(f) => Some(f),
-            Err(e) => {
-                notes.push(format!("{} cannot be read ({e}): {what}", path.display()));
-                None
-            }
-        };
-        let system_psi = PathBuf::from(SYSTEM_PSI);
-        let system = open(
-            &system_psi,
-            "no memory stall columns and no thrashing verdict (a kernel without \
-             CONFIG_PSI, or one that needs psi=1 on its command line)",
-        );
+    fn open(
+        system: Arc<SystemCounters>,
+        cgroup: Option<&Path>,
+        notes: &mut Vec<String>,
+    ) -> (Sources, Option<PathBuf>) {
         let cgroup_psi = cgroup.map(|c| c.join("memory.pressure"));
-        let cgroup_file = cgroup_psi
-            .as_deref()
-            .and_then(|p| open(p, "no cgroup stall columns (cgroup v2 with PSI needed)"));
-        let vmstat = open(Path::new(VMSTAT), "no swap, refault and reclaim columns");
+        let cgroup_file = cgroup_psi.as_deref().and_then(|p| {
+            open_noting(
+                p,
+                "no cgroup stall columns (cgroup v2 with PSI needed)",
+                notes,
+            )
+        });
+        let trigger_path = match (cgroup_psi, &cgroup_file, system.has_psi()) {
+            (Some(path), Some(_), _) => Some(path),
+            (_, _, true) => Some(PathBuf::from(SYSTEM_PSI)),
+            _ => None,
+        };
         let sources = Sources {
             system,
             cgroup: cgroup_file,
-            vmstat,
-            buf: Vec::with_capacity(8192),
-        };
-        let trigger_path = match (cgroup_psi, &sources.cgroup, &sources.system) {
-            (Some(path), Some(_), _) => Some(path),
-            (_, _, Some(_)) => Some(system_psi),
-            _ => None,
+            buf: Vec::with_capacity(512),
         };
         (sources, trigger_path)
     }
 
-    /// The note for the `/proc/vmstat` fields the `first` reading found missing.
-    fn missing_vmstat(&self, first: &Reading) -> Option<String> {
-        let missing: Vec<&str> = VMSTAT_FIELDS
-            .iter()
-            .zip(&first.totals.values()[FIRST_VMSTAT..])
-            .filter(|(_, v)| v.is_none())
-            .map(|(name, _)| *name)
-            .collect();
-        (self.vmstat.is_some() && !missing.is_empty()).then(|| {
-            format!(
-                "this kernel's /proc/vmstat has no {}: those columns are empty",
-                missing.join(", ")
-            )
-        })
-    }
-
-    fn read_file(file: &File, buf: &mut Vec<u8>) -> io::Result<String> {
-        String::from_utf8(read_whole(file, buf)?.to_vec())
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-    }
-
-    /// Every counter now; `None` when a file that was there cannot be read (no reading is
-    /// better than one that says a counter vanished).
-    fn read(&mut self) -> Option<Reading> {
+    /// Every counter now, the system's taken at or after `not_before`; `None` when a
+    /// file that was there cannot be read.
+    fn read(&mut self, not_before: u64) -> Option<Reading> {
         let mono_ns = abi::monotonic_ns();
-        let mut values = [None; COUNTERS];
-        let psi = |file: &Option<File>, buf: &mut Vec<u8>| -> Option<Option<PsiTotals>> {
-            match file {
-                None => Some(None),
-                Some(f) => Some(Some(parse_psi(&Sources::read_file(f, buf).ok()?)?)),
-            }
-        };
-        if let Some(t) = psi(&self.system, &mut self.buf)? {
-            values[0] = Some(t.some_us);
-            values[1] = t.full_us;
-        }
-        if let Some(t) = psi(&self.cgroup, &mut self.buf)? {
-            values[2] = Some(t.some_us);
-            values[3] = t.full_us;
-        }
-        if let Some(f) = &self.vmstat {
-            let text = Sources::read_file(f, &mut self.buf).ok()?;
-            values[FIRST_VMSTAT..].copy_from_slice(&parse_vmstat(&text));
+        let mut values = self.system.read(not_before)?;
+        if let Some(f) = &self.cgroup {
+            let totals = parse_psi(&read_text(f, &mut self.buf).ok()?)?;
+            values[2] = Some(totals.some_us);
+            values[3] = totals.full_us;
         }
         Some(Reading {
             mono_ns,
@@ -260,17 +351,18 @@ struct Log {
 }
 
 impl Log {
-    /// Takes a reading and keeps it; whether memory stall grew since the one before.
-    fn take(&mut self) -> bool {
-        self.take_placed(false)
+    /// Takes a reading and keeps it, the system's counters taken at or after
+    /// `not_before`; whether memory stall grew since the one before.
+    fn take(&mut self, not_before: u64) -> bool {
+        self.take_placed(false, not_before)
     }
 
     /// Takes a reading and keeps it; `triggered`: a PSI trigger just fired, so the stall
     /// since the previous reading came in a burst at its end (else the trigger would
     /// have fired before), and the growth is placed as late as it can be (see
     /// [`latest_start`]) instead of spread over the whole stretch.
-    fn take_placed(&mut self, triggered: bool) -> bool {
-        let Some(reading) = self.sources.read() else {
+    fn take_placed(&mut self, triggered: bool, not_before: u64) -> bool {
+        let Some(reading) = self.sources.read(not_before) else {
             return false;
         };
         let before = self.readings.last().copied();
@@ -348,23 +440,22 @@ pub struct PressureWatch {
 }
 
 impl PressureWatch {
-    /// Opens what this kernel has (the system's PSI file, the `cgroup`'s `memory.pressure`
-    /// when given, `/proc/vmstat`), takes a first reading and starts the watcher thread
-    /// (reading every `period` while under pressure). What is missing becomes a note for
-    /// the summary, never an error: the profile goes on without it. Fails only when the
-    /// watcher's eventfd or thread cannot be had.
-    pub fn start(cgroup: Option<&Path>, period: Duration) -> io::Result<PressureWatch> {
-        let mut notes = Vec::new();
-        let (mut sources, trigger_path) = Sources::open(cgroup, &mut notes);
-        let first = sources.read();
-        notes.extend(
-            first
-                .as_ref()
-                .and_then(|first| sources.missing_vmstat(first)),
-        );
+    /// Reads the `system`'s counters and the `cgroup`'s `memory.pressure` when given,
+    /// takes a first reading and starts the watcher thread (reading every `period` while
+    /// under pressure). What is missing becomes a note for the summary, never an error:
+    /// the profile goes on without it. Fails only when the watcher's eventfd or thread
+    /// cannot be had.
+    pub fn start(
+        system: Arc<SystemCounters>,
+        cgroup: Option<&Path>,
+        period: Duration,
+    ) -> io::Result<PressureWatch> {
+        let mut notes = system.notes.clone();
+        let (mut sources, trigger_path) = Sources::open(system, cgroup, &mut notes);
+        let first = sources.read(0);
         let mut coarse = None;
         let trigger = trigger_path.and_then(|path| Trigger::arm(&path, &mut notes, &mut coarse));
-        let has_psi = sources.system.is_some() || sources.cgroup.is_some();
+        let has_psi = sources.system.has_psi() || sources.cgroup.is_some();
         let log = Log {
             sources,
             readings: first.into_iter().collect(),
@@ -400,7 +491,7 @@ impl PressureWatch {
     /// in order. Wakes the watcher when the stall grew.
     pub fn fill(&self, rows: &mut [Row]) {
         let mut log = self.shared.log();
-        let grew = log.take();
+        let grew = log.take(rows.last().map_or(0, |row| row.mono_ns));
         for row in rows.iter_mut() {
             let start = row.mono_ns.saturating_sub(row.period_ns);
             row.pressure = apportion::share(&log.readings, start, row.mono_ns);
@@ -493,7 +584,7 @@ fn read_every_period(shared: &Shared, period: Duration, mut triggered: bool) -> 
     let mut quiet_since = Instant::now();
     let mut next = Instant::now();
     loop {
-        if shared.log().take_placed(std::mem::take(&mut triggered)) {
+        if shared.log().take_placed(std::mem::take(&mut triggered), 0) {
             quiet_since = Instant::now();
         }
         if quiet_since.elapsed() >= QUIET {
@@ -610,13 +701,18 @@ mod tests {
     #[test]
     fn a_reading_puts_the_system_the_cgroup_and_vmstat_in_their_columns() {
         let fake = Fake::new("columns");
+        let system = SystemCounters::from_files(
+            Some(File::open(fake.write("system", &psi(10, 5))).unwrap()),
+            Some(File::open(fake.write("vmstat", "pswpout 8\npgmajfault 9\n")).unwrap()),
+            Duration::ZERO,
+            Vec::new(),
+        );
         let mut sources = Sources {
-            system: Some(File::open(fake.write("system", &psi(10, 5))).unwrap()),
+            system: Arc::new(system),
             cgroup: Some(File::open(fake.write("cgroup", &psi(3, 2))).unwrap()),
-            vmstat: Some(File::open(fake.write("vmstat", "pswpout 8\npgmajfault 9\n")).unwrap()),
             buf: Vec::new(),
         };
-        let reading = sources.read().unwrap();
+        let reading = sources.read(0).unwrap();
         assert_eq!(
             reading.totals,
             Pressure {
@@ -631,7 +727,46 @@ mod tests {
         );
         // A file that was there and no longer parses: no reading rather than a wrong one.
         fake.write("cgroup", "gone");
-        assert_eq!(sources.read(), None);
+        assert_eq!(sources.read(0), None);
+    }
+
+    #[test]
+    fn the_system_counters_are_read_once_for_every_reader_while_fresh_and_late_enough() {
+        let fake = Fake::new("shared");
+        let vmstat = |pswpin: u64| {
+            let path = fake.write("vmstat", &format!("pswpin {pswpin}\n"));
+            Some(File::open(path).unwrap())
+        };
+        let system = Arc::new(SystemCounters::from_files(
+            None,
+            vmstat(1),
+            Duration::from_secs(3600),
+            Vec::new(),
+        ));
+        let mut targets: Vec<Sources> = (0..3)
+            .map(|_| Sources {
+                system: Arc::clone(&system),
+                cgroup: None,
+                buf: Vec::new(),
+            })
+            .collect();
+        let before = abi::monotonic_ns();
+        fake.write("vmstat", "pswpin 2\n");
+        // Every target is served the reading taken when the counters were opened...
+        for target in &mut targets {
+            let reading = target.read(0).unwrap();
+            assert_eq!(reading.totals.pswpin, Some(1));
+            assert!(reading.mono_ns >= before, "each reading is its own moment");
+        }
+        // ...but a target whose rows end after it gets a new one, which the others are
+        // then served.
+        assert_eq!(targets[0].read(before).unwrap().totals.pswpin, Some(2));
+        fake.write("vmstat", "pswpin 3\n");
+        assert_eq!(targets[1].read(before).unwrap().totals.pswpin, Some(2));
+        // A single profile's (fresh for no time) reads every time.
+        let own = SystemCounters::from_files(None, vmstat(4), Duration::ZERO, Vec::new());
+        fake.write("vmstat", "pswpin 5\n");
+        assert_eq!(own.read(0).unwrap()[FIRST_VMSTAT], Some(5));
     }
 
     #[test]
@@ -689,17 +824,21 @@ mod tests {
         let vmstat = fake.write("vmstat", "pswpin 100\n");
         let mut log = Log {
             sources: Sources {
-                system: None,
+                system: Arc::new(SystemCounters::from_files(
+                    None,
+                    Some(File::open(&vmstat).unwrap()),
+                    Duration::ZERO,
+                    Vec::new(),
+                )),
                 cgroup: None,
-                vmstat: Some(File::open(&vmstat).unwrap()),
                 buf: Vec::new(),
             },
             readings: Vec::new(),
             last_end: None,
         };
-        assert!(!log.take());
+        assert!(!log.take(0));
         fake.write("vmstat", "pswpin 160\n");
-        assert!(!log.take(), "no stall to grow");
+        assert!(!log.take(0), "no stall to grow");
         let [first, second] = [log.readings[0].mono_ns, log.readings[1].mono_ns];
         let share = apportion::share(&log.readings, first, second);
         assert_eq!(share.pswpin, Some(60));
