@@ -1,9 +1,10 @@
 //! One monitor for many targets (`--cgroups-under`, `--unit`): every cgroup the
 //! selectors name is profiled as `--cgroup` profiles one, by a profile of its own on a
-//! thread of its own, and every profile exports through one [`Hub`] on one address. The
-//! selectors are looked at again every `--interval`: a target that appears (a service
-//! started, or restarted: its cgroup re-created) is profiled from then; one whose cgroup
-//! is removed ends, as `--cgroup` ends. At most `--max-targets` are exported at once;
+//! thread of its own (their pressure watches share one watcher thread and one reader of
+//! the system-wide counters), and every profile exports through one [`Hub`] on one
+//! address. The selectors are looked at again every `--interval`: a target that appears
+//! (a service started, or restarted: its cgroup re-created) is profiled from then; one
+//! whose cgroup is removed ends, as `--cgroup` ends. At most `--max-targets` are exported at once;
 //! those found beyond are said on standard error and counted on `/metrics`. A
 //! Kubernetes container is labelled with its names once the node's files say them.
 
@@ -24,7 +25,7 @@ use shared_layout::abi;
 use crate::backend::procfs::Procfs;
 use crate::command::signals::Signals;
 use crate::export::{FleetExport, Hub};
-use crate::pressure::watch::SystemCounters;
+use crate::pressure::watch::PressurePool;
 use crate::profile::error::ProfileError;
 use crate::profile::{self, Request, Supervised};
 use crate::system::cgroup::cgroup2_mounts;
@@ -78,8 +79,9 @@ struct Fleet {
     names: KubeNames,
     /// By target name: held targets, each running or just ended.
     awaited: BTreeMap<String, Awaited>,
-    /// The system-wide pressure counters, read for all targets at once.
-    system: Arc<SystemCounters>,
+    /// Every target's pressure watch: one watcher thread, the system-wide counters read
+    /// for all targets at once.
+    pressure: PressurePool,
 }
 
 /// Profiles every target the selectors name until SIGINT, SIGTERM or SIGHUP.
@@ -97,7 +99,8 @@ pub fn run(request: FleetRequest) -> Result<u8, ProfileError> {
         unnamed: BTreeSet::new(),
         names: KubeNames::new(Path::new(LOG_DIR), template.interval),
         awaited: BTreeMap::new(),
-        system: Arc::new(SystemCounters::open(system_fresh_for(template))),
+        pressure: PressurePool::new(system_fresh_for(template))
+            .map_err(SystemError::doing("starting the memory pressure watcher"))?,
     };
     while signals.received_count() == 0 {
         fleet.reap();
@@ -141,7 +144,7 @@ impl Fleet {
                 continue;
             }
             let template = &request.template;
-            match start_target(&found, hub, template, &mut self.names, &self.system) {
+            match start_target(&found, hub, template, &mut self.names, &self.pressure) {
                 Ok((profiling, awaited)) => {
                     say(&format!("profiling {}", found.name));
                     exported += usize::from(!returning);
@@ -293,7 +296,7 @@ fn start_target(
     hub: &Arc<Hub>,
     template: &Request,
     names: &mut KubeNames,
-    system: &Arc<SystemCounters>,
+    pressure: &PressurePool,
 ) -> Result<(Profiling, Option<Awaited>), ProfileError> {
     let mut derived = match classify(&found.name) {
         Some(KubeCgroup::Container(labels)) => labels,
@@ -311,7 +314,7 @@ fn start_target(
             derived,
             signals: signals.clone(),
             ring_pages: TARGET_RING_PAGES,
-            system: Arc::clone(system),
+            pressure: pressure.clone(),
         }),
         ..template.clone()
     };

@@ -11,8 +11,9 @@
 //! goes back to sleep once the stall has not grown for [`QUIET`]: an idle monitor wakes no
 //! more often than without it.
 //!
-//! The system-wide counters are the same for every profile of a process: a fleet's
-//! targets share one [`SystemCounters`], which serves a recent reading again.
+//! A fleet's targets share one [`PressurePool`]: one watcher thread for every target's
+//! trigger, and one reader of the system-wide counters (the same for every profile),
+//! which serves a recent reading again. A single profile has a pool of its own.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -104,7 +105,7 @@ pub fn parse_vmstat(text: &str) -> [Option<u64>; VMSTAT_FIELDS.len()] {
 /// thousand targets do not make and parse the same text a thousand times an interval.
 /// A reading no older than `fresh_for` is served again; a single profile's reader
 /// (`fresh_for` zero) reads every time, as before.
-pub struct SystemCounters {
+struct SystemCounters {
     files: Mutex<SystemFiles>,
     fresh_for: Duration,
     /// What is missing, said in every summary.
@@ -123,7 +124,7 @@ struct SystemFiles {
 impl SystemCounters {
     /// Opens what this kernel has (`/proc/pressure/memory`, `/proc/vmstat`); what is
     /// missing becomes one of the notes.
-    pub fn open(fresh_for: Duration) -> SystemCounters {
+    fn open(fresh_for: Duration) -> SystemCounters {
         let mut notes = Vec::new();
         let psi = open_noting(
             Path::new(SYSTEM_PSI),
@@ -409,12 +410,45 @@ fn stall_grew(before: &Reading, after: &Reading) -> bool {
         .any(|(b, a)| matches!((b, a), (Some(b), Some(a)) if a > b))
 }
 
+/// What the pressure watches of many profiles share: the system-wide counters' reader
+/// and the one watcher thread. A fleet has one for all its targets; a single profile has
+/// its own.
+#[derive(Clone)]
+pub struct PressurePool {
+    system: Arc<SystemCounters>,
+    watchers: Arc<Watchers>,
+}
+
+impl PressurePool {
+    /// A reading of the system-wide counters is served again for `fresh_for`; the
+    /// watcher thread starts with the first profile that has a PSI file to watch.
+    pub fn new(fresh_for: Duration) -> io::Result<PressurePool> {
+        PressurePool::with_system(SystemCounters::open(fresh_for))
+    }
+
+    fn with_system(system: SystemCounters) -> io::Result<PressurePool> {
+        Ok(PressurePool {
+            system: Arc::new(system),
+            watchers: Arc::new(Watchers {
+                inbox: Arc::new(Inbox {
+                    joining: Mutex::new(Vec::new()),
+                    bell: EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?,
+                    stop: AtomicBool::new(false),
+                }),
+                thread: Mutex::new(None),
+            }),
+        })
+    }
+}
+
+/// One profile's readings, and what its drains and the watcher thread tell each other.
 struct Shared {
     log: Mutex<Log>,
     /// The watcher reads every period.
     active: AtomicBool,
+    /// A drain saw the stall grow.
+    rung: AtomicBool,
     stop: AtomicBool,
-    bell: EventFd,
 }
 
 impl Shared {
@@ -422,10 +456,92 @@ impl Shared {
         // A reading is pushed whole or not at all: a panic elsewhere leaves nothing torn.
         self.log.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
 
+/// The watcher thread of every profile of a [`PressurePool`]; the last profile's (or
+/// fleet's) drop stops it.
+struct Watchers {
+    inbox: Arc<Inbox>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// What the watcher thread is told.
+struct Inbox {
+    /// Profiles to start watching.
+    joining: Mutex<Vec<Watched>>,
+    /// Sounded when a profile joins, rings or stops, and to stop the thread.
+    bell: EventFd,
+    stop: AtomicBool,
+}
+
+impl Inbox {
     fn sound_bell(&self) {
         // Cannot fail short of the counter overflowing, which the watcher's read resets.
         let _ = self.bell.write(1);
+    }
+
+    fn joining(&self) -> MutexGuard<'_, Vec<Watched>> {
+        self.joining.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A profile the watcher watches.
+struct Watched {
+    shared: Arc<Shared>,
+    trigger: Option<Trigger>,
+    period: Duration,
+    /// While it is read every period.
+    active: Option<Active>,
+}
+
+struct Active {
+    /// The trigger fired: the first reading places the stall's onset.
+    triggered: bool,
+    /// When the stall last grew (or the watch became active).
+    quiet_since: Instant,
+    next: Instant,
+}
+
+impl Watchers {
+    /// Watches `shared`'s profile from now, starting the thread if it is the first.
+    fn watch(
+        &self,
+        shared: Arc<Shared>,
+        trigger: Option<Trigger>,
+        period: Duration,
+    ) -> io::Result<()> {
+        let mut thread = self.thread.lock().unwrap_or_else(PoisonError::into_inner);
+        if thread.is_none() {
+            let inbox = Arc::clone(&self.inbox);
+            *thread = Some(
+                thread::Builder::new()
+                    .name("pfprof-pressure".into())
+                    .spawn(move || watch_all(&inbox))?,
+            );
+        }
+        self.inbox.joining().push(Watched {
+            shared,
+            trigger,
+            period,
+            active: None,
+        });
+        self.inbox.sound_bell();
+        Ok(())
+    }
+}
+
+impl Drop for Watchers {
+    fn drop(&mut self) {
+        self.inbox.stop.store(true, Ordering::Release);
+        self.inbox.sound_bell();
+        let thread = self
+            .thread
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(thread) = thread.take() {
+            // The watcher only reads files and sleeps: it ends at the bell.
+            let _ = thread.join();
+        }
     }
 }
 
@@ -433,23 +549,24 @@ impl Shared {
 /// period; [`PressureWatch::fill`] gives each row its share.
 pub struct PressureWatch {
     shared: Arc<Shared>,
-    watcher: Option<JoinHandle<()>>,
+    watchers: Arc<Watchers>,
     notes: Vec<String>,
     /// The trigger is this user's coarse one: said only of a profile that saw stall.
     coarse: Option<String>,
 }
 
 impl PressureWatch {
-    /// Reads the `system`'s counters and the `cgroup`'s `memory.pressure` when given,
-    /// takes a first reading and starts the watcher thread (reading every `period` while
-    /// under pressure). What is missing becomes a note for the summary, never an error:
-    /// the profile goes on without it. Fails only when the watcher's eventfd or thread
-    /// cannot be had.
+    /// Reads the `pool`'s system-wide counters and the `cgroup`'s `memory.pressure` when
+    /// given, takes a first reading and has the pool's watcher thread read every
+    /// `period` while under pressure. What is missing becomes a note for the summary,
+    /// never an error: the profile goes on without it. Fails only when the watcher
+    /// thread cannot be had.
     pub fn start(
-        system: Arc<SystemCounters>,
+        pool: &PressurePool,
         cgroup: Option<&Path>,
         period: Duration,
     ) -> io::Result<PressureWatch> {
+        let system = Arc::clone(&pool.system);
         let mut notes = system.notes.clone();
         let (mut sources, trigger_path) = Sources::open(system, cgroup, &mut notes);
         let first = sources.read(0);
@@ -464,23 +581,16 @@ impl PressureWatch {
         let shared = Arc::new(Shared {
             log: Mutex::new(log),
             active: AtomicBool::new(false),
+            rung: AtomicBool::new(false),
             stop: AtomicBool::new(false),
-            bell: EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?,
         });
         // Without PSI there is no stall to watch for: readings come at the drains.
-        let watcher = if has_psi {
-            let shared = Arc::clone(&shared);
-            Some(
-                thread::Builder::new()
-                    .name("pfprof-pressure".into())
-                    .spawn(move || watch(&shared, trigger, period))?,
-            )
-        } else {
-            None
-        };
+        if has_psi {
+            (pool.watchers).watch(Arc::clone(&shared), trigger, period)?;
+        }
         Ok(PressureWatch {
             shared,
-            watcher,
+            watchers: Arc::clone(&pool.watchers),
             notes,
             coarse,
         })
@@ -508,11 +618,12 @@ impl PressureWatch {
         apportion::forget_before(&mut log.readings, keep_from);
         drop(log);
         if grew && !self.shared.active.load(Ordering::Acquire) {
-            self.shared.sound_bell();
+            self.shared.rung.store(true, Ordering::Release);
+            self.watchers.inbox.sound_bell();
         }
     }
 
-    /// Stops the watcher; what the summary should say about the pressure columns, the
+    /// Stops watching; what the summary should say about the pressure columns, the
     /// trigger's coarseness only when the profile `stalled` (elsewhere it changed
     /// nothing: a note on every unprivileged user's summary was noise).
     pub fn finish(mut self, stalled: bool) -> Vec<String> {
@@ -522,13 +633,11 @@ impl PressureWatch {
         notes
     }
 
+    /// The watcher lets go of it at its next wake-up (and a single profile's thread ends
+    /// with the last handle to its pool).
     fn stop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
-        self.shared.sound_bell();
-        if let Some(watcher) = self.watcher.take() {
-            // The watcher only reads files and sleeps: it ends at the bell.
-            let _ = watcher.join();
-        }
+        self.watchers.inbox.sound_bell();
     }
 }
 
@@ -538,78 +647,98 @@ impl Drop for PressureWatch {
     }
 }
 
-/// The watcher: asleep on the trigger and the bell while idle; once the trigger fires or
-/// the bell sounds (a drain saw the stall grow), a reading every `period`, on absolute
-/// deadlines, until the stall has stood still for [`QUIET`].
-fn watch(shared: &Shared, mut trigger: Option<Trigger>, period: Duration) {
-    let stopped = || shared.stop.load(Ordering::Acquire);
-    while !stopped() {
+/// The watcher: asleep on every watched profile's trigger and on the bell while none is
+/// under pressure; once a trigger fires or a drain rings (it saw the stall grow), a
+/// reading of that profile every `period`, on absolute deadlines, until its stall has
+/// stood still for [`QUIET`].
+fn watch_all(inbox: &Inbox) {
+    let mut watched: Vec<Watched> = Vec::new();
+    while !inbox.stop.load(Ordering::Acquire) {
+        watched.append(&mut inbox.joining());
+        watched.retain(|w| !w.shared.stop.load(Ordering::Acquire));
+        let next = (watched.iter())
+            .filter_map(|w| w.active.as_ref().map(|a| a.next))
+            .min();
         // Idle: no timer.
-        let mut fds = vec![PollFd::new(shared.bell.as_fd(), PollFlags::POLLIN)];
-        if let Some(t) = &trigger {
-            fds.push(PollFd::new(t.0.as_fd(), PollFlags::POLLPRI));
-        }
-        match poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) | Err(Errno::EINTR) => {}
+        let timeout = next.map_or(PollTimeout::NONE, |next| {
+            let ms = (next.saturating_duration_since(Instant::now()))
+                .as_nanos()
+                .div_ceil(1_000_000)
+                .min(i32::MAX as u128) as i32;
+            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+        });
+        let fired = match wait(inbox, &watched, timeout) {
+            Ok(fired) => fired,
             // Nothing to wait on: readings stay at the drains.
             Err(_) => return,
+        };
+        let _ = inbox.bell.read();
+        let now = Instant::now();
+        for (w, fired) in watched.iter_mut().zip(fired) {
+            // A trigger whose file went away (a cgroup removed) would wake it for ever.
+            let broken = PollFlags::POLLERR | PollFlags::POLLNVAL | PollFlags::POLLHUP;
+            if fired.intersects(broken) {
+                w.trigger = None;
+            }
+            let triggered = fired.contains(PollFlags::POLLPRI);
+            // Rung while it was becoming active: nothing more to do.
+            let rung = w.shared.rung.swap(false, Ordering::AcqRel);
+            if (triggered || rung) && w.active.is_none() {
+                w.shared.active.store(true, Ordering::Release);
+                w.active = Some(Active {
+                    triggered,
+                    quiet_since: now,
+                    next: now,
+                });
+            }
+            read_when_due(w, now);
         }
-        let fired = fds
-            .get(1)
-            .and_then(PollFd::revents)
-            .unwrap_or(PollFlags::empty());
-        // A trigger whose file went away (a cgroup removed) would wake it for ever.
-        let broken = PollFlags::POLLERR | PollFlags::POLLNVAL | PollFlags::POLLHUP;
-        if fired.intersects(broken) {
-            drop(fds);
-            trigger = None;
-        }
-        let triggered = fired.contains(PollFlags::POLLPRI);
-        let _ = shared.bell.read();
-        if stopped() {
-            return;
-        }
-        shared.active.store(true, Ordering::Release);
-        if !read_every_period(shared, period, triggered) {
-            return;
-        }
-        shared.active.store(false, Ordering::Release);
     }
 }
 
-/// Active: a reading every `period`, on absolute deadlines, until the stall has stood
-/// still for [`QUIET`] (true), or the watch is stopped (false). `triggered`: the trigger
-/// fired, so the first reading places the stall's onset.
-fn read_every_period(shared: &Shared, period: Duration, mut triggered: bool) -> bool {
-    let mut quiet_since = Instant::now();
-    let mut next = Instant::now();
-    loop {
-        if shared.log().take_placed(std::mem::take(&mut triggered), 0) {
-            quiet_since = Instant::now();
-        }
-        if quiet_since.elapsed() >= QUIET {
-            return true;
-        }
-        next += period;
-        let now = Instant::now();
-        if next < now {
-            // Missed deadlines are skipped, not caught up.
-            next = now + period;
-        }
-        let ms = (next - now)
-            .as_nanos()
-            .div_ceil(1_000_000)
-            .min(i32::MAX as u128) as i32;
-        let mut bell = [PollFd::new(shared.bell.as_fd(), PollFlags::POLLIN)];
-        let _ = poll(
-            &mut bell,
-            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
-        );
-        // Sounded while it was becoming active, or to stop it: read, so it sounds no more.
-        let _ = shared.bell.read();
-        if shared.stop.load(Ordering::Acquire) {
-            return false;
-        }
+/// Sleeps until `timeout`, a trigger of `watched` fires or the bell sounds; each
+/// watched profile's trigger's events, in order (empty for one without a trigger).
+fn wait(inbox: &Inbox, watched: &[Watched], timeout: PollTimeout) -> nix::Result<Vec<PollFlags>> {
+    let triggers = (watched.iter()).filter_map(|w| w.trigger.as_ref());
+    let mut fds: Vec<PollFd> = std::iter::once(PollFd::new(inbox.bell.as_fd(), PollFlags::POLLIN))
+        .chain(triggers.map(|t| PollFd::new(t.0.as_fd(), PollFlags::POLLPRI)))
+        .collect();
+    match poll(&mut fds, timeout) {
+        Ok(_) | Err(Errno::EINTR) => {}
+        Err(e) => return Err(e),
+    }
+    let mut events = fds[1..]
+        .iter()
+        .map(|fd| fd.revents().unwrap_or(PollFlags::empty()));
+    Ok((watched.iter())
+        .map(|w| match w.trigger {
+            Some(_) => events.next().unwrap_or(PollFlags::empty()),
+            None => PollFlags::empty(),
+        })
+        .collect())
+}
+
+/// An active profile's reading when its deadline has come, the next a period on (missed
+/// deadlines are skipped, not caught up); back to idle once its stall has stood still
+/// for [`QUIET`].
+fn read_when_due(w: &mut Watched, now: Instant) {
+    let Some(active) = w.active.as_mut().filter(|a| a.next <= now) else {
+        return;
+    };
+    if w.shared
+        .log()
+        .take_placed(std::mem::take(&mut active.triggered), 0)
+    {
+        active.quiet_since = Instant::now();
+    }
+    if active.quiet_since.elapsed() >= QUIET {
+        w.active = None;
+        w.shared.active.store(false, Ordering::Release);
+        return;
+    }
+    active.next += w.period;
+    if active.next < now {
+        active.next = now + w.period;
     }
 }
 
@@ -767,6 +896,72 @@ mod tests {
         let own = SystemCounters::from_files(None, vmstat(4), Duration::ZERO, Vec::new());
         fake.write("vmstat", "pswpin 5\n");
         assert_eq!(own.read(0).unwrap()[FIRST_VMSTAT], Some(5));
+    }
+
+    /// The monitor's threads named `pfprof-pressure`: no other test in this process
+    /// starts one.
+    fn watcher_threads() -> usize {
+        let tasks = std::fs::read_dir("/proc/self/task").unwrap();
+        (tasks.flatten())
+            .filter(|task| {
+                let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+                comm.trim() == "pfprof-pressure"
+            })
+            .count()
+    }
+
+    /// Waits up to 10 s for `done`.
+    fn within_10_s(what: &str, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(Instant::now() < deadline, "after 10 s: {what}");
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn one_watcher_thread_reads_every_rung_profile_and_lets_go_of_ended_ones() {
+        let fake = Fake::new("pool");
+        let system_psi = fake.write("system", &psi(10, 0));
+        let system = SystemCounters::from_files(
+            Some(File::open(&system_psi).unwrap()),
+            None,
+            Duration::ZERO,
+            Vec::new(),
+        );
+        let pool = PressurePool::with_system(system).unwrap();
+        let before = watcher_threads();
+        let period = Duration::from_millis(10);
+        let watches: Vec<PressureWatch> = (0..100)
+            .map(|_| PressureWatch::start(&pool, None, period).unwrap())
+            .collect();
+        // The stall grew: every drain rings, and every profile is read every period.
+        fake.write("system", &psi(20, 0));
+        for watch in &watches {
+            watch.fill(&mut []);
+        }
+        for (i, watch) in watches.iter().enumerate() {
+            within_10_s(&format!("profile {i} read every period"), || {
+                watch.shared.log().readings.len() >= 5
+            });
+        }
+        // Counted once every profile was read: a thread is named once it runs.
+        assert_eq!(watcher_threads(), before + 1, "one thread for 100 profiles");
+        // The stall stands still: each goes back to sleep after QUIET.
+        within_10_s("every profile idle again", || {
+            !(watches.iter()).any(|w| w.shared.active.load(Ordering::Acquire))
+        });
+        let ended: Vec<_> = (watches.into_iter())
+            .map(|watch| Arc::downgrade(&watch.shared))
+            .collect();
+        within_10_s("every ended profile let go of", || {
+            ended.iter().all(|shared| shared.upgrade().is_none())
+        });
+        drop(pool);
+        // Joined, it may still be listed for a moment.
+        within_10_s("the thread ended with its pool", || {
+            watcher_threads() == before
+        });
     }
 
     #[test]

@@ -28,7 +28,7 @@ use crate::output::summary::{fold, SummaryRequest, SummarySink};
 use crate::output::summary::{Summary, Thrashing};
 use crate::output::writer::{Destination, Format, Output, PlotFile};
 use crate::pressure::verdict::{Band, RULE};
-use crate::pressure::watch::{PressureWatch, SystemCounters};
+use crate::pressure::watch::{PressurePool, PressureWatch};
 use crate::rows::row::Row;
 use crate::rows::source::Source;
 use crate::system::cgroup::{Cgroup, FaultCheck};
@@ -77,14 +77,14 @@ pub struct Request {
 /// What a supervisor running many profiles gives each: the hub it exports through, the
 /// labels the supervisor derived of its target, the signals it stops it with, a ring
 /// of `ring_pages` (many profiles, each drained every interval, need small ones), and the
-/// system-wide pressure counters every profile reads alike.
+/// pressure pool every profile's pressure watch is in.
 #[derive(Clone)]
 pub struct Supervised {
     pub hub: Arc<Hub>,
     pub derived: Vec<(&'static str, String)>,
     pub signals: Signals,
     pub ring_pages: u64,
-    pub system: Arc<SystemCounters>,
+    pub pressure: PressurePool,
 }
 
 impl std::fmt::Debug for Supervised {
@@ -235,11 +235,13 @@ fn start<B: Backend>(opened: Opened<B>, request: &Request) -> Result<Started<B>,
     let metadata = metadata(request, backend.name(), area.period());
     // Its first reading comes before the first sample: the system's pressure, and the
     // selected cgroup's when there is one.
-    let system = match &request.supervised {
-        Some(supervised) => Arc::clone(&supervised.system),
-        None => Arc::new(SystemCounters::open(Duration::ZERO)),
+    let pool = match &request.supervised {
+        Some(supervised) => supervised.pressure.clone(),
+        // Fresh for no time: a single profile reads the system's counters every time.
+        None => PressurePool::new(Duration::ZERO)
+            .map_err(SystemError::doing("starting the memory pressure watcher"))?,
     };
-    let pressure = PressureWatch::start(system, request.cgroup.as_deref(), area.period())
+    let pressure = PressureWatch::start(&pool, request.cgroup.as_deref(), area.period())
         .map_err(SystemError::doing("starting the memory pressure watcher"))?;
     let source = Source::new(Arc::clone(&area), waiter, request.interval);
     let ending = source.ending();
