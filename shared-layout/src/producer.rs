@@ -61,6 +61,14 @@ impl Producer {
         }
     }
 
+    /// A producer whose strict pushes do not wait for a free slot: a full ring leaves the
+    /// counts pending for the next period at once. For a thread that feeds many rings,
+    /// which one slow consumer must not hold up.
+    pub fn never_waiting(mut self) -> Producer {
+        self.slot_wait = Duration::ZERO;
+        self
+    }
+
     /// Record one period's `delta` (its `time_ns` is the period's end) and try
     /// to write it together with whatever earlier periods could not be
     /// written. `Full` and `LockBusy` mean it waits for the next period.

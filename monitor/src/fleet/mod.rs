@@ -1,12 +1,13 @@
 //! One monitor for many targets (`--cgroups-under`, `--unit`): every cgroup the
 //! selectors name is profiled as `--cgroup` profiles one, by a profile of its own on a
-//! thread of its own (their pressure watches share one watcher thread and one reader of
-//! the system-wide counters), and every profile exports through one [`Hub`] on one
-//! address. The selectors are looked at again every `--interval`: a target that appears
-//! (a service started, or restarted: its cgroup re-created) is profiled from then; one
-//! whose cgroup is removed ends, as `--cgroup` ends. At most `--max-targets` are exported at once;
-//! those found beyond are said on standard error and counted on `/metrics`. A
-//! Kubernetes container is labelled with its names once the node's files say them.
+//! thread of its own (their samplers share one thread, their pressure watches one
+//! watcher thread and one reader of the system-wide counters), and every profile
+//! exports through one [`Hub`] on one address. The selectors are looked at again every
+//! `--interval`: a target that appears (a service started, or restarted: its cgroup
+//! re-created) is profiled from then; one whose cgroup is removed ends, as `--cgroup`
+//! ends. At most `--max-targets` are exported at once; those found beyond are said on
+//! standard error and counted on `/metrics`. A Kubernetes container is labelled with
+//! its names once the node's files say them.
 
 mod discover;
 pub mod kubenames;
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use shared_layout::abi;
 
+use crate::backend::procfs::sampler::SamplerPool;
 use crate::backend::procfs::Procfs;
 use crate::command::signals::Signals;
 use crate::export::{FleetExport, Hub};
@@ -82,6 +84,8 @@ struct Fleet {
     /// Every target's pressure watch: one watcher thread, the system-wide counters read
     /// for all targets at once.
     pressure: PressurePool,
+    /// Every target's procfs passes, on one thread.
+    samplers: SamplerPool,
 }
 
 /// Profiles every target the selectors name until SIGINT, SIGTERM or SIGHUP.
@@ -101,6 +105,7 @@ pub fn run(request: FleetRequest) -> Result<u8, ProfileError> {
         awaited: BTreeMap::new(),
         pressure: PressurePool::new(system_fresh_for(template))
             .map_err(SystemError::doing("starting the memory pressure watcher"))?,
+        samplers: SamplerPool::new().map_err(SystemError::doing("starting the sampler"))?,
     };
     while signals.received_count() == 0 {
         fleet.reap();
@@ -143,8 +148,8 @@ impl Fleet {
                 left_out.insert(found.name);
                 continue;
             }
-            let template = &request.template;
-            match start_target(&found, hub, template, &mut self.names, &self.pressure) {
+            let pools = (&self.pressure, &self.samplers);
+            match start_target(&found, hub, &request.template, &mut self.names, pools) {
                 Ok((profiling, awaited)) => {
                     say(&format!("profiling {}", found.name));
                     exported += usize::from(!returning);
@@ -296,7 +301,7 @@ fn start_target(
     hub: &Arc<Hub>,
     template: &Request,
     names: &mut KubeNames,
-    pressure: &PressurePool,
+    (pressure, samplers): (&PressurePool, &SamplerPool),
 ) -> Result<(Profiling, Option<Awaited>), ProfileError> {
     let mut derived = match classify(&found.name) {
         Some(KubeCgroup::Container(labels)) => labels,
@@ -315,6 +320,7 @@ fn start_target(
             signals: signals.clone(),
             ring_pages: TARGET_RING_PAGES,
             pressure: pressure.clone(),
+            samplers: samplers.clone(),
         }),
         ..template.clone()
     };

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use shared_layout::{abi, Area, Mode};
 
+use crate::backend::procfs::sampler::SamplerPool;
 use crate::backend::{Backend, Selection};
 use crate::command::child::{self, Held, Running};
 use crate::command::signals::Signals;
@@ -77,7 +78,8 @@ pub struct Request {
 /// What a supervisor running many profiles gives each: the hub it exports through, the
 /// labels the supervisor derived of its target, the signals it stops it with, a ring
 /// of `ring_pages` (many profiles, each drained every interval, need small ones), and the
-/// pressure pool every profile's pressure watch is in.
+/// pressure pool every profile's pressure watch is in, and the sampler pool that samples
+/// every profile's cgroup.
 #[derive(Clone)]
 pub struct Supervised {
     pub hub: Arc<Hub>,
@@ -85,6 +87,7 @@ pub struct Supervised {
     pub signals: Signals,
     pub ring_pages: u64,
     pub pressure: PressurePool,
+    pub samplers: SamplerPool,
 }
 
 impl std::fmt::Debug for Supervised {
@@ -166,6 +169,7 @@ fn open<B: Backend>(request: &Request) -> Result<(Sinks, Opened<B>), ProfileErro
         attribution: request.attribution,
         ring_pages: (request.supervised.as_ref())
             .map_or(abi::BUFFER_PAGES_DEFAULT.into(), |s| s.ring_pages),
+        sampler_pool: (request.supervised.as_ref()).map(|s| s.samplers.clone()),
     };
     let mut backend = B::open(&selection, request.period_ms)?;
     let labels = Labels {

@@ -17,6 +17,11 @@
 //! events' rings, drained when half full. Before each sample it gives the consumer the
 //! period's table ([`crate::attribution`]): who took the faults ([`super::who`]) and,
 //! where the events are open, where ([`super::attribute`]).
+//!
+//! A fleet's targets (each a cgroup alone, without fault events) are sampled by one
+//! thread for all, a [`SamplerPool`]: each target keeps its counts and its ring, and the
+//! thread passes every target that is due, in the order of their deadlines, which fall
+//! on one grid of periods so that one wake-up serves them all.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -74,6 +79,8 @@ pub enum SamplerError {
     Protocol(#[from] ProtocolError),
     #[error("waiting for the next period")]
     Wait(#[source] std::io::Error),
+    #[error("the fleet's sampler thread ended before this target's session")]
+    PoolEnded,
 }
 
 /// A process that exited and was reaped by its parent before its last counts could be
@@ -114,7 +121,15 @@ impl Events {
 
 pub struct Sampler {
     events: Events,
-    thread: JoinHandle<Result<SamplerReport, SamplerError>>,
+    ended: Ended,
+}
+
+/// Where a sampler's report comes from.
+enum Ended {
+    /// Its own thread's end.
+    Thread(JoinHandle<Result<SamplerReport, SamplerError>>),
+    /// The pool's thread, once it has ended the session.
+    Pooled(Receiver<Result<SamplerReport, SamplerError>>),
 }
 
 /// Where each period's table goes, and the fault events when they are open.
@@ -177,7 +192,46 @@ impl Sampler {
                 on_end();
                 report
             })?;
-        Ok(Sampler { events, thread })
+        Ok(Sampler {
+            events,
+            ended: Ended::Thread(thread),
+        })
+    }
+
+    /// Starts sampling the `cgroup`'s members every `period` into `area` on the `pool`'s
+    /// thread, as [`Sampler::spawn`] does on one of its own.
+    pub fn pooled(
+        pool: &SamplerPool,
+        area: Arc<Area>,
+        cgroup: Members,
+        period: Duration,
+        attribution: SamplerAttribution,
+        on_end: impl FnOnce() + Send + 'static,
+    ) -> std::io::Result<Sampler> {
+        let (tx, rx) = mpsc::channel();
+        let (report_tx, report_rx) = mpsc::sync_channel(1);
+        let cgroup = CgroupCount {
+            members: cgroup,
+            seen: ProcessCounters::default(),
+        };
+        pool.add(Pooled {
+            counts: Counts::new(Vec::new(), Some(cgroup), attribution),
+            // One target's full ring must not hold up the others' passes.
+            producer: Producer::new(area).never_waiting(),
+            period,
+            next: Instant::now(),
+            first: true,
+            events: rx,
+            on_end: Box::new(on_end),
+            report: report_tx,
+        })?;
+        Ok(Sampler {
+            events: Events {
+                tx,
+                bell: Arc::clone(&pool.inbox.bell),
+            },
+            ended: Ended::Pooled(report_rx),
+        })
     }
 
     /// A handle to send [`Event`]s from other threads.
@@ -187,9 +241,12 @@ impl Sampler {
 
     /// Waits for the sampler to end (every process gone, or [`Event::Stop`]).
     pub fn join(self) -> Result<SamplerReport, SamplerError> {
-        self.thread
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        match self.ended {
+            Ended::Thread(thread) => thread
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            Ended::Pooled(report) => report.recv().unwrap_or(Err(SamplerError::PoolEnded)),
+        }
     }
 }
 
@@ -342,20 +399,20 @@ fn run(
     events: &Receiver<Event>,
     bell: &EventFd,
 ) -> Result<SamplerReport, SamplerError> {
-    let mut counts = Counts {
-        procs: profiled(processes),
-        cgroup,
-        pending: Sample::default(),
-        threads: 0,
-        cap: CpuCap::new(),
-        unread: Vec::new(),
-        who: Who::new(attribution.began),
-        feed: attribution.feed,
-        attributor: attribution.attributor,
-    };
+    let mut counts = Counts::new(processes, cgroup, attribution);
     // Whatever happens, the session must end canceled, or the consumer waits forever.
     let outcome = sample_until_the_end(&mut counts, &mut producer, period, events, bell);
-    // The last sample: whatever the processes did since the previous one.
+    conclude(counts, producer, outcome, Instant::now() + FINISH_TIMEOUT)
+}
+
+/// Writes the last sample (whatever the processes did since the previous one), waiting
+/// for a free slot until `deadline`, and ends the session; how it ended.
+fn conclude(
+    mut counts: Counts,
+    mut producer: Producer,
+    outcome: Result<(), SamplerError>,
+    deadline: Instant,
+) -> Result<SamplerReport, SamplerError> {
     let mut last = counts.pending;
     if last.time_ns == 0 {
         last.time_ns = abi::monotonic_ns();
@@ -363,7 +420,7 @@ fn run(
     counts.cap.flush(&mut last);
     counts.publish(last.time_ns);
     let recorded = producer.record(last);
-    let finished = producer.finish(Instant::now() + FINISH_TIMEOUT);
+    let finished = producer.finish(deadline);
     outcome?;
     recorded?;
     Ok(SamplerReport {
@@ -395,6 +452,24 @@ struct Counts {
 }
 
 impl Counts {
+    fn new(
+        processes: Vec<Process>,
+        cgroup: Option<CgroupCount>,
+        attribution: SamplerAttribution,
+    ) -> Counts {
+        Counts {
+            procs: profiled(processes),
+            cgroup,
+            pending: Sample::default(),
+            threads: 0,
+            cap: CpuCap::new(),
+            unread: Vec::new(),
+            who: Who::new(attribution.began),
+            feed: attribution.feed,
+            attributor: attribution.attributor,
+        }
+    }
+
     /// Reads every process and the cgroup's members; the timestamp the counts belong to.
     fn poll(&mut self) -> Result<u64, SamplerError> {
         let time_ns = poll_all(
@@ -544,6 +619,206 @@ fn sample_until_the_end(
                 next += period;
             }
         }
+    }
+}
+
+/// One thread that samples many cgroups (a fleet's targets), each with its own counts and
+/// ring, on deadlines of its own: a thousand targets wake one thread when their passes
+/// are due, not a thousand. The last handle's drop ends the sessions left and the thread.
+#[derive(Clone)]
+pub struct SamplerPool {
+    inbox: Arc<PoolInbox>,
+    thread: Arc<PoolThread>,
+}
+
+/// What the pool's thread is told.
+struct PoolInbox {
+    joining: std::sync::Mutex<Vec<Pooled>>,
+    /// Sounded when a target joins or is sent an event, and to stop the thread.
+    bell: Arc<EventFd>,
+    stop: std::sync::atomic::AtomicBool,
+    /// Where the targets' deadlines fall: every period from it.
+    grid: Instant,
+}
+
+struct PoolThread {
+    inbox: Arc<PoolInbox>,
+    handle: std::sync::Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A target's session on the pool's thread.
+struct Pooled {
+    counts: Counts,
+    producer: Producer,
+    period: Duration,
+    /// When its next pass is due.
+    next: Instant,
+    /// Its first pass is still to come: it marks where the profile starts.
+    first: bool,
+    events: Receiver<Event>,
+    on_end: Box<dyn FnOnce() + Send>,
+    report: mpsc::SyncSender<Result<SamplerReport, SamplerError>>,
+}
+
+impl std::fmt::Debug for SamplerPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SamplerPool").finish_non_exhaustive()
+    }
+}
+
+impl SamplerPool {
+    pub fn new() -> std::io::Result<SamplerPool> {
+        let inbox = Arc::new(PoolInbox {
+            joining: std::sync::Mutex::new(Vec::new()),
+            bell: Arc::new(EventFd::from_flags(
+                EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK,
+            )?),
+            stop: std::sync::atomic::AtomicBool::new(false),
+            grid: Instant::now(),
+        });
+        Ok(SamplerPool {
+            thread: Arc::new(PoolThread {
+                inbox: Arc::clone(&inbox),
+                handle: std::sync::Mutex::new(None),
+            }),
+            inbox,
+        })
+    }
+
+    /// Samples `pooled` from now, starting the thread with the first target.
+    fn add(&self, pooled: Pooled) -> std::io::Result<()> {
+        let mut handle =
+            (self.thread.handle.lock()).unwrap_or_else(std::sync::PoisonError::into_inner);
+        if handle.is_none() {
+            let inbox = Arc::clone(&self.inbox);
+            *handle = Some(
+                thread::Builder::new()
+                    .name("pfprof-samplers".into())
+                    .spawn(move || run_pool(&inbox))?,
+            );
+        }
+        (self.inbox.joining.lock())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(pooled);
+        // Cannot fail short of the counter overflowing, which the thread's read resets.
+        let _ = self.inbox.bell.write(1);
+        Ok(())
+    }
+}
+
+impl Drop for PoolThread {
+    fn drop(&mut self) {
+        self.inbox
+            .stop
+            .store(true, std::sync::atomic::Ordering::Release);
+        let _ = self.inbox.bell.write(1);
+        let handle = (self.handle.get_mut()).unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(handle) = handle.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Pooled {
+    /// Its events (`sounded`: the bell rang) and its pass when due; `Some` with how the
+    /// session went once it is over.
+    fn step(&mut self, sounded: bool, grid: Instant) -> Option<Result<(), SamplerError>> {
+        // Every event sounds the bell after it is sent: a silent bell, no events.
+        while let Some(event) = sounded.then(|| self.events.try_recv().ok()).flatten() {
+            match event {
+                Event::Exited {
+                    pid,
+                    totals,
+                    zombie,
+                } => self.counts.reaped(pid, totals, zombie),
+                Event::Stop => {
+                    let polled = self.counts.poll();
+                    return Some(polled.map(|time_ns| self.counts.pending.time_ns = time_ns));
+                }
+            }
+        }
+        if Instant::now() < self.next {
+            return None;
+        }
+        let time_ns = match self.counts.poll() {
+            Ok(time_ns) => time_ns,
+            Err(e) => return Some(Err(e)),
+        };
+        // The cgroup gone: the last sample now, with the partial period.
+        if self.counts.all_gone() && !self.first {
+            return Some(Ok(()));
+        }
+        if let Err(e) = self.counts.record(&mut self.producer, time_ns) {
+            return Some(Err(e.into()));
+        }
+        let now = Instant::now();
+        if std::mem::take(&mut self.first) {
+            // From its second pass on it is on the pool's grid, so that every target due
+            // is passed at one wake-up: its first period is half a period to one and a
+            // half (the rows are measured from the samples' timestamps).
+            self.next = on_grid(grid, self.period, now + self.period / 2);
+        }
+        // As the sampler of its own: the next deadline is the first still ahead once the
+        // work is done.
+        while self.next <= now {
+            self.next += self.period;
+        }
+        None
+    }
+
+    /// Ends its session: the last sample without waiting for a slot (one target's
+    /// full ring must not hold up the others' passes), then its report.
+    fn end(self, outcome: Result<(), SamplerError>) {
+        let report = conclude(self.counts, self.producer, outcome, Instant::now());
+        (self.on_end)();
+        let _ = self.report.send(report);
+    }
+}
+
+/// The first of the moments `grid` + k × `period` at or after `t`.
+fn on_grid(grid: Instant, period: Duration, t: Instant) -> Instant {
+    let since = t.saturating_duration_since(grid).as_nanos();
+    let periods = since.div_ceil(period.as_nanos().max(1));
+    let ahead = periods * period.as_nanos();
+    grid + Duration::from_nanos(u64::try_from(ahead).unwrap_or(u64::MAX))
+}
+
+/// The pool's thread: asleep until the earliest target's deadline or the bell; then each
+/// target's events, and the passes that are due in the order of their deadlines.
+fn run_pool(inbox: &PoolInbox) {
+    let mut targets: Vec<Pooled> = Vec::new();
+    let mut sounded = false;
+    while !inbox.stop.load(std::sync::atomic::Ordering::Acquire) {
+        targets
+            .append(&mut (inbox.joining.lock()).unwrap_or_else(std::sync::PoisonError::into_inner));
+        targets.sort_by_key(|t| t.next);
+        let mut ended = Vec::new();
+        for (i, target) in targets.iter_mut().enumerate() {
+            if let Some(outcome) = target.step(sounded, inbox.grid) {
+                ended.push((i, outcome));
+            }
+        }
+        for (i, outcome) in ended.into_iter().rev() {
+            targets.remove(i).end(outcome);
+        }
+        let deadline = targets.iter().map(|t| t.next).min();
+        let timeout = deadline.map_or(PollTimeout::NONE, |deadline| {
+            let left = deadline.saturating_duration_since(Instant::now());
+            // Rounded up: waking a little early would take a sample a period too soon.
+            let ms = left.as_nanos().div_ceil(1_000_000);
+            PollTimeout::try_from(ms.min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX)
+        });
+        let mut bell = [PollFd::new(inbox.bell.as_fd(), PollFlags::POLLIN)];
+        // An error (EINTR, or a transient ENOMEM) is a wake-up like any other: the
+        // thread must not end while sessions still count on it.
+        sounded = poll(&mut bell, timeout).is_ok_and(|n| n > 0);
+        if sounded {
+            let _ = inbox.bell.read();
+        }
+    }
+    targets.append(&mut (inbox.joining.lock()).unwrap_or_else(std::sync::PoisonError::into_inner));
+    for target in targets {
+        target.end(Ok(()));
     }
 }
 
@@ -712,6 +987,9 @@ fn set_memory(sample: &mut Sample, memory: Memory) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::system::cgroup::{cgroup2_mounts, Cgroup};
+    use shared_layout::Mode;
+    use std::path::PathBuf;
 
     /// A sample's counts, without its memory.
     fn counts(s: &Sample) -> (u64, u64, u64) {
@@ -927,5 +1205,126 @@ mod tests {
         assert!(
             matches!(woken, Woken::Early { bell: false, ref exited, rings: false, .. } if exited == &[pid])
         );
+    }
+
+    /// Where a test may make cgroups of its own; `None` (said) unless root.
+    fn test_cgroup_path(test: &str) -> Option<PathBuf> {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("not root: no cgroup made, nothing checked");
+            return None;
+        }
+        let mount = cgroup2_mounts()
+            .into_iter()
+            .next()
+            .expect("a cgroup2 mount");
+        Some(mount.join(format!("pfprof-test-{test}-{}", std::process::id())))
+    }
+
+    /// The threads named as the pool's (no other test in this process starts one): their
+    /// /proc/self/task directories.
+    fn pool_threads() -> Vec<PathBuf> {
+        let tasks = std::fs::read_dir("/proc/self/task").unwrap();
+        (tasks.flatten())
+            .map(|task| task.path())
+            .filter(|task| {
+                let comm = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+                comm.trim() == "pfprof-samplers"
+            })
+            .collect()
+    }
+
+    /// How often a thread went to sleep.
+    fn voluntary_switches(task: &std::path::Path) -> u64 {
+        let status = std::fs::read_to_string(task.join("status")).unwrap();
+        let line = (status.lines())
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .unwrap();
+        line.trim().parse().unwrap()
+    }
+
+    #[test]
+    fn a_deadline_on_the_grid_is_the_first_grid_point_at_or_after_the_moment() {
+        let grid = Instant::now();
+        let ms = Duration::from_millis;
+        assert_eq!(on_grid(grid, ms(50), grid), grid);
+        assert_eq!(on_grid(grid, ms(50), grid + ms(100)), grid + ms(100));
+        assert_eq!(on_grid(grid, ms(50), grid + ms(101)), grid + ms(150));
+    }
+
+    /// The sampler's report, or a failure after 10 s: its session never ended.
+    fn joined_within_10_s(sampler: Sampler) -> SamplerReport {
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || tx.send(sampler.join()));
+        let report = rx.recv_timeout(Duration::from_secs(10));
+        report.expect("the session ended").expect("a clean end")
+    }
+
+    fn tables(feed: &Feed) -> usize {
+        let mut tables = Vec::new();
+        feed.take_until(u64::MAX, &mut tables);
+        tables.len()
+    }
+
+    #[test]
+    fn one_pool_thread_samples_every_target_each_period_and_ends_each_alone() {
+        let Some(top) = test_cgroup_path("pool") else {
+            return;
+        };
+        std::fs::create_dir(&top).unwrap();
+        let period = Duration::from_millis(50);
+        let pool = SamplerPool::new().unwrap();
+        let before = pool_threads().len();
+        let mut targets: Vec<(PathBuf, Arc<Feed>, Sampler)> = (0..30)
+            .map(|i| {
+                let dir = top.join(format!("t{i}"));
+                std::fs::create_dir(&dir).unwrap();
+                let members = Members::new(Arc::new(Cgroup::open(&dir).unwrap()));
+                let area = Area::create_memfd(8, Mode::Strict, period).unwrap();
+                let attribution = SamplerAttribution::off("a test");
+                let feed = Arc::clone(&attribution.feed);
+                let sampler =
+                    Sampler::pooled(&pool, Arc::new(area), members, period, attribution, || {})
+                        .unwrap();
+                (dir, feed, sampler)
+            })
+            .collect();
+        thread::sleep(Duration::from_secs(1));
+        let threads = pool_threads();
+        assert_eq!(threads.len(), before + 1, "one thread for 30 targets");
+        // On one grid, every target's pass is due at the same wake-up: one a period, not
+        // one a target a period (600 in this second).
+        let slept = voluntary_switches(&threads[0]);
+        thread::sleep(period * 20);
+        let woken = voluntary_switches(&threads[0]) - slept;
+        assert!(
+            woken <= 60,
+            "the pool's thread woke {woken} times in 20 periods"
+        );
+        // 20 periods: at least 5 passes each, however loaded the machine.
+        for (i, (_, feed, _)) in targets.iter().enumerate() {
+            let passes = tables(feed);
+            assert!(passes >= 5, "target {i}: {passes} passes in 20 periods");
+        }
+        // A target whose cgroup is removed ends alone; the others go on.
+        let (dir, _, removed) = targets.remove(0);
+        std::fs::remove_dir(&dir).unwrap();
+        joined_within_10_s(removed);
+        thread::sleep(period * 4);
+        for (i, (_, feed, _)) in targets.iter().enumerate() {
+            assert!(tables(feed) >= 1, "target {i} sampled after another ended");
+        }
+        for (dir, _, sampler) in targets {
+            sampler.events().send(Event::Stop);
+            joined_within_10_s(sampler);
+            std::fs::remove_dir(&dir).unwrap();
+        }
+        std::fs::remove_dir(&top).unwrap();
+        drop(pool);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // Joined, it may still be listed for a moment.
+        while pool_threads().len() != before {
+            assert!(Instant::now() < deadline, "the pool's thread outlived it");
+            thread::sleep(Duration::from_millis(10));
+        }
     }
 }
