@@ -25,8 +25,9 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -633,17 +634,17 @@ pub struct SamplerPool {
 
 /// What the pool's thread is told.
 struct PoolInbox {
-    joining: std::sync::Mutex<Vec<Pooled>>,
+    joining: Mutex<Vec<Pooled>>,
     /// Sounded when a target joins or is sent an event, and to stop the thread.
     bell: Arc<EventFd>,
-    stop: std::sync::atomic::AtomicBool,
+    stop: AtomicBool,
     /// Where the targets' deadlines fall: every period from it.
     grid: Instant,
 }
 
 struct PoolThread {
     inbox: Arc<PoolInbox>,
-    handle: std::sync::Mutex<Option<JoinHandle<()>>>,
+    handle: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// A target's session on the pool's thread.
@@ -669,17 +670,17 @@ impl std::fmt::Debug for SamplerPool {
 impl SamplerPool {
     pub fn new() -> std::io::Result<SamplerPool> {
         let inbox = Arc::new(PoolInbox {
-            joining: std::sync::Mutex::new(Vec::new()),
+            joining: Mutex::new(Vec::new()),
             bell: Arc::new(EventFd::from_flags(
                 EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK,
             )?),
-            stop: std::sync::atomic::AtomicBool::new(false),
+            stop: AtomicBool::new(false),
             grid: Instant::now(),
         });
         Ok(SamplerPool {
             thread: Arc::new(PoolThread {
                 inbox: Arc::clone(&inbox),
-                handle: std::sync::Mutex::new(None),
+                handle: Mutex::new(None),
             }),
             inbox,
         })
@@ -687,8 +688,7 @@ impl SamplerPool {
 
     /// Samples `pooled` from now, starting the thread with the first target.
     fn add(&self, pooled: Pooled) -> std::io::Result<()> {
-        let mut handle =
-            (self.thread.handle.lock()).unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut handle = (self.thread.handle.lock()).unwrap_or_else(PoisonError::into_inner);
         if handle.is_none() {
             let inbox = Arc::clone(&self.inbox);
             *handle = Some(
@@ -697,22 +697,25 @@ impl SamplerPool {
                     .spawn(move || run_pool(&inbox))?,
             );
         }
-        (self.inbox.joining.lock())
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(pooled);
+        self.inbox.joining().push(pooled);
         // Cannot fail short of the counter overflowing, which the thread's read resets.
         let _ = self.inbox.bell.write(1);
         Ok(())
     }
 }
 
+impl PoolInbox {
+    fn joining(&self) -> MutexGuard<'_, Vec<Pooled>> {
+        // A target is pushed whole or not at all: a panic elsewhere leaves nothing torn.
+        self.joining.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 impl Drop for PoolThread {
     fn drop(&mut self) {
-        self.inbox
-            .stop
-            .store(true, std::sync::atomic::Ordering::Release);
+        self.inbox.stop.store(true, Ordering::Release);
         let _ = self.inbox.bell.write(1);
-        let handle = (self.handle.get_mut()).unwrap_or_else(std::sync::PoisonError::into_inner);
+        let handle = (self.handle.get_mut()).unwrap_or_else(PoisonError::into_inner);
         if let Some(handle) = handle.take() {
             let _ = handle.join();
         }
@@ -788,9 +791,8 @@ fn on_grid(grid: Instant, period: Duration, t: Instant) -> Instant {
 fn run_pool(inbox: &PoolInbox) {
     let mut targets: Vec<Pooled> = Vec::new();
     let mut sounded = false;
-    while !inbox.stop.load(std::sync::atomic::Ordering::Acquire) {
-        targets
-            .append(&mut (inbox.joining.lock()).unwrap_or_else(std::sync::PoisonError::into_inner));
+    while !inbox.stop.load(Ordering::Acquire) {
+        targets.append(&mut inbox.joining());
         targets.sort_by_key(|t| t.next);
         let mut ended = Vec::new();
         for (i, target) in targets.iter_mut().enumerate() {
@@ -816,7 +818,7 @@ fn run_pool(inbox: &PoolInbox) {
             let _ = inbox.bell.read();
         }
     }
-    targets.append(&mut (inbox.joining.lock()).unwrap_or_else(std::sync::PoisonError::into_inner));
+    targets.append(&mut inbox.joining());
     for target in targets {
         target.end(Ok(()));
     }
