@@ -325,6 +325,7 @@ mod tests {
             tid: pid,
             time_ns,
             addr: 0x1800,
+            cgroup: 0,
         }
     }
 

@@ -44,6 +44,9 @@ pub enum Watched<'a> {
     Task { tid: u32, from_exec: bool },
     /// Every process in a cgroup (v2 directory, open) and its descendant cgroups.
     Cgroup(BorrowedFd<'a>),
+    /// Every process on the system, each fault's record with its cgroup's id: a fleet's
+    /// events, shared by its targets ([`crate::backend::procfs::fleet_faults`]).
+    EveryProcess,
 }
 
 /// Which fault event.
@@ -75,9 +78,13 @@ pub enum PerfError {
     Refused {
         errno: Errno,
         paranoid: Option<i32>,
-        /// The target was a cgroup: events on whole CPUs.
+        /// The target was a cgroup or every process: events on whole CPUs.
         cgroup: bool,
     },
+    #[error(
+        "this kernel does not say the cgroup of a fault's record (PERF_SAMPLE_CGROUP, Linux 5.7)"
+    )]
+    NoCgroupSamples,
     #[error("this kernel has no software perf events ({0})")]
     Unsupported(Errno),
     #[error("{wanted} perf events (threads x CPUs x 2) would take more descriptors than the {limit} allowed (ulimit -n)")]
@@ -124,6 +131,7 @@ impl PerfError {
             PerfError::TooMany { .. } => {
                 "raise the descriptor limit (ulimit -n), or profile fewer threads".to_owned()
             }
+            PerfError::NoCgroupSamples => "a kernel of 5.7 or later".to_owned(),
             PerfError::Map(_) => {
                 "raise kernel.perf_event_mlock_kb or the locked-memory limit (ulimit -l)".to_owned()
             }
@@ -257,8 +265,11 @@ impl FaultEvents {
                     return Err(PerfError::Refused {
                         errno,
                         paranoid: paranoid(),
-                        cgroup: matches!(target, Watched::Cgroup(_)),
+                        cgroup: matches!(target, Watched::Cgroup(_) | Watched::EveryProcess),
                     })
+                }
+                Err(Errno::EINVAL) if matches!(target, Watched::EveryProcess) => {
+                    return Err(PerfError::NoCgroupSamples)
                 }
                 Err(errno @ (Errno::ENOENT | Errno::ENOSYS | Errno::EOPNOTSUPP)) => {
                     return Err(PerfError::Unsupported(errno))
@@ -309,16 +320,21 @@ impl FaultEvents {
                 event_flags |= flags::DISABLED | flags::ENABLE_ON_EXEC;
             }
         }
+        // IP: the code that faulted, named by the consumer (attribution/symbols.rs).
+        let mut sample_type = abi::PERF_SAMPLE_IP
+            | abi::PERF_SAMPLE_TID
+            | abi::PERF_SAMPLE_TIME
+            | abi::PERF_SAMPLE_ADDR;
+        if matches!(target, Watched::EveryProcess) {
+            // Whose fault it is: the target whose cgroup holds this one.
+            sample_type |= abi::PERF_SAMPLE_CGROUP;
+        }
         PerfEventAttr {
             type_: abi::PERF_TYPE_SOFTWARE,
             size: abi::PERF_ATTR_SIZE_VER5,
             config,
             sample_period,
-            // IP: the code that faulted, named by the consumer (attribution/symbols.rs).
-            sample_type: abi::PERF_SAMPLE_IP
-                | abi::PERF_SAMPLE_TID
-                | abi::PERF_SAMPLE_TIME
-                | abi::PERF_SAMPLE_ADDR,
+            sample_type,
             flags: event_flags,
             // With WATERMARK, 0: poll wakes once half the ring is written, whatever
             // size it is mapped with.
@@ -389,6 +405,7 @@ fn perf_event_open(attr: &PerfEventAttr, target: Watched, cpu: u32) -> Result<Ow
     let (pid, mut open_flags) = match target {
         Watched::Task { tid, .. } => (tid as libc::c_int, 0),
         Watched::Cgroup(fd) => (fd.as_raw_fd(), abi::PERF_FLAG_PID_CGROUP),
+        Watched::EveryProcess => (-1, 0),
     };
     open_flags |= abi::PERF_FLAG_FD_CLOEXEC;
     // SAFETY: the kernel reads `attr.size` bytes of a live, initialized

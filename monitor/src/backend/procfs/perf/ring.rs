@@ -21,13 +21,15 @@ use crate::attribution::FileId;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
     /// A fault: the process and thread that took it, when, the address, and the
-    /// instruction's (a kernel address for a fault taken in a system call).
+    /// instruction's (a kernel address for a fault taken in a system call); the id of
+    /// the cgroup the thread was in, where the events ask for it (0 where not).
     Sample {
         ip: u64,
         pid: u32,
         tid: u32,
         time_ns: u64,
         addr: u64,
+        cgroup: u64,
     },
     /// The kernel could not write this many records: its buffer was full.
     Lost(u64),
@@ -179,13 +181,14 @@ fn parse(kind: u32, misc: u16, body: &[u8]) -> Option<Record> {
     let stamped = || u64_at(fields_end? + SAMPLE_ID_TIME);
     match kind {
         // sample_type IP | TID | TIME | ADDR, in the kernel's order: ip, pid, tid, time,
-        // addr.
+        // addr; then the cgroup's id where CGROUP is asked for too (a fleet's events).
         PERF_RECORD_SAMPLE => Some(Record::Sample {
             ip: u64_at(0)?,
             pid: u32_at(8)?,
             tid: u32_at(12)?,
             time_ns: u64_at(16)?,
             addr: u64_at(24)?,
+            cgroup: u64_at(32).unwrap_or(0),
         }),
         // id, lost.
         PERF_RECORD_LOST => Some(Record::Lost(u64_at(8)?)),
@@ -249,10 +252,16 @@ mod tests {
                 pid: 7,
                 tid: 8,
                 time_ns: 1234,
-                addr: 0x7f00_0000_1000
+                addr: 0x7f00_0000_1000,
+                cgroup: 0,
             })
         );
         assert_eq!(parse(PERF_RECORD_SAMPLE, 0, &body[..28]), None);
+        body.extend_from_slice(&9876u64.to_ne_bytes());
+        assert!(matches!(
+            parse(PERF_RECORD_SAMPLE, 0, &body),
+            Some(Record::Sample { cgroup: 9876, .. })
+        ));
         let lost: Vec<u8> = [1u64, 42].iter().flat_map(|v| v.to_ne_bytes()).collect();
         assert_eq!(parse(PERF_RECORD_LOST, 0, &lost), Some(Record::Lost(42)));
         assert_eq!(parse(5, 0, &lost), None);
