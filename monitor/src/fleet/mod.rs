@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use shared_layout::abi;
 
+use crate::backend::procfs::fleet_faults::FleetFaults;
 use crate::backend::procfs::sampler::SamplerPool;
 use crate::backend::procfs::Procfs;
 use crate::command::signals::Signals;
@@ -86,13 +87,16 @@ struct Fleet {
     pressure: PressurePool,
     /// Every target's procfs passes, on one thread.
     samplers: SamplerPool,
+    /// Every target's faults, attributed from one set of events.
+    faults: Option<FleetFaults>,
 }
 
 /// Profiles every target the selectors name until SIGINT, SIGTERM or SIGHUP.
-pub fn run(request: FleetRequest) -> Result<u8, ProfileError> {
+pub fn run(mut request: FleetRequest) -> Result<u8, ProfileError> {
     let mount = (cgroup2_mounts().into_iter().next()).unwrap_or_else(|| "/sys/fs/cgroup".into());
     let roots = discover::roots(&request.selectors, &mount)?;
     let signals = Signals::install()?;
+    let faults = open_faults(&mut request.template, &mount);
     let linger = request.template.export.linger;
     let hub = Arc::new(Hub::new(linger));
     let template = &request.template;
@@ -106,6 +110,7 @@ pub fn run(request: FleetRequest) -> Result<u8, ProfileError> {
         pressure: PressurePool::new(system_fresh_for(template))
             .map_err(SystemError::doing("starting the memory pressure watcher"))?,
         samplers: SamplerPool::new().map_err(SystemError::doing("starting the sampler"))?,
+        faults,
     };
     while signals.received_count() == 0 {
         fleet.reap();
@@ -148,7 +153,7 @@ impl Fleet {
                 left_out.insert(found.name);
                 continue;
             }
-            let pools = (&self.pressure, &self.samplers);
+            let pools = (&self.pressure, &self.samplers, self.faults.as_ref());
             match start_target(&found, hub, &request.template, &mut self.names, pools) {
                 Ok((profiling, awaited)) => {
                     say(&format!("profiling {}", found.name));
@@ -301,7 +306,7 @@ fn start_target(
     hub: &Arc<Hub>,
     template: &Request,
     names: &mut KubeNames,
-    (pressure, samplers): (&PressurePool, &SamplerPool),
+    (pressure, samplers, faults): (&PressurePool, &SamplerPool, Option<&FleetFaults>),
 ) -> Result<(Profiling, Option<Awaited>), ProfileError> {
     let mut derived = match classify(&found.name) {
         Some(KubeCgroup::Container(labels)) => labels,
@@ -321,6 +326,7 @@ fn start_target(
             ring_pages: TARGET_RING_PAGES,
             pressure: pressure.clone(),
             samplers: samplers.clone(),
+            faults: faults.cloned(),
         }),
         ..template.clone()
     };
@@ -360,6 +366,23 @@ fn with_names(derived: &mut Vec<(&'static str, String)>, names: &mut KubeNames) 
         container_id,
         since: now,
     })
+}
+
+/// The events every target's faults are attributed from, unless `--no-attribution`;
+/// where they cannot be opened, no target's are attributed, said once here.
+fn open_faults(template: &mut Request, mount: &Path) -> Option<FleetFaults> {
+    let minor_sampling = template.attribution?;
+    match FleetFaults::open(minor_sampling, mount) {
+        Ok(faults) => Some(faults),
+        Err(e) => {
+            say(&format!(
+                "faults are not attributed to mappings: {e}; {}",
+                e.advice()
+            ));
+            template.attribution = None;
+            None
+        }
+    }
 }
 
 /// Waits `interval`, or less when a signal comes.

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use shared_layout::abi::monotonic_ns;
 
+use super::fleet_faults::TargetFaults;
 use super::maps::MapsCache;
 use super::perf::{FaultEvents, Kind, Record, Stream};
 use super::recorded::Recorded;
@@ -57,9 +58,38 @@ impl InOrder {
     }
 }
 
+/// Where the records come from.
+pub enum FaultSource {
+    /// The profile's own events.
+    Own(FaultEvents),
+    /// A fleet's events, shared by its targets: this target's records.
+    Fleet(TargetFaults),
+}
+
+impl FaultSource {
+    pub fn minor_sampling(&self) -> u64 {
+        match self {
+            FaultSource::Own(events) => events.minor_sampling(),
+            FaultSource::Fleet(target) => target.minor_sampling(),
+        }
+    }
+
+    pub fn kernel_faults(&self) -> bool {
+        match self {
+            FaultSource::Own(events) => events.kernel_faults(),
+            FaultSource::Fleet(target) => target.kernel_faults(),
+        }
+    }
+
+    /// No event is open: every thread was gone before its events could be.
+    pub fn is_empty(&self) -> bool {
+        matches!(self, FaultSource::Own(events) if events.is_empty())
+    }
+}
+
 /// The fault events and the table of the period under way.
 pub struct Attributor {
-    events: FaultEvents,
+    events: FaultSource,
     maps: MapsCache,
     recorded: Recorded,
     /// Records drained but not applied: stamped after the period's end, or after the
@@ -79,7 +109,7 @@ pub struct Attributor {
 }
 
 impl Attributor {
-    pub fn new(events: FaultEvents) -> Attributor {
+    pub fn new(events: FaultSource) -> Attributor {
         Attributor {
             events,
             maps: MapsCache::default(),
@@ -92,9 +122,18 @@ impl Attributor {
         }
     }
 
-    /// The descriptors that wake the sampler when a ring is half full.
+    /// Whether it has rings of its own for the sampler to poll: not a fleet's target's.
+    pub fn polls_rings(&self) -> bool {
+        matches!(self.events, FaultSource::Own(_))
+    }
+
+    /// The descriptors that wake the sampler when a ring is half full (none for a
+    /// fleet's target: the fleet's own thread drains its rings).
     pub fn poll_fds(&self) -> Vec<BorrowedFd<'_>> {
-        (self.events.poll_fds().enumerate())
+        let FaultSource::Own(events) = &self.events else {
+            return Vec::new();
+        };
+        (events.poll_fds().enumerate())
             .filter(|(i, _)| !self.hung_up.contains(i))
             .map(|(_, fd)| fd)
             .collect()
@@ -103,7 +142,10 @@ impl Attributor {
     /// The descriptors at these positions of [`Attributor::poll_fds`]'s answer hung up:
     /// they are not polled again.
     pub fn hang_up(&mut self, positions: &[usize]) {
-        let polled: Vec<usize> = (0..self.events.poll_fds().count())
+        let FaultSource::Own(events) = &self.events else {
+            return;
+        };
+        let polled: Vec<usize> = (0..events.poll_fds().count())
             .filter(|i| !self.hung_up.contains(i))
             .collect();
         self.hung_up
@@ -147,8 +189,9 @@ impl Attributor {
     /// go, preemption off, once stamped); and whatever a record's consequence (a fault
     /// in a region just mapped), it is stamped after the record's end, hence after the
     /// drain began if the record was not in its ring yet.
+    /// A fleet's target takes its records from the fleet's rings as [`TargetFaults`]
+    /// drains them, up to when that drain began.
     fn drain_until(&mut self, end_ns: u64) {
-        let horizon = monotonic_ns().min(end_ns);
         let Attributor {
             events,
             waiting,
@@ -156,7 +199,7 @@ impl Attributor {
             ..
         } = self;
         let mut mappings_lost = false;
-        events.drain(|stream, record| match (stream, record.time_ns(), record) {
+        let each = |stream, record: Record| match (stream, record.time_ns(), record) {
             (Stream::Mappings, _, Record::Lost(_) | Record::Overflowed) => mappings_lost = true,
             (stream, Some(time_ns), record) => waiting.push(Timed {
                 time_ns,
@@ -165,7 +208,16 @@ impl Attributor {
             }),
             (Stream::Faults(kind), None, Record::Lost(n)) => *lost += one(kind, n),
             _ => {}
-        });
+        };
+        let drain_began = match events {
+            FaultSource::Own(events) => {
+                let began = monotonic_ns();
+                events.drain(each);
+                began
+            }
+            FaultSource::Fleet(target) => target.drain(end_ns, each),
+        };
+        let horizon = drain_began.min(end_ns);
         if mappings_lost {
             self.forget_mappings();
         }
@@ -386,7 +438,7 @@ mod tests {
 
     #[test]
     fn a_run_at_one_instruction_is_resolved_anew_once_a_mapping_record_was_lost() {
-        let mut attributor = Attributor::new(FaultEvents::new(1).unwrap());
+        let mut attributor = Attributor::new(FaultSource::Own(FaultEvents::new(1).unwrap()));
         // This process: its /proc maps are readable, and hold nothing at 0x1000.
         let pid = std::process::id();
         attributor.apply(timed(10, mmap_in(pid, 10, "/kept")));
