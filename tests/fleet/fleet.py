@@ -1099,14 +1099,36 @@ class Fleet:
 
     # --- one monitor per host: every cgroup under a path -----------------------------
 
-    def start_service(self, cgroup, work):
+    def fleet_monitor(self, argv):
+        """A fleet monitor run as `argv`, and the lines it says as it says them:
+        (process, said, the thread that reads them)."""
+        monitor = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.defer(lambda: monitor.poll() is None and (monitor.kill(), monitor.wait()))
+        said = []
+        reader = threading.Thread(target=lambda: said.extend(iter(monitor.stderr.readline, "")), daemon=True)
+        reader.start()
+        return monitor, said, reader
+
+    def stop_fleet_monitor(self, monitor, said, reader):
+        """SIGTERM, and its exit within PATIENCE, with status 0; all it said."""
+        monitor.send_signal(signal.SIGTERM)
+        try:
+            code = monitor.wait(timeout=PATIENCE)
+        except subprocess.TimeoutExpired:
+            raise Failure(f"the fleet monitor did not end within {PATIENCE:.0f} s of its SIGTERM:\n{''.join(said)}")
+        reader.join(timeout=10)
+        err = "".join(said)
+        check(code == 0, f"the fleet monitor exited with {code}:\n{err}")
+        return err
+
+    def start_service(self, cgroup, work, stderr=subprocess.DEVNULL):
         """A service's main process, started in `cgroup` as a service manager starts one:
         a shell blocked on a pipe, moved in, left there until the monitor's passes have
         seen it (what it did before is not the target's), then let go to exec `work`.
         Returns (process, its /proc counts when moved in)."""
         r, w = os.pipe()
         process = subprocess.Popen(["sh", "-c", f"read x; exec {shlex.join(work)}"], stdin=r,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                   stdout=subprocess.DEVNULL, stderr=stderr, text=True)
         os.close(r)
         self.defer(lambda: process.poll() is None and (process.kill(), process.wait()))
         time.sleep(0.3)
@@ -1156,15 +1178,11 @@ class Fleet:
         # The linger keeps a's values while its cgroup is gone, and c out meanwhile.
         vm = VictoriaMetrics(self.vm_root)
         self.defer(vm.close)
-        monitor = subprocess.Popen([self.monitor, "--cgroups-under", top, "--max-targets", "2", "--interval", "250ms",
-                                    "--prometheus", f"127.0.0.1:{port}", "--textfile", textfiles,
-                                    "--otlp", f"{vm.url}/opentelemetry/v1/metrics", "--linger", "10s"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        monitor, said, reader = self.fleet_monitor(
+            [self.monitor, "--cgroups-under", top, "--max-targets", "2", "--interval", "250ms",
+             "--prometheus", f"127.0.0.1:{port}", "--textfile", textfiles,
+             "--otlp", f"{vm.url}/opentelemetry/v1/metrics", "--linger", "10s"])
         textfile = os.path.join(textfiles, f"pfprof-fleet-{monitor.pid}.prom")
-        self.defer(lambda: monitor.poll() is None and (monitor.kill(), monitor.wait()))
-        said = []
-        reader = threading.Thread(target=lambda: said.extend(iter(monitor.stderr.readline, "")), daemon=True)
-        reader.start()
 
         def lines(text):
             return [line for line in list(said) if text in line]
@@ -1228,14 +1246,7 @@ class Fleet:
         check("error while linting" not in r.stderr and "text format parsing error" not in (r.stdout + r.stderr),
               f"promtool cannot parse the textfile:\n{r.stdout}{r.stderr}\n{text}")
 
-        monitor.send_signal(signal.SIGTERM)
-        try:
-            code = monitor.wait(timeout=PATIENCE)
-        except subprocess.TimeoutExpired:
-            raise Failure(f"the fleet monitor did not end within {PATIENCE:.0f} s of its SIGTERM:\n{''.join(said)}")
-        reader.join(timeout=10)
-        err = "".join(said)
-        check(code == 0, f"the fleet monitor exited with {code}:\n{err}")
+        err = self.stop_fleet_monitor(monitor, said, reader)
         check("the last ones with the final values" in err, f"the final values were not scraped:\n{err}")
         check(len(lines(left_out)) == 1, f"c's leaving out was said more than once:\n{err}")
         check(not lines(f"profiling {names['c']}"), f"c was profiled beyond --max-targets:\n{err}")
@@ -1270,14 +1281,9 @@ class Fleet:
         self.defer(prometheus.close)
         vm = VictoriaMetrics(self.vm_root)
         self.defer(vm.close)
-        monitor = subprocess.Popen([self.monitor, "--cgroups-under", top, "--interval", "250ms",
-                                    "--prometheus", f"127.0.0.1:{port}",
-                                    "--otlp", f"{vm.url}/opentelemetry/v1/metrics", "--linger", "10s"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.defer(lambda: monitor.poll() is None and (monitor.kill(), monitor.wait()))
-        said = []
-        reader = threading.Thread(target=lambda: said.extend(iter(monitor.stderr.readline, "")), daemon=True)
-        reader.start()
+        monitor, said, reader = self.fleet_monitor(
+            [self.monitor, "--cgroups-under", top, "--interval", "250ms", "--prometheus", f"127.0.0.1:{port}",
+             "--otlp", f"{vm.url}/opentelemetry/v1/metrics", "--linger", "10s"])
         wait_until("the monitor to profile a and b",
                    lambda: (all(f"monitor: profiling {names[n]}\n" in said for n in "ab"), said))
         wait_until("the monitor to be scraped up", lambda: prometheus.one('up{host="local"}') == 1)
@@ -1285,30 +1291,13 @@ class Fleet:
         def work(n):
             return [self.work, "16", "R", "2000", "3", "--sleep-ms", "200", "--evict", "--file", paths[n]]
         # Each target's work started as a service manager starts one: moved in, then exec'd.
-        services = {}
-        for n in "ab":
-            r, w = os.pipe()
-            process = subprocess.Popen(["sh", "-c", f"read x; exec {shlex.join(work(n))}"], stdin=r,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            os.close(r)
-            self.defer(lambda p=process: p.poll() is None and (p.kill(), p.wait()))
-            with open(os.path.join(dirs[n], "cgroup.procs"), "w") as f:
-                f.write(str(process.pid))
-            before = proc_faults(process.pid)
-            time.sleep(10 * 0.05)
-            os.write(w, b"go\n")
-            os.close(w)
-            services[n] = (process, before)
+        services = {n: self.start_service(dirs[n], work(n), stderr=subprocess.PIPE) for n in "ab"}
         outside = subprocess.run(work("outside"), capture_output=True, text=True)
         check(outside.returncode == 0, f"the work outside exited with {outside.returncode}:\n{outside.stderr}")
         announced, majors = {}, {}
-        for n, (process, before) in services.items():
-            wait_until(f"{n}'s work to exit", lambda p=process: proc_faults(p.pid)["state"] == "Z")
-            majors[n] = proc_faults(process.pid)["major"] - before["major"]
-            time.sleep(10 * 0.05)
-            err = process.stderr.read()
-            process.wait()
-            check(process.returncode == 0, f"{n}'s work exited with {process.returncode}:\n{err}")
+        for n, service in services.items():
+            majors[n] = self.finish_service(service)[1]
+            err = service[0].stderr.read()
             m = re.search(rf"work mapping: pid \d+ file {re.escape(paths[n])} \S+: \d+ pages, (\d+) minor faults, "
                           rf"(\d+) major faults", err)
             check(m, f"{n}'s work announced no file mapping:\n{err}")
@@ -1345,14 +1334,7 @@ class Fleet:
                     got = vm.one(expr)
                     return got == want, got
                 wait_until(f"VictoriaMetrics to answer {expr} == {want}", latest, timeout=30)
-        monitor.send_signal(signal.SIGTERM)
-        try:
-            code = monitor.wait(timeout=PATIENCE)
-        except subprocess.TimeoutExpired:
-            raise Failure(f"the fleet monitor did not end within {PATIENCE:.0f} s of its SIGTERM:\n{''.join(said)}")
-        reader.join(timeout=10)
-        err = "".join(said)
-        check(code == 0, f"the fleet monitor exited with {code}:\n{err}")
+        err = self.stop_fleet_monitor(monitor, said, reader)
         check("not attributed" not in err, f"the fleet's faults were not attributed:\n{err}")
 
     def test_kubernetes_containers_are_named_from_the_nodes_log_layout_each_in_one_series(self):
