@@ -51,6 +51,10 @@ pub enum FleetFaultsError {
     Perf(#[from] PerfError),
     #[error("starting the thread that drains the fleet's fault events")]
     Start(#[source] io::Error),
+    /// A fault's record names its task's cgroup in the perf_event controller's
+    /// hierarchy: a v1 one's ids are not the v2 targets'.
+    #[error("the perf_event controller is on a cgroup v1 hierarchy: the faults' records name its cgroups, not the targets'")]
+    PerfEventOnV1,
 }
 
 impl FleetFaultsError {
@@ -59,6 +63,11 @@ impl FleetFaultsError {
         match self {
             FleetFaultsError::Perf(e) => e.advice(),
             FleetFaultsError::Start(_) => "raise the limit of threads or descriptors".to_owned(),
+            FleetFaultsError::PerfEventOnV1 => {
+                "boot with the unified hierarchy alone (systemd.unified_cgroup_hierarchy=1), or \
+                 leave perf_event unmounted on v1"
+                    .to_owned()
+            }
         }
     }
 }
@@ -94,6 +103,10 @@ impl FleetFaults {
     /// `minor_sampling`, and starts the thread that drains their rings when one is half
     /// full; `mount`: the cgroup v2 mount, where `/proc/PID/cgroup`'s paths are.
     pub fn open(minor_sampling: u64, mount: &Path) -> Result<FleetFaults, FleetFaultsError> {
+        let own = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        if perf_event_on_v1(&own) {
+            return Err(FleetFaultsError::PerfEventOnV1);
+        }
         let mut events = FaultEvents::new(minor_sampling)?;
         events.attach(Watched::EveryProcess)?;
         let polled = (events.poll_fds())
@@ -429,6 +442,18 @@ impl Routing {
     }
 }
 
+/// Whether `/proc/PID/cgroup` (its text) puts the perf_event controller on a v1
+/// hierarchy (`N:...,perf_event,...:/path`, N not 0).
+fn perf_event_on_v1(text: &str) -> bool {
+    text.lines().any(|line| {
+        let mut fields = line.splitn(3, ':');
+        let (Some(hierarchy), Some(controllers)) = (fields.next(), fields.next()) else {
+            return false;
+        };
+        hierarchy != "0" && controllers.split(',').any(|c| c == "perf_event")
+    })
+}
+
 /// Process `pid`'s cgroup v2 path, relative to the mount: the `0::` line of
 /// `/proc/PID/cgroup`.
 fn cgroup_of(pid: u32) -> Option<PathBuf> {
@@ -610,6 +635,13 @@ mod tests {
         routing.route(Stream::Mappings, exec);
         routing.route(Stream::Mappings, mmap(pid));
         assert_eq!(taken(&mut routing, target).len(), 2);
+    }
+
+    #[test]
+    fn a_perf_event_controller_on_v1_is_told_from_one_on_v2() {
+        assert!(!perf_event_on_v1("0::/system.slice/db.service\n"));
+        assert!(!perf_event_on_v1("4:memory:/x\n0::/x\n"));
+        assert!(perf_event_on_v1("7:cpu,perf_event:/x\n0::/x\n"));
     }
 
     #[test]
