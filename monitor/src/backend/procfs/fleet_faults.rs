@@ -39,9 +39,10 @@ use crate::system::cgroup::Cgroup;
 const REMEMBERED: usize = 16_384;
 /// The most directories one look through the targets' trees reads.
 const WALKED: usize = 4_096;
-/// The most records waiting for one target: a target whose sampler stalled loses the
-/// later ones (counted as lost) rather than holding the monitor's memory.
-const WAITING: usize = 1 << 16;
+/// The most bytes of records waiting for one target (a mapping's with its name): a
+/// target whose sampler stalled loses the later ones (counted as lost) rather than
+/// holding the monitor's memory. 4 MiB: some 50,000 faults.
+const WAITING_BYTES: usize = 4 << 20;
 /// How often the rings are drained when no ring is half full.
 const DRAIN_EVERY: Duration = Duration::from_secs(1);
 
@@ -207,13 +208,17 @@ fn drain_when_half_full(shared: &Weak<Shared>, polled: &[OwnedFd]) {
 #[derive(Default)]
 struct Waiting {
     records: Vec<(Stream, Record)>,
+    /// What they hold, as [`bytes_of`] counts it.
+    bytes: usize,
     /// Records dropped for want of room, by ring: said as lost.
     dropped: [u64; 3],
 }
 
 impl Waiting {
     fn push(&mut self, stream: Stream, record: Record) {
-        if self.records.len() < WAITING {
+        let bytes = bytes_of(&record);
+        if self.bytes + bytes <= WAITING_BYTES {
+            self.bytes += bytes;
             self.records.push((stream, record));
             return;
         }
@@ -221,6 +226,7 @@ impl Waiting {
     }
 
     fn take(&mut self) -> Vec<(Stream, Record)> {
+        self.bytes = 0;
         let mut records = std::mem::take(&mut self.records);
         for (stream, dropped) in STREAMS.into_iter().zip(std::mem::take(&mut self.dropped)) {
             if dropped > 0 {
@@ -229,6 +235,15 @@ impl Waiting {
         }
         records
     }
+}
+
+/// The memory a waiting record holds.
+fn bytes_of(record: &Record) -> usize {
+    let name = match record {
+        Record::Mmap(mmap) => mmap.name.len(),
+        _ => 0,
+    };
+    std::mem::size_of::<(Stream, Record)>() + name
 }
 
 const STREAMS: [Stream; 3] = [
@@ -652,11 +667,28 @@ mod tests {
         }
         assert_eq!(remembered.0.len(), 10);
         let mut waiting = Waiting::default();
-        for _ in 0..WAITING + 3 {
+        let room = WAITING_BYTES / bytes_of(&fault(1, 1));
+        for _ in 0..room + 3 {
             waiting.push(MAJOR, fault(1, 1));
         }
         let records = waiting.take();
-        assert_eq!(records.len(), WAITING + 1);
+        assert_eq!(records.len(), room + 1);
         assert!(matches!(records.last(), Some((MAJOR, Record::Lost(3)))));
+        // A mapping's name counts: fewer fit.
+        let long = Record::Mmap(Mmap {
+            name: "/".repeat(4096),
+            ..match mmap(1) {
+                Record::Mmap(m) => m,
+                _ => unreachable!(),
+            }
+        });
+        let room = WAITING_BYTES / bytes_of(&long);
+        for _ in 0..room + 1 {
+            waiting.push(Stream::Mappings, long.clone());
+        }
+        assert_eq!(waiting.take().len(), room + 1);
+        // Taken, the room is back.
+        waiting.push(MAJOR, fault(1, 1));
+        assert_eq!(waiting.take().len(), 1);
     }
 }
