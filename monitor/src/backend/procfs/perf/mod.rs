@@ -108,9 +108,9 @@ impl PerfError {
     pub fn advice(&self) -> String {
         match self {
             PerfError::Refused { cgroup: true, .. } => {
-                "a cgroup's events watch whole CPUs, which only kernel.perf_event_paranoid <= 0 \
-                 or CAP_PERFMON allows: `sysctl kernel.perf_event_paranoid=0`, or give the \
-                 monitor CAP_PERFMON"
+                "a cgroup's events, and a fleet's, watch whole CPUs, which only \
+                 kernel.perf_event_paranoid <= 0 or CAP_PERFMON allows: \
+                 `sysctl kernel.perf_event_paranoid=0`, or give the monitor CAP_PERFMON"
                     .to_owned()
             }
             PerfError::Refused {
