@@ -69,6 +69,24 @@ pub fn cgroup2_mounts() -> Vec<PathBuf> {
         .collect()
 }
 
+/// The mount point of a cgroup2 file system mounted at its (namespace's) root, where the
+/// paths of `/proc/PID/cgroup` are: one mounting a cgroup below it (a bind mount, a
+/// container's view of its own cgroup) would put them elsewhere.
+pub fn cgroup2_root_mount() -> Option<PathBuf> {
+    cgroup2_root_mount_in(&fs::read_to_string("/proc/self/mountinfo").ok()?)
+}
+
+/// [`cgroup2_root_mount`], from `mountinfo`'s text.
+fn cgroup2_root_mount_in(mountinfo: &str) -> Option<PathBuf> {
+    mountinfo.lines().find_map(|line| {
+        let (before, after) = line.split_once(" - ")?;
+        let mut fields = before.split_whitespace().skip(3);
+        let (root, mount_point) = (fields.next()?, fields.next()?);
+        (after.split_whitespace().next()? == "cgroup2" && root == "/")
+            .then(|| PathBuf::from(mount_point))
+    })
+}
+
 impl Cgroup {
     /// Opens `path`, which must be a directory of a cgroup2 file system.
     pub fn open(path: &Path) -> Result<Cgroup, CgroupError> {
@@ -321,6 +339,18 @@ mod tests {
             assert!(!below(name, path), "{name}");
         }
         assert_eq!(unified_path("4:memory:/x\n"), None);
+    }
+
+    #[test]
+    fn the_cgroup2_mount_at_its_root_is_chosen_not_one_of_a_cgroup_below() {
+        let info = "30 24 0:26 /kubepods.slice/pod1 /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n\
+                    31 24 0:26 / /host/cgroup rw - cgroup2 cgroup2 rw\n";
+        assert_eq!(cgroup2_root_mount_in(info), Some("/host/cgroup".into()));
+        assert_eq!(cgroup2_root_mount_in(info.lines().next().unwrap()), None);
+        assert_eq!(
+            cgroup2_root_mount_in("32 24 0:27 / /proc rw - proc proc rw\n"),
+            None
+        );
     }
 
     #[test]
