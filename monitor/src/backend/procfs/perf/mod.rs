@@ -34,6 +34,11 @@ pub use ring::{Mmap, Record};
 /// 50 ms period of 32,000 major faults a second on one CPU. Smaller where the locked-memory limit
 /// (`kernel.perf_event_mlock_kb`, 516 KiB a CPU for each user) refuses it.
 const RING_PAGES: [usize; 3] = [16, 4, 1];
+/// The same for events on every process (a fleet's), whose rings take the whole system's
+/// records: 256 KiB each, 768 KiB a CPU at most (48 MiB locked on 64 CPUs), smaller where
+/// refused. A flood of faults or mappings by any process can still fill them between
+/// drains: the records lost are counted, never misattributed.
+const EVERY_PROCESS_RING_PAGES: [usize; 4] = [64, 16, 4, 1];
 
 /// What the events are opened on: a task or a cgroup (a profile's target, what the user
 /// selected, is [`crate::backend::Selection`]).
@@ -169,6 +174,8 @@ pub struct FaultEvents {
     fd_budget: usize,
     /// An event was opened: `kernel_faults` is settled.
     opened_any: bool,
+    /// The sizes a ring is mapped with, the first the locked-memory limit allows.
+    ring_pages: &'static [usize],
 }
 
 impl FaultEvents {
@@ -187,6 +194,7 @@ impl FaultEvents {
             kernel_faults: true,
             fd_budget: descriptor_budget(),
             opened_any: false,
+            ring_pages: &RING_PAGES,
         })
     }
 
@@ -207,6 +215,9 @@ impl FaultEvents {
                 wanted,
                 limit: self.fd_budget,
             });
+        }
+        if matches!(target, Watched::EveryProcess) {
+            self.ring_pages = &EVERY_PROCESS_RING_PAGES;
         }
         let cpus = self.cpus.clone();
         let mut opened = Vec::with_capacity(cpus.len());
@@ -244,9 +255,9 @@ impl FaultEvents {
         }
         self.rings.push(CpuRings {
             cpu,
-            major: map_ring(events.major)?,
-            minor: map_ring(events.minor)?,
-            mappings: map_ring(events.mappings)?,
+            major: map_ring(events.major, self.ring_pages)?,
+            minor: map_ring(events.minor, self.ring_pages)?,
+            mappings: map_ring(events.mappings, self.ring_pages)?,
         });
         Ok(())
     }
@@ -373,9 +384,9 @@ impl FaultEvents {
 }
 
 /// Maps the ring of a new event, smaller where the locked-memory limit refuses.
-fn map_ring(fd: OwnedFd) -> Result<Ring, PerfError> {
+fn map_ring(fd: OwnedFd, ring_pages: &[usize]) -> Result<Ring, PerfError> {
     let mut last = None;
-    for pages in RING_PAGES {
+    for &pages in ring_pages {
         match Ring::map(fd.try_clone().map_err(PerfError::Map)?, pages) {
             Ok(ring) => return Ok(ring),
             Err(e) if e.raw_os_error() == Some(libc::EPERM) => last = Some(e),
