@@ -96,7 +96,7 @@ pub fn run(mut request: FleetRequest) -> Result<u8, ProfileError> {
     let mount = (cgroup2_mounts().into_iter().next()).unwrap_or_else(|| "/sys/fs/cgroup".into());
     let roots = discover::roots(&request.selectors, &mount)?;
     let signals = Signals::install()?;
-    let faults = open_faults(&mut request.template, &mount);
+    let faults = open_faults(&mut request.template);
     let linger = request.template.export.linger;
     let hub = Arc::new(Hub::new(linger));
     let template = &request.template;
@@ -370,9 +370,9 @@ fn with_names(derived: &mut Vec<(&'static str, String)>, names: &mut KubeNames) 
 
 /// The events every target's faults are attributed from, unless `--no-attribution`;
 /// where they cannot be opened, no target's are attributed, said once here.
-fn open_faults(template: &mut Request, mount: &Path) -> Option<FleetFaults> {
+fn open_faults(template: &mut Request) -> Option<FleetFaults> {
     let minor_sampling = template.attribution?;
-    match FleetFaults::open(minor_sampling, mount) {
+    match FleetFaults::open(minor_sampling) {
         Ok(faults) => Some(faults),
         Err(e) => {
             say(&format!(

@@ -6,45 +6,62 @@
 //! target's sampler takes it into its table ([`super::attribute`]), as a single cgroup
 //! profile's own events' records: the same tables, the same series.
 //!
-//! A fault goes to the target whose directory is its cgroup or an ancestor of it (a
-//! cgroup v2 id is its directory's inode number): found by a look through the targets'
-//! directories the first time an id is seen, remembered. The records of mappings, forks,
-//! execs and exits say no cgroup: each goes to its process's target, known from the
-//! process's faults, its parent's (a fork), or else its `/proc/PID/cgroup` (read again
+//! One thread owns the events and the routing: it drains the rings when one is half
+//! full, every [`DRAIN_EVERY`], or when a target's sampler asks, and puts each record in
+//! its target's queue. Each drain routes, in time order across the CPUs' rings, the
+//! records stamped before it began; the later ones wait for the next.
+//!
+//! A fault goes to the deepest target whose tree holds its cgroup (a cgroup v2 id is its
+//! directory's inode number). Each target's tree is read once when it starts, from its
+//! open directory, then kept current by inotify: a cgroup is made before any task can
+//! fault in it, so its creation is read before that fault's record is routed. An id in
+//! no tree is in no target: dropped at once, never looked for. The records of mappings,
+//! forks, execs and exits say no cgroup: each goes to its process's target, known from
+//! the process's faults, its parent's (a fork), or else its `/proc/PID/cgroup` (read again
 //! at an exec: a service's process is moved into its cgroup between its fork and its
-//! exec). A fault in no
-//! target is dropped, and so are the records of a process in none: another user's
-//! processes, seen by these events, never reach a target they are not in.
+//! exec). Another user's processes, seen by these events, never reach a target they are
+//! not in; flooding the rings, they can make records be lost (counted, said), not
+//! misattributed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::fs;
-use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirEntryExt, MetadataExt};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::os::unix::net::UnixStream;
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 use shared_layout::abi::monotonic_ns;
 
 use super::perf::{FaultEvents, Kind, PerfError, Record, Stream, Watched};
-use crate::system::cgroup::Cgroup;
+use crate::system::cgroup::{cgroup2_root_mount, Cgroup};
 
-/// The most cgroup ids and pids remembered: past it, all are forgotten and found again.
-/// A storm of short-lived processes or cgroups outside the targets costs look-ups, not
+/// The most pids remembered: past it, those in no target are forgotten first, then
+/// others (found again in `/proc`). A storm of short-lived processes costs look-ups, not
 /// memory.
-const REMEMBERED: usize = 16_384;
-/// The most directories one look through the targets' trees reads.
-const WALKED: usize = 4_096;
+const PIDS_REMEMBERED: usize = 16_384;
+/// The most cgroups of one target's tree followed: a target with more has its faults in
+/// the others dropped (said once, counted), and cannot take another target's room.
+const TREE_DIRS: usize = if cfg!(test) { 64 } else { 4_096 };
 /// The most bytes of records waiting for one target (a mapping's with its name): a
-/// target whose sampler stalled loses the later ones (counted as lost) rather than
+/// target whose sampler stalled loses the later ones (counted as its lost) rather than
 /// holding the monitor's memory. 4 MiB: some 50,000 faults.
 const WAITING_BYTES: usize = 4 << 20;
-/// How often the rings are drained when no ring is half full.
+/// How often the rings are drained when no ring is half full and no target asks.
 const DRAIN_EVERY: Duration = Duration::from_secs(1);
+/// How long a target's sampler (the pool's one thread, every target's) waits for the
+/// drain it asked for: past it, the records after the last drain wait for its next
+/// period, none lost.
+const DRAIN_WAIT: Duration = Duration::from_millis(200);
+/// How often the fleet's losses are said, at most.
+const SAY_LOSSES_EVERY: Duration = Duration::from_secs(60);
 
 #[derive(Debug, thiserror::Error)]
 pub enum FleetFaultsError {
@@ -56,6 +73,19 @@ pub enum FleetFaultsError {
     /// hierarchy: a v1 one's ids are not the v2 targets'.
     #[error("the perf_event controller is on a cgroup v1 hierarchy: the faults' records name its cgroups, not the targets'")]
     PerfEventOnV1,
+    #[error("reading {0}")]
+    Unreadable(&'static str, #[source] io::Error),
+    /// Events on every process name the tasks outside the monitor's pid namespace pid 0:
+    /// their records could not be told apart.
+    #[error("the monitor is in a pid namespace of its own: the events' pids are not the system's")]
+    PidNamespace,
+    /// `/proc/PID/cgroup`'s paths are from the cgroup namespace's root.
+    #[error(
+        "no cgroup2 file system is mounted at its root here: /proc/PID/cgroup's paths lead nowhere"
+    )]
+    NoRootMount,
+    #[error("watching the targets' cgroups for new ones (inotify)")]
+    Inotify(#[source] Errno),
 }
 
 impl FleetFaultsError {
@@ -63,10 +93,20 @@ impl FleetFaultsError {
     pub fn advice(&self) -> String {
         match self {
             FleetFaultsError::Perf(e) => e.advice(),
-            FleetFaultsError::Start(_) => "raise the limit of threads or descriptors".to_owned(),
+            FleetFaultsError::Start(_) | FleetFaultsError::Inotify(_) => {
+                "raise the limit of threads, descriptors or inotify instances".to_owned()
+            }
             FleetFaultsError::PerfEventOnV1 => {
                 "boot with the unified hierarchy alone (systemd.unified_cgroup_hierarchy=1), or \
                  leave perf_event unmounted on v1"
+                    .to_owned()
+            }
+            FleetFaultsError::Unreadable(..) => "run the monitor with /proc mounted".to_owned(),
+            FleetFaultsError::PidNamespace => {
+                "run the monitor in the host's pid namespace (hostPID: true)".to_owned()
+            }
+            FleetFaultsError::NoRootMount => {
+                "run the monitor in the host's cgroup namespace, or mount cgroup2 at its root"
                     .to_owned()
             }
         }
@@ -77,16 +117,51 @@ impl FleetFaultsError {
 #[derive(Clone)]
 pub struct FleetFaults(Arc<Shared>);
 
+/// What the targets' samplers and the drain thread share: no lock held across I/O.
 struct Shared {
-    routing: Mutex<Routing>,
     minor_sampling: u64,
     kernel_faults: bool,
+    /// Targets started and ended, for the drain thread to take before its next drain.
+    changes: Mutex<Changes>,
+    /// Written to wake the drain thread.
+    wake: UnixStream,
+    drained: Mutex<Drained>,
+    drained_changed: Condvar,
+    next_id: Mutex<TargetId>,
 }
+
+#[derive(Default)]
+struct Changes {
+    started: Vec<NewTarget>,
+    ended: Vec<TargetId>,
+}
+
+struct NewTarget {
+    id: TargetId,
+    /// Its cgroup's directory, open: its tree is read from it, not from a path a new
+    /// cgroup of the same name could take.
+    dir: OwnedFd,
+    cgroup_id: u64,
+    added_at: u64,
+    queue: Arc<Queue>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Drained {
+    /// When the last drain began (`CLOCK_MONOTONIC`, ns): every record stamped before it
+    /// is in its target's queue.
+    at: u64,
+    /// The drain thread is gone (it panicked): no more drains.
+    stopped: bool,
+}
+
+type Queue = Mutex<Waiting>;
 
 /// One target's share of the fleet's events: its records, as they are drained.
 pub struct TargetFaults {
     shared: Arc<Shared>,
     id: TargetId,
+    queue: Arc<Queue>,
 }
 
 type TargetId = u64;
@@ -99,59 +174,117 @@ impl fmt::Debug for FleetFaults {
     }
 }
 
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 impl FleetFaults {
     /// Opens the events on every online CPU, one minor fault recorded in
-    /// `minor_sampling`, and starts the thread that drains their rings when one is half
-    /// full; `mount`: the cgroup v2 mount, where `/proc/PID/cgroup`'s paths are.
-    pub fn open(minor_sampling: u64, mount: &Path) -> Result<FleetFaults, FleetFaultsError> {
-        let own = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    /// `minor_sampling`, and starts the thread that drains their rings.
+    pub fn open(minor_sampling: u64) -> Result<FleetFaults, FleetFaultsError> {
+        let own = fs::read_to_string("/proc/self/cgroup")
+            .map_err(|e| FleetFaultsError::Unreadable("/proc/self/cgroup", e))?;
         if perf_event_on_v1(&own) {
             return Err(FleetFaultsError::PerfEventOnV1);
         }
+        let status = fs::read_to_string("/proc/self/status")
+            .map_err(|e| FleetFaultsError::Unreadable("/proc/self/status", e))?;
+        if !in_initial_pid_namespace(&status) {
+            return Err(FleetFaultsError::PidNamespace);
+        }
+        let mount = CgroupMount::at(cgroup2_root_mount().ok_or(FleetFaultsError::NoRootMount)?)
+            .map_err(|e| FleetFaultsError::Unreadable("the cgroup2 mount", e))?;
+        let trees = Trees::new()?;
         let mut events = FaultEvents::new(minor_sampling)?;
         events.attach(Watched::EveryProcess)?;
-        let polled = (events.poll_fds())
-            .map(|fd| fd.try_clone_to_owned())
-            .collect::<io::Result<Vec<OwnedFd>>>()
+        let (wake, woken) = UnixStream::pair().map_err(FleetFaultsError::Start)?;
+        (wake.set_nonblocking(true))
+            .and_then(|()| woken.set_nonblocking(true))
             .map_err(FleetFaultsError::Start)?;
-        let shared = Arc::new(Shared {
-            minor_sampling: events.minor_sampling(),
-            kernel_faults: events.kernel_faults(),
-            routing: Mutex::new(Routing::new(events, mount.to_owned())),
-        });
+        let shared = Arc::new(Shared::new(
+            events.minor_sampling(),
+            events.kernel_faults(),
+            wake,
+        ));
+        let drainer = Drainer {
+            events,
+            woken,
+            routing: Routing::new(mount, trees),
+            held: Vec::new(),
+        };
         let weak = Arc::downgrade(&shared);
         thread::Builder::new()
             .name("pfprof-fleet-faults".into())
-            .spawn(move || drain_when_half_full(&weak, &polled))
+            .spawn(move || drainer.run(weak))
             .map_err(FleetFaultsError::Start)?;
         Ok(FleetFaults(shared))
     }
 
-    pub fn minor_sampling(&self) -> u64 {
-        self.0.minor_sampling
-    }
-
-    pub fn kernel_faults(&self) -> bool {
-        self.0.kernel_faults
-    }
-
-    /// Routes the faults of `cgroup` and its descendants to a new target, until the
-    /// answer is dropped.
+    /// Routes the faults of `cgroup` and its descendants (but those of a deeper target)
+    /// to a new target, from now until the answer is dropped.
     pub fn target(&self, cgroup: &Cgroup) -> io::Result<TargetFaults> {
         let cgroup_id = nix::sys::stat::fstat(cgroup.fd())
             .map_err(io::Error::from)?
             .st_ino;
-        let id = self.0.lock().add(cgroup.path().to_owned(), cgroup_id);
+        let dir = cgroup.fd().try_clone()?;
+        let queue = Arc::new(Queue::default());
+        let id = {
+            let mut next = lock(&self.0.next_id);
+            *next += 1;
+            *next
+        };
+        lock(&self.0.changes).started.push(NewTarget {
+            id,
+            dir,
+            cgroup_id,
+            added_at: monotonic_ns(),
+            queue: Arc::clone(&queue),
+        });
+        self.0.wake();
         Ok(TargetFaults {
             shared: Arc::clone(&self.0),
             id,
+            queue,
         })
     }
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, Routing> {
-        self.routing.lock().unwrap_or_else(PoisonError::into_inner)
+    fn new(minor_sampling: u64, kernel_faults: bool, wake: UnixStream) -> Shared {
+        Shared {
+            minor_sampling,
+            kernel_faults,
+            changes: Mutex::default(),
+            wake,
+            drained: Mutex::default(),
+            drained_changed: Condvar::new(),
+            next_id: Mutex::default(),
+        }
+    }
+
+    fn wake(&self) {
+        // Full: a wake is already pending.
+        let _ = (&self.wake).write(&[1]);
+    }
+
+    /// When the last drain began, once one began after `end_ns` or [`DRAIN_WAIT`] passed.
+    fn drained_after(&self, end_ns: u64) -> u64 {
+        // A drain that begins now has all there is (`end_ns` may be "everything").
+        let end_ns = end_ns.min(monotonic_ns());
+        let drained = lock(&self.drained);
+        if drained.at >= end_ns || drained.stopped {
+            return drained.at;
+        }
+        self.wake();
+        let (drained, _) = (self.drained_changed)
+            .wait_timeout_while(drained, DRAIN_WAIT, |d| d.at < end_ns && !d.stopped)
+            .unwrap_or_else(PoisonError::into_inner);
+        drained.at
+    }
+
+    fn publish(&self, drained: Drained) {
+        *lock(&self.drained) = drained;
+        self.drained_changed.notify_all();
     }
 }
 
@@ -164,44 +297,95 @@ impl TargetFaults {
         self.shared.kernel_faults
     }
 
-    /// Hands this target's records to `each`, the rings drained first unless their last
-    /// drain began after `end_ns`; when that drain began: every record stamped before it
-    /// has been handed over.
+    /// Hands this target's records to `each`, after a drain that began after `end_ns`
+    /// where one comes soon enough; when the last drain began: every record stamped
+    /// before it has been handed over.
     pub fn drain(&self, end_ns: u64, mut each: impl FnMut(Stream, Record)) -> u64 {
-        let mut routing = self.shared.lock();
-        if routing.drained_at < end_ns {
-            routing.drain();
+        // Read before the queue: what it holds then is all that was stamped before.
+        let drained_at = self.shared.drained_after(end_ns);
+        let records = lock(&self.queue).take();
+        for (stream, record) in records {
+            each(stream, record);
         }
-        if let Some(target) = routing.targets.get_mut(&self.id) {
-            for (stream, record) in target.waiting.take() {
-                each(stream, record);
-            }
-        }
-        routing.drained_at
+        drained_at
     }
 }
 
 impl Drop for TargetFaults {
     fn drop(&mut self) {
-        self.shared.lock().remove(self.id);
+        lock(&self.shared.changes).ended.push(self.id);
+        self.shared.wake();
     }
 }
 
-/// Drains the rings whenever one is half full, and every [`DRAIN_EVERY`], until the
-/// fleet's events are dropped.
-fn drain_when_half_full(shared: &Weak<Shared>, polled: &[OwnedFd]) {
-    let timeout = PollTimeout::try_from(DRAIN_EVERY).unwrap_or(PollTimeout::MAX);
-    loop {
-        let mut fds: Vec<PollFd> = (polled.iter())
-            .map(|fd| PollFd::new(fd.as_fd(), PollFlags::POLLIN))
-            .collect();
-        // An error (EINTR) is one more drain.
-        let _ = poll(&mut fds, timeout);
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        shared.lock().drain();
+/// What only the drain thread holds: the events, the routing, and the records stamped
+/// after the last drain began.
+struct Drainer {
+    events: FaultEvents,
+    woken: UnixStream,
+    routing: Routing,
+    held: Vec<(Stream, Record)>,
+}
+
+impl Drainer {
+    /// Drains the rings whenever one is half full, a target asks, and every
+    /// [`DRAIN_EVERY`], until the fleet's events are dropped.
+    fn run(mut self, shared: Weak<Shared>) {
+        let _said = StoppedSaid(shared.clone());
+        let timeout = PollTimeout::try_from(DRAIN_EVERY).unwrap_or(PollTimeout::MAX);
+        loop {
+            let mut fds: Vec<PollFd> = (self.events.poll_fds())
+                .chain([self.woken.as_fd()])
+                .map(|fd| PollFd::new(fd, PollFlags::POLLIN))
+                .collect();
+            // An error (EINTR) is one more drain.
+            let _ = poll(&mut fds, timeout);
+            drop(fds);
+            let mut wakes = [0; 64];
+            while matches!((&self.woken).read(&mut wakes), Ok(n) if n > 0) {}
+            let Some(shared) = shared.upgrade() else {
+                return;
+            };
+            let changes = std::mem::take(&mut *lock(&shared.changes));
+            for target in changes.started {
+                self.routing.add(target);
+            }
+            for id in changes.ended {
+                self.routing.remove(id);
+            }
+            let began = monotonic_ns();
+            let mut records = std::mem::take(&mut self.held);
+            self.events
+                .drain(|stream, record| records.push((stream, record)));
+            self.held = self.routing.route_before(began, records);
+            shared.publish(Drained {
+                at: began,
+                stopped: false,
+            });
+            self.routing.loss.say_now_and_then();
+        }
     }
+}
+
+/// Said, and told to the targets, if the drain thread ends by a panic: their samplers
+/// stop waiting for it, and their faults are no more attributed.
+struct StoppedSaid(Weak<Shared>);
+
+impl Drop for StoppedSaid {
+    fn drop(&mut self) {
+        if !thread::panicking() {
+            return;
+        }
+        say("the fleet's fault events are no longer drained (their thread failed): faults are not attributed to mappings from now");
+        if let Some(shared) = self.0.upgrade() {
+            let at = lock(&shared.drained).at;
+            shared.publish(Drained { at, stopped: true });
+        }
+    }
+}
+
+fn say(line: &str) {
+    eprintln!("{}: {line}", crate::program_name());
 }
 
 /// A target's records, waiting for its sampler.
@@ -210,27 +394,36 @@ struct Waiting {
     records: Vec<(Stream, Record)>,
     /// What they hold, as [`bytes_of`] counts it.
     bytes: usize,
-    /// Records dropped for want of room, by ring: said as lost.
-    dropped: [u64; 3],
+    /// Records lost, by ring: dropped here for want of room, or lost from a ring.
+    lost: [u64; 3],
 }
 
 impl Waiting {
+    /// Keeps `record`, or counts it lost where there is no room; a loss is never
+    /// refused: it adds what it says.
     fn push(&mut self, stream: Stream, record: Record) {
-        let bytes = bytes_of(&record);
-        if self.bytes + bytes <= WAITING_BYTES {
-            self.bytes += bytes;
-            self.records.push((stream, record));
-            return;
+        let lost = &mut self.lost[ring_index(stream)];
+        match record {
+            Record::Lost(n) => *lost += n,
+            Record::Overflowed => *lost += 1,
+            record => {
+                let bytes = bytes_of(&record);
+                if self.bytes + bytes > WAITING_BYTES {
+                    *lost += 1;
+                    return;
+                }
+                self.bytes += bytes;
+                self.records.push((stream, record));
+            }
         }
-        self.dropped[ring_index(stream)] += 1;
     }
 
     fn take(&mut self) -> Vec<(Stream, Record)> {
         self.bytes = 0;
         let mut records = std::mem::take(&mut self.records);
-        for (stream, dropped) in STREAMS.into_iter().zip(std::mem::take(&mut self.dropped)) {
-            if dropped > 0 {
-                records.push((stream, Record::Lost(dropped)));
+        for (stream, lost) in STREAMS.into_iter().zip(std::mem::take(&mut self.lost)) {
+            if lost > 0 {
+                records.push((stream, Record::Lost(lost)));
             }
         }
         records
@@ -260,115 +453,451 @@ fn ring_index(stream: Stream) -> usize {
     }
 }
 
-struct Target {
-    dir: PathBuf,
-    /// Its directory's cgroup id.
-    cgroup_id: u64,
-    waiting: Waiting,
+/// The records the fleet's rings lost: every target's, whose they were unknown; said
+/// now and then, counted once, not in each target's `[lost]`.
+#[derive(Default)]
+struct FleetLoss {
+    faults: u64,
+    mappings: u64,
+    /// Cgroups of targets' trees past [`TREE_DIRS`]: their faults are dropped.
+    cgroups_unfollowed: u64,
+    said: (u64, u64, u64),
+    said_at: Option<Instant>,
 }
 
-/// A map that forgets everything once full: bounded, and right again after a look-up.
-struct Remembered<K, V>(HashMap<K, V>);
-
-impl<K: std::hash::Hash + Eq, V: Copy> Remembered<K, V> {
-    fn new() -> Self {
-        Remembered(HashMap::new())
-    }
-
-    fn get(&self, key: &K) -> Option<V> {
-        self.0.get(key).copied()
-    }
-
-    fn insert(&mut self, key: K, value: V) {
-        if self.0.len() >= REMEMBERED && !self.0.contains_key(&key) {
-            self.0.clear();
+impl FleetLoss {
+    fn say_now_and_then(&mut self) {
+        let now = (self.faults, self.mappings, self.cgroups_unfollowed);
+        let due = self
+            .said_at
+            .is_none_or(|at| at.elapsed() >= SAY_LOSSES_EVERY);
+        if now == self.said || !due {
+            return;
         }
-        self.0.insert(key, value);
+        say(&format!(
+            "fleet attribution: {} fault records and {} mapping records lost from the rings \
+             (full: faults or mappings faster than they are drained, by any process), {} \
+             cgroups of targets not followed (more than {TREE_DIRS} in one target's tree), \
+             since the monitor started",
+            now.0, now.1, now.2
+        ));
+        self.said = now;
+        self.said_at = Some(Instant::now());
     }
 }
 
-/// The events, the targets, and where each cgroup and process goes.
+/// Process `pid`'s target, by pid, bounded: a pid is forgotten at its exit.
+#[derive(Default)]
+struct Pids(HashMap<u32, Option<TargetId>>);
+
+impl Pids {
+    fn get(&self, pid: u32) -> Option<Option<TargetId>> {
+        self.0.get(&pid).copied()
+    }
+
+    fn insert(&mut self, pid: u32, target: Option<TargetId>) {
+        if self.0.len() >= PIDS_REMEMBERED && !self.0.contains_key(&pid) {
+            // Those in no target first: the cheapest to find again, and the most.
+            self.0.retain(|_, target| target.is_some());
+            if self.0.len() >= PIDS_REMEMBERED * 3 / 4 {
+                let forgotten: Vec<u32> =
+                    (self.0.keys().copied()).take(PIDS_REMEMBERED / 4).collect();
+                for pid in forgotten {
+                    self.0.remove(&pid);
+                }
+            }
+        }
+        self.0.insert(pid, target);
+    }
+}
+
+/// The cgroup2 mount `/proc/PID/cgroup`'s paths are under, and its device: a path that
+/// leads to another file system is none of its cgroups.
+struct CgroupMount {
+    path: PathBuf,
+    dev: u64,
+}
+
+impl CgroupMount {
+    fn at(path: PathBuf) -> io::Result<CgroupMount> {
+        let dev = fs::metadata(&path)?.dev();
+        Ok(CgroupMount { path, dev })
+    }
+
+    /// The id of the cgroup at `path` (as `/proc/PID/cgroup` names it) under the mount;
+    /// none for a path out of it.
+    fn id_of(&self, path: &str) -> Option<u64> {
+        let relative = Path::new(path.trim_start_matches('/'));
+        if !(relative.components()).all(|c| matches!(c, Component::Normal(_))) {
+            return None;
+        }
+        let meta = fs::metadata(self.path.join(relative)).ok()?;
+        (meta.is_dir() && meta.dev() == self.dev).then(|| meta.ino())
+    }
+}
+
+/// The cgroups of every target's tree, by id, kept current by inotify.
+struct Trees {
+    inotify: Inotify,
+    nodes: HashMap<u64, Node>,
+    by_watch: HashMap<WatchDescriptor, u64>,
+    /// Each target's cgroup, open: its tree's paths are from it.
+    roots: HashMap<TargetId, OwnedFd>,
+    /// How many cgroups were found under each target.
+    found: HashMap<TargetId, usize>,
+    /// The targets whose tree went past [`TREE_DIRS`] (said once each).
+    cut: HashSet<TargetId>,
+    unfollowed: u64,
+}
+
+struct Node {
+    /// Its parent's id, where its parent is followed.
+    parent: Option<u64>,
+    /// The target whose cgroup it is.
+    target: Option<TargetId>,
+    /// The target whose tree it was found in, and its path from that target's cgroup.
+    found_under: TargetId,
+    path: PathBuf,
+    watch: Option<WatchDescriptor>,
+}
+
+impl Trees {
+    fn new() -> Result<Trees, FleetFaultsError> {
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
+            .map_err(FleetFaultsError::Inotify)?;
+        Ok(Trees {
+            inotify,
+            nodes: HashMap::new(),
+            by_watch: HashMap::new(),
+            roots: HashMap::new(),
+            found: HashMap::new(),
+            cut: HashSet::new(),
+            unfollowed: 0,
+        })
+    }
+
+    /// The deepest target whose tree holds cgroup `cgroup_id`.
+    fn owner(&self, cgroup_id: u64) -> Option<TargetId> {
+        let mut node = self.nodes.get(&cgroup_id)?;
+        loop {
+            if let Some(target) = node.target {
+                return Some(target);
+            }
+            node = self.nodes.get(&node.parent?)?;
+        }
+    }
+
+    /// Follows target `target`'s tree, from its cgroup `dir`: one in another target's
+    /// tree is that target's no longer.
+    fn add(&mut self, target: TargetId, dir: OwnedFd, cgroup_id: u64) {
+        self.roots.insert(target, dir);
+        self.follow(target, cgroup_id);
+    }
+
+    fn follow(&mut self, target: TargetId, cgroup_id: u64) {
+        if let Some(node) = self.nodes.get_mut(&cgroup_id) {
+            node.target = Some(target);
+            return;
+        }
+        let watch = self.watch(target, Path::new(""));
+        self.insert(cgroup_id, None, target, PathBuf::new(), watch);
+        self.nodes
+            .entry(cgroup_id)
+            .and_modify(|n| n.target = Some(target));
+        self.read_below(target, cgroup_id);
+    }
+
+    /// Stops following target `target`'s tree. Its cgroup, read as part of another
+    /// target's tree, is that one's again; the targets nested in it, read as part of it,
+    /// and the target it is nested in, which left its tree to it, are read again.
+    fn remove(&mut self, target: TargetId) {
+        let root = (self.nodes.iter_mut()).find(|(_, n)| n.target == Some(target));
+        let mut again = Vec::new();
+        if let Some((_, node)) = root {
+            node.target = None;
+            if node.found_under == target {
+                again.extend(node.parent);
+            }
+        }
+        let mut again: Vec<TargetId> = again.into_iter().filter_map(|p| self.owner(p)).collect();
+        again.extend(self.forget_found_under(target));
+        self.roots.remove(&target);
+        self.found.remove(&target);
+        self.cut.remove(&target);
+        again.retain(|t| *t != target);
+        for other in again {
+            self.read_again(other);
+        }
+    }
+
+    /// Forgets what target `target`'s tree was read to hold: the targets whose cgroup was
+    /// among it.
+    fn forget_found_under(&mut self, target: TargetId) -> Vec<TargetId> {
+        let gone: Vec<u64> = (self.nodes.iter())
+            .filter(|(_, n)| n.found_under == target)
+            .map(|(&id, _)| id)
+            .collect();
+        let mut nested = Vec::new();
+        for id in gone {
+            let Some(node) = self.nodes.remove(&id) else {
+                continue;
+            };
+            nested.extend(node.target.filter(|t| *t != target));
+            if let Some(watch) = node.watch {
+                self.by_watch.remove(&watch);
+                let _ = self.inotify.rm_watch(watch);
+            }
+        }
+        self.found.insert(target, 0);
+        nested
+    }
+
+    fn read_again(&mut self, target: TargetId) {
+        let Some(dir) = self.roots.get(&target) else {
+            return;
+        };
+        let Ok(cgroup_id) = nix::sys::stat::fstat(dir.as_fd()).map(|s| s.st_ino) else {
+            return;
+        };
+        let nested = self.forget_found_under(target);
+        self.follow(target, cgroup_id);
+        for other in nested {
+            self.read_again(other);
+        }
+    }
+
+    /// Where `path`, from target `target`'s cgroup, is: through its open directory.
+    fn at(&self, target: TargetId, path: &Path) -> Option<PathBuf> {
+        let dir = self.roots.get(&target)?;
+        Some(Path::new(&format!("/proc/self/fd/{}", dir.as_raw_fd())).join(path))
+    }
+
+    fn watch(&mut self, target: TargetId, path: &Path) -> Option<WatchDescriptor> {
+        let at = self.at(target, path)?;
+        let flags =
+            AddWatchFlags::IN_CREATE | AddWatchFlags::IN_ONLYDIR | AddWatchFlags::IN_DELETE_SELF;
+        self.inotify.add_watch(&at, flags).ok()
+    }
+
+    fn insert(
+        &mut self,
+        cgroup_id: u64,
+        parent: Option<u64>,
+        found_under: TargetId,
+        path: PathBuf,
+        watch: Option<WatchDescriptor>,
+    ) {
+        if let Some(watch) = watch {
+            self.by_watch.insert(watch, cgroup_id);
+        }
+        *self.found.entry(found_under).or_default() += 1;
+        let node = Node {
+            parent,
+            target: None,
+            found_under,
+            path,
+            watch,
+        };
+        self.nodes.insert(cgroup_id, node);
+    }
+
+    /// Whether target `target`'s tree has room for one more cgroup; said once when not.
+    fn room(&mut self, target: TargetId) -> bool {
+        if self.found.get(&target).copied().unwrap_or(0) < TREE_DIRS {
+            return true;
+        }
+        self.unfollowed += 1;
+        if self.cut.insert(target) {
+            say(&format!(
+                "a target's tree has more than {TREE_DIRS} cgroups: faults in the later ones \
+                 are not attributed"
+            ));
+        }
+        false
+    }
+
+    /// Follows the cgroups below `cgroup_id` (of target `target`'s tree), each watched
+    /// before it is read: one made meanwhile is read, told, or both.
+    fn read_below(&mut self, target: TargetId, cgroup_id: u64) {
+        let mut to_read = vec![cgroup_id];
+        while let Some(id) = to_read.pop() {
+            let Some(path) = self.nodes.get(&id).map(|n| n.path.clone()) else {
+                continue;
+            };
+            let Some(entries) = (self.at(target, &path)).and_then(|at| fs::read_dir(at).ok())
+            else {
+                // Removed meanwhile.
+                continue;
+            };
+            for entry in entries.flatten() {
+                if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    continue;
+                }
+                let child = entry.ino();
+                if let Some(node) = self.nodes.get_mut(&child) {
+                    // Another target's cgroup: its own tree.
+                    node.parent = Some(id);
+                    continue;
+                }
+                if !self.room(target) {
+                    return;
+                }
+                let child_path = path.join(entry.file_name());
+                let watch = self.watch(target, &child_path);
+                self.insert(child, Some(id), target, child_path, watch);
+                to_read.push(child);
+            }
+        }
+    }
+
+    /// Takes in the cgroups made and removed in the targets' trees since the last call.
+    fn update(&mut self) {
+        loop {
+            let events = match self.inotify.read_events() {
+                Ok(events) if !events.is_empty() => events,
+                // EAGAIN: none left.
+                _ => return,
+            };
+            for event in events {
+                if event.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
+                    // Some were not told: every tree is read again.
+                    let targets: Vec<TargetId> = self.roots.keys().copied().collect();
+                    for target in targets {
+                        self.read_again(target);
+                    }
+                    continue;
+                }
+                let Some(&id) = self.by_watch.get(&event.wd) else {
+                    continue;
+                };
+                if event.mask.contains(AddWatchFlags::IN_DELETE_SELF) {
+                    self.by_watch.remove(&event.wd);
+                    if let Some(node) = self.nodes.remove(&id) {
+                        if let Some(count) = self.found.get_mut(&node.found_under) {
+                            *count = count.saturating_sub(1);
+                        }
+                    }
+                    continue;
+                }
+                if !event.mask.contains(AddWatchFlags::IN_ISDIR) {
+                    continue;
+                }
+                let (Some(name), Some(parent)) = (event.name, self.nodes.get(&id)) else {
+                    continue;
+                };
+                let (target, path) = (parent.found_under, parent.path.join(name));
+                let Some(meta) = (self.at(target, &path)).and_then(|at| fs::metadata(at).ok())
+                else {
+                    continue;
+                };
+                if !meta.is_dir() || self.nodes.contains_key(&meta.ino()) || !self.room(target) {
+                    continue;
+                }
+                let watch = self.watch(target, &path);
+                self.insert(meta.ino(), Some(id), target, path, watch);
+                self.read_below(target, meta.ino());
+            }
+        }
+    }
+}
+
+struct Target {
+    /// When it started: a fault stamped before is not its.
+    added_at: u64,
+    queue: Arc<Queue>,
+}
+
+/// The targets, and where each cgroup and process goes: the drain thread's alone.
 struct Routing {
-    /// `None` in tests: records routed by hand.
-    events: Option<FaultEvents>,
-    mount: PathBuf,
+    mount: CgroupMount,
+    trees: Trees,
     targets: HashMap<TargetId, Target>,
-    next_id: TargetId,
-    /// By cgroup id: the target that holds it, or none.
-    cgroups: Remembered<u64, Option<TargetId>>,
-    /// By pid: its process's target, or none.
-    pids: Remembered<u32, Option<TargetId>>,
-    /// When the last drain began (`CLOCK_MONOTONIC`, ns).
-    drained_at: u64,
+    pids: Pids,
+    loss: FleetLoss,
 }
 
 impl Routing {
-    fn new(events: FaultEvents, mount: PathBuf) -> Routing {
+    fn new(mount: CgroupMount, trees: Trees) -> Routing {
         Routing {
-            events: Some(events),
-            ..Routing::without_events(mount)
-        }
-    }
-
-    fn without_events(mount: PathBuf) -> Routing {
-        Routing {
-            events: None,
             mount,
+            trees,
             targets: HashMap::new(),
-            next_id: 0,
-            cgroups: Remembered::new(),
-            pids: Remembered::new(),
-            drained_at: 0,
+            pids: Pids::default(),
+            loss: FleetLoss::default(),
         }
     }
 
-    fn add(&mut self, dir: PathBuf, cgroup_id: u64) -> TargetId {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.targets.insert(
-            id,
-            Target {
-                dir,
-                cgroup_id,
-                waiting: Waiting::default(),
-            },
-        );
-        // What was in no target may be in this one now.
-        self.cgroups.0.retain(|_, target| target.is_some());
+    fn add(&mut self, new: NewTarget) {
+        self.trees.add(new.id, new.dir, new.cgroup_id);
+        let target = Target {
+            added_at: new.added_at,
+            queue: new.queue,
+        };
+        self.targets.insert(new.id, target);
+        // A process seen in no target may be in this one.
         self.pids.0.retain(|_, target| target.is_some());
-        id
     }
 
     fn remove(&mut self, id: TargetId) {
         self.targets.remove(&id);
-        self.cgroups.0.retain(|_, target| *target != Some(id));
+        self.trees.remove(id);
         self.pids.0.retain(|_, target| *target != Some(id));
     }
 
-    /// Takes what the rings hold, each record to its target.
-    fn drain(&mut self) {
-        let Some(mut events) = self.events.take() else {
-            return;
-        };
-        self.drained_at = monotonic_ns();
-        events.drain(|stream, record| self.route(stream, record));
-        self.events = Some(events);
+    /// Routes, in time order, the records stamped before `began` (when the drain began)
+    /// and the losses; answers the rest, for the next drain. The trees are updated
+    /// first: a cgroup made before a fault in it is told before.
+    fn route_before(
+        &mut self,
+        began: u64,
+        records: Vec<(Stream, Record)>,
+    ) -> Vec<(Stream, Record)> {
+        self.trees.update();
+        self.loss.cgroups_unfollowed = self.trees.unfollowed;
+        let (mut timed, losses): (Vec<_>, Vec<_>) =
+            (records.into_iter()).partition(|(_, record)| record.time_ns().is_some());
+        for (stream, record) in losses {
+            self.route(stream, record);
+        }
+        // Stable: each ring's records stay in their order.
+        timed.sort_by_key(|(_, record)| record.time_ns());
+        let later = timed.partition_point(|(_, record)| record.time_ns() < Some(began));
+        let held = timed.split_off(later);
+        for (stream, record) in timed {
+            self.route(stream, record);
+        }
+        held
     }
 
     fn route(&mut self, stream: Stream, record: Record) {
         let target = match record {
-            Record::Sample { pid, cgroup, .. } => {
-                let target = self.cgroup_target(cgroup);
-                if target.is_some() {
-                    self.pids.insert(pid, target);
-                }
-                target
+            // Not the system's pid: a task outside a pid namespace the events saw.
+            Record::Sample { pid: 0, .. } => None,
+            Record::Mmap(ref mmap) if mmap.pid == 0 => None,
+            Record::Exec { pid: 0, .. }
+            | Record::Fork { pid: 0, .. }
+            | Record::Exit { pid: 0, .. } => None,
+            Record::Sample {
+                pid,
+                cgroup,
+                time_ns,
+                ..
+            } => {
+                // Wherever it was, it is where its fault was taken.
+                let target = self.trees.owner(cgroup);
+                self.pids.insert(pid, target);
+                target.filter(|id| (self.targets.get(id)).is_some_and(|t| time_ns >= t.added_at))
             }
             Record::Mmap(ref mmap) => self.pid_target(mmap.pid),
             Record::Exec { pid, .. } => {
-                // Where a service starts: forked outside its cgroup, moved in, exec'd.
-                self.pids.0.remove(&pid);
-                self.pid_target(pid)
+                // Where a service starts: forked outside its cgroup, moved in, exec'd. One
+                // gone already (its /proc unreadable) stays where it was known to be.
+                let target = match self.proc_target(pid) {
+                    Some(found) => found,
+                    None => self.pids.get(pid).flatten(),
+                };
+                self.pids.insert(pid, target);
+                target
             }
             Record::Fork { pid, ppid, .. } if pid != ppid => {
                 let target = self.pid_target(ppid);
@@ -377,83 +906,50 @@ impl Routing {
             }
             // Gone: no /proc to look in.
             Record::Exit { pid, tid, .. } if pid == tid => self.pids.0.remove(&pid).flatten(),
-            Record::Lost(_) | Record::Overflowed => {
-                if stream == Stream::Mappings {
-                    // A fork or exit may be among those lost: a pid's target is found anew.
-                    self.pids.0.clear();
-                }
-                // Whose it was is unknown: every target is told.
-                for target in self.targets.values_mut() {
-                    target.waiting.push(stream, record.clone());
+            Record::Lost(_) | Record::Overflowed if stream == Stream::Mappings => {
+                self.loss.mappings += match record {
+                    Record::Lost(n) => n,
+                    _ => 1,
+                };
+                // A fork or exit may be among those lost: a pid's target is found anew.
+                self.pids.0.clear();
+                // Whose mappings were lost is unknown: every target's tables start again.
+                for target in self.targets.values() {
+                    lock(&target.queue).push(stream, Record::Overflowed);
                 }
                 return;
             }
+            // Whose faults is unknown: the fleet's loss, not each target's.
+            Record::Lost(n) => {
+                self.loss.faults += n;
+                return;
+            }
+            Record::Overflowed => return,
             // A thread's start or end changes no mapping.
             Record::Fork { .. } | Record::Exit { .. } => None,
         };
-        if let Some(target) = target.and_then(|id| self.targets.get_mut(&id)) {
-            target.waiting.push(stream, record);
-        }
-    }
-
-    /// The target holding cgroup `cgroup_id`: a target's own, or one of their
-    /// descendants, found by reading the targets' trees once.
-    fn cgroup_target(&mut self, cgroup_id: u64) -> Option<TargetId> {
-        if let Some(known) = self.cgroups.get(&cgroup_id) {
-            return known;
-        }
-        if let Some((&id, _)) = (self.targets.iter()).find(|(_, t)| t.cgroup_id == cgroup_id) {
-            self.cgroups.insert(cgroup_id, Some(id));
-            return Some(id);
-        }
-        self.walk_targets();
-        let found = self.cgroups.get(&cgroup_id).flatten();
-        self.cgroups.insert(cgroup_id, found);
-        found
-    }
-
-    /// Remembers every cgroup under each target as that target's (a target's own cgroup
-    /// under another's is its own), at most [`WALKED`] directories.
-    fn walk_targets(&mut self) {
-        let roots: HashMap<u64, TargetId> = (self.targets.iter())
-            .map(|(&id, t)| (t.cgroup_id, id))
-            .collect();
-        let mut to_read: Vec<(PathBuf, TargetId)> = (self.targets.iter())
-            .map(|(&id, t)| (t.dir.clone(), id))
-            .collect();
-        let mut read = 0;
-        while let Some((dir, target)) = to_read.pop() {
-            if read >= WALKED {
-                return;
-            }
-            read += 1;
-            let Ok(entries) = fs::read_dir(&dir) else {
-                // Removed meanwhile.
-                continue;
-            };
-            for entry in entries.flatten() {
-                if !entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    continue;
-                }
-                let cgroup_id = entry.ino();
-                let owner = roots.get(&cgroup_id).copied().unwrap_or(target);
-                self.cgroups.insert(cgroup_id, Some(owner));
-                to_read.push((entry.path(), owner));
-            }
+        if let Some(target) = target.and_then(|id| self.targets.get(&id)) {
+            lock(&target.queue).push(stream, record);
         }
     }
 
     /// The target of process `pid`: remembered, or its cgroup's as `/proc/PID/cgroup`
     /// names it.
     fn pid_target(&mut self, pid: u32) -> Option<TargetId> {
-        if let Some(known) = self.pids.get(&pid) {
+        if let Some(known) = self.pids.get(pid) {
             return known;
         }
-        let target = cgroup_of(pid)
-            .and_then(|path| fs::metadata(self.mount.join(path)).ok())
-            .and_then(|meta| self.cgroup_target(meta.ino()));
+        let target = self.proc_target(pid).flatten();
         self.pids.insert(pid, target);
         target
+    }
+
+    /// Process `pid`'s target as `/proc/PID/cgroup` says it now: `None` where it cannot
+    /// be read (the process is gone).
+    fn proc_target(&self, pid: u32) -> Option<Option<TargetId>> {
+        let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+        let path = cgroup_of(&text)?;
+        Some(self.mount.id_of(path).and_then(|id| self.trees.owner(id)))
     }
 }
 
@@ -469,12 +965,20 @@ fn perf_event_on_v1(text: &str) -> bool {
     })
 }
 
-/// Process `pid`'s cgroup v2 path, relative to the mount: the `0::` line of
-/// `/proc/PID/cgroup`.
-fn cgroup_of(pid: u32) -> Option<PathBuf> {
-    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    let path = text.lines().find_map(|line| line.strip_prefix("0::"))?;
-    Some(PathBuf::from(path.trim_start_matches('/')))
+/// Whether `/proc/self/status` (its text) puts the process in the initial pid namespace:
+/// its `NSpid` has one pid.
+fn in_initial_pid_namespace(status: &str) -> bool {
+    (status.lines())
+        .find_map(|line| line.strip_prefix("NSpid:"))
+        .is_some_and(|pids| pids.split_whitespace().count() == 1)
+}
+
+/// The cgroup v2 path of `/proc/PID/cgroup` (its text): its `0::` line, where there is
+/// one (a cgroup named with a newline and `0::` could make a second: then none).
+fn cgroup_of(text: &str) -> Option<&str> {
+    let mut paths = text.lines().filter_map(|line| line.strip_prefix("0::"));
+    let path = paths.next()?;
+    paths.next().is_none().then_some(path)
 }
 
 #[cfg(test)]
@@ -482,16 +986,22 @@ mod tests {
     use super::*;
     use crate::attribution::FileId;
     use crate::backend::procfs::perf::Mmap;
+    use nix::fcntl::{open, OFlag};
+    use nix::sys::stat::Mode;
 
-    fn fault(pid: u32, cgroup: u64) -> Record {
+    fn fault_at(pid: u32, cgroup: u64, time_ns: u64) -> Record {
         Record::Sample {
             ip: 0x1000,
             pid,
             tid: pid,
-            time_ns: 1,
+            time_ns,
             addr: 0x1800,
             cgroup,
         }
+    }
+
+    fn fault(pid: u32, cgroup: u64) -> Record {
+        fault_at(pid, cgroup, 1)
     }
 
     fn mmap(pid: u32) -> Record {
@@ -521,6 +1031,7 @@ mod tests {
         fn new(name: &str, dirs: &[&str]) -> Tree {
             let root = std::env::temp_dir().join(format!("pfprof-{name}-{}", std::process::id()));
             let _ = fs::remove_dir_all(&root);
+            fs::create_dir_all(&root).unwrap();
             for dir in dirs {
                 fs::create_dir_all(root.join(dir)).unwrap();
             }
@@ -531,8 +1042,41 @@ mod tests {
             fs::metadata(self.0.join(dir)).unwrap().ino()
         }
 
-        fn add(&self, routing: &mut Routing, dir: &str) -> TargetId {
-            routing.add(self.0.join(dir), self.id(dir))
+        fn routing(&self) -> Routing {
+            Routing::new(
+                CgroupMount::at(self.0.clone()).unwrap(),
+                Trees::new().unwrap(),
+            )
+        }
+
+        /// Target `dir`, started at `added_at`: its id is its cgroup's.
+        fn add_at(
+            &self,
+            routing: &mut Routing,
+            dir: &str,
+            added_at: u64,
+        ) -> (TargetId, Arc<Queue>) {
+            let path = self.0.join(dir);
+            let fd = open(
+                &path,
+                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+            .unwrap();
+            let queue = Arc::new(Queue::default());
+            let id = self.id(dir);
+            routing.add(NewTarget {
+                id,
+                dir: fd,
+                cgroup_id: id,
+                added_at,
+                queue: Arc::clone(&queue),
+            });
+            (id, queue)
+        }
+
+        fn add(&self, routing: &mut Routing, dir: &str) -> (TargetId, Arc<Queue>) {
+            self.add_at(routing, dir, 0)
         }
     }
 
@@ -542,91 +1086,223 @@ mod tests {
         }
     }
 
-    fn taken(routing: &mut Routing, target: TargetId) -> Vec<(Stream, Record)> {
-        routing.targets.get_mut(&target).unwrap().waiting.take()
+    fn taken(queue: &Queue) -> Vec<(Stream, Record)> {
+        lock(queue).take()
+    }
+
+    fn pids(records: Vec<(Stream, Record)>) -> Vec<u32> {
+        (records.into_iter())
+            .filter_map(|(_, r)| match r {
+                Record::Sample { pid, .. } => Some(pid),
+                _ => None,
+            })
+            .collect()
     }
 
     #[test]
     fn a_fault_goes_to_the_target_of_its_cgroup_or_of_an_ancestor_and_nowhere_else() {
         let tree = Tree::new("route", &["a/worker/inner", "b", "outside"]);
-        let mut routing = Routing::without_events(tree.0.clone());
-        let a = tree.add(&mut routing, "a");
-        let b = tree.add(&mut routing, "b");
+        let mut routing = tree.routing();
+        let (_, a) = tree.add(&mut routing, "a");
+        let (_, b) = tree.add(&mut routing, "b");
         routing.route(MAJOR, fault(10, tree.id("a")));
         routing.route(MAJOR, fault(11, tree.id("a/worker/inner")));
         routing.route(MAJOR, fault(12, tree.id("b")));
-        // Another user's process, in no target: dropped, and remembered as in none.
+        // Another user's process, in no target: dropped.
         routing.route(MAJOR, fault(13, tree.id("outside")));
-        routing.route(MAJOR, fault(14, 0));
-        let pids = |records: Vec<(Stream, Record)>| -> Vec<u32> {
-            (records.into_iter())
-                .filter_map(|(_, r)| match r {
-                    Record::Sample { pid, .. } => Some(pid),
-                    _ => None,
-                })
-                .collect()
-        };
-        assert_eq!(pids(taken(&mut routing, a)), [10, 11]);
-        assert_eq!(pids(taken(&mut routing, b)), [12]);
-        assert_eq!(routing.cgroups.get(&tree.id("outside")), Some(None));
+        routing.route(MAJOR, fault(14, 1));
+        // A task the events saw outside the monitor's pid namespace: no pid to go by.
+        routing.route(MAJOR, fault(0, tree.id("a")));
+        assert_eq!(pids(taken(&a)), [10, 11]);
+        assert_eq!(pids(taken(&b)), [12]);
         // A faulting process's mappings follow it to its target; one in none is dropped.
         routing.route(Stream::Mappings, mmap(11));
         routing.route(Stream::Mappings, mmap(13));
-        assert_eq!(taken(&mut routing, a).len(), 1);
-        assert!(taken(&mut routing, b).is_empty());
+        routing.route(Stream::Mappings, mmap(0));
+        assert_eq!(taken(&a).len(), 1);
+        assert!(taken(&b).is_empty());
     }
 
     #[test]
-    fn a_cgroup_made_later_under_a_target_is_found_and_one_outside_becomes_a_new_targets() {
+    fn an_unknown_cgroup_is_in_none_at_once_and_one_made_in_a_tree_is_told() {
         let tree = Tree::new("later", &["a", "outside"]);
-        let mut routing = Routing::without_events(tree.0.clone());
-        let a = tree.add(&mut routing, "a");
-        routing.route(MAJOR, fault(20, tree.id("outside")));
+        let mut routing = tree.routing();
+        let (_, a) = tree.add(&mut routing, "a");
         fs::create_dir(tree.0.join("a/new")).unwrap();
-        routing.route(MAJOR, fault(21, tree.id("a/new")));
-        assert_eq!(taken(&mut routing, a).len(), 1);
-        // The cgroup in none becomes a target: what was remembered of it is forgotten.
-        let outside = tree.add(&mut routing, "outside");
-        routing.route(MAJOR, fault(20, tree.id("outside")));
-        assert_eq!(taken(&mut routing, outside).len(), 1);
-        // A target that ended takes nothing more, and its cgroups are in none again.
-        routing.remove(a);
-        routing.route(MAJOR, fault(21, tree.id("a/new")));
-        assert!(!routing.targets.contains_key(&a));
-        assert!(taken(&mut routing, outside).is_empty());
+        fs::create_dir_all(tree.0.join("outside/many")).unwrap();
+        // Not told yet: in none, and nothing read to find it.
+        let followed = routing.trees.nodes.len();
+        routing.route(MAJOR, fault(20, tree.id("outside/many")));
+        assert_eq!(routing.trees.nodes.len(), followed);
+        // Told before the drain's records are routed.
+        let records = vec![(MAJOR, fault(21, tree.id("a/new")))];
+        assert!(routing.route_before(u64::MAX, records).is_empty());
+        assert_eq!(pids(taken(&a)), [21]);
+        // Made, with a child, before its parent's creation is read: both followed.
+        fs::create_dir_all(tree.0.join("a/deep/er")).unwrap();
+        let records = vec![(MAJOR, fault(22, tree.id("a/deep/er")))];
+        routing.route_before(u64::MAX, records);
+        assert_eq!(pids(taken(&a)), [22]);
+        // Removed: forgotten.
+        fs::remove_dir(tree.0.join("a/new")).unwrap();
+        routing.route_before(u64::MAX, Vec::new());
+        assert_eq!(routing.trees.nodes.len(), followed + 2);
     }
 
     #[test]
-    fn a_forked_child_goes_with_its_parent_an_exited_pid_is_forgotten_a_loss_told_to_all() {
+    fn a_cgroup_made_again_at_a_targets_path_is_not_the_targets() {
+        let tree = Tree::new("again", &["a"]);
+        let mut routing = tree.routing();
+        let (_, a) = tree.add(&mut routing, "a");
+        fs::remove_dir(tree.0.join("a")).unwrap();
+        fs::create_dir_all(tree.0.join("a/child")).unwrap();
+        routing.route_before(u64::MAX, vec![(MAJOR, fault(23, tree.id("a/child")))]);
+        assert!(taken(&a).is_empty());
+    }
+
+    #[test]
+    fn a_tree_past_its_bound_is_cut_and_takes_no_other_targets_room() {
+        let mut dirs: Vec<String> = (0..TREE_DIRS + 5).map(|i| format!("big/c{i}")).collect();
+        dirs.push("small/child".into());
+        let dirs: Vec<&str> = dirs.iter().map(String::as_str).collect();
+        let tree = Tree::new("bound", &dirs);
+        let mut routing = tree.routing();
+        let (big, _) = tree.add(&mut routing, "big");
+        let (_, small) = tree.add(&mut routing, "small");
+        assert_eq!(routing.trees.found[&big], TREE_DIRS);
+        assert!(routing.trees.unfollowed > 0);
+        assert!(routing.trees.cut.contains(&big));
+        routing.route(MAJOR, fault(24, tree.id("small/child")));
+        assert_eq!(pids(taken(&small)), [24]);
+    }
+
+    #[test]
+    fn a_fault_in_nested_targets_is_the_deepests_alone_whichever_started_first() {
+        let tree = Tree::new("nested", &["outer/inner/child", "outer/other"]);
+        for inner_first in [false, true] {
+            let mut routing = tree.routing();
+            let ((_, outer), (inner_id, inner)) = if inner_first {
+                let inner = tree.add(&mut routing, "outer/inner");
+                (tree.add(&mut routing, "outer"), inner)
+            } else {
+                let outer = tree.add(&mut routing, "outer");
+                (outer, tree.add(&mut routing, "outer/inner"))
+            };
+            routing.route(MAJOR, fault(30, tree.id("outer/inner/child")));
+            routing.route(MAJOR, fault(31, tree.id("outer/other")));
+            assert_eq!(pids(taken(&inner)), [30], "inner first: {inner_first}");
+            assert_eq!(pids(taken(&outer)), [31], "inner first: {inner_first}");
+            // The inner one ended: its tree is the outer's again.
+            routing.remove(inner_id);
+            routing.route(MAJOR, fault(32, tree.id("outer/inner/child")));
+            assert_eq!(pids(taken(&outer)), [32], "inner first: {inner_first}");
+        }
+        // The outer one ended: the inner keeps its own.
+        let mut routing = tree.routing();
+        let (outer_id, _) = tree.add(&mut routing, "outer");
+        let (_, inner) = tree.add(&mut routing, "outer/inner");
+        routing.remove(outer_id);
+        routing.route(MAJOR, fault(33, tree.id("outer/inner/child")));
+        routing.route(MAJOR, fault(34, tree.id("outer/other")));
+        assert_eq!(pids(taken(&inner)), [33]);
+    }
+
+    #[test]
+    fn a_fault_from_before_a_target_started_is_not_its_but_a_mapping_is() {
+        let tree = Tree::new("added", &["a"]);
+        let mut routing = tree.routing();
+        let (_, a) = tree.add_at(&mut routing, "a", 100);
+        routing.route(MAJOR, fault_at(40, tree.id("a"), 99));
+        routing.route(Stream::Mappings, mmap(40));
+        routing.route(MAJOR, fault_at(40, tree.id("a"), 100));
+        let records = taken(&a);
+        assert!(matches!(
+            records[..],
+            [
+                (Stream::Mappings, Record::Mmap(_)),
+                (MAJOR, Record::Sample { time_ns: 100, .. })
+            ]
+        ));
+    }
+
+    #[test]
+    fn records_are_routed_in_time_order_across_rings_and_those_after_the_drain_began_wait() {
+        let tree = Tree::new("order", &["a"]);
+        let mut routing = tree.routing();
+        let (_, a) = tree.add(&mut routing, "a");
+        let exit = Record::Exit {
+            pid: 50,
+            tid: 50,
+            time_ns: 5,
+        };
+        // CPU 0's ring first: the exit; then CPU 1's: a fault before it, one after the
+        // drain began.
+        let records = vec![
+            (Stream::Mappings, exit),
+            (MAJOR, fault_at(50, tree.id("a"), 3)),
+            (MAJOR, fault_at(51, tree.id("a"), 20)),
+        ];
+        let held = routing.route_before(10, records);
+        assert_eq!(pids(taken(&a)), [50]);
+        assert_eq!(
+            routing.pids.get(50),
+            None,
+            "an exited pid's target is forgotten"
+        );
+        assert_eq!(pids(held.clone()), [51]);
+        routing.route_before(30, held);
+        assert_eq!(pids(taken(&a)), [51]);
+    }
+
+    #[test]
+    fn a_forked_child_goes_with_its_parent_and_an_exited_pid_is_forgotten() {
         let tree = Tree::new("fork", &["a", "b"]);
-        let mut routing = Routing::without_events(tree.0.clone());
-        let a = tree.add(&mut routing, "a");
-        let b = tree.add(&mut routing, "b");
-        routing.route(MAJOR, fault(30, tree.id("a")));
+        let mut routing = tree.routing();
+        let (_, a) = tree.add(&mut routing, "a");
+        let (_, b) = tree.add(&mut routing, "b");
+        routing.route(MAJOR, fault(60, tree.id("a")));
         let fork = Record::Fork {
-            pid: 31,
-            ppid: 30,
+            pid: 61,
+            ppid: 60,
             time_ns: 2,
         };
         routing.route(Stream::Mappings, fork);
-        routing.route(Stream::Mappings, mmap(31));
+        routing.route(Stream::Mappings, mmap(61));
         let exit = Record::Exit {
-            pid: 31,
-            tid: 31,
+            pid: 61,
+            tid: 61,
             time_ns: 3,
         };
         routing.route(Stream::Mappings, exit);
-        assert_eq!(taken(&mut routing, a).len(), 4);
-        assert_eq!(routing.pids.get(&31), None);
+        assert_eq!(taken(&a).len(), 4);
+        assert!(taken(&b).is_empty());
+        assert_eq!(routing.pids.get(61), None);
+    }
+
+    #[test]
+    fn a_fault_rings_loss_is_the_fleets_a_mapping_rings_makes_every_target_forget() {
+        let tree = Tree::new("loss", &["a", "b"]);
+        let mut routing = tree.routing();
+        let (_, a) = tree.add(&mut routing, "a");
+        let (_, b) = tree.add(&mut routing, "b");
+        routing.route(MAJOR, fault(70, tree.id("a")));
+        taken(&a);
+        routing.route(MAJOR, Record::Lost(5));
+        assert_eq!(routing.loss.faults, 5);
+        assert!(
+            taken(&a).is_empty() && taken(&b).is_empty(),
+            "not each target's lost"
+        );
         routing.route(Stream::Mappings, Record::Lost(2));
-        for target in [a, b] {
+        assert_eq!(routing.loss.mappings, 2);
+        for queue in [&a, &b] {
             assert!(matches!(
-                taken(&mut routing, target)[..],
-                [(Stream::Mappings, Record::Lost(2))]
+                taken(queue)[..],
+                [(Stream::Mappings, Record::Lost(1))]
             ));
         }
         assert_eq!(
-            routing.pids.get(&30),
+            routing.pids.get(70),
             None,
             "a lost fork leaves no pid's target trusted"
         );
@@ -636,44 +1312,126 @@ mod tests {
     fn a_process_moved_into_a_target_before_its_exec_is_found_there_at_its_exec() {
         // This process's cgroup as /proc/self/cgroup names it, made under a tree that
         // stands for the mount.
-        let own = cgroup_of(std::process::id()).unwrap();
-        let own = own.to_str().unwrap();
-        let tree = Tree::new("exec", &[own]);
-        let mut routing = Routing::without_events(tree.0.clone());
+        let text = fs::read_to_string("/proc/self/cgroup").unwrap();
+        let own = cgroup_of(&text).unwrap().trim_start_matches('/').to_owned();
+        let tree = Tree::new("exec", &[&own]);
+        let mut routing = tree.routing();
         let pid = std::process::id();
+        let (_, target) = tree.add(&mut routing, &own);
         // Seen outside every target first (the fork of a service manager).
         routing.pids.insert(pid, None);
         routing.route(Stream::Mappings, mmap(pid));
-        let target = tree.add(&mut routing, own);
-        routing.pids.insert(pid, None);
         let exec = Record::Exec { pid, time_ns: 2 };
         routing.route(Stream::Mappings, exec);
         routing.route(Stream::Mappings, mmap(pid));
-        assert_eq!(taken(&mut routing, target).len(), 2);
+        assert_eq!(taken(&target).len(), 2);
     }
 
     #[test]
-    fn a_perf_event_controller_on_v1_is_told_from_one_on_v2() {
+    fn a_process_gone_before_its_exec_is_routed_stays_in_its_target() {
+        let tree = Tree::new("gone", &["a"]);
+        let mut routing = tree.routing();
+        let (a_id, a) = tree.add(&mut routing, "a");
+        // Above pid_max: no /proc to read.
+        let pid = 1 << 23;
+        routing.pids.insert(pid, Some(a_id));
+        routing.route(Stream::Mappings, Record::Exec { pid, time_ns: 2 });
+        routing.route(Stream::Mappings, mmap(pid));
+        assert_eq!(taken(&a).len(), 2);
+    }
+
+    #[test]
+    fn a_process_moved_out_of_a_target_is_no_more_its() {
+        let tree = Tree::new("moved", &["a", "outside"]);
+        let mut routing = tree.routing();
+        let (_, a) = tree.add(&mut routing, "a");
+        routing.route(MAJOR, fault(80, tree.id("a")));
+        routing.route(MAJOR, fault(80, tree.id("outside")));
+        routing.route(Stream::Mappings, mmap(80));
+        assert_eq!(taken(&a).len(), 1);
+    }
+
+    #[test]
+    fn a_proc_cgroup_path_out_of_the_mount_is_none() {
+        let tree = Tree::new("mount", &["a"]);
+        std::os::unix::fs::symlink("/proc/self", tree.0.join("a/proc")).unwrap();
+        let mount = CgroupMount::at(tree.0.clone()).unwrap();
+        assert_eq!(mount.id_of("/a"), Some(tree.id("a")));
+        assert_eq!(mount.id_of("/../a"), None);
+        assert_eq!(mount.id_of("/a/../a"), None);
+        // Another file system's directory: not a cgroup of the mount's.
+        assert_eq!(mount.id_of("/a/proc"), None);
+        assert_eq!(cgroup_of("0::/a\n"), Some("/a"));
+        assert_eq!(cgroup_of("0::/a\n0::/b\n"), None, "a name with a newline");
+        assert_eq!(cgroup_of("1:name=systemd:/x\n"), None);
+    }
+
+    #[test]
+    fn the_system_and_the_monitors_namespaces_are_told_apart() {
         assert!(!perf_event_on_v1("0::/system.slice/db.service\n"));
         assert!(!perf_event_on_v1("4:memory:/x\n0::/x\n"));
         assert!(perf_event_on_v1("7:cpu,perf_event:/x\n0::/x\n"));
+        assert!(in_initial_pid_namespace("Pid:\t7\nNSpid:\t7\n"));
+        assert!(!in_initial_pid_namespace("Pid:\t7\nNSpid:\t7\t1\n"));
+        assert!(!in_initial_pid_namespace("Pid:\t7\n"));
     }
 
     #[test]
-    fn what_is_remembered_and_what_waits_is_bounded() {
-        let mut remembered = Remembered::new();
-        for pid in 0..(REMEMBERED as u32 + 10) {
-            remembered.insert(pid, Some(1u64));
+    fn a_sampler_waits_for_the_drain_it_asks_for_a_bounded_while() {
+        let (wake, woken) = UnixStream::pair().unwrap();
+        wake.set_nonblocking(true).unwrap();
+        let shared = Arc::new(Shared::new(1, true, wake));
+        // No drain comes: the last one's time, after DRAIN_WAIT.
+        let asked = Instant::now();
+        assert_eq!(shared.drained_after(10), 0);
+        assert!(asked.elapsed() >= DRAIN_WAIT);
+        assert!(
+            (&woken).read(&mut [0; 8]).unwrap() > 0,
+            "the drain thread is woken"
+        );
+        // One comes: at once.
+        let drainer = Arc::clone(&shared);
+        let drain = thread::spawn(move || {
+            (&woken).read_exact(&mut [0; 1]).unwrap();
+            drainer.publish(Drained {
+                at: 20,
+                stopped: false,
+            });
+        });
+        assert_eq!(shared.drained_after(10), 20);
+        drain.join().unwrap();
+        // Already past: no wait, no wake.
+        assert_eq!(shared.drained_after(15), 20);
+        shared.publish(Drained {
+            at: 20,
+            stopped: true,
+        });
+        let asked = Instant::now();
+        assert_eq!(shared.drained_after(30), 20);
+        assert!(
+            asked.elapsed() < DRAIN_WAIT,
+            "a stopped drain is not waited for"
+        );
+    }
+
+    #[test]
+    fn what_is_remembered_and_what_waits_is_bounded_and_a_loss_is_never_refused() {
+        let mut remembered = Pids::default();
+        for pid in 0..(PIDS_REMEMBERED as u32 + 10) {
+            remembered.insert(pid, Some(1));
         }
-        assert_eq!(remembered.0.len(), 10);
+        assert!(remembered.0.len() <= PIDS_REMEMBERED);
+        assert_eq!(remembered.get(PIDS_REMEMBERED as u32 + 9), Some(Some(1)));
         let mut waiting = Waiting::default();
         let room = WAITING_BYTES / bytes_of(&fault(1, 1));
         for _ in 0..room + 3 {
             waiting.push(MAJOR, fault(1, 1));
         }
+        // Full, a loss of 7 is 7 more.
+        waiting.push(MAJOR, Record::Lost(7));
         let records = waiting.take();
         assert_eq!(records.len(), room + 1);
-        assert!(matches!(records.last(), Some((MAJOR, Record::Lost(3)))));
+        assert!(matches!(records.last(), Some((MAJOR, Record::Lost(10)))));
         // A mapping's name counts: fewer fit.
         let long = Record::Mmap(Mmap {
             name: "/".repeat(4096),
