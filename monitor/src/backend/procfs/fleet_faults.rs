@@ -192,8 +192,23 @@ impl FleetFaults {
         if !in_initial_pid_namespace(&status) {
             return Err(FleetFaultsError::PidNamespace);
         }
-        let mount = CgroupMount::at(cgroup2_root_mount().ok_or(FleetFaultsError::NoRootMount)?)
-            .map_err(|e| FleetFaultsError::Unreadable("the cgroup2 mount", e))?;
+        let mount = match in_initial_cgroup_namespace() {
+            true => Some(
+                CgroupMount::at(cgroup2_root_mount().ok_or(FleetFaultsError::NoRootMount)?)
+                    .map_err(|e| FleetFaultsError::Unreadable("the cgroup2 mount", e))?,
+            ),
+            // Its processes' paths would be from its own root: another namespace's
+            // processes' lead out of it ('..'), and those of one moved in are wrong.
+            false => {
+                say(
+                    "the monitor is in a cgroup namespace of its own (or cannot tell): a \
+                     process's target is known from its faults and its parent's alone, not \
+                     from /proc/PID/cgroup (a process moved into a target between its fork \
+                     and its exec is the target's from its first fault)",
+                );
+                None
+            }
+        };
         let trees = Trees::new()?;
         let mut events = FaultEvents::new(minor_sampling)?;
         events.attach(Watched::EveryProcess)?;
@@ -809,7 +824,8 @@ struct Target {
 
 /// The targets, and where each cgroup and process goes: the drain thread's alone.
 struct Routing {
-    mount: CgroupMount,
+    /// `None` where its paths would not be the system's (a cgroup namespace).
+    mount: Option<CgroupMount>,
     trees: Trees,
     targets: HashMap<TargetId, Target>,
     pids: Pids,
@@ -817,7 +833,7 @@ struct Routing {
 }
 
 impl Routing {
-    fn new(mount: CgroupMount, trees: Trees) -> Routing {
+    fn new(mount: Option<CgroupMount>, trees: Trees) -> Routing {
         Routing {
             mount,
             trees,
@@ -947,9 +963,10 @@ impl Routing {
     /// Process `pid`'s target as `/proc/PID/cgroup` says it now: `None` where it cannot
     /// be read (the process is gone).
     fn proc_target(&self, pid: u32) -> Option<Option<TargetId>> {
+        let mount = self.mount.as_ref()?;
         let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
         let path = cgroup_of(&text)?;
-        Some(self.mount.id_of(path).and_then(|id| self.trees.owner(id)))
+        Some(mount.id_of(path).and_then(|id| self.trees.owner(id)))
     }
 }
 
@@ -963,6 +980,18 @@ fn perf_event_on_v1(text: &str) -> bool {
         };
         hierarchy != "0" && controllers.split(',').any(|c| c == "perf_event")
     })
+}
+
+/// Whether the monitor is in the initial cgroup namespace (pid 1's, the host's where it
+/// sees the host's pids): not where either is unreadable.
+fn in_initial_cgroup_namespace() -> bool {
+    match (
+        fs::read_link("/proc/self/ns/cgroup"),
+        fs::read_link("/proc/1/ns/cgroup"),
+    ) {
+        (Ok(own), Ok(init)) => own == init,
+        _ => false,
+    }
 }
 
 /// Whether `/proc/self/status` (its text) puts the process in the initial pid namespace:
@@ -1044,7 +1073,7 @@ mod tests {
 
         fn routing(&self) -> Routing {
             Routing::new(
-                CgroupMount::at(self.0.clone()).unwrap(),
+                Some(CgroupMount::at(self.0.clone()).unwrap()),
                 Trees::new().unwrap(),
             )
         }
@@ -1325,6 +1354,12 @@ mod tests {
         routing.route(Stream::Mappings, exec);
         routing.route(Stream::Mappings, mmap(pid));
         assert_eq!(taken(&target).len(), 2);
+        // In a cgroup namespace of its own, the monitor does not go by /proc's paths.
+        routing.mount = None;
+        routing.pids.insert(pid, None);
+        routing.route(Stream::Mappings, Record::Exec { pid, time_ns: 3 });
+        routing.route(Stream::Mappings, mmap(pid));
+        assert!(taken(&target).is_empty());
     }
 
     #[test]
