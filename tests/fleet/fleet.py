@@ -1317,7 +1317,9 @@ class Fleet:
         for n in "ab":
             # Every major fault of the target's one process recorded, under one mapping and
             # one program; the file's as its work announced; work took them all (the shell
-            # before its exec took none from the page cache it found warm).
+            # before its exec took none from the page cache it found warm). Its [lost] is its
+            # own queue's overflow alone, none here: a loss from the fleet's shared rings
+            # (another process's flood) is the fleet's, said on the monitor's stderr.
             want = {"the file's": announced[n], "others' files": [], "all by mapping": majors[n],
                     "all by program": majors[n], "work's": majors[n], "lost": 0}
             final_values_stored(lambda n=n: got(n), want, f"{n}'s major faults by mapping and by program")
