@@ -87,7 +87,7 @@ pub enum PerfError {
         cgroup: bool,
     },
     #[error(
-        "this kernel does not say the cgroup of a fault's record (PERF_SAMPLE_CGROUP, Linux 5.7)"
+        "this kernel refused events on every process with each fault's cgroup (PERF_SAMPLE_CGROUP: Linux 5.7, with CONFIG_CGROUP_PERF)"
     )]
     NoCgroupSamples,
     #[error("this kernel has no software perf events ({0})")]
@@ -136,7 +136,9 @@ impl PerfError {
             PerfError::TooMany { .. } => {
                 "raise the descriptor limit (ulimit -n), or profile fewer threads".to_owned()
             }
-            PerfError::NoCgroupSamples => "a kernel of 5.7 or later".to_owned(),
+            PerfError::NoCgroupSamples => {
+                "a kernel of 5.7 or later built with CONFIG_CGROUP_PERF".to_owned()
+            }
             PerfError::Map(_) => {
                 "raise kernel.perf_event_mlock_kb or the locked-memory limit (ulimit -l)".to_owned()
             }
