@@ -31,6 +31,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -54,6 +55,9 @@ const TREE_DIRS: usize = if cfg!(test) { 64 } else { 4_096 };
 /// target whose sampler stalled loses the later ones (counted as its lost) rather than
 /// holding the monitor's memory. 4 MiB: some 50,000 faults.
 const WAITING_BYTES: usize = 4 << 20;
+/// The most bytes of records waiting for all the targets: 64 MiB, a quarter of the
+/// shipped DaemonSet's memory limit, however many targets stall.
+const ALL_WAITING_BYTES: usize = 64 << 20;
 /// How often the rings are drained when no ring is half full and no target asks.
 const DRAIN_EVERY: Duration = Duration::from_secs(1);
 /// How long a target's sampler (the pool's one thread, every target's) waits for the
@@ -128,6 +132,8 @@ struct Shared {
     drained: Mutex<Drained>,
     drained_changed: Condvar,
     next_id: Mutex<TargetId>,
+    /// The bytes waiting in every target's queue.
+    all_waiting: Arc<AtomicUsize>,
 }
 
 #[derive(Default)]
@@ -242,7 +248,7 @@ impl FleetFaults {
             .map_err(io::Error::from)?
             .st_ino;
         let dir = cgroup.fd().try_clone()?;
-        let queue = Arc::new(Queue::default());
+        let queue = Arc::new(Mutex::new(Waiting::new(&self.0.all_waiting)));
         let id = {
             let mut next = lock(&self.0.next_id);
             *next += 1;
@@ -274,6 +280,7 @@ impl Shared {
             drained: Mutex::default(),
             drained_changed: Condvar::new(),
             next_id: Mutex::default(),
+            all_waiting: Arc::default(),
         }
     }
 
@@ -404,16 +411,26 @@ fn say(line: &str) {
 }
 
 /// A target's records, waiting for its sampler.
-#[derive(Default)]
 struct Waiting {
     records: Vec<(Stream, Record)>,
     /// What they hold, as [`bytes_of`] counts it.
     bytes: usize,
+    /// What every target's hold.
+    all: Arc<AtomicUsize>,
     /// Records lost, by ring: dropped here for want of room, or lost from a ring.
     lost: [u64; 3],
 }
 
 impl Waiting {
+    fn new(all: &Arc<AtomicUsize>) -> Waiting {
+        Waiting {
+            records: Vec::new(),
+            bytes: 0,
+            all: Arc::clone(all),
+            lost: [0; 3],
+        }
+    }
+
     /// Keeps `record`, or counts it lost where there is no room; a loss is never
     /// refused: it adds what it says.
     fn push(&mut self, stream: Stream, record: Record) {
@@ -423,10 +440,13 @@ impl Waiting {
             Record::Overflowed => *lost += 1,
             record => {
                 let bytes = bytes_of(&record);
-                if self.bytes + bytes > WAITING_BYTES {
+                // Only the drain thread adds: read then added, the bound holds.
+                let all = self.all.load(Ordering::Relaxed);
+                if self.bytes + bytes > WAITING_BYTES || all + bytes > ALL_WAITING_BYTES {
                     *lost += 1;
                     return;
                 }
+                self.all.fetch_add(bytes, Ordering::Relaxed);
                 self.bytes += bytes;
                 self.records.push((stream, record));
             }
@@ -434,7 +454,8 @@ impl Waiting {
     }
 
     fn take(&mut self) -> Vec<(Stream, Record)> {
-        self.bytes = 0;
+        self.all
+            .fetch_sub(std::mem::take(&mut self.bytes), Ordering::Relaxed);
         let mut records = std::mem::take(&mut self.records);
         for (stream, lost) in STREAMS.into_iter().zip(std::mem::take(&mut self.lost)) {
             if lost > 0 {
@@ -1092,7 +1113,7 @@ mod tests {
                 Mode::empty(),
             )
             .unwrap();
-            let queue = Arc::new(Queue::default());
+            let queue = Arc::new(Mutex::new(Waiting::new(&Arc::default())));
             let id = self.id(dir);
             routing.add(NewTarget {
                 id,
@@ -1457,7 +1478,8 @@ mod tests {
         }
         assert!(remembered.0.len() <= PIDS_REMEMBERED);
         assert_eq!(remembered.get(PIDS_REMEMBERED as u32 + 9), Some(Some(1)));
-        let mut waiting = Waiting::default();
+        let all = Arc::default();
+        let mut waiting = Waiting::new(&all);
         let room = WAITING_BYTES / bytes_of(&fault(1, 1));
         for _ in 0..room + 3 {
             waiting.push(MAJOR, fault(1, 1));
@@ -1483,5 +1505,19 @@ mod tests {
         // Taken, the room is back.
         waiting.push(MAJOR, fault(1, 1));
         assert_eq!(waiting.take().len(), 1);
+        assert_eq!(all.load(Ordering::Relaxed), 0);
+        // However many targets, all of theirs is bounded too.
+        let others: Vec<Waiting> = (0..=ALL_WAITING_BYTES / WAITING_BYTES)
+            .map(|_| {
+                let mut other = Waiting::new(&all);
+                for _ in 0..WAITING_BYTES / bytes_of(&fault(1, 1)) {
+                    other.push(MAJOR, fault(1, 1));
+                }
+                other
+            })
+            .collect();
+        waiting.push(MAJOR, fault(1, 1));
+        assert!(matches!(waiting.take()[..], [(MAJOR, Record::Lost(1))]));
+        drop(others);
     }
 }
