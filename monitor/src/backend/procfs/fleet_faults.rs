@@ -254,13 +254,16 @@ impl FleetFaults {
             *next += 1;
             *next
         };
-        lock(&self.0.changes).started.push(NewTarget {
+        // Stamped with the lock held: a drain that began later takes it before routing.
+        let mut changes = lock(&self.0.changes);
+        changes.started.push(NewTarget {
             id,
             dir,
             cgroup_id,
             added_at: monotonic_ns(),
             queue: Arc::clone(&queue),
         });
+        drop(changes);
         self.0.wake();
         Ok(TargetFaults {
             shared: Arc::clone(&self.0),
@@ -368,14 +371,18 @@ impl Drainer {
             let Some(shared) = shared.upgrade() else {
                 return;
             };
-            let changes = std::mem::take(&mut *lock(&shared.changes));
+            // When the drain began, read with the targets taken: one started before is
+            // among them, to take its records stamped after it started.
+            let (changes, began) = {
+                let mut changes = lock(&shared.changes);
+                (std::mem::take(&mut *changes), monotonic_ns())
+            };
             for target in changes.started {
                 self.routing.add(target);
             }
             for id in changes.ended {
                 self.routing.remove(id);
             }
-            let began = monotonic_ns();
             let mut records = std::mem::take(&mut self.held);
             self.events
                 .drain(|stream, record| records.push((stream, record)));
