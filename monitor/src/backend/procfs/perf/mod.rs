@@ -178,6 +178,8 @@ pub struct FaultEvents {
     opened_any: bool,
     /// The sizes a ring is mapped with, the first the locked-memory limit allows.
     ring_pages: &'static [usize],
+    /// The samples say their cgroup (events on every process).
+    cgroup_in_samples: bool,
 }
 
 impl FaultEvents {
@@ -197,6 +199,7 @@ impl FaultEvents {
             fd_budget: descriptor_budget(),
             opened_any: false,
             ring_pages: &RING_PAGES,
+            cgroup_in_samples: false,
         })
     }
 
@@ -220,6 +223,7 @@ impl FaultEvents {
         }
         if matches!(target, Watched::EveryProcess) {
             self.ring_pages = &EVERY_PROCESS_RING_PAGES;
+            self.cgroup_in_samples = true;
         }
         let cpus = self.cpus.clone();
         let mut opened = Vec::with_capacity(cpus.len());
@@ -257,9 +261,9 @@ impl FaultEvents {
         }
         self.rings.push(CpuRings {
             cpu,
-            major: map_ring(events.major, self.ring_pages)?,
-            minor: map_ring(events.minor, self.ring_pages)?,
-            mappings: map_ring(events.mappings, self.ring_pages)?,
+            major: map_ring(events.major, self.ring_pages, self.cgroup_in_samples)?,
+            minor: map_ring(events.minor, self.ring_pages, self.cgroup_in_samples)?,
+            mappings: map_ring(events.mappings, self.ring_pages, self.cgroup_in_samples)?,
         });
         Ok(())
     }
@@ -386,10 +390,14 @@ impl FaultEvents {
 }
 
 /// Maps the ring of a new event, smaller where the locked-memory limit refuses.
-fn map_ring(fd: OwnedFd, ring_pages: &[usize]) -> Result<Ring, PerfError> {
+fn map_ring(fd: OwnedFd, ring_pages: &[usize], cgroup_in_samples: bool) -> Result<Ring, PerfError> {
     let mut last = None;
     for &pages in ring_pages {
-        match Ring::map(fd.try_clone().map_err(PerfError::Map)?, pages) {
+        match Ring::map(
+            fd.try_clone().map_err(PerfError::Map)?,
+            pages,
+            cgroup_in_samples,
+        ) {
             Ok(ring) => return Ok(ring),
             Err(e) if e.raw_os_error() == Some(libc::EPERM) => last = Some(e),
             Err(e) => return Err(PerfError::Map(e)),
