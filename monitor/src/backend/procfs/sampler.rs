@@ -851,10 +851,16 @@ mod tests {
             nix::sys::signal::Signal::SIGSTOP,
         )
         .unwrap();
-        while !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .unwrap()
-            .contains(") T ")
-        {
+        // Stopped, and off its CPU's run queue: "T" is shown from before the stopping
+        // task's last schedule(), and on a loaded machine it may be preempted there and
+        // run (its clock move) once more. The kernel names a wait channel only for a
+        // task that is neither running nor queued to run.
+        let off_cpu = || {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+            let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap();
+            stat.contains(") T ") && !matches!(wchan.trim(), "" | "0")
+        };
+        while !off_cpu() {
             thread::sleep(Duration::from_millis(5));
         }
         let mut procs = profiled(vec![Process::attach(pid, false).unwrap()]);
