@@ -287,8 +287,9 @@ fn say(line: &str) {
 const TARGET_RING_PAGES: u64 = 8;
 
 /// How old a reading of the system-wide pressure counters may be served to a target: a
-/// tenth of the period, so that a thousand targets read them some ten times a period, not
-/// a thousand, and a row's share of them is placed at most a tenth of a period late.
+/// tenth of the period, so that a thousand targets read them at most ten times a period,
+/// not each at each of its drains (a thousand times an interval), and a row's share of
+/// them is placed at most a tenth of a period late.
 fn system_fresh_for(template: &Request) -> Duration {
     let period_ms = template.period_ms.unwrap_or(abi::PERIOD_MS_DEFAULT);
     Duration::from_millis(period_ms.into()) / 10
