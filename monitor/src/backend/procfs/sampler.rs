@@ -1079,7 +1079,7 @@ fn set_memory(sample: &mut Sample, memory: Memory) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::system::cgroup::{cgroup2_mounts, Cgroup};
+    use crate::system::cgroup::{cgroup2_mounts, test_cgroup_path, Cgroup};
     use shared_layout::strict::{StrictConsumer, Take};
     use shared_layout::wait::FutexWaiter;
     use shared_layout::Mode;
@@ -1299,19 +1299,6 @@ mod tests {
         assert!(
             matches!(woken, Woken::Early { bell: false, ref exited, rings: false, .. } if exited == &[pid])
         );
-    }
-
-    /// Where a test may make cgroups of its own; `None` (said) unless root.
-    fn test_cgroup_path(test: &str) -> Option<PathBuf> {
-        if !nix::unistd::geteuid().is_root() {
-            eprintln!("not root: no cgroup made, nothing checked");
-            return None;
-        }
-        let mount = cgroup2_mounts()
-            .into_iter()
-            .next()
-            .expect("a cgroup2 mount");
-        Some(mount.join(format!("pfprof-test-{test}-{}", std::process::id())))
     }
 
     /// The threads named as the pool's (no other test in this process starts one): their
