@@ -707,8 +707,9 @@ impl SamplerPool {
         })
     }
 
-    /// Samples `pooled` from now, starting the thread with the first target (or again,
-    /// should it have ended: the targets it had were ended with it).
+    /// Samples `pooled` from now, starting the thread with the first target, or again
+    /// should it have ended: only a panic outside every target's pass (caught each) could
+    /// end it, and the targets it held would be lost with it, not those after.
     fn add(&self, pooled: Pooled) -> std::io::Result<()> {
         let mut handle = (self.thread.handle.lock()).unwrap_or_else(PoisonError::into_inner);
         if handle.as_ref().is_none_or(JoinHandle::is_finished) {
