@@ -54,11 +54,12 @@ static int open_target(const char *top, int i, struct target *t)
 
 int main(int argc, char **argv)
 {
-	if (argc != 4) {
-		fprintf(stderr, "usage: fleet_floor DIR ROUNDS PAUSE_MS\n");
+	if (argc != 5) {
+		fprintf(stderr, "usage: fleet_floor DIR N ROUNDS PAUSE_MS\n");
 		return 2;
 	}
-	int rounds = atoi(argv[2]), pause_ms = atoi(argv[3]), n = 0, cap = 64;
+	int want = atoi(argv[2]), rounds = atoi(argv[3]), pause_ms = atoi(argv[4]);
+	int n = 0, cap = 64;
 	struct target *targets = malloc(cap * sizeof *targets);
 	for (;;) {
 		if (n == cap)
@@ -69,8 +70,10 @@ int main(int argc, char **argv)
 			break;
 		n++;
 	}
-	if (n == 0 || rounds <= 0) {
-		fprintf(stderr, "fleet_floor: no target below %s\n", argv[1]);
+	/* A floor of fewer targets than the monitor's is no floor of its. */
+	if (n != want || rounds <= 0) {
+		fprintf(stderr, "fleet_floor: %d of %d targets opened below %s\n",
+			n, want, argv[1]);
 		return 1;
 	}
 	char buf[8192];

@@ -30,7 +30,11 @@ monitor=${MONITOR:-target/release/monitor}
 [ -x "$monitor" ] || cargo build --release -q -p monitor --bin monitor
 ticks=$(getconf CLK_TCK)
 floor_bin=target/fleet_floor
-if command -v cc > /dev/null; then cc -O2 -o "$floor_bin" benches/fleet_floor.c; else floor_bin=; fi
+mkdir -p target
+if ! { command -v cc > /dev/null && cc -O2 -o "$floor_bin" benches/fleet_floor.c; }; then
+    echo "fleet_scale.sh: no C compiler: the floor is not measured" >&2
+    floor_bin=
+fi
 
 top=
 monitor_pid=
@@ -105,7 +109,10 @@ PY
 )
     floor=-
     if [ -n "$floor_bin" ]; then
-        floor=$("$floor_bin" "$top" 5 1000 | awk '{ printf "%.2f%%", $2 }')
+        # A floor that failed is said and left out; the monitor's figures still stand.
+        if measured=$("$floor_bin" "$top" "$n" 5 1000); then
+            floor=$(awk '{ printf "%.2f%%", $2 }' <<<"$measured")
+        fi
     fi
     awk -v n="$n" -v d="$((after - before))" -v t="$ticks" -v m="$MEASURE" \
         -v rss="$rss_kib" -v th="$threads" -v s="$scrapes" -v b="$size" -v f="$floor" \

@@ -108,8 +108,8 @@ impl Producer {
         match self.push(sample, Some(self.slot_wait))? {
             Push::Written => self.pending = None,
             Push::LockBusy | Push::Full => {}
-            // Nobody takes samples any more: `finish` says what is lost.
-            Push::Canceled => return Ok(true),
+            // Nobody takes samples any more: it stays pending, and `finish` says it is lost.
+            Push::Canceled => {}
         }
         Ok(self.pending.is_none())
     }

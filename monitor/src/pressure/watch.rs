@@ -679,6 +679,9 @@ fn watch_all(inbox: &Inbox) {
             }
             vec![PollFlags::empty(); watched.len()]
         });
+        // What fired, fired before this: one system reading from now on serves every
+        // trigger of this wake-up, not one new reading each.
+        let woke_ns = abi::monotonic_ns();
         let _ = inbox.bell.read();
         // Those that joined while it slept: a drain of theirs may have rung already.
         watched.append(&mut inbox.joining());
@@ -701,7 +704,7 @@ fn watch_all(inbox: &Inbox) {
                     next: now,
                 });
             }
-            read_when_due(w, now);
+            read_when_due(w, now, woke_ns);
         }
     }
 }
@@ -738,15 +741,15 @@ fn wait(inbox: &Inbox, watched: &[Watched], timeout: PollTimeout) -> nix::Result
 
 /// An active profile's reading when its deadline has come, the next a period on (missed
 /// deadlines are skipped, not caught up); back to idle once its stall has stood still
-/// for [`QUIET`].
-fn read_when_due(w: &mut Watched, now: Instant) {
+/// for [`QUIET`]. `woke_ns`: when the watcher woke, after any trigger that fired.
+fn read_when_due(w: &mut Watched, now: Instant, woke_ns: u64) {
     let Some(active) = w.active.as_mut().filter(|a| a.next <= now) else {
         return;
     };
     let triggered = std::mem::take(&mut active.triggered);
     // A trigger's reading places the burst that fired it: the system's counters read
-    // now, not a reading from before it served again.
-    let not_before = if triggered { abi::monotonic_ns() } else { 0 };
+    // since the wake-up, not a reading from before it served again.
+    let not_before = if triggered { woke_ns } else { 0 };
     if w.shared.log().take_placed(triggered, not_before) {
         active.quiet_since = Instant::now();
     }
@@ -1005,7 +1008,8 @@ mod tests {
                 next: now,
             }),
         };
-        read_when_due(&mut watched, now);
+        // The watcher wakes after the trigger fired.
+        read_when_due(&mut watched, now, abi::monotonic_ns());
         let log = shared.log();
         let last = log.readings.last().unwrap();
         assert_eq!(

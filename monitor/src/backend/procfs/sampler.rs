@@ -26,7 +26,7 @@
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
@@ -656,6 +656,8 @@ struct PoolInbox {
     stop: AtomicBool,
     /// Where the targets' deadlines fall: every period from it.
     grid: Instant,
+    /// Every target's late passes (`Pooled::late`), for the fleet to say.
+    late: AtomicU64,
 }
 
 struct PoolThread {
@@ -697,6 +699,7 @@ impl SamplerPool {
             )?),
             stop: AtomicBool::new(false),
             grid: Instant::now(),
+            late: AtomicU64::new(0),
         });
         Ok(SamplerPool {
             thread: Arc::new(PoolThread {
@@ -725,6 +728,13 @@ impl SamplerPool {
         let _ = self.inbox.bell.write(1);
         Ok(())
     }
+
+    /// How many passes of all its targets so far came after their next deadline had
+    /// passed too: a round of passes outlasting a period. A fleet's targets' summaries
+    /// are shown nowhere, so the fleet says it.
+    pub fn late_passes(&self) -> u64 {
+        self.inbox.late.load(Ordering::Relaxed)
+    }
 }
 
 impl PoolInbox {
@@ -748,19 +758,22 @@ impl Drop for PoolThread {
 impl Pooled {
     /// Its events, and its pass when due; true once its session is over and its report
     /// is to be sent. `sounded`: the bell rang.
-    fn pass(&mut self, sounded: bool, grid: Instant) -> bool {
+    fn pass(&mut self, sounded: bool, inbox: &PoolInbox) -> bool {
+        let grid = inbox.grid;
         if self.ending.is_none() {
-            let Some(outcome) = self.step(sounded, grid) else {
+            let Some(outcome) = self.step(sounded, inbox) else {
                 return false;
             };
-            let outcome = outcome.and_then(|()| self.counts.record_last(&mut self.producer));
-            self.ending = Some((outcome, Instant::now() + FINISH_TIMEOUT));
+            // Recorded whatever the outcome, as a sampler of its own records it.
+            let recorded = self.counts.record_last(&mut self.producer);
+            self.ending = Some((outcome.and(recorded), Instant::now() + FINISH_TIMEOUT));
         } else if Instant::now() >= self.next {
             // Its last sample, again: the consumer may have freed a slot since.
             if let Err(e) = self.producer.retry_pending() {
                 self.ending = Some((Err(e.into()), Instant::now()));
             }
-            self.schedule(grid, Instant::now());
+            // Not counted late: these tries are not the target's periods.
+            self.next = next_deadline(grid, self.period, self.next, Instant::now()).0;
         }
         let Some((_, deadline)) = &self.ending else {
             return false;
@@ -769,7 +782,8 @@ impl Pooled {
     }
 
     /// Its events and its pass when due; `Some` with how the session went once it is over.
-    fn step(&mut self, sounded: bool, grid: Instant) -> Option<Result<(), SamplerError>> {
+    fn step(&mut self, sounded: bool, inbox: &PoolInbox) -> Option<Result<(), SamplerError>> {
+        let grid = inbox.grid;
         let due = Instant::now() >= self.next;
         // Every event sounds the bell after it is sent: a silent bell and no pass due, no
         // events to look for. A profile gone without a stop (its handles dropped on an
@@ -815,23 +829,29 @@ impl Pooled {
             // half (the rows are measured from the samples' timestamps).
             self.next = on_grid(grid, self.period, now + self.period / 2);
         }
-        self.schedule(grid, now);
+        self.schedule(inbox, now);
         None
     }
 
     /// As the sampler of its own: the next deadline is the first still ahead once the
     /// work is done; one more passed meanwhile makes the pass late.
-    fn schedule(&mut self, grid: Instant, now: Instant) {
-        let (next, late) = next_deadline(grid, self.period, self.next, now);
+    fn schedule(&mut self, inbox: &PoolInbox, now: Instant) {
+        let (next, late) = next_deadline(inbox.grid, self.period, self.next, now);
         self.next = next;
-        self.late += u64::from(late);
+        if late {
+            self.late += 1;
+            inbox.late.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Ends its session: what is still pending tried once more, the ring canceled, then
     /// its report.
     fn end(self) {
         let (outcome, _) = self.ending.unwrap_or((Ok(()), Instant::now()));
-        let finished = self.producer.finish(Instant::now());
+        let mut producer = self.producer;
+        // `finish` tries nothing once its deadline is past: the try is this one.
+        let tried = producer.retry_pending();
+        let finished = tried.and(producer.finish(Instant::now()));
         let report = report(self.counts, outcome, finished, self.late);
         // Its report goes out whatever on_end does: its profile waits for it.
         let _ = panic::catch_unwind(AssertUnwindSafe(self.on_end));
@@ -872,47 +892,68 @@ fn run_pool(inbox: &PoolInbox) {
     let mut targets: Vec<Pooled> = Vec::new();
     let mut sounded = false;
     while !inbox.stop.load(Ordering::Acquire) {
-        targets.append(&mut inbox.joining());
-        targets.sort_by_key(|t| t.next);
-        let mut ended = Vec::new();
-        for (i, target) in targets.iter_mut().enumerate() {
-            // One target's bug ends its session alone, not every other's with the thread.
-            match panic::catch_unwind(AssertUnwindSafe(|| target.pass(sounded, inbox.grid))) {
-                Ok(false) => {}
-                Ok(true) => ended.push((i, true)),
-                Err(_) => ended.push((i, false)),
+        let round = panic::catch_unwind(AssertUnwindSafe(|| {
+            sounded = pool_round(inbox, &mut targets, sounded);
+        }));
+        if round.is_err() {
+            // A panic outside every target's pass (caught each): in a session's end, or
+            // the round's own work. The sessions it held are ended as a panicking pass's
+            // is, and the thread goes on: targets joining later, and the shutdown, count
+            // on it (a joiner left unserved would keep its profile waiting for ever).
+            for target in targets.drain(..) {
+                target.abandon();
             }
-        }
-        for (i, clean) in ended.into_iter().rev() {
-            let target = targets.remove(i);
-            match clean {
-                true => target.end(),
-                false => target.abandon(),
-            }
-        }
-        let deadline = targets.iter().map(|t| t.next).min();
-        let timeout = deadline.map_or(PollTimeout::NONE, |deadline| {
-            let left = deadline.saturating_duration_since(Instant::now());
-            // Rounded up: waking a little early would take a sample a period too soon.
-            let ms = left.as_nanos().div_ceil(1_000_000);
-            PollTimeout::try_from(ms.min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX)
-        });
-        let mut bell = [PollFd::new(inbox.bell.as_fd(), PollFlags::POLLIN)];
-        // An error (EINTR, or a transient ENOMEM) is a wake-up like any other: the
-        // thread must not end while sessions still count on it.
-        sounded = poll(&mut bell, timeout).is_ok_and(|n| n > 0);
-        if sounded {
-            let _ = inbox.bell.read();
+            sounded = true;
         }
     }
     targets.append(&mut inbox.joining());
     for mut target in targets {
-        if target.ending.is_none() {
-            let recorded = target.counts.record_last(&mut target.producer);
-            target.ending = Some((recorded, Instant::now()));
-        }
-        target.end();
+        let _ = panic::catch_unwind(AssertUnwindSafe(|| {
+            if target.ending.is_none() {
+                let recorded = target.counts.record_last(&mut target.producer);
+                target.ending = Some((recorded, Instant::now()));
+            }
+            target.end();
+        }));
     }
+}
+
+/// One round of the pool's thread: the joiners taken in, every target's events and due
+/// pass, the ended sessions ended, then the wait. Returns whether the bell rang.
+fn pool_round(inbox: &PoolInbox, targets: &mut Vec<Pooled>, sounded: bool) -> bool {
+    targets.append(&mut inbox.joining());
+    targets.sort_by_key(|t| t.next);
+    let mut ended = Vec::new();
+    for (i, target) in targets.iter_mut().enumerate() {
+        // One target's bug ends its session alone, not every other's with the thread.
+        match panic::catch_unwind(AssertUnwindSafe(|| target.pass(sounded, inbox))) {
+            Ok(false) => {}
+            Ok(true) => ended.push((i, true)),
+            Err(_) => ended.push((i, false)),
+        }
+    }
+    for (i, clean) in ended.into_iter().rev() {
+        let target = targets.remove(i);
+        match clean {
+            true => target.end(),
+            false => target.abandon(),
+        }
+    }
+    let deadline = targets.iter().map(|t| t.next).min();
+    let timeout = deadline.map_or(PollTimeout::NONE, |deadline| {
+        let left = deadline.saturating_duration_since(Instant::now());
+        // Rounded up: waking a little early would take a sample a period too soon.
+        let ms = left.as_nanos().div_ceil(1_000_000);
+        PollTimeout::try_from(ms.min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX)
+    });
+    let mut bell = [PollFd::new(inbox.bell.as_fd(), PollFlags::POLLIN)];
+    // An error (EINTR, or a transient ENOMEM) is a wake-up like any other: the thread
+    // must not end while sessions still count on it.
+    let sounded = poll(&mut bell, timeout).is_ok_and(|n| n > 0);
+    if sounded {
+        let _ = inbox.bell.read();
+    }
+    sounded
 }
 
 /// A process that is not our child exited: read its final counts while it is a zombie;
