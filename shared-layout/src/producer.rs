@@ -61,6 +61,14 @@ impl Producer {
         }
     }
 
+    /// A producer whose strict pushes do not wait for a free slot: a full ring leaves the
+    /// counts pending for the next period at once. For a thread that feeds many rings,
+    /// which one slow consumer must not hold up.
+    pub fn never_waiting(mut self) -> Producer {
+        self.slot_wait = Duration::ZERO;
+        self
+    }
+
     /// Record one period's `delta` (its `time_ns` is the period's end) and try
     /// to write it together with whatever earlier periods could not be
     /// written. `Full` and `LockBusy` mean it waits for the next period.
@@ -88,6 +96,22 @@ impl Producer {
     /// Counts recorded but not yet in the ring.
     pub fn pending(&self) -> Option<Sample> {
         self.pending
+    }
+
+    /// Tries once more to write what is pending, waiting for a free slot no longer than a
+    /// push does; whether nothing is left pending. For a last sample that must not hold
+    /// up its thread, retried later instead.
+    pub fn retry_pending(&mut self) -> Result<bool, ProtocolError> {
+        let Some(sample) = self.pending else {
+            return Ok(true);
+        };
+        match self.push(sample, Some(self.slot_wait))? {
+            Push::Written => self.pending = None,
+            Push::LockBusy | Push::Full => {}
+            // Nobody takes samples any more: it stays pending, and `finish` says it is lost.
+            Push::Canceled => {}
+        }
+        Ok(self.pending.is_none())
     }
 
     /// Write what is pending (retrying until `deadline`), then cancel the

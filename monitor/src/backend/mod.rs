@@ -15,6 +15,7 @@ use shared_layout::wait::Waiter;
 use shared_layout::{Area, Mode};
 
 use crate::attribution::Feed;
+use crate::backend::procfs::sampler::SamplerPool;
 use crate::system::cgroup::Cgroup;
 use crate::system::procstat::ProcessCounters;
 pub use error::BackendError;
@@ -54,6 +55,9 @@ pub struct Selection {
     pub attribution: Option<u64>,
     /// The procfs backend's ring, in pages (the module's is its `buffer_pages`).
     pub ring_pages: u64,
+    /// A fleet's: the procfs backend samples a cgroup on this one thread with the other
+    /// targets', not on a thread of its own.
+    pub sampler_pool: Option<SamplerPool>,
 }
 
 impl Default for Selection {
@@ -65,6 +69,7 @@ impl Default for Selection {
             inherit: true,
             attribution: Some(crate::attribution::DEFAULT_MINOR_SAMPLING),
             ring_pages: shared_layout::abi::BUFFER_PAGES_DEFAULT.into(),
+            sampler_pool: None,
         }
     }
 }

@@ -1,11 +1,13 @@
 //! One monitor for many targets (`--cgroups-under`, `--unit`): every cgroup the
 //! selectors name is profiled as `--cgroup` profiles one, by a profile of its own on a
-//! thread of its own, and every profile exports through one [`Hub`] on one address. The
-//! selectors are looked at again every `--interval`: a target that appears (a service
-//! started, or restarted: its cgroup re-created) is profiled from then; one whose cgroup
-//! is removed ends, as `--cgroup` ends. At most `--max-targets` are exported at once;
-//! those found beyond are said on standard error and counted on `/metrics`. A
-//! Kubernetes container is labelled with its names once the node's files say them.
+//! thread of its own (their samplers share one thread, their pressure watches one
+//! watcher thread and one reader of the system-wide counters), and every profile
+//! exports through one [`Hub`] on one address. The selectors are looked at again every
+//! `--interval`: a target that appears (a service started, or restarted: its cgroup
+//! re-created) is profiled from then; one whose cgroup is removed ends, as `--cgroup`
+//! ends. At most `--max-targets` are exported at once; those found beyond are said on
+//! standard error and counted on `/metrics`. A Kubernetes container is labelled with
+//! its names once the node's files say them.
 
 mod discover;
 pub mod kubenames;
@@ -19,9 +21,13 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use shared_layout::abi;
+
+use crate::backend::procfs::sampler::SamplerPool;
 use crate::backend::procfs::Procfs;
 use crate::command::signals::Signals;
 use crate::export::{FleetExport, Hub};
+use crate::pressure::watch::PressurePool;
 use crate::profile::error::ProfileError;
 use crate::profile::{self, Request, Supervised};
 use crate::system::cgroup::cgroup2_mounts;
@@ -34,6 +40,8 @@ use kubepods::{classify, KubeCgroup};
 
 /// The default of `--max-targets`.
 pub const MAX_TARGETS: u16 = 256;
+/// How often, at most, the fleet says its sampler thread came late.
+const LATE_SAID_EVERY: Duration = Duration::from_secs(60);
 /// The most names one line about left-out cgroups lists.
 const NAMES_SAID: usize = 5;
 /// How long a Kubernetes container is held, unexported, while its names are looked for:
@@ -75,6 +83,13 @@ struct Fleet {
     names: KubeNames,
     /// By target name: held targets, each running or just ended.
     awaited: BTreeMap<String, Awaited>,
+    /// Every target's pressure watch: one watcher thread, the system-wide counters read
+    /// for all targets at once.
+    pressure: PressurePool,
+    /// Every target's procfs passes, on one thread.
+    samplers: SamplerPool,
+    /// The sampler thread's late passes already said, and when they were last said.
+    late_said: (u64, Option<Instant>),
 }
 
 /// Profiles every target the selectors name until SIGINT, SIGTERM or SIGHUP.
@@ -92,10 +107,15 @@ pub fn run(request: FleetRequest) -> Result<u8, ProfileError> {
         unnamed: BTreeSet::new(),
         names: KubeNames::new(Path::new(LOG_DIR), template.interval),
         awaited: BTreeMap::new(),
+        pressure: PressurePool::new(system_fresh_for(template))
+            .map_err(SystemError::doing("starting the memory pressure watcher"))?,
+        samplers: SamplerPool::new().map_err(SystemError::doing("starting the sampler"))?,
+        late_said: (0, None),
     };
     while signals.received_count() == 0 {
         fleet.reap();
         fleet.show_awaited(&hub);
+        fleet.say_late();
         let discovered = discover::discover(&roots);
         fleet.start_new(discovered, &hub, &request);
         wait_or_signal(&signals, fleet.next_look(request.template.interval));
@@ -134,7 +154,8 @@ impl Fleet {
                 left_out.insert(found.name);
                 continue;
             }
-            match start_target(&found, hub, &request.template, &mut self.names) {
+            let pools = (&self.pressure, &self.samplers);
+            match start_target(&found, hub, &request.template, &mut self.names, pools) {
                 Ok((profiling, awaited)) => {
                     say(&format!("profiling {}", found.name));
                     exported += usize::from(!returning);
@@ -233,6 +254,27 @@ impl Fleet {
     }
 
     /// Stops every profile and waits for their ends.
+    /// The sampler thread's passes that came late since it was last said (at most once
+    /// every [`LATE_SAID_EVERY`]): a round of the targets' passes outlasted a period, as
+    /// many targets at a short `--period` make it. Each target's summary counts its own,
+    /// but a fleet's targets' summaries are shown nowhere.
+    fn say_late(&mut self) {
+        let late = self.samplers.late_passes();
+        let (said, said_at) = self.late_said;
+        if late == said || said_at.is_some_and(|at| at.elapsed() < LATE_SAID_EVERY) {
+            return;
+        }
+        say(&format!(
+            "the sampler thread came late {} times{}: its round of {} targets' passes \
+             outlasted their --period, whose counts went into their next rows (a longer \
+             --period or fewer targets keeps it on time)",
+            late - said,
+            if said_at.is_some() { " more" } else { "" },
+            self.running.len(),
+        ));
+        self.late_said = (late, Some(Instant::now()));
+    }
+
     fn stop_all(mut self) {
         for profiling in self.running.values() {
             profiling.signals.request_stop();
@@ -271,6 +313,15 @@ fn say(line: &str) {
 /// resident once it has wrapped.
 const TARGET_RING_PAGES: u64 = 8;
 
+/// How old a reading of the system-wide pressure counters may be served to a target: a
+/// tenth of the period, so that a thousand targets read them at most ten times a period,
+/// not each at each of its drains (a thousand times an interval), and a row's share of
+/// them is placed at most a tenth of a period late.
+fn system_fresh_for(template: &Request) -> Duration {
+    let period_ms = template.period_ms.unwrap_or(abi::PERIOD_MS_DEFAULT);
+    Duration::from_millis(period_ms.into()) / 10
+}
+
 /// A profile of the cgroup `found`, as `--cgroup` makes one, exported through `hub`; a
 /// Kubernetes container whose names the node does not say yet is held, and awaited.
 fn start_target(
@@ -278,6 +329,7 @@ fn start_target(
     hub: &Arc<Hub>,
     template: &Request,
     names: &mut KubeNames,
+    (pressure, samplers): (&PressurePool, &SamplerPool),
 ) -> Result<(Profiling, Option<Awaited>), ProfileError> {
     let mut derived = match classify(&found.name) {
         Some(KubeCgroup::Container(labels)) => labels,
@@ -295,6 +347,8 @@ fn start_target(
             derived,
             signals: signals.clone(),
             ring_pages: TARGET_RING_PAGES,
+            pressure: pressure.clone(),
+            samplers: samplers.clone(),
         }),
         ..template.clone()
     };

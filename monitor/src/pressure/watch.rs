@@ -10,6 +10,10 @@
 //! on the same file fires (some stall of [`TRIGGER`]) or a drain sees the stall grow, and
 //! goes back to sleep once the stall has not grown for [`QUIET`]: an idle monitor wakes no
 //! more often than without it.
+//!
+//! A fleet's targets share one [`PressurePool`]: one watcher thread for every target's
+//! trigger, and one reader of the system-wide counters (the same for every profile),
+//! which serves a recent reading again. A single profile has a pool of its own.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -41,6 +45,9 @@ const TRIGGER: &str = "some 50000 500000";
 const TRIGGER_UNPRIVILEGED: &str = "some 150000 2000000";
 /// How long the stall must stand still before the watcher goes back to sleep.
 pub const QUIET: Duration = Duration::from_secs(1);
+/// How long the watcher waits on its bell alone when its triggers cannot be waited on,
+/// before it tries them again.
+const TRIGGERS_AGAIN: Duration = Duration::from_secs(1);
 /// Before the first row, how far back readings are kept for it: its period starts at
 /// most a period before its sample, taken at most an interval before the drain.
 const BEFORE_FIRST_ROW: Duration = Duration::from_secs(60);
@@ -96,50 +103,65 @@ pub fn parse_vmstat(text: &str) -> [Option<u64>; VMSTAT_FIELDS.len()] {
     values
 }
 
-/// The files a reading comes from, kept open.
-struct Sources {
-    system: Option<File>,
-    cgroup: Option<File>,
-    vmstat: Option<File>,
-    buf: Vec<u8>,
+/// The system-wide counters (the system's PSI totals and `/proc/vmstat`'s), which every
+/// profile of a process reads alike: one reader for all of a fleet's targets, so that a
+/// thousand targets do not make and parse the same text a thousand times an interval.
+/// A reading no older than `fresh_for` is served again; a single profile's reader
+/// (`fresh_for` zero) reads every time, as before.
+struct SystemCounters {
+    files: Mutex<SystemFiles>,
+    fresh_for: Duration,
+    /// What a missing file means, said in every summary: the PSI file's, `/proc/vmstat`'s.
+    psi_note: Option<String>,
+    vmstat_note: Option<String>,
+    has_vmstat: bool,
 }
 
-impl Sources {
-    /// Opens what this kernel has: the system's PSI file, the `cgroup`'s
-    /// `memory.pressure` when given, `/proc/vmstat`; what is missing becomes one of the
-    /// `notes`. Also where the stall trigger is set: the cgroup's PSI file when it is
-    /// read, else the system's.
-    fn open(cgroup: Option<&Path>, notes: &mut Vec<String>) -> (Sources, Option<PathBuf>) {
-        let mut open = |path: &Path, what: &str| match File::open(path) {
-            Ok(f) => Some(f),
-            Err(e) => {
-                notes.push(format!("{} cannot be read ({e}): {what}", path.display()));
-                None
-            }
-        };
-        let system_psi = PathBuf::from(SYSTEM_PSI);
-        let system = open(
-            &system_psi,
+struct SystemFiles {
+    psi: Option<File>,
+    vmstat: Option<File>,
+    buf: Vec<u8>,
+    /// The last reading: its `CLOCK_MONOTONIC` ns and its values, in [`Pressure`]'s
+    /// order with the cgroup's columns empty.
+    last: Option<(u64, [Option<u64>; COUNTERS])>,
+}
+
+impl SystemCounters {
+    /// Opens what this kernel has (`/proc/pressure/memory`, `/proc/vmstat`); what is
+    /// missing becomes a note.
+    fn open(fresh_for: Duration) -> SystemCounters {
+        let mut psi_note = Vec::new();
+        let psi = open_noting(
+            Path::new(SYSTEM_PSI),
             "no memory stall columns and no thrashing verdict (a kernel without \
              CONFIG_PSI, or one that needs psi=1 on its command line)",
+            &mut psi_note,
         );
-        let cgroup_psi = cgroup.map(|c| c.join("memory.pressure"));
-        let cgroup_file = cgroup_psi
-            .as_deref()
-            .and_then(|p| open(p, "no cgroup stall columns (cgroup v2 with PSI needed)"));
-        let vmstat = open(Path::new(VMSTAT), "no swap, refault and reclaim columns");
-        let sources = Sources {
-            system,
-            cgroup: cgroup_file,
-            vmstat,
-            buf: Vec::with_capacity(8192),
-        };
-        let trigger_path = match (cgroup_psi, &sources.cgroup, &sources.system) {
-            (Some(path), Some(_), _) => Some(path),
-            (_, _, Some(_)) => Some(system_psi),
-            _ => None,
-        };
-        (sources, trigger_path)
+        let mut vmstat_note = Vec::new();
+        let vmstat = open_noting(
+            Path::new(VMSTAT),
+            "no swap, refault and reclaim columns",
+            &mut vmstat_note,
+        );
+        let mut counters = SystemCounters::from_files(psi, vmstat, fresh_for);
+        counters.psi_note = psi_note.pop();
+        counters.vmstat_note = vmstat_note.pop();
+        counters
+    }
+
+    fn from_files(psi: Option<File>, vmstat: Option<File>, fresh_for: Duration) -> SystemCounters {
+        SystemCounters {
+            has_vmstat: vmstat.is_some(),
+            files: Mutex::new(SystemFiles {
+                psi,
+                vmstat,
+                buf: Vec::with_capacity(8192),
+                last: None,
+            }),
+            fresh_for,
+            psi_note: None,
+            vmstat_note: None,
+        }
     }
 
     /// The note for the `/proc/vmstat` fields the `first` reading found missing.
@@ -150,7 +172,7 @@ impl Sources {
             .filter(|(_, v)| v.is_none())
             .map(|(name, _)| *name)
             .collect();
-        (self.vmstat.is_some() && !missing.is_empty()).then(|| {
+        (self.has_vmstat && !missing.is_empty()).then(|| {
             format!(
                 "this kernel's /proc/vmstat has no {}: those columns are empty",
                 missing.join(", ")
@@ -158,33 +180,108 @@ impl Sources {
         })
     }
 
-    fn read_file(file: &File, buf: &mut Vec<u8>) -> io::Result<String> {
-        String::from_utf8(read_whole(file, buf)?.to_vec())
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    fn files(&self) -> MutexGuard<'_, SystemFiles> {
+        // A reading is kept whole or not at all: a panic elsewhere leaves nothing torn.
+        self.files.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Every counter now; `None` when a file that was there cannot be read (no reading is
-    /// better than one that says a counter vanished).
-    fn read(&mut self) -> Option<Reading> {
-        let mono_ns = abi::monotonic_ns();
-        let mut values = [None; COUNTERS];
-        let psi = |file: &Option<File>, buf: &mut Vec<u8>| -> Option<Option<PsiTotals>> {
-            match file {
-                None => Some(None),
-                Some(f) => Some(Some(parse_psi(&Sources::read_file(f, buf).ok()?)?)),
+    fn has_psi(&self) -> bool {
+        self.files().psi.is_some()
+    }
+
+    /// The system's counters taken at or after `not_before` (`CLOCK_MONOTONIC` ns): the
+    /// last reading when it was and is no older than `fresh_for`, else a new one. `None`
+    /// when a file that was there cannot be read (no reading is better than one that
+    /// says a counter vanished).
+    fn read(&self, not_before: u64) -> Option<[Option<u64>; COUNTERS]> {
+        let mut files = self.files();
+        let now = abi::monotonic_ns();
+        let fresh_ns = u64::try_from(self.fresh_for.as_nanos()).unwrap_or(u64::MAX);
+        if let Some((at, values)) = files.last {
+            if at >= not_before && now.saturating_sub(at) <= fresh_ns && !self.fresh_for.is_zero() {
+                return Some(values);
             }
-        };
-        if let Some(t) = psi(&self.system, &mut self.buf)? {
-            values[0] = Some(t.some_us);
-            values[1] = t.full_us;
         }
-        if let Some(t) = psi(&self.cgroup, &mut self.buf)? {
-            values[2] = Some(t.some_us);
-            values[3] = t.full_us;
+        let SystemFiles {
+            psi, vmstat, buf, ..
+        } = &mut *files;
+        let mut values = [None; COUNTERS];
+        if let Some(f) = psi {
+            let totals = parse_psi(&read_text(f, buf).ok()?)?;
+            values[0] = Some(totals.some_us);
+            values[1] = totals.full_us;
         }
-        if let Some(f) = &self.vmstat {
-            let text = Sources::read_file(f, &mut self.buf).ok()?;
+        if let Some(f) = vmstat {
+            let text = read_text(f, buf).ok()?;
             values[FIRST_VMSTAT..].copy_from_slice(&parse_vmstat(&text));
+        }
+        files.last = Some((now, values));
+        Some(values)
+    }
+}
+
+/// `path` opened, or `None` and a note saying `what` its absence means.
+fn open_noting(path: &Path, what: &str, notes: &mut Vec<String>) -> Option<File> {
+    match File::open(path) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            notes.push(format!("{} cannot be read ({e}): {what}", path.display()));
+            None
+        }
+    }
+}
+
+fn read_text(file: &File, buf: &mut Vec<u8>) -> io::Result<String> {
+    String::from_utf8(read_whole(file, buf)?.to_vec())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// The files a reading comes from: the system's, shared, and the cgroup's, kept open.
+struct Sources {
+    system: Arc<SystemCounters>,
+    cgroup: Option<File>,
+    buf: Vec<u8>,
+}
+
+impl Sources {
+    /// Opens the `cgroup`'s `memory.pressure` when given; what is missing becomes one of
+    /// the `notes`. Also where the stall trigger is set: the cgroup's PSI file when it is
+    /// read, else the system's.
+    fn open(
+        system: Arc<SystemCounters>,
+        cgroup: Option<&Path>,
+        notes: &mut Vec<String>,
+    ) -> (Sources, Option<PathBuf>) {
+        let cgroup_psi = cgroup.map(|c| c.join("memory.pressure"));
+        let cgroup_file = cgroup_psi.as_deref().and_then(|p| {
+            open_noting(
+                p,
+                "no cgroup stall columns (cgroup v2 with PSI needed)",
+                notes,
+            )
+        });
+        let trigger_path = match (cgroup_psi, &cgroup_file, system.has_psi()) {
+            (Some(path), Some(_), _) => Some(path),
+            (_, _, true) => Some(PathBuf::from(SYSTEM_PSI)),
+            _ => None,
+        };
+        let sources = Sources {
+            system,
+            cgroup: cgroup_file,
+            buf: Vec::with_capacity(512),
+        };
+        (sources, trigger_path)
+    }
+
+    /// Every counter now, the system's taken at or after `not_before`; `None` when a
+    /// file that was there cannot be read.
+    fn read(&mut self, not_before: u64) -> Option<Reading> {
+        let mono_ns = abi::monotonic_ns();
+        let mut values = self.system.read(not_before)?;
+        if let Some(f) = &self.cgroup {
+            let totals = parse_psi(&read_text(f, &mut self.buf).ok()?)?;
+            values[2] = Some(totals.some_us);
+            values[3] = totals.full_us;
         }
         Some(Reading {
             mono_ns,
@@ -260,17 +357,18 @@ struct Log {
 }
 
 impl Log {
-    /// Takes a reading and keeps it; whether memory stall grew since the one before.
-    fn take(&mut self) -> bool {
-        self.take_placed(false)
+    /// Takes a reading and keeps it, the system's counters taken at or after
+    /// `not_before`; whether memory stall grew since the one before.
+    fn take(&mut self, not_before: u64) -> bool {
+        self.take_placed(false, not_before)
     }
 
     /// Takes a reading and keeps it; `triggered`: a PSI trigger just fired, so the stall
     /// since the previous reading came in a burst at its end (else the trigger would
     /// have fired before), and the growth is placed as late as it can be (see
     /// [`latest_start`]) instead of spread over the whole stretch.
-    fn take_placed(&mut self, triggered: bool) -> bool {
-        let Some(reading) = self.sources.read() else {
+    fn take_placed(&mut self, triggered: bool, not_before: u64) -> bool {
+        let Some(reading) = self.sources.read(not_before) else {
             return false;
         };
         let before = self.readings.last().copied();
@@ -317,12 +415,45 @@ fn stall_grew(before: &Reading, after: &Reading) -> bool {
         .any(|(b, a)| matches!((b, a), (Some(b), Some(a)) if a > b))
 }
 
+/// What the pressure watches of many profiles share: the system-wide counters' reader
+/// and the one watcher thread. A fleet has one for all its targets; a single profile has
+/// its own.
+#[derive(Clone)]
+pub struct PressurePool {
+    system: Arc<SystemCounters>,
+    watchers: Arc<Watchers>,
+}
+
+impl PressurePool {
+    /// A reading of the system-wide counters is served again for `fresh_for`; the
+    /// watcher thread starts with the first profile that has a PSI file to watch.
+    pub fn new(fresh_for: Duration) -> io::Result<PressurePool> {
+        PressurePool::with_system(SystemCounters::open(fresh_for))
+    }
+
+    fn with_system(system: SystemCounters) -> io::Result<PressurePool> {
+        Ok(PressurePool {
+            system: Arc::new(system),
+            watchers: Arc::new(Watchers {
+                inbox: Arc::new(Inbox {
+                    joining: Mutex::new(Vec::new()),
+                    bell: EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?,
+                    stop: AtomicBool::new(false),
+                }),
+                thread: Mutex::new(None),
+            }),
+        })
+    }
+}
+
+/// One profile's readings, and what its drains and the watcher thread tell each other.
 struct Shared {
     log: Mutex<Log>,
     /// The watcher reads every period.
     active: AtomicBool,
+    /// A drain saw the stall grow.
+    rung: AtomicBool,
     stop: AtomicBool,
-    bell: EventFd,
 }
 
 impl Shared {
@@ -330,10 +461,92 @@ impl Shared {
         // A reading is pushed whole or not at all: a panic elsewhere leaves nothing torn.
         self.log.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
 
+/// The watcher thread of every profile of a [`PressurePool`]; the last profile's (or
+/// fleet's) drop stops it.
+struct Watchers {
+    inbox: Arc<Inbox>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// What the watcher thread is told.
+struct Inbox {
+    /// Profiles to start watching.
+    joining: Mutex<Vec<Watched>>,
+    /// Sounded when a profile joins, rings or stops, and to stop the thread.
+    bell: EventFd,
+    stop: AtomicBool,
+}
+
+impl Inbox {
     fn sound_bell(&self) {
         // Cannot fail short of the counter overflowing, which the watcher's read resets.
         let _ = self.bell.write(1);
+    }
+
+    fn joining(&self) -> MutexGuard<'_, Vec<Watched>> {
+        self.joining.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A profile the watcher watches.
+struct Watched {
+    shared: Arc<Shared>,
+    trigger: Option<Trigger>,
+    period: Duration,
+    /// While it is read every period.
+    active: Option<Active>,
+}
+
+struct Active {
+    /// The trigger fired: the first reading places the stall's onset.
+    triggered: bool,
+    /// When the stall last grew (or the watch became active).
+    quiet_since: Instant,
+    next: Instant,
+}
+
+impl Watchers {
+    /// Watches `shared`'s profile from now, starting the thread if it is the first.
+    fn watch(
+        &self,
+        shared: Arc<Shared>,
+        trigger: Option<Trigger>,
+        period: Duration,
+    ) -> io::Result<()> {
+        let mut thread = self.thread.lock().unwrap_or_else(PoisonError::into_inner);
+        if thread.is_none() {
+            let inbox = Arc::clone(&self.inbox);
+            *thread = Some(
+                thread::Builder::new()
+                    .name("pfprof-pressure".into())
+                    .spawn(move || watch_all(&inbox))?,
+            );
+        }
+        self.inbox.joining().push(Watched {
+            shared,
+            trigger,
+            period,
+            active: None,
+        });
+        self.inbox.sound_bell();
+        Ok(())
+    }
+}
+
+impl Drop for Watchers {
+    fn drop(&mut self) {
+        self.inbox.stop.store(true, Ordering::Release);
+        self.inbox.sound_bell();
+        let thread = self
+            .thread
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(thread) = thread.take() {
+            // The watcher only reads files and sleeps: it ends at the bell.
+            let _ = thread.join();
+        }
     }
 }
 
@@ -341,30 +554,32 @@ impl Shared {
 /// period; [`PressureWatch::fill`] gives each row its share.
 pub struct PressureWatch {
     shared: Arc<Shared>,
-    watcher: Option<JoinHandle<()>>,
+    watchers: Arc<Watchers>,
     notes: Vec<String>,
     /// The trigger is this user's coarse one: said only of a profile that saw stall.
     coarse: Option<String>,
 }
 
 impl PressureWatch {
-    /// Opens what this kernel has (the system's PSI file, the `cgroup`'s `memory.pressure`
-    /// when given, `/proc/vmstat`), takes a first reading and starts the watcher thread
-    /// (reading every `period` while under pressure). What is missing becomes a note for
-    /// the summary, never an error: the profile goes on without it. Fails only when the
-    /// watcher's eventfd or thread cannot be had.
-    pub fn start(cgroup: Option<&Path>, period: Duration) -> io::Result<PressureWatch> {
-        let mut notes = Vec::new();
-        let (mut sources, trigger_path) = Sources::open(cgroup, &mut notes);
-        let first = sources.read();
-        notes.extend(
-            first
-                .as_ref()
-                .and_then(|first| sources.missing_vmstat(first)),
-        );
+    /// Reads the `pool`'s system-wide counters and the `cgroup`'s `memory.pressure` when
+    /// given, takes a first reading and has the pool's watcher thread read every
+    /// `period` while under pressure. What is missing becomes a note for the summary,
+    /// never an error: the profile goes on without it. Fails only when the watcher
+    /// thread cannot be had.
+    pub fn start(
+        pool: &PressurePool,
+        cgroup: Option<&Path>,
+        period: Duration,
+    ) -> io::Result<PressureWatch> {
+        let system = Arc::clone(&pool.system);
+        let mut notes: Vec<String> = system.psi_note.iter().cloned().collect();
+        let (mut sources, trigger_path) = Sources::open(system, cgroup, &mut notes);
+        notes.extend(sources.system.vmstat_note.clone());
+        let first = sources.read(0);
+        notes.extend((first.as_ref()).and_then(|first| sources.system.missing_vmstat(first)));
         let mut coarse = None;
         let trigger = trigger_path.and_then(|path| Trigger::arm(&path, &mut notes, &mut coarse));
-        let has_psi = sources.system.is_some() || sources.cgroup.is_some();
+        let has_psi = sources.system.has_psi() || sources.cgroup.is_some();
         let log = Log {
             sources,
             readings: first.into_iter().collect(),
@@ -373,23 +588,16 @@ impl PressureWatch {
         let shared = Arc::new(Shared {
             log: Mutex::new(log),
             active: AtomicBool::new(false),
+            rung: AtomicBool::new(false),
             stop: AtomicBool::new(false),
-            bell: EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?,
         });
         // Without PSI there is no stall to watch for: readings come at the drains.
-        let watcher = if has_psi {
-            let shared = Arc::clone(&shared);
-            Some(
-                thread::Builder::new()
-                    .name("pfprof-pressure".into())
-                    .spawn(move || watch(&shared, trigger, period))?,
-            )
-        } else {
-            None
-        };
+        if has_psi {
+            (pool.watchers).watch(Arc::clone(&shared), trigger, period)?;
+        }
         Ok(PressureWatch {
             shared,
-            watcher,
+            watchers: Arc::clone(&pool.watchers),
             notes,
             coarse,
         })
@@ -400,7 +608,7 @@ impl PressureWatch {
     /// in order. Wakes the watcher when the stall grew.
     pub fn fill(&self, rows: &mut [Row]) {
         let mut log = self.shared.log();
-        let grew = log.take();
+        let grew = log.take(rows.last().map_or(0, |row| row.mono_ns));
         for row in rows.iter_mut() {
             let start = row.mono_ns.saturating_sub(row.period_ns);
             row.pressure = apportion::share(&log.readings, start, row.mono_ns);
@@ -417,11 +625,12 @@ impl PressureWatch {
         apportion::forget_before(&mut log.readings, keep_from);
         drop(log);
         if grew && !self.shared.active.load(Ordering::Acquire) {
-            self.shared.sound_bell();
+            self.shared.rung.store(true, Ordering::Release);
+            self.watchers.inbox.sound_bell();
         }
     }
 
-    /// Stops the watcher; what the summary should say about the pressure columns, the
+    /// Stops watching; what the summary should say about the pressure columns, the
     /// trigger's coarseness only when the profile `stalled` (elsewhere it changed
     /// nothing: a note on every unprivileged user's summary was noise).
     pub fn finish(mut self, stalled: bool) -> Vec<String> {
@@ -431,13 +640,11 @@ impl PressureWatch {
         notes
     }
 
+    /// The watcher lets go of it at its next wake-up (and a single profile's thread ends
+    /// with the last handle to its pool).
     fn stop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
-        self.shared.sound_bell();
-        if let Some(watcher) = self.watcher.take() {
-            // The watcher only reads files and sleeps: it ends at the bell.
-            let _ = watcher.join();
-        }
+        self.watchers.inbox.sound_bell();
     }
 }
 
@@ -447,78 +654,114 @@ impl Drop for PressureWatch {
     }
 }
 
-/// The watcher: asleep on the trigger and the bell while idle; once the trigger fires or
-/// the bell sounds (a drain saw the stall grow), a reading every `period`, on absolute
-/// deadlines, until the stall has stood still for [`QUIET`].
-fn watch(shared: &Shared, mut trigger: Option<Trigger>, period: Duration) {
-    let stopped = || shared.stop.load(Ordering::Acquire);
-    while !stopped() {
+/// The watcher: asleep on every watched profile's trigger and on the bell while none is
+/// under pressure; once a trigger fires or a drain rings (it saw the stall grow), a
+/// reading of that profile every `period`, on absolute deadlines, until its stall has
+/// stood still for [`QUIET`].
+fn watch_all(inbox: &Inbox) {
+    let mut watched: Vec<Watched> = Vec::new();
+    while !inbox.stop.load(Ordering::Acquire) {
+        watched.append(&mut inbox.joining());
+        watched.retain(|w| !w.shared.stop.load(Ordering::Acquire));
+        let next = (watched.iter())
+            .filter_map(|w| w.active.as_ref().map(|a| a.next))
+            .min();
         // Idle: no timer.
-        let mut fds = vec![PollFd::new(shared.bell.as_fd(), PollFlags::POLLIN)];
-        if let Some(t) = &trigger {
-            fds.push(PollFd::new(t.0.as_fd(), PollFlags::POLLPRI));
+        let left = next.map(|next| next.saturating_duration_since(Instant::now()));
+        let mut fired = wait(inbox, &watched, poll_timeout(left)).unwrap_or_else(|_| {
+            // The triggers cannot be waited on now (more than the open-file limit, no
+            // memory): the bell alone for a while, then the triggers again. The thread
+            // must not end: every profile's readings under pressure count on it.
+            let mut bell = [PollFd::new(inbox.bell.as_fd(), PollFlags::POLLIN)];
+            let left = left.map_or(TRIGGERS_AGAIN, |left| left.min(TRIGGERS_AGAIN));
+            if poll(&mut bell, poll_timeout(Some(left))).is_err() {
+                thread::sleep(left);
+            }
+            vec![PollFlags::empty(); watched.len()]
+        });
+        // What fired, fired before this: one system reading from now on serves every
+        // trigger of this wake-up, not one new reading each.
+        let woke_ns = abi::monotonic_ns();
+        let _ = inbox.bell.read();
+        // Those that joined while it slept: a drain of theirs may have rung already.
+        watched.append(&mut inbox.joining());
+        fired.resize(watched.len(), PollFlags::empty());
+        let now = Instant::now();
+        for (w, fired) in watched.iter_mut().zip(fired) {
+            // A trigger whose file went away (a cgroup removed) would wake it for ever.
+            let broken = PollFlags::POLLERR | PollFlags::POLLNVAL | PollFlags::POLLHUP;
+            if fired.intersects(broken) {
+                w.trigger = None;
+            }
+            let triggered = fired.contains(PollFlags::POLLPRI);
+            // Rung while it was becoming active: nothing more to do.
+            let rung = w.shared.rung.swap(false, Ordering::AcqRel);
+            if (triggered || rung) && w.active.is_none() {
+                w.shared.active.store(true, Ordering::Release);
+                w.active = Some(Active {
+                    triggered,
+                    quiet_since: now,
+                    next: now,
+                });
+            }
+            read_when_due(w, now, woke_ns);
         }
-        match poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) | Err(Errno::EINTR) => {}
-            // Nothing to wait on: readings stay at the drains.
-            Err(_) => return,
-        }
-        let fired = fds
-            .get(1)
-            .and_then(PollFd::revents)
-            .unwrap_or(PollFlags::empty());
-        // A trigger whose file went away (a cgroup removed) would wake it for ever.
-        let broken = PollFlags::POLLERR | PollFlags::POLLNVAL | PollFlags::POLLHUP;
-        if fired.intersects(broken) {
-            drop(fds);
-            trigger = None;
-        }
-        let triggered = fired.contains(PollFlags::POLLPRI);
-        let _ = shared.bell.read();
-        if stopped() {
-            return;
-        }
-        shared.active.store(true, Ordering::Release);
-        if !read_every_period(shared, period, triggered) {
-            return;
-        }
-        shared.active.store(false, Ordering::Release);
     }
 }
 
-/// Active: a reading every `period`, on absolute deadlines, until the stall has stood
-/// still for [`QUIET`] (true), or the watch is stopped (false). `triggered`: the trigger
-/// fired, so the first reading places the stall's onset.
-fn read_every_period(shared: &Shared, period: Duration, mut triggered: bool) -> bool {
-    let mut quiet_since = Instant::now();
-    let mut next = Instant::now();
-    loop {
-        if shared.log().take_placed(std::mem::take(&mut triggered)) {
-            quiet_since = Instant::now();
-        }
-        if quiet_since.elapsed() >= QUIET {
-            return true;
-        }
-        next += period;
-        let now = Instant::now();
-        if next < now {
-            // Missed deadlines are skipped, not caught up.
-            next = now + period;
-        }
-        let ms = (next - now)
-            .as_nanos()
-            .div_ceil(1_000_000)
-            .min(i32::MAX as u128) as i32;
-        let mut bell = [PollFd::new(shared.bell.as_fd(), PollFlags::POLLIN)];
-        let _ = poll(
-            &mut bell,
-            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
-        );
-        // Sounded while it was becoming active, or to stop it: read, so it sounds no more.
-        let _ = shared.bell.read();
-        if shared.stop.load(Ordering::Acquire) {
-            return false;
-        }
+/// poll()'s timeout for `left`, rounded up to a millisecond; none for `None`.
+fn poll_timeout(left: Option<Duration>) -> PollTimeout {
+    left.map_or(PollTimeout::NONE, |left| {
+        let ms = left.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
+        PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+    })
+}
+
+/// Sleeps until `timeout`, a trigger of `watched` fires or the bell sounds; each
+/// watched profile's trigger's events, in order (empty for one without a trigger).
+fn wait(inbox: &Inbox, watched: &[Watched], timeout: PollTimeout) -> nix::Result<Vec<PollFlags>> {
+    let triggers = (watched.iter()).filter_map(|w| w.trigger.as_ref());
+    let mut fds: Vec<PollFd> = std::iter::once(PollFd::new(inbox.bell.as_fd(), PollFlags::POLLIN))
+        .chain(triggers.map(|t| PollFd::new(t.0.as_fd(), PollFlags::POLLPRI)))
+        .collect();
+    match poll(&mut fds, timeout) {
+        Ok(_) | Err(Errno::EINTR) => {}
+        Err(e) => return Err(e),
+    }
+    let mut events = fds[1..]
+        .iter()
+        .map(|fd| fd.revents().unwrap_or(PollFlags::empty()));
+    Ok((watched.iter())
+        .map(|w| match w.trigger {
+            Some(_) => events.next().unwrap_or(PollFlags::empty()),
+            None => PollFlags::empty(),
+        })
+        .collect())
+}
+
+/// An active profile's reading when its deadline has come, the next a period on (missed
+/// deadlines are skipped, not caught up); back to idle once its stall has stood still
+/// for [`QUIET`]. `woke_ns`: when the watcher woke, after any trigger that fired.
+fn read_when_due(w: &mut Watched, now: Instant, woke_ns: u64) {
+    let Some(active) = w.active.as_mut().filter(|a| a.next <= now) else {
+        return;
+    };
+    let triggered = std::mem::take(&mut active.triggered);
+    // A trigger's reading places the burst that fired it: the system's counters read
+    // since the wake-up, not a reading from before it served again.
+    let not_before = if triggered { woke_ns } else { 0 };
+    if w.shared.log().take_placed(triggered, not_before) {
+        active.quiet_since = Instant::now();
+    }
+    if active.quiet_since.elapsed() >= QUIET {
+        w.active = None;
+        w.shared.active.store(false, Ordering::Release);
+        return;
+    }
+    active.next += w.period;
+    let now = Instant::now();
+    if active.next < now {
+        active.next = now + w.period;
     }
 }
 
@@ -610,13 +853,17 @@ mod tests {
     #[test]
     fn a_reading_puts_the_system_the_cgroup_and_vmstat_in_their_columns() {
         let fake = Fake::new("columns");
+        let system = SystemCounters::from_files(
+            Some(File::open(fake.write("system", &psi(10, 5))).unwrap()),
+            Some(File::open(fake.write("vmstat", "pswpout 8\npgmajfault 9\n")).unwrap()),
+            Duration::ZERO,
+        );
         let mut sources = Sources {
-            system: Some(File::open(fake.write("system", &psi(10, 5))).unwrap()),
+            system: Arc::new(system),
             cgroup: Some(File::open(fake.write("cgroup", &psi(3, 2))).unwrap()),
-            vmstat: Some(File::open(fake.write("vmstat", "pswpout 8\npgmajfault 9\n")).unwrap()),
             buf: Vec::new(),
         };
-        let reading = sources.read().unwrap();
+        let reading = sources.read(0).unwrap();
         assert_eq!(
             reading.totals,
             Pressure {
@@ -631,7 +878,223 @@ mod tests {
         );
         // A file that was there and no longer parses: no reading rather than a wrong one.
         fake.write("cgroup", "gone");
-        assert_eq!(sources.read(), None);
+        assert_eq!(sources.read(0), None);
+    }
+
+    #[test]
+    fn the_system_counters_are_read_once_for_every_reader_while_fresh_and_late_enough() {
+        let fake = Fake::new("shared");
+        let vmstat = |pswpin: u64| {
+            let path = fake.write("vmstat", &format!("pswpin {pswpin}\n"));
+            Some(File::open(path).unwrap())
+        };
+        let system = Arc::new(SystemCounters::from_files(
+            None,
+            vmstat(1),
+            Duration::from_secs(3600),
+        ));
+        let mut targets: Vec<Sources> = (0..3)
+            .map(|_| Sources {
+                system: Arc::clone(&system),
+                cgroup: None,
+                buf: Vec::new(),
+            })
+            .collect();
+        let before = abi::monotonic_ns();
+        // The first target's reading is the first of the counters...
+        assert_eq!(targets[0].read(0).unwrap().totals.pswpin, Some(1));
+        fake.write("vmstat", "pswpin 2\n");
+        // ...and every other target is served it again...
+        for target in &mut targets[1..] {
+            let reading = target.read(0).unwrap();
+            assert_eq!(reading.totals.pswpin, Some(1));
+            assert!(reading.mono_ns >= before, "each reading is its own moment");
+        }
+        // ...but a target whose rows end after it gets a new one, which the others are
+        // then served.
+        let after = abi::monotonic_ns();
+        assert_eq!(targets[0].read(after).unwrap().totals.pswpin, Some(2));
+        fake.write("vmstat", "pswpin 3\n");
+        assert_eq!(targets[1].read(after).unwrap().totals.pswpin, Some(2));
+        // A single profile's (fresh for no time) reads every time.
+        let own = SystemCounters::from_files(None, vmstat(4), Duration::ZERO);
+        fake.write("vmstat", "pswpin 5\n");
+        assert_eq!(own.read(0).unwrap()[FIRST_VMSTAT], Some(5));
+        fake.write("vmstat", "pswpin 6\n");
+        assert_eq!(own.read(0).unwrap()[FIRST_VMSTAT], Some(6));
+    }
+
+    #[test]
+    fn a_reading_of_the_system_counters_is_served_again_no_longer_than_it_is_fresh() {
+        let fake = Fake::new("fresh");
+        let path = fake.write("vmstat", "pswpin 1\n");
+        let fresh_for = Duration::from_millis(200);
+        let system = SystemCounters::from_files(None, Some(File::open(path).unwrap()), fresh_for);
+        assert_eq!(system.read(0).unwrap()[FIRST_VMSTAT], Some(1));
+        fake.write("vmstat", "pswpin 2\n");
+        thread::sleep(fresh_for + Duration::from_millis(50));
+        assert_eq!(
+            system.read(0).unwrap()[FIRST_VMSTAT],
+            Some(2),
+            "older than it is fresh: read again"
+        );
+    }
+
+    /// The monitor's threads named `pfprof-pressure`: no other test in this process
+    /// starts one.
+    fn watcher_threads() -> usize {
+        let tasks = std::fs::read_dir("/proc/self/task").unwrap();
+        (tasks.flatten())
+            .filter(|task| {
+                let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+                comm.trim() == "pfprof-pressure"
+            })
+            .count()
+    }
+
+    /// Waits up to 10 s for `done`.
+    fn within_10_s(what: &str, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(Instant::now() < deadline, "after 10 s: {what}");
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Held by each test that makes a pool: one counts the watcher threads by name.
+    static POOL_TESTS: Mutex<()> = Mutex::new(());
+
+    fn one_pool_test_at_a_time() -> MutexGuard<'static, ()> {
+        POOL_TESTS.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A profile's shared state on `system`'s counters alone, its first reading taken.
+    fn shared_on(system: SystemCounters, rung: bool) -> Arc<Shared> {
+        let mut log = Log {
+            sources: Sources {
+                system: Arc::new(system),
+                cgroup: None,
+                buf: Vec::new(),
+            },
+            readings: Vec::new(),
+            last_end: None,
+        };
+        log.take(0);
+        Arc::new(Shared {
+            log: Mutex::new(log),
+            active: AtomicBool::new(false),
+            rung: AtomicBool::new(rung),
+            stop: AtomicBool::new(false),
+        })
+    }
+
+    #[test]
+    fn a_triggered_reading_reads_the_system_counters_anew_however_fresh_the_last() {
+        let fake = Fake::new("triggered");
+        let path = fake.write("system", &psi(10, 0));
+        let fresh_for = Duration::from_secs(3600);
+        let system = SystemCounters::from_files(Some(File::open(path).unwrap()), None, fresh_for);
+        let shared = shared_on(system, false);
+        // The burst that fired the trigger.
+        fake.write("system", &psi(500, 0));
+        let now = Instant::now();
+        let mut watched = Watched {
+            shared: Arc::clone(&shared),
+            trigger: None,
+            period: Duration::from_millis(10),
+            active: Some(Active {
+                triggered: true,
+                quiet_since: now,
+                next: now,
+            }),
+        };
+        // The watcher wakes after the trigger fired.
+        read_when_due(&mut watched, now, abi::monotonic_ns());
+        let log = shared.log();
+        let last = log.readings.last().unwrap();
+        assert_eq!(
+            last.totals.stall_some_us,
+            Some(500),
+            "the burst, read after it"
+        );
+    }
+
+    #[test]
+    fn a_profile_that_joined_and_rang_before_the_watcher_woke_is_read() {
+        let _alone = one_pool_test_at_a_time();
+        let fake = Fake::new("joined");
+        let path = fake.write("system", &psi(10, 0));
+        let open = || File::open(&path).unwrap();
+        let period = Duration::from_millis(10);
+        let pool = PressurePool::with_system(SystemCounters::from_files(
+            Some(open()),
+            None,
+            Duration::ZERO,
+        ))
+        .unwrap();
+        // A first profile, the thread started and idle on its bell.
+        let _first = PressureWatch::start(&pool, None, period).unwrap();
+        thread::sleep(Duration::from_millis(100));
+        // A second joins, and one of its drains rings, both before the watcher wakes: one
+        // bell for the two.
+        let system = SystemCounters::from_files(Some(open()), None, Duration::ZERO);
+        let joined = shared_on(system, true);
+        pool.watchers.inbox.joining().push(Watched {
+            shared: Arc::clone(&joined),
+            trigger: None,
+            period,
+            active: None,
+        });
+        pool.watchers.inbox.sound_bell();
+        within_10_s("the rung profile read every period", || {
+            joined.active.load(Ordering::Acquire)
+        });
+        joined.stop.store(true, Ordering::Release);
+    }
+
+    #[test]
+    fn one_watcher_thread_reads_every_rung_profile_and_lets_go_of_ended_ones() {
+        let _alone = one_pool_test_at_a_time();
+        let fake = Fake::new("pool");
+        let system_psi = fake.write("system", &psi(10, 0));
+        let system = SystemCounters::from_files(
+            Some(File::open(&system_psi).unwrap()),
+            None,
+            Duration::ZERO,
+        );
+        let pool = PressurePool::with_system(system).unwrap();
+        let before = watcher_threads();
+        let period = Duration::from_millis(10);
+        let watches: Vec<PressureWatch> = (0..100)
+            .map(|_| PressureWatch::start(&pool, None, period).unwrap())
+            .collect();
+        // The stall grew: every drain rings, and every profile is read every period.
+        fake.write("system", &psi(20, 0));
+        for watch in &watches {
+            watch.fill(&mut []);
+        }
+        for (i, watch) in watches.iter().enumerate() {
+            within_10_s(&format!("profile {i} read every period"), || {
+                watch.shared.log().readings.len() >= 5
+            });
+        }
+        // Counted once every profile was read: a thread is named once it runs.
+        assert_eq!(watcher_threads(), before + 1, "one thread for 100 profiles");
+        // The stall stands still: each goes back to sleep after QUIET.
+        within_10_s("every profile idle again", || {
+            !(watches.iter()).any(|w| w.shared.active.load(Ordering::Acquire))
+        });
+        let ended: Vec<_> = (watches.into_iter())
+            .map(|watch| Arc::downgrade(&watch.shared))
+            .collect();
+        within_10_s("every ended profile let go of", || {
+            ended.iter().all(|shared| shared.upgrade().is_none())
+        });
+        drop(pool);
+        // Joined, it may still be listed for a moment.
+        within_10_s("the thread ended with its pool", || {
+            watcher_threads() == before
+        });
     }
 
     #[test]
@@ -689,17 +1152,20 @@ mod tests {
         let vmstat = fake.write("vmstat", "pswpin 100\n");
         let mut log = Log {
             sources: Sources {
-                system: None,
+                system: Arc::new(SystemCounters::from_files(
+                    None,
+                    Some(File::open(&vmstat).unwrap()),
+                    Duration::ZERO,
+                )),
                 cgroup: None,
-                vmstat: Some(File::open(&vmstat).unwrap()),
                 buf: Vec::new(),
             },
             readings: Vec::new(),
             last_end: None,
         };
-        assert!(!log.take());
+        assert!(!log.take(0));
         fake.write("vmstat", "pswpin 160\n");
-        assert!(!log.take(), "no stall to grow");
+        assert!(!log.take(0), "no stall to grow");
         let [first, second] = [log.readings[0].mono_ns, log.readings[1].mono_ns];
         let share = apportion::share(&log.readings, first, second);
         assert_eq!(share.pswpin, Some(60));

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use shared_layout::{abi, Area, Mode};
 
+use crate::backend::procfs::sampler::SamplerPool;
 use crate::backend::{Backend, Selection};
 use crate::command::child::{self, Held, Running};
 use crate::command::signals::Signals;
@@ -28,7 +29,7 @@ use crate::output::summary::{fold, SummaryRequest, SummarySink};
 use crate::output::summary::{Summary, Thrashing};
 use crate::output::writer::{Destination, Format, Output, PlotFile};
 use crate::pressure::verdict::{Band, RULE};
-use crate::pressure::watch::PressureWatch;
+use crate::pressure::watch::{PressurePool, PressureWatch};
 use crate::rows::row::Row;
 use crate::rows::source::Source;
 use crate::system::cgroup::{Cgroup, FaultCheck};
@@ -75,14 +76,18 @@ pub struct Request {
 }
 
 /// What a supervisor running many profiles gives each: the hub it exports through, the
-/// labels the supervisor derived of its target, the signals it stops it with, and a ring
-/// of `ring_pages` (many profiles, each drained every interval, need small ones).
+/// labels the supervisor derived of its target, the signals it stops it with, a ring
+/// of `ring_pages` (many profiles, each drained every interval, need small ones), and the
+/// pressure pool every profile's pressure watch is in, and the sampler pool that samples
+/// every profile's cgroup.
 #[derive(Clone)]
 pub struct Supervised {
     pub hub: Arc<Hub>,
     pub derived: Vec<(&'static str, String)>,
     pub signals: Signals,
     pub ring_pages: u64,
+    pub pressure: PressurePool,
+    pub samplers: SamplerPool,
 }
 
 impl std::fmt::Debug for Supervised {
@@ -164,6 +169,7 @@ fn open<B: Backend>(request: &Request) -> Result<(Sinks, Opened<B>), ProfileErro
         attribution: request.attribution,
         ring_pages: (request.supervised.as_ref())
             .map_or(abi::BUFFER_PAGES_DEFAULT.into(), |s| s.ring_pages),
+        sampler_pool: (request.supervised.as_ref()).map(|s| s.samplers.clone()),
     };
     let mut backend = B::open(&selection, request.period_ms)?;
     let labels = Labels {
@@ -233,7 +239,13 @@ fn start<B: Backend>(opened: Opened<B>, request: &Request) -> Result<Started<B>,
     let metadata = metadata(request, backend.name(), area.period());
     // Its first reading comes before the first sample: the system's pressure, and the
     // selected cgroup's when there is one.
-    let pressure = PressureWatch::start(request.cgroup.as_deref(), area.period())
+    let pool = match &request.supervised {
+        Some(supervised) => supervised.pressure.clone(),
+        // Fresh for no time: a single profile reads the system's counters every time.
+        None => PressurePool::new(Duration::ZERO)
+            .map_err(SystemError::doing("starting the memory pressure watcher"))?,
+    };
+    let pressure = PressureWatch::start(&pool, request.cgroup.as_deref(), area.period())
         .map_err(SystemError::doing("starting the memory pressure watcher"))?;
     let source = Source::new(Arc::clone(&area), waiter, request.interval);
     let ending = source.ending();

@@ -1,5 +1,6 @@
-//! The procfs backend: a sampler thread ([`sampler`]) reads /proc and produces into a
-//! memfd area; the consumer is the same code as with the module.
+//! The procfs backend: a sampler thread ([`sampler`]; one for all of a fleet's targets)
+//! reads /proc and produces into a memfd area; the consumer is the same code as with the
+//! module.
 //!
 //! The sampler reads each selected process ([`process`]) with its descendants
 //! ([`tree`]) and the members of a selected cgroup ([`members`]), their memory
@@ -36,7 +37,7 @@ use attribute::Attributor;
 use members::Members;
 use perf::{FaultEvents, PerfError, Watched};
 use process::Process;
-use sampler::{Event, Events, Sampler};
+use sampler::{Event, Events, Sampler, SamplerPool};
 
 pub struct Procfs {
     period: Duration,
@@ -63,6 +64,8 @@ pub struct Procfs {
     adopted_ns: Option<u64>,
     /// The ring, in pages.
     ring_pages: u64,
+    /// A fleet's thread that samples a cgroup alone with the other targets'.
+    sampler_pool: Option<SamplerPool>,
 }
 
 impl Backend for Procfs {
@@ -99,6 +102,7 @@ impl Backend for Procfs {
             began: procstat::boot_ticks(),
             adopted_ns: None,
             ring_pages: selection.ring_pages,
+            sampler_pool: selection.sampler_pool.clone(),
         })
     }
 
@@ -166,14 +170,24 @@ impl Backend for Procfs {
             began: self.began,
         };
         self.feed = Some(feed);
-        let sampler = Sampler::spawn(
-            Arc::clone(area),
-            processes,
-            members,
-            self.period,
-            attribution,
-            on_end,
-        )
+        // A fleet's target (a cgroup alone, no fault events) is sampled on the pool's
+        // thread; what has processes or events to wait on, on a thread of its own.
+        let pooled = (self.sampler_pool.as_ref())
+            .filter(|_| processes.is_empty() && attribution.attributor.is_none());
+        let sampler = match (pooled, members) {
+            (Some(pool), Some(members)) => {
+                let area = Arc::clone(area);
+                Sampler::pooled(pool, area, members, self.period, attribution, on_end)
+            }
+            (_, members) => Sampler::spawn(
+                Arc::clone(area),
+                processes,
+                members,
+                self.period,
+                attribution,
+                on_end,
+            ),
+        }
         .map_err(SystemError::doing("starting the sampler"))?;
         let events = sampler.events();
         let watch = command.map(|_| -> Box<dyn ExitWatch> {
@@ -239,6 +253,13 @@ impl Backend for Procfs {
                 "the consumer stopped before the last sample could be written: {} minor and \
                  {} major faults are missing from the output",
                 report.unflushed.minor, report.unflushed.major
+            ));
+        }
+        if report.late > 0 {
+            notes.push(format!(
+                "the fleet's sampler thread came late {} times, held up by its other targets: \
+                 those periods' counts are in the next row",
+                report.late
             ));
         }
         for unread in &report.unread {

@@ -17,11 +17,18 @@
 //! events' rings, drained when half full. Before each sample it gives the consumer the
 //! period's table ([`crate::attribution`]): who took the faults ([`super::who`]) and,
 //! where the events are open, where ([`super::attribute`]).
+//!
+//! A fleet's targets (each a cgroup alone, without fault events) are sampled by one
+//! thread for all, a [`SamplerPool`]: each target keeps its counts and its ring, and the
+//! thread passes every target that is due, in the order of their deadlines, which fall
+//! on one grid of periods so that one wake-up serves them all.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::Arc;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -74,6 +81,10 @@ pub enum SamplerError {
     Protocol(#[from] ProtocolError),
     #[error("waiting for the next period")]
     Wait(#[source] std::io::Error),
+    #[error("the fleet's sampler thread ended before this target's session")]
+    PoolEnded,
+    #[error("the fleet's sampler thread failed on this target (a bug: please report it)")]
+    PoolPanicked,
 }
 
 /// A process that exited and was reaped by its parent before its last counts could be
@@ -93,6 +104,10 @@ pub struct SamplerReport {
     pub unflushed: Sample,
     /// Processes whose last counts could not be read.
     pub unread: Vec<Unread>,
+    /// Periods whose pass came too late, its deadline passed before the pass before it was
+    /// done (a fleet's thread held up by its other targets): their counts are in the next
+    /// sample.
+    pub late: u64,
 }
 
 /// Sends [`Event`]s to the sampler from any thread, waking it.
@@ -114,7 +129,15 @@ impl Events {
 
 pub struct Sampler {
     events: Events,
-    thread: JoinHandle<Result<SamplerReport, SamplerError>>,
+    ended: Ended,
+}
+
+/// Where a sampler's report comes from.
+enum Ended {
+    /// Its own thread's end.
+    Thread(JoinHandle<Result<SamplerReport, SamplerError>>),
+    /// The pool's thread, once it has ended the session.
+    Pooled(Receiver<Result<SamplerReport, SamplerError>>),
 }
 
 /// Where each period's table goes, and the fault events when they are open.
@@ -177,7 +200,48 @@ impl Sampler {
                 on_end();
                 report
             })?;
-        Ok(Sampler { events, thread })
+        Ok(Sampler {
+            events,
+            ended: Ended::Thread(thread),
+        })
+    }
+
+    /// Starts sampling the `cgroup`'s members every `period` into `area` on the `pool`'s
+    /// thread, as [`Sampler::spawn`] does on one of its own.
+    pub fn pooled(
+        pool: &SamplerPool,
+        area: Arc<Area>,
+        cgroup: Members,
+        period: Duration,
+        attribution: SamplerAttribution,
+        on_end: impl FnOnce() + Send + 'static,
+    ) -> std::io::Result<Sampler> {
+        let (tx, rx) = mpsc::channel();
+        let (report_tx, report_rx) = mpsc::sync_channel(1);
+        let cgroup = CgroupCount {
+            members: cgroup,
+            seen: ProcessCounters::default(),
+        };
+        pool.add(Pooled {
+            counts: Counts::new(Vec::new(), Some(cgroup), attribution),
+            // One target's full ring must not hold up the others' passes.
+            producer: Producer::new(area).never_waiting(),
+            period,
+            next: Instant::now(),
+            first: true,
+            late: 0,
+            events: rx,
+            on_end: Box::new(on_end),
+            report: report_tx,
+            ending: None,
+        })?;
+        Ok(Sampler {
+            events: Events {
+                tx,
+                bell: Arc::clone(&pool.inbox.bell),
+            },
+            ended: Ended::Pooled(report_rx),
+        })
     }
 
     /// A handle to send [`Event`]s from other threads.
@@ -187,9 +251,12 @@ impl Sampler {
 
     /// Waits for the sampler to end (every process gone, or [`Event::Stop`]).
     pub fn join(self) -> Result<SamplerReport, SamplerError> {
-        self.thread
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        match self.ended {
+            Ended::Thread(thread) => thread
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            Ended::Pooled(report) => report.recv().unwrap_or(Err(SamplerError::PoolEnded)),
+        }
     }
 }
 
@@ -342,36 +409,30 @@ fn run(
     events: &Receiver<Event>,
     bell: &EventFd,
 ) -> Result<SamplerReport, SamplerError> {
-    let mut counts = Counts {
-        procs: profiled(processes),
-        cgroup,
-        pending: Sample::default(),
-        threads: 0,
-        cap: CpuCap::new(),
-        unread: Vec::new(),
-        who: Who::new(attribution.began),
-        feed: attribution.feed,
-        attributor: attribution.attributor,
-    };
+    let mut counts = Counts::new(processes, cgroup, attribution);
     // Whatever happens, the session must end canceled, or the consumer waits forever.
     let outcome = sample_until_the_end(&mut counts, &mut producer, period, events, bell);
-    // The last sample: whatever the processes did since the previous one.
-    let mut last = counts.pending;
-    if last.time_ns == 0 {
-        last.time_ns = abi::monotonic_ns();
-    }
-    counts.cap.flush(&mut last);
-    counts.publish(last.time_ns);
-    let recorded = producer.record(last);
+    let recorded = counts.record_last(&mut producer);
     let finished = producer.finish(Instant::now() + FINISH_TIMEOUT);
+    report(counts, outcome.and(recorded), finished, 0)
+}
+
+/// How a session ended: `outcome`, and `finished`, what its last sample's writing
+/// managed; `late`: its passes that came too late.
+fn report(
+    counts: Counts,
+    outcome: Result<(), SamplerError>,
+    finished: Result<Finish, ProtocolError>,
+    late: u64,
+) -> Result<SamplerReport, SamplerError> {
     outcome?;
-    recorded?;
     Ok(SamplerReport {
         unflushed: match finished? {
             Finish::Flushed => Sample::default(),
             Finish::Unflushed(s) => s,
         },
         unread: counts.unread,
+        late,
     })
 }
 
@@ -395,6 +456,37 @@ struct Counts {
 }
 
 impl Counts {
+    fn new(
+        processes: Vec<Process>,
+        cgroup: Option<CgroupCount>,
+        attribution: SamplerAttribution,
+    ) -> Counts {
+        Counts {
+            procs: profiled(processes),
+            cgroup,
+            pending: Sample::default(),
+            threads: 0,
+            cap: CpuCap::new(),
+            unread: Vec::new(),
+            who: Who::new(attribution.began),
+            feed: attribution.feed,
+            attributor: attribution.attributor,
+        }
+    }
+
+    /// Records the last sample (whatever the processes did since the previous one): if
+    /// the ring cannot take it, it stays pending in the `producer`.
+    fn record_last(&mut self, producer: &mut Producer) -> Result<(), SamplerError> {
+        let mut last = self.pending;
+        if last.time_ns == 0 {
+            last.time_ns = abi::monotonic_ns();
+        }
+        self.cap.flush(&mut last);
+        self.publish(last.time_ns);
+        producer.record(last)?;
+        Ok(())
+    }
+
     /// Reads every process and the cgroup's members; the timestamp the counts belong to.
     fn poll(&mut self) -> Result<u64, SamplerError> {
         let time_ns = poll_all(
@@ -545,6 +637,323 @@ fn sample_until_the_end(
             }
         }
     }
+}
+
+/// One thread that samples many cgroups (a fleet's targets), each with its own counts and
+/// ring, on deadlines of its own: a thousand targets wake one thread when their passes
+/// are due, not a thousand. The last handle's drop ends the sessions left and the thread.
+#[derive(Clone)]
+pub struct SamplerPool {
+    inbox: Arc<PoolInbox>,
+    thread: Arc<PoolThread>,
+}
+
+/// What the pool's thread is told.
+struct PoolInbox {
+    joining: Mutex<Vec<Pooled>>,
+    /// Sounded when a target joins or is sent an event, and to stop the thread.
+    bell: Arc<EventFd>,
+    stop: AtomicBool,
+    /// Where the targets' deadlines fall: every period from it.
+    grid: Instant,
+    /// Every target's late passes (`Pooled::late`), for the fleet to say.
+    late: AtomicU64,
+}
+
+struct PoolThread {
+    inbox: Arc<PoolInbox>,
+    handle: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A target's session on the pool's thread.
+struct Pooled {
+    counts: Counts,
+    producer: Producer,
+    period: Duration,
+    /// When its next pass is due.
+    next: Instant,
+    /// Its first pass is still to come: it marks where the profile starts.
+    first: bool,
+    /// Passes that came after the next deadline had passed too.
+    late: u64,
+    events: Receiver<Event>,
+    on_end: Box<dyn FnOnce() + Send>,
+    report: mpsc::SyncSender<Result<SamplerReport, SamplerError>>,
+    /// Over, its last sample recorded: how it went, and until when a last sample the
+    /// ring could not take is tried again at each pass.
+    ending: Option<(Result<(), SamplerError>, Instant)>,
+}
+
+impl std::fmt::Debug for SamplerPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SamplerPool").finish_non_exhaustive()
+    }
+}
+
+impl SamplerPool {
+    pub fn new() -> std::io::Result<SamplerPool> {
+        let inbox = Arc::new(PoolInbox {
+            joining: Mutex::new(Vec::new()),
+            bell: Arc::new(EventFd::from_flags(
+                EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK,
+            )?),
+            stop: AtomicBool::new(false),
+            grid: Instant::now(),
+            late: AtomicU64::new(0),
+        });
+        Ok(SamplerPool {
+            thread: Arc::new(PoolThread {
+                inbox: Arc::clone(&inbox),
+                handle: Mutex::new(None),
+            }),
+            inbox,
+        })
+    }
+
+    /// Samples `pooled` from now, starting the thread with the first target, or again
+    /// should it have ended: only a panic outside every target's pass (caught each) could
+    /// end it, and the targets it held would be lost with it, not those after.
+    fn add(&self, pooled: Pooled) -> std::io::Result<()> {
+        let mut handle = (self.thread.handle.lock()).unwrap_or_else(PoisonError::into_inner);
+        if handle.as_ref().is_none_or(JoinHandle::is_finished) {
+            let inbox = Arc::clone(&self.inbox);
+            *handle = Some(
+                thread::Builder::new()
+                    .name("pfprof-samplers".into())
+                    .spawn(move || run_pool(&inbox))?,
+            );
+        }
+        self.inbox.joining().push(pooled);
+        // Cannot fail short of the counter overflowing, which the thread's read resets.
+        let _ = self.inbox.bell.write(1);
+        Ok(())
+    }
+
+    /// How many passes of all its targets so far came after their next deadline had
+    /// passed too: a round of passes outlasting a period. A fleet's targets' summaries
+    /// are shown nowhere, so the fleet says it.
+    pub fn late_passes(&self) -> u64 {
+        self.inbox.late.load(Ordering::Relaxed)
+    }
+}
+
+impl PoolInbox {
+    fn joining(&self) -> MutexGuard<'_, Vec<Pooled>> {
+        // A target is pushed whole or not at all: a panic elsewhere leaves nothing torn.
+        self.joining.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for PoolThread {
+    fn drop(&mut self) {
+        self.inbox.stop.store(true, Ordering::Release);
+        let _ = self.inbox.bell.write(1);
+        let handle = (self.handle.get_mut()).unwrap_or_else(PoisonError::into_inner);
+        if let Some(handle) = handle.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Pooled {
+    /// Its events, and its pass when due; true once its session is over and its report
+    /// is to be sent. `sounded`: the bell rang.
+    fn pass(&mut self, sounded: bool, inbox: &PoolInbox) -> bool {
+        let grid = inbox.grid;
+        if self.ending.is_none() {
+            let Some(outcome) = self.step(sounded, inbox) else {
+                return false;
+            };
+            // Recorded whatever the outcome, as a sampler of its own records it.
+            let recorded = self.counts.record_last(&mut self.producer);
+            self.ending = Some((outcome.and(recorded), Instant::now() + FINISH_TIMEOUT));
+        } else if Instant::now() >= self.next {
+            // Its last sample, again: the consumer may have freed a slot since.
+            if let Err(e) = self.producer.retry_pending() {
+                self.ending = Some((Err(e.into()), Instant::now()));
+            }
+            // Not counted late: these tries are not the target's periods.
+            self.next = next_deadline(grid, self.period, self.next, Instant::now()).0;
+        }
+        let Some((_, deadline)) = &self.ending else {
+            return false;
+        };
+        self.producer.pending().is_none() || Instant::now() >= *deadline
+    }
+
+    /// Its events and its pass when due; `Some` with how the session went once it is over.
+    fn step(&mut self, sounded: bool, inbox: &PoolInbox) -> Option<Result<(), SamplerError>> {
+        let grid = inbox.grid;
+        let due = Instant::now() >= self.next;
+        // Every event sounds the bell after it is sent: a silent bell and no pass due, no
+        // events to look for. A profile gone without a stop (its handles dropped on an
+        // error) ends its session as a stop does.
+        if sounded || due {
+            loop {
+                let event = match self.events.try_recv() {
+                    Ok(event) => event,
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => Event::Stop,
+                };
+                match event {
+                    Event::Exited {
+                        pid,
+                        totals,
+                        zombie,
+                    } => self.counts.reaped(pid, totals, zombie),
+                    Event::Stop => {
+                        let polled = self.counts.poll();
+                        return Some(polled.map(|time_ns| self.counts.pending.time_ns = time_ns));
+                    }
+                }
+            }
+        }
+        if !due {
+            return None;
+        }
+        let time_ns = match self.counts.poll() {
+            Ok(time_ns) => time_ns,
+            Err(e) => return Some(Err(e)),
+        };
+        // The cgroup gone: the last sample now, with the partial period.
+        if self.counts.all_gone() && !self.first {
+            return Some(Ok(()));
+        }
+        if let Err(e) = self.counts.record(&mut self.producer, time_ns) {
+            return Some(Err(e.into()));
+        }
+        let now = Instant::now();
+        if std::mem::take(&mut self.first) {
+            // From its second pass on it is on the pool's grid, so that every target due
+            // is passed at one wake-up: its first period is half a period to one and a
+            // half (the rows are measured from the samples' timestamps).
+            self.next = on_grid(grid, self.period, now + self.period / 2);
+        }
+        self.schedule(inbox, now);
+        None
+    }
+
+    /// As the sampler of its own: the next deadline is the first still ahead once the
+    /// work is done; one more passed meanwhile makes the pass late.
+    fn schedule(&mut self, inbox: &PoolInbox, now: Instant) {
+        let (next, late) = next_deadline(inbox.grid, self.period, self.next, now);
+        self.next = next;
+        if late {
+            self.late += 1;
+            inbox.late.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Ends its session: what is still pending tried once more, the ring canceled, then
+    /// its report.
+    fn end(self) {
+        let (outcome, _) = self.ending.unwrap_or((Ok(()), Instant::now()));
+        let mut producer = self.producer;
+        // `finish` tries nothing once its deadline is past: the try is this one.
+        let tried = producer.retry_pending();
+        let finished = tried.and(producer.finish(Instant::now()));
+        let report = report(self.counts, outcome, finished, self.late);
+        // Its report goes out whatever on_end does: its profile waits for it.
+        let _ = panic::catch_unwind(AssertUnwindSafe(self.on_end));
+        let _ = self.report.send(report);
+    }
+
+    /// Ends a session whose pass panicked, its counts maybe torn: the ring canceled so
+    /// that its consumer ends, and the panic reported.
+    fn abandon(self) {
+        let _ = panic::catch_unwind(AssertUnwindSafe(|| self.producer.finish(Instant::now())));
+        let _ = panic::catch_unwind(AssertUnwindSafe(self.on_end));
+        let _ = self.report.send(Err(SamplerError::PoolPanicked));
+    }
+}
+
+/// After a pass done at `now` whose deadline was `due`: the next deadline on `grid`, the
+/// first still ahead, and whether the pass was late (it skipped one or more).
+fn next_deadline(grid: Instant, period: Duration, due: Instant, now: Instant) -> (Instant, bool) {
+    if due > now {
+        return (due, false);
+    }
+    let next = on_grid(grid, period, now);
+    let next = if next <= now { next + period } else { next };
+    (next, next > due + period)
+}
+
+/// The first of the moments `grid` + k × `period` at or after `t`.
+fn on_grid(grid: Instant, period: Duration, t: Instant) -> Instant {
+    let since = t.saturating_duration_since(grid).as_nanos();
+    let periods = since.div_ceil(period.as_nanos().max(1));
+    let ahead = periods * period.as_nanos();
+    grid + Duration::from_nanos(u64::try_from(ahead).unwrap_or(u64::MAX))
+}
+
+/// The pool's thread: asleep until the earliest target's deadline or the bell; then each
+/// target's events, and the passes that are due in the order of their deadlines.
+fn run_pool(inbox: &PoolInbox) {
+    let mut targets: Vec<Pooled> = Vec::new();
+    let mut sounded = false;
+    while !inbox.stop.load(Ordering::Acquire) {
+        let round = panic::catch_unwind(AssertUnwindSafe(|| {
+            sounded = pool_round(inbox, &mut targets, sounded);
+        }));
+        if round.is_err() {
+            // A panic outside every target's pass (caught each): in a session's end, or
+            // the round's own work. The sessions it held are ended as a panicking pass's
+            // is, and the thread goes on: targets joining later, and the shutdown, count
+            // on it (a joiner left unserved would keep its profile waiting for ever).
+            for target in targets.drain(..) {
+                target.abandon();
+            }
+            sounded = true;
+        }
+    }
+    targets.append(&mut inbox.joining());
+    for mut target in targets {
+        let _ = panic::catch_unwind(AssertUnwindSafe(|| {
+            if target.ending.is_none() {
+                let recorded = target.counts.record_last(&mut target.producer);
+                target.ending = Some((recorded, Instant::now()));
+            }
+            target.end();
+        }));
+    }
+}
+
+/// One round of the pool's thread: the joiners taken in, every target's events and due
+/// pass, the ended sessions ended, then the wait. Returns whether the bell rang.
+fn pool_round(inbox: &PoolInbox, targets: &mut Vec<Pooled>, sounded: bool) -> bool {
+    targets.append(&mut inbox.joining());
+    targets.sort_by_key(|t| t.next);
+    let mut ended = Vec::new();
+    for (i, target) in targets.iter_mut().enumerate() {
+        // One target's bug ends its session alone, not every other's with the thread.
+        match panic::catch_unwind(AssertUnwindSafe(|| target.pass(sounded, inbox))) {
+            Ok(false) => {}
+            Ok(true) => ended.push((i, true)),
+            Err(_) => ended.push((i, false)),
+        }
+    }
+    for (i, clean) in ended.into_iter().rev() {
+        let target = targets.remove(i);
+        match clean {
+            true => target.end(),
+            false => target.abandon(),
+        }
+    }
+    let deadline = targets.iter().map(|t| t.next).min();
+    let timeout = deadline.map_or(PollTimeout::NONE, |deadline| {
+        let left = deadline.saturating_duration_since(Instant::now());
+        // Rounded up: waking a little early would take a sample a period too soon.
+        let ms = left.as_nanos().div_ceil(1_000_000);
+        PollTimeout::try_from(ms.min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX)
+    });
+    let mut bell = [PollFd::new(inbox.bell.as_fd(), PollFlags::POLLIN)];
+    // An error (EINTR, or a transient ENOMEM) is a wake-up like any other: the thread
+    // must not end while sessions still count on it.
+    let sounded = poll(&mut bell, timeout).is_ok_and(|n| n > 0);
+    if sounded {
+        let _ = inbox.bell.read();
+    }
+    sounded
 }
 
 /// A process that is not our child exited: read its final counts while it is a zombie;
@@ -712,6 +1121,11 @@ fn set_memory(sample: &mut Sample, memory: Memory) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::system::cgroup::{cgroup2_mounts, test_cgroup_path, Cgroup};
+    use shared_layout::strict::{StrictConsumer, Take};
+    use shared_layout::wait::FutexWaiter;
+    use shared_layout::Mode;
+    use std::path::PathBuf;
 
     /// A sample's counts, without its memory.
     fn counts(s: &Sample) -> (u64, u64, u64) {
@@ -933,5 +1347,250 @@ mod tests {
         assert!(
             matches!(woken, Woken::Early { bell: false, ref exited, rings: false, .. } if exited == &[pid])
         );
+    }
+
+    /// The threads named as the pool's (no other test in this process starts one): their
+    /// /proc/self/task directories.
+    fn pool_threads() -> Vec<PathBuf> {
+        let tasks = std::fs::read_dir("/proc/self/task").unwrap();
+        (tasks.flatten())
+            .map(|task| task.path())
+            .filter(|task| {
+                let comm = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+                comm.trim() == "pfprof-samplers"
+            })
+            .collect()
+    }
+
+    /// How often a thread went to sleep.
+    fn voluntary_switches(task: &std::path::Path) -> u64 {
+        let status = std::fs::read_to_string(task.join("status")).unwrap();
+        let line = (status.lines())
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .unwrap();
+        line.trim().parse().unwrap()
+    }
+
+    /// Held by each test that makes a pool: one counts the pool threads by name.
+    static POOL_TESTS: Mutex<()> = Mutex::new(());
+
+    fn one_pool_test_at_a_time() -> MutexGuard<'static, ()> {
+        POOL_TESTS.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// This process's own cgroup: a real one any user may read, sampled without root.
+    fn own_cgroup() -> Members {
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        let path = (own.lines())
+            .find_map(|line| line.strip_prefix("0::"))
+            .expect("a cgroup v2 line");
+        let mount = cgroup2_mounts()
+            .into_iter()
+            .next()
+            .expect("a cgroup2 mount");
+        let dir = mount.join(path.trim_start_matches('/'));
+        Members::new(Arc::new(Cgroup::open(&dir).unwrap()))
+    }
+
+    /// A pooled target on this process's cgroup, into a strict ring of `slots`; its
+    /// `on_end`.
+    fn pooled_target(
+        pool: &SamplerPool,
+        slots: u64,
+        period: Duration,
+        on_end: impl FnOnce() + Send + 'static,
+    ) -> (Arc<Area>, Sampler) {
+        let area = Arc::new(Area::create_memfd_with_slots(slots, Mode::Strict, period).unwrap());
+        let attribution = SamplerAttribution::off("a test");
+        let sampler = Sampler::pooled(
+            pool,
+            Arc::clone(&area),
+            own_cgroup(),
+            period,
+            attribution,
+            on_end,
+        )
+        .unwrap();
+        (area, sampler)
+    }
+
+    #[test]
+    fn a_target_whose_end_panics_strands_no_other_target() {
+        let _alone = one_pool_test_at_a_time();
+        let period = Duration::from_millis(20);
+        let pool = SamplerPool::new().unwrap();
+        let (_, failing) = pooled_target(&pool, 64, period, || panic!("a test's on_end"));
+        let (_, other) = pooled_target(&pool, 64, period, || {});
+        thread::sleep(period * 3);
+        failing.events().send(Event::Stop);
+        joined_within_10_s(failing);
+        // The thread lives on: the other target's session ends as it should, and a
+        // target that joins later is sampled.
+        let (later_area, later) = pooled_target(&pool, 64, period, || {});
+        thread::sleep(period * 3);
+        other.events().send(Event::Stop);
+        joined_within_10_s(other);
+        later.events().send(Event::Stop);
+        joined_within_10_s(later);
+        assert!(
+            later_area.counters().write_seq >= 2,
+            "sampled after the panic"
+        );
+    }
+
+    #[test]
+    fn a_pooled_target_whose_profile_is_gone_without_a_stop_is_ended() {
+        let _alone = one_pool_test_at_a_time();
+        let period = Duration::from_millis(20);
+        let pool = SamplerPool::new().unwrap();
+        let (ended_tx, ended_rx) = mpsc::channel();
+        let (_, sampler) = pooled_target(&pool, 64, period, move || {
+            let _ = ended_tx.send(());
+        });
+        thread::sleep(period * 3);
+        // Its profile failed: every handle dropped, no stop sent, no bell.
+        drop(sampler);
+        assert!(
+            ended_rx.recv_timeout(Duration::from_secs(10)).is_ok(),
+            "its session ended"
+        );
+    }
+
+    #[test]
+    fn an_ended_pooled_target_writes_its_last_sample_once_its_full_ring_has_room() {
+        let _alone = one_pool_test_at_a_time();
+        let period = Duration::from_millis(20);
+        let pool = SamplerPool::new().unwrap();
+        // One slot: the first sample fills it, every later one waits pending.
+        let (area, sampler) = pooled_target(&pool, 1, period, || {});
+        thread::sleep(period * 4);
+        sampler.events().send(Event::Stop);
+        // Ended with its ring still full, for a few passes: its last sample waits.
+        thread::sleep(period * 4);
+        let mut consumer = StrictConsumer::new(Arc::clone(&area), FutexWaiter);
+        let mut samples = Vec::new();
+        let taking = thread::spawn(move || {
+            let limit = Some(Duration::from_secs(10));
+            while consumer.take(&mut samples, limit).unwrap() != Take::Ended {}
+            samples
+        });
+        let report = joined_within_10_s(sampler);
+        assert_eq!(report.unflushed, Sample::default(), "nothing lost");
+        let samples = taking.join().unwrap();
+        assert_eq!(samples.len(), 2, "the first sample, then the rest merged");
+    }
+
+    #[test]
+    fn a_pass_after_a_deadline_it_skipped_is_late() {
+        let grid = Instant::now();
+        let ms = Duration::from_millis;
+        let period = ms(50);
+        // On time (however late within its period): the next deadline, not late.
+        assert_eq!(
+            next_deadline(grid, period, grid + ms(50), grid + ms(99)),
+            (grid + ms(100), false)
+        );
+        // Done after the next deadline too: that one is skipped, and the pass was late.
+        assert_eq!(
+            next_deadline(grid, period, grid + ms(50), grid + ms(100)),
+            (grid + ms(150), true)
+        );
+        assert_eq!(
+            next_deadline(grid, period, grid + ms(50), grid + ms(260)),
+            (grid + ms(300), true)
+        );
+        // Not yet due: unchanged.
+        assert_eq!(
+            next_deadline(grid, period, grid + ms(50), grid + ms(10)),
+            (grid + ms(50), false)
+        );
+    }
+
+    #[test]
+    fn a_deadline_on_the_grid_is_the_first_grid_point_at_or_after_the_moment() {
+        let grid = Instant::now();
+        let ms = Duration::from_millis;
+        assert_eq!(on_grid(grid, ms(50), grid), grid);
+        assert_eq!(on_grid(grid, ms(50), grid + ms(100)), grid + ms(100));
+        assert_eq!(on_grid(grid, ms(50), grid + ms(101)), grid + ms(150));
+    }
+
+    /// The sampler's report, or a failure after 10 s: its session never ended.
+    fn joined_within_10_s(sampler: Sampler) -> SamplerReport {
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || tx.send(sampler.join()));
+        let report = rx.recv_timeout(Duration::from_secs(10));
+        report.expect("the session ended").expect("a clean end")
+    }
+
+    fn tables(feed: &Feed) -> usize {
+        let mut tables = Vec::new();
+        feed.take_until(u64::MAX, &mut tables);
+        tables.len()
+    }
+
+    #[test]
+    fn one_pool_thread_samples_every_target_each_period_and_ends_each_alone() {
+        let _alone = one_pool_test_at_a_time();
+        let Some(top) = test_cgroup_path("pool") else {
+            return;
+        };
+        std::fs::create_dir(&top).unwrap();
+        let period = Duration::from_millis(50);
+        let pool = SamplerPool::new().unwrap();
+        let before = pool_threads().len();
+        let mut targets: Vec<(PathBuf, Arc<Feed>, Sampler)> = (0..30)
+            .map(|i| {
+                let dir = top.join(format!("t{i}"));
+                std::fs::create_dir(&dir).unwrap();
+                let members = Members::new(Arc::new(Cgroup::open(&dir).unwrap()));
+                let area = Area::create_memfd(8, Mode::Strict, period).unwrap();
+                let attribution = SamplerAttribution::off("a test");
+                let feed = Arc::clone(&attribution.feed);
+                let sampler =
+                    Sampler::pooled(&pool, Arc::new(area), members, period, attribution, || {})
+                        .unwrap();
+                (dir, feed, sampler)
+            })
+            .collect();
+        thread::sleep(Duration::from_secs(1));
+        let threads = pool_threads();
+        assert_eq!(threads.len(), before + 1, "one thread for 30 targets");
+        // On one grid, every target's pass is due at the same wake-up: one a period (and
+        // a few more for bells and a loaded machine's late passes), not one a target a
+        // period (600 in these 20).
+        let slept = voluntary_switches(&threads[0]);
+        thread::sleep(period * 20);
+        let woken = voluntary_switches(&threads[0]) - slept;
+        assert!(
+            woken <= 150,
+            "the pool's thread woke {woken} times in 20 periods"
+        );
+        // 20 periods: at least 5 passes each, however loaded the machine.
+        for (i, (_, feed, _)) in targets.iter().enumerate() {
+            let passes = tables(feed);
+            assert!(passes >= 5, "target {i}: {passes} passes in 20 periods");
+        }
+        // A target whose cgroup is removed ends alone; the others go on.
+        let (dir, _, removed) = targets.remove(0);
+        std::fs::remove_dir(&dir).unwrap();
+        joined_within_10_s(removed);
+        thread::sleep(period * 4);
+        for (i, (_, feed, _)) in targets.iter().enumerate() {
+            assert!(tables(feed) >= 1, "target {i} sampled after another ended");
+        }
+        for (dir, _, sampler) in targets {
+            sampler.events().send(Event::Stop);
+            joined_within_10_s(sampler);
+            std::fs::remove_dir(&dir).unwrap();
+        }
+        std::fs::remove_dir(&top).unwrap();
+        drop(pool);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // Joined, it may still be listed for a moment.
+        while pool_threads().len() != before {
+            assert!(Instant::now() < deadline, "the pool's thread outlived it");
+            thread::sleep(Duration::from_millis(10));
+        }
     }
 }
