@@ -1068,16 +1068,32 @@ mod tests {
         let watches: Vec<PressureWatch> = (0..100)
             .map(|_| PressureWatch::start(&pool, None, period).unwrap())
             .collect();
-        // The stall grew: every drain rings, and every profile is read every period.
+        // The stall grew: every drain rings, and every profile is read every period. It
+        // goes on growing while they are looked at: a loaded machine may keep the watcher
+        // off its CPU for longer than QUIET, after which a still stall sends it to sleep.
         fake.write("system", &psi(20, 0));
         for watch in &watches {
             watch.fill(&mut []);
         }
-        for (i, watch) in watches.iter().enumerate() {
-            within_10_s(&format!("profile {i} read every period"), || {
-                watch.shared.log().readings.len() >= 5
+        let looked_at = AtomicBool::new(false);
+        thread::scope(|scope| {
+            // Bounded: a failed look ends the scope once this ends too.
+            scope.spawn(|| {
+                for stall in 21..2_021 {
+                    if looked_at.load(Ordering::Acquire) {
+                        break;
+                    }
+                    std::fs::write(&system_psi, psi(stall, 0)).unwrap();
+                    thread::sleep(period);
+                }
             });
-        }
+            for (i, watch) in watches.iter().enumerate() {
+                within_10_s(&format!("profile {i} read every period"), || {
+                    watch.shared.log().readings.len() >= 5
+                });
+            }
+            looked_at.store(true, Ordering::Release);
+        });
         // Counted once every profile was read: a thread is named once it runs.
         assert_eq!(watcher_threads(), before + 1, "one thread for 100 profiles");
         // The stall stands still: each goes back to sleep after QUIET.
