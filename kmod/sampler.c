@@ -40,12 +40,11 @@
 #include "pfprof_internal.h"
 
 /*
- * How often the faults recorded reach the region at least, when the period
- * is longer: the consumer names a fault's mapping from its process's maps,
- * read while the process lives.  The drain's timer may fire this late, to
- * be coalesced with others: a drain needs no precision, a period does.
+ * PFPROF_FAULTS_DRAIN_MS (pfprof.h), in ns.  The drain's timer may fire
+ * this late, to be coalesced with others: a drain needs no precision, a
+ * period does.
  */
-#define PFPROF_FAULTS_DRAIN_NS		(100 * NSEC_PER_MSEC)
+#define PFPROF_FAULTS_DRAIN_NS		(PFPROF_FAULTS_DRAIN_MS * NSEC_PER_MSEC)
 #define PFPROF_FAULTS_DRAIN_SLACK_NS	(10 * NSEC_PER_MSEC)
 
 void pfprof_sampler_kick(struct pfprof_session *s)

@@ -531,6 +531,12 @@ struct pfprof_cgroup_target {
  */
 #define PFPROF_MINOR_SAMPLING_MIN		1
 #define PFPROF_MINOR_SAMPLING_MAX		1000000
+/*
+ * How often, at least, the faults recorded reach the region when the period
+ * is longer: a consumer names a fault's mapping from its process's maps,
+ * read while the process lives, so it drains the region as often.
+ */
+#define PFPROF_FAULTS_DRAIN_MS			100
 
 /* Kinds of struct pfprof_fault. */
 #define PFPROF_FAULT_MAJOR	1u	/* a major fault: every one is recorded */

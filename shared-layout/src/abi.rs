@@ -202,6 +202,9 @@ pub const FAULTS_MAGIC: u32 = 0x5446_4650;
 /// Bounds of `PFPROF_IOC_ATTRIBUTE`'s `minor_sampling` (one minor fault in N recorded).
 pub const MINOR_SAMPLING_MIN: u32 = 1;
 pub const MINOR_SAMPLING_MAX: u32 = 1_000_000;
+/// `PFPROF_FAULTS_DRAIN_MS`: how often, at least, the module drains recorded faults to the
+/// region when the period is longer; a consumer drains the region as often.
+pub const FAULTS_DRAIN_MS: u32 = 100;
 /// `PFPROF_FAULT_MAJOR`: a major fault, every one recorded.
 pub const FAULT_MAJOR: u32 = 1;
 /// `PFPROF_FAULT_MINOR`: a minor fault, one in `minor_sampling` recorded.

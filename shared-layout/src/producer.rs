@@ -98,6 +98,22 @@ impl Producer {
         self.pending
     }
 
+    /// Tries once more to write what is pending, waiting for a free slot no longer than a
+    /// push does; whether nothing is left pending. For a last sample that must not hold
+    /// up its thread, retried later instead.
+    pub fn retry_pending(&mut self) -> Result<bool, ProtocolError> {
+        let Some(sample) = self.pending else {
+            return Ok(true);
+        };
+        match self.push(sample, Some(self.slot_wait))? {
+            Push::Written => self.pending = None,
+            Push::LockBusy | Push::Full => {}
+            // Nobody takes samples any more: it stays pending, and `finish` says it is lost.
+            Push::Canceled => {}
+        }
+        Ok(self.pending.is_none())
+    }
+
     /// Write what is pending (retrying until `deadline`), then cancel the
     /// ring and wake both sides.
     pub fn finish(mut self, deadline: Instant) -> Result<Finish, ProtocolError> {

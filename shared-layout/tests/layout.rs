@@ -212,6 +212,7 @@ fn facts() -> Vec<Fact> {
     number(&mut f, "PFPROF_FAULTS_MAGIC", abi::FAULTS_MAGIC);
     number(&mut f, "PFPROF_MINOR_SAMPLING_MIN", abi::MINOR_SAMPLING_MIN);
     number(&mut f, "PFPROF_MINOR_SAMPLING_MAX", abi::MINOR_SAMPLING_MAX);
+    number(&mut f, "PFPROF_FAULTS_DRAIN_MS", abi::FAULTS_DRAIN_MS);
     number(&mut f, "PFPROF_FAULT_MAJOR", abi::FAULT_MAJOR);
     number(&mut f, "PFPROF_FAULT_MINOR", abi::FAULT_MINOR);
     number(&mut f, "PFPROF_TARGET_INHERIT", abi::TARGET_INHERIT);

@@ -146,6 +146,34 @@ fn producer_merges_periods_while_the_strict_ring_is_full_and_finish_flushes_them
 }
 
 #[test]
+fn a_never_waiting_producer_defers_at_once_on_a_full_ring_and_its_retry_writes_the_merged_counts() {
+    // A period long enough that a wait for a slot would show: a minute.
+    let area = Arc::new(Area::create_memfd_with_slots(1, Mode::Strict, LIMIT).unwrap());
+    let mut producer = Producer::new(Arc::clone(&area)).never_waiting();
+    assert_eq!(producer.record(delta(0)).unwrap(), Push::Written);
+    assert!(producer.retry_pending().unwrap(), "nothing pending");
+    let start = Instant::now();
+    assert_eq!(producer.record(delta(1)).unwrap(), Push::Full);
+    assert_eq!(producer.record(delta(2)).unwrap(), Push::Full);
+    assert!(!producer.retry_pending().unwrap(), "the ring is still full");
+    // Waiting for a slot, each would have taken the period: a minute.
+    assert!(
+        area.counters().blocked_ns < 1_000_000_000,
+        "no push waited for a slot"
+    );
+    assert!(start.elapsed() < LIMIT);
+    let mut consumer = StrictConsumer::new(Arc::clone(&area), FutexWaiter);
+    let mut received = Vec::new();
+    consumer.take(&mut received, Some(Duration::ZERO)).unwrap();
+    assert!(producer.retry_pending().unwrap(), "a slot freed: written");
+    assert_eq!(producer.pending(), None);
+    consumer.take(&mut received, Some(Duration::ZERO)).unwrap();
+    assert_eq!(received.len(), 2, "the first period, then the two merged");
+    assert_eq!(totals(&received), totals(&[delta(0), delta(1), delta(2)]));
+    assert_eq!(levels(&received[1]), levels(&delta(2)));
+}
+
+#[test]
 fn producer_finish_gives_up_at_its_deadline_and_returns_what_it_could_not_write() {
     let area =
         Arc::new(Area::create_memfd_with_slots(1, Mode::Strict, Duration::from_millis(1)).unwrap());

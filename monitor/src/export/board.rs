@@ -24,6 +24,9 @@ pub(super) struct Posted {
     pub(super) pushed: bool,
     /// Lingering is over: exporters' threads stop.
     pub(super) closed: bool,
+    /// Readers asleep in [`Board::wait`] for a post: with none (a fleet's targets, read
+    /// only at scrapes), a post wakes nobody and costs no system call.
+    waiting_for_posts: usize,
 }
 
 impl Board {
@@ -46,8 +49,11 @@ impl Board {
         let mut state = self.lock();
         state.snapshot = snapshot.clone();
         state.generation += 1;
+        let waiting = state.waiting_for_posts > 0;
         drop(state);
-        self.changed.notify_all();
+        if waiting {
+            self.changed.notify_all();
+        }
     }
 
     /// The latest snapshot and its generation.
@@ -80,11 +86,13 @@ impl Board {
             if left.is_zero() {
                 break;
             }
+            state.waiting_for_posts += 1;
             state = self
                 .changed
                 .wait_timeout(state, left)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
+            state.waiting_for_posts -= 1;
         }
         (!state.closed).then(|| (state.snapshot.clone(), state.generation))
     }

@@ -41,6 +41,8 @@ use kubepods::{classify, KubeCgroup};
 
 /// The default of `--max-targets`.
 pub const MAX_TARGETS: u16 = 256;
+/// How often, at most, the fleet says its sampler thread came late.
+const LATE_SAID_EVERY: Duration = Duration::from_secs(60);
 /// The most names one line about left-out cgroups lists.
 const NAMES_SAID: usize = 5;
 /// How long a Kubernetes container is held, unexported, while its names are looked for:
@@ -89,6 +91,8 @@ struct Fleet {
     samplers: SamplerPool,
     /// Every target's faults, attributed from one set of events.
     faults: Option<FleetFaults>,
+    /// The sampler thread's late passes already said, and when they were last said.
+    late_said: (u64, Option<Instant>),
 }
 
 /// Profiles every target the selectors name until SIGINT, SIGTERM or SIGHUP.
@@ -111,10 +115,12 @@ pub fn run(mut request: FleetRequest) -> Result<u8, ProfileError> {
             .map_err(SystemError::doing("starting the memory pressure watcher"))?,
         samplers: SamplerPool::new().map_err(SystemError::doing("starting the sampler"))?,
         faults,
+        late_said: (0, None),
     };
     while signals.received_count() == 0 {
         fleet.reap();
         fleet.show_awaited(&hub);
+        fleet.say_late();
         let discovered = discover::discover(&roots);
         fleet.start_new(discovered, &hub, &request);
         wait_or_signal(&signals, fleet.next_look(request.template.interval));
@@ -253,6 +259,27 @@ impl Fleet {
     }
 
     /// Stops every profile and waits for their ends.
+    /// The sampler thread's passes that came late since it was last said (at most once
+    /// every [`LATE_SAID_EVERY`]): a round of the targets' passes outlasted a period, as
+    /// many targets at a short `--period` make it. Each target's summary counts its own,
+    /// but a fleet's targets' summaries are shown nowhere.
+    fn say_late(&mut self) {
+        let late = self.samplers.late_passes();
+        let (said, said_at) = self.late_said;
+        if late == said || said_at.is_some_and(|at| at.elapsed() < LATE_SAID_EVERY) {
+            return;
+        }
+        say(&format!(
+            "the sampler thread came late {} times{}: its round of {} targets' passes \
+             outlasted their --period, whose counts went into their next rows (a longer \
+             --period or fewer targets keeps it on time)",
+            late - said,
+            if said_at.is_some() { " more" } else { "" },
+            self.running.len(),
+        ));
+        self.late_said = (late, Some(Instant::now()));
+    }
+
     fn stop_all(mut self) {
         for profiling in self.running.values() {
             profiling.signals.request_stop();
@@ -292,8 +319,9 @@ fn say(line: &str) {
 const TARGET_RING_PAGES: u64 = 8;
 
 /// How old a reading of the system-wide pressure counters may be served to a target: a
-/// tenth of the period, so that a thousand targets read them some ten times a period, not
-/// a thousand, and a row's share of them is placed at most a tenth of a period late.
+/// tenth of the period, so that a thousand targets read them at most ten times a period,
+/// not each at each of its drains (a thousand times an interval), and a row's share of
+/// them is placed at most a tenth of a period late.
 fn system_fresh_for(template: &Request) -> Duration {
     let period_ms = template.period_ms.unwrap_or(abi::PERIOD_MS_DEFAULT);
     Duration::from_millis(period_ms.into()) / 10

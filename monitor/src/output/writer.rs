@@ -413,9 +413,11 @@ impl Output {
         self.keep(RowWriter::flush);
     }
 
-    /// Runs `write` unless an earlier write failed; keeps its error.
+    /// Runs `write` unless an earlier write failed, or the rows go nowhere (a fleet's
+    /// targets: a thousand rows a second made to be thrown away); keeps its error.
     fn keep(&mut self, write: impl FnOnce(&mut RowWriter<BufWriter<Sink>>) -> io::Result<()>) {
-        if self.failure.is_none() {
+        let nowhere = matches!(self.destination, Destination::Nowhere);
+        if self.failure.is_none() && !nowhere {
             self.failure = write(&mut self.rows).err();
         }
     }

@@ -45,6 +45,9 @@ const TRIGGER: &str = "some 50000 500000";
 const TRIGGER_UNPRIVILEGED: &str = "some 150000 2000000";
 /// How long the stall must stand still before the watcher goes back to sleep.
 pub const QUIET: Duration = Duration::from_secs(1);
+/// How long the watcher waits on its bell alone when its triggers cannot be waited on,
+/// before it tries them again.
+const TRIGGERS_AGAIN: Duration = Duration::from_secs(1);
 /// Before the first row, how far back readings are kept for it: its period starts at
 /// most a period before its sample, taken at most an interval before the drain.
 const BEFORE_FIRST_ROW: Duration = Duration::from_secs(60);
@@ -108,8 +111,10 @@ pub fn parse_vmstat(text: &str) -> [Option<u64>; VMSTAT_FIELDS.len()] {
 struct SystemCounters {
     files: Mutex<SystemFiles>,
     fresh_for: Duration,
-    /// What is missing, said in every summary.
-    notes: Vec<String>,
+    /// What a missing file means, said in every summary: the PSI file's, `/proc/vmstat`'s.
+    psi_note: Option<String>,
+    vmstat_note: Option<String>,
+    has_vmstat: bool,
 }
 
 struct SystemFiles {
@@ -123,31 +128,30 @@ struct SystemFiles {
 
 impl SystemCounters {
     /// Opens what this kernel has (`/proc/pressure/memory`, `/proc/vmstat`); what is
-    /// missing becomes one of the notes.
+    /// missing becomes a note.
     fn open(fresh_for: Duration) -> SystemCounters {
-        let mut notes = Vec::new();
+        let mut psi_note = Vec::new();
         let psi = open_noting(
             Path::new(SYSTEM_PSI),
             "no memory stall columns and no thrashing verdict (a kernel without \
              CONFIG_PSI, or one that needs psi=1 on its command line)",
-            &mut notes,
+            &mut psi_note,
         );
+        let mut vmstat_note = Vec::new();
         let vmstat = open_noting(
             Path::new(VMSTAT),
             "no swap, refault and reclaim columns",
-            &mut notes,
+            &mut vmstat_note,
         );
-        SystemCounters::from_files(psi, vmstat, fresh_for, notes)
+        let mut counters = SystemCounters::from_files(psi, vmstat, fresh_for);
+        counters.psi_note = psi_note.pop();
+        counters.vmstat_note = vmstat_note.pop();
+        counters
     }
 
-    fn from_files(
-        psi: Option<File>,
-        vmstat: Option<File>,
-        fresh_for: Duration,
-        mut notes: Vec<String>,
-    ) -> SystemCounters {
-        let has_vmstat = vmstat.is_some();
-        let counters = SystemCounters {
+    fn from_files(psi: Option<File>, vmstat: Option<File>, fresh_for: Duration) -> SystemCounters {
+        SystemCounters {
+            has_vmstat: vmstat.is_some(),
             files: Mutex::new(SystemFiles {
                 psi,
                 vmstat,
@@ -155,24 +159,25 @@ impl SystemCounters {
                 last: None,
             }),
             fresh_for,
-            notes: Vec::new(),
-        };
-        let first = counters.read(0);
-        if let (true, Some(first)) = (has_vmstat, first) {
-            let missing: Vec<&str> = VMSTAT_FIELDS
-                .iter()
-                .zip(&first[FIRST_VMSTAT..])
-                .filter(|(_, v)| v.is_none())
-                .map(|(name, _)| *name)
-                .collect();
-            if !missing.is_empty() {
-                notes.push(format!(
-                    "this kernel's /proc/vmstat has no {}: those columns are empty",
-                    missing.join(", ")
-                ));
-            }
+            psi_note: None,
+            vmstat_note: None,
         }
-        SystemCounters { notes, ..counters }
+    }
+
+    /// The note for the `/proc/vmstat` fields the `first` reading found missing.
+    fn missing_vmstat(&self, first: &Reading) -> Option<String> {
+        let missing: Vec<&str> = VMSTAT_FIELDS
+            .iter()
+            .zip(&first.totals.values()[FIRST_VMSTAT..])
+            .filter(|(_, v)| v.is_none())
+            .map(|(name, _)| *name)
+            .collect();
+        (self.has_vmstat && !missing.is_empty()).then(|| {
+            format!(
+                "this kernel's /proc/vmstat has no {}: those columns are empty",
+                missing.join(", ")
+            )
+        })
     }
 
     fn files(&self) -> MutexGuard<'_, SystemFiles> {
@@ -567,9 +572,11 @@ impl PressureWatch {
         period: Duration,
     ) -> io::Result<PressureWatch> {
         let system = Arc::clone(&pool.system);
-        let mut notes = system.notes.clone();
+        let mut notes: Vec<String> = system.psi_note.iter().cloned().collect();
         let (mut sources, trigger_path) = Sources::open(system, cgroup, &mut notes);
+        notes.extend(sources.system.vmstat_note.clone());
         let first = sources.read(0);
+        notes.extend((first.as_ref()).and_then(|first| sources.system.missing_vmstat(first)));
         let mut coarse = None;
         let trigger = trigger_path.and_then(|path| Trigger::arm(&path, &mut notes, &mut coarse));
         let has_psi = sources.system.has_psi() || sources.cgroup.is_some();
@@ -660,19 +667,25 @@ fn watch_all(inbox: &Inbox) {
             .filter_map(|w| w.active.as_ref().map(|a| a.next))
             .min();
         // Idle: no timer.
-        let timeout = next.map_or(PollTimeout::NONE, |next| {
-            let ms = (next.saturating_duration_since(Instant::now()))
-                .as_nanos()
-                .div_ceil(1_000_000)
-                .min(i32::MAX as u128) as i32;
-            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+        let left = next.map(|next| next.saturating_duration_since(Instant::now()));
+        let mut fired = wait(inbox, &watched, poll_timeout(left)).unwrap_or_else(|_| {
+            // The triggers cannot be waited on now (more than the open-file limit, no
+            // memory): the bell alone for a while, then the triggers again. The thread
+            // must not end: every profile's readings under pressure count on it.
+            let mut bell = [PollFd::new(inbox.bell.as_fd(), PollFlags::POLLIN)];
+            let left = left.map_or(TRIGGERS_AGAIN, |left| left.min(TRIGGERS_AGAIN));
+            if poll(&mut bell, poll_timeout(Some(left))).is_err() {
+                thread::sleep(left);
+            }
+            vec![PollFlags::empty(); watched.len()]
         });
-        let fired = match wait(inbox, &watched, timeout) {
-            Ok(fired) => fired,
-            // Nothing to wait on: readings stay at the drains.
-            Err(_) => return,
-        };
+        // What fired, fired before this: one system reading from now on serves every
+        // trigger of this wake-up, not one new reading each.
+        let woke_ns = abi::monotonic_ns();
         let _ = inbox.bell.read();
+        // Those that joined while it slept: a drain of theirs may have rung already.
+        watched.append(&mut inbox.joining());
+        fired.resize(watched.len(), PollFlags::empty());
         let now = Instant::now();
         for (w, fired) in watched.iter_mut().zip(fired) {
             // A trigger whose file went away (a cgroup removed) would wake it for ever.
@@ -691,9 +704,17 @@ fn watch_all(inbox: &Inbox) {
                     next: now,
                 });
             }
-            read_when_due(w, now);
+            read_when_due(w, now, woke_ns);
         }
     }
+}
+
+/// poll()'s timeout for `left`, rounded up to a millisecond; none for `None`.
+fn poll_timeout(left: Option<Duration>) -> PollTimeout {
+    left.map_or(PollTimeout::NONE, |left| {
+        let ms = left.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
+        PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+    })
 }
 
 /// Sleeps until `timeout`, a trigger of `watched` fires or the bell sounds; each
@@ -720,15 +741,16 @@ fn wait(inbox: &Inbox, watched: &[Watched], timeout: PollTimeout) -> nix::Result
 
 /// An active profile's reading when its deadline has come, the next a period on (missed
 /// deadlines are skipped, not caught up); back to idle once its stall has stood still
-/// for [`QUIET`].
-fn read_when_due(w: &mut Watched, now: Instant) {
+/// for [`QUIET`]. `woke_ns`: when the watcher woke, after any trigger that fired.
+fn read_when_due(w: &mut Watched, now: Instant, woke_ns: u64) {
     let Some(active) = w.active.as_mut().filter(|a| a.next <= now) else {
         return;
     };
-    if w.shared
-        .log()
-        .take_placed(std::mem::take(&mut active.triggered), 0)
-    {
+    let triggered = std::mem::take(&mut active.triggered);
+    // A trigger's reading places the burst that fired it: the system's counters read
+    // since the wake-up, not a reading from before it served again.
+    let not_before = if triggered { woke_ns } else { 0 };
+    if w.shared.log().take_placed(triggered, not_before) {
         active.quiet_since = Instant::now();
     }
     if active.quiet_since.elapsed() >= QUIET {
@@ -737,6 +759,7 @@ fn read_when_due(w: &mut Watched, now: Instant) {
         return;
     }
     active.next += w.period;
+    let now = Instant::now();
     if active.next < now {
         active.next = now + w.period;
     }
@@ -834,7 +857,6 @@ mod tests {
             Some(File::open(fake.write("system", &psi(10, 5))).unwrap()),
             Some(File::open(fake.write("vmstat", "pswpout 8\npgmajfault 9\n")).unwrap()),
             Duration::ZERO,
-            Vec::new(),
         );
         let mut sources = Sources {
             system: Arc::new(system),
@@ -870,7 +892,6 @@ mod tests {
             None,
             vmstat(1),
             Duration::from_secs(3600),
-            Vec::new(),
         ));
         let mut targets: Vec<Sources> = (0..3)
             .map(|_| Sources {
@@ -880,22 +901,43 @@ mod tests {
             })
             .collect();
         let before = abi::monotonic_ns();
+        // The first target's reading is the first of the counters...
+        assert_eq!(targets[0].read(0).unwrap().totals.pswpin, Some(1));
         fake.write("vmstat", "pswpin 2\n");
-        // Every target is served the reading taken when the counters were opened...
-        for target in &mut targets {
+        // ...and every other target is served it again...
+        for target in &mut targets[1..] {
             let reading = target.read(0).unwrap();
             assert_eq!(reading.totals.pswpin, Some(1));
             assert!(reading.mono_ns >= before, "each reading is its own moment");
         }
         // ...but a target whose rows end after it gets a new one, which the others are
         // then served.
-        assert_eq!(targets[0].read(before).unwrap().totals.pswpin, Some(2));
+        let after = abi::monotonic_ns();
+        assert_eq!(targets[0].read(after).unwrap().totals.pswpin, Some(2));
         fake.write("vmstat", "pswpin 3\n");
-        assert_eq!(targets[1].read(before).unwrap().totals.pswpin, Some(2));
+        assert_eq!(targets[1].read(after).unwrap().totals.pswpin, Some(2));
         // A single profile's (fresh for no time) reads every time.
-        let own = SystemCounters::from_files(None, vmstat(4), Duration::ZERO, Vec::new());
+        let own = SystemCounters::from_files(None, vmstat(4), Duration::ZERO);
         fake.write("vmstat", "pswpin 5\n");
         assert_eq!(own.read(0).unwrap()[FIRST_VMSTAT], Some(5));
+        fake.write("vmstat", "pswpin 6\n");
+        assert_eq!(own.read(0).unwrap()[FIRST_VMSTAT], Some(6));
+    }
+
+    #[test]
+    fn a_reading_of_the_system_counters_is_served_again_no_longer_than_it_is_fresh() {
+        let fake = Fake::new("fresh");
+        let path = fake.write("vmstat", "pswpin 1\n");
+        let fresh_for = Duration::from_millis(200);
+        let system = SystemCounters::from_files(None, Some(File::open(path).unwrap()), fresh_for);
+        assert_eq!(system.read(0).unwrap()[FIRST_VMSTAT], Some(1));
+        fake.write("vmstat", "pswpin 2\n");
+        thread::sleep(fresh_for + Duration::from_millis(50));
+        assert_eq!(
+            system.read(0).unwrap()[FIRST_VMSTAT],
+            Some(2),
+            "older than it is fresh: read again"
+        );
     }
 
     /// The monitor's threads named `pfprof-pressure`: no other test in this process
@@ -919,15 +961,106 @@ mod tests {
         }
     }
 
+    /// Held by each test that makes a pool: one counts the watcher threads by name.
+    static POOL_TESTS: Mutex<()> = Mutex::new(());
+
+    fn one_pool_test_at_a_time() -> MutexGuard<'static, ()> {
+        POOL_TESTS.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A profile's shared state on `system`'s counters alone, its first reading taken.
+    fn shared_on(system: SystemCounters, rung: bool) -> Arc<Shared> {
+        let mut log = Log {
+            sources: Sources {
+                system: Arc::new(system),
+                cgroup: None,
+                buf: Vec::new(),
+            },
+            readings: Vec::new(),
+            last_end: None,
+        };
+        log.take(0);
+        Arc::new(Shared {
+            log: Mutex::new(log),
+            active: AtomicBool::new(false),
+            rung: AtomicBool::new(rung),
+            stop: AtomicBool::new(false),
+        })
+    }
+
+    #[test]
+    fn a_triggered_reading_reads_the_system_counters_anew_however_fresh_the_last() {
+        let fake = Fake::new("triggered");
+        let path = fake.write("system", &psi(10, 0));
+        let fresh_for = Duration::from_secs(3600);
+        let system = SystemCounters::from_files(Some(File::open(path).unwrap()), None, fresh_for);
+        let shared = shared_on(system, false);
+        // The burst that fired the trigger.
+        fake.write("system", &psi(500, 0));
+        let now = Instant::now();
+        let mut watched = Watched {
+            shared: Arc::clone(&shared),
+            trigger: None,
+            period: Duration::from_millis(10),
+            active: Some(Active {
+                triggered: true,
+                quiet_since: now,
+                next: now,
+            }),
+        };
+        // The watcher wakes after the trigger fired.
+        read_when_due(&mut watched, now, abi::monotonic_ns());
+        let log = shared.log();
+        let last = log.readings.last().unwrap();
+        assert_eq!(
+            last.totals.stall_some_us,
+            Some(500),
+            "the burst, read after it"
+        );
+    }
+
+    #[test]
+    fn a_profile_that_joined_and_rang_before_the_watcher_woke_is_read() {
+        let _alone = one_pool_test_at_a_time();
+        let fake = Fake::new("joined");
+        let path = fake.write("system", &psi(10, 0));
+        let open = || File::open(&path).unwrap();
+        let period = Duration::from_millis(10);
+        let pool = PressurePool::with_system(SystemCounters::from_files(
+            Some(open()),
+            None,
+            Duration::ZERO,
+        ))
+        .unwrap();
+        // A first profile, the thread started and idle on its bell.
+        let _first = PressureWatch::start(&pool, None, period).unwrap();
+        thread::sleep(Duration::from_millis(100));
+        // A second joins, and one of its drains rings, both before the watcher wakes: one
+        // bell for the two.
+        let system = SystemCounters::from_files(Some(open()), None, Duration::ZERO);
+        let joined = shared_on(system, true);
+        pool.watchers.inbox.joining().push(Watched {
+            shared: Arc::clone(&joined),
+            trigger: None,
+            period,
+            active: None,
+        });
+        pool.watchers.inbox.sound_bell();
+        within_10_s("the rung profile read every period", || {
+            joined.active.load(Ordering::Acquire)
+        });
+        joined.stop.store(true, Ordering::Release);
+    }
+
     #[test]
     fn one_watcher_thread_reads_every_rung_profile_and_lets_go_of_ended_ones() {
+        let _alone = one_pool_test_at_a_time();
         let fake = Fake::new("pool");
         let system_psi = fake.write("system", &psi(10, 0));
         let system = SystemCounters::from_files(
             Some(File::open(&system_psi).unwrap()),
             None,
             Duration::ZERO,
-            Vec::new(),
         );
         let pool = PressurePool::with_system(system).unwrap();
         let before = watcher_threads();
@@ -935,16 +1068,32 @@ mod tests {
         let watches: Vec<PressureWatch> = (0..100)
             .map(|_| PressureWatch::start(&pool, None, period).unwrap())
             .collect();
-        // The stall grew: every drain rings, and every profile is read every period.
+        // The stall grew: every drain rings, and every profile is read every period. It
+        // goes on growing while they are looked at: a loaded machine may keep the watcher
+        // off its CPU for longer than QUIET, after which a still stall sends it to sleep.
         fake.write("system", &psi(20, 0));
         for watch in &watches {
             watch.fill(&mut []);
         }
-        for (i, watch) in watches.iter().enumerate() {
-            within_10_s(&format!("profile {i} read every period"), || {
-                watch.shared.log().readings.len() >= 5
+        let looked_at = AtomicBool::new(false);
+        thread::scope(|scope| {
+            // Bounded: a failed look ends the scope once this ends too.
+            scope.spawn(|| {
+                for stall in 21..2_021 {
+                    if looked_at.load(Ordering::Acquire) {
+                        break;
+                    }
+                    std::fs::write(&system_psi, psi(stall, 0)).unwrap();
+                    thread::sleep(period);
+                }
             });
-        }
+            for (i, watch) in watches.iter().enumerate() {
+                within_10_s(&format!("profile {i} read every period"), || {
+                    watch.shared.log().readings.len() >= 5
+                });
+            }
+            looked_at.store(true, Ordering::Release);
+        });
         // Counted once every profile was read: a thread is named once it runs.
         assert_eq!(watcher_threads(), before + 1, "one thread for 100 profiles");
         // The stall stands still: each goes back to sleep after QUIET.
@@ -1023,7 +1172,6 @@ mod tests {
                     None,
                     Some(File::open(&vmstat).unwrap()),
                     Duration::ZERO,
-                    Vec::new(),
                 )),
                 cgroup: None,
                 buf: Vec::new(),

@@ -315,6 +315,21 @@ impl FaultCheck {
     }
 }
 
+/// Where a test may make a cgroup of its own below the cgroup2 mount; `None` (said)
+/// unless root: making cgroups takes it (CI's tests run as root).
+#[cfg(test)]
+pub(crate) fn test_cgroup_path(test: &str) -> Option<PathBuf> {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("not root: no cgroup made, nothing checked");
+        return None;
+    }
+    let mount = cgroup2_mounts()
+        .into_iter()
+        .next()
+        .expect("a cgroup2 mount");
+    Some(mount.join(format!("pfprof-test-{test}-{}", std::process::id())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -362,20 +377,6 @@ mod tests {
             assert_eq!(cgroup.holds(std::process::id()), Some(true));
             assert_eq!(cgroup.holds(u32::MAX), None);
         }
-    }
-
-    /// Where a test may make a cgroup of its own below the cgroup2 mount; `None` (said)
-    /// unless root: making cgroups takes it (CI's tests run as root).
-    fn test_cgroup_path(test: &str) -> Option<PathBuf> {
-        if !nix::unistd::geteuid().is_root() {
-            eprintln!("not root: no cgroup made, nothing checked");
-            return None;
-        }
-        let mount = cgroup2_mounts()
-            .into_iter()
-            .next()
-            .expect("a cgroup2 mount");
-        Some(mount.join(format!("pfprof-test-{test}-{}", std::process::id())))
     }
 
     #[test]

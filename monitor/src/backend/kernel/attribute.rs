@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
+use shared_layout::abi;
 use shared_layout::faults::{Fault, FaultsRegion, Missed};
 
 use crate::attribution::table::Builder;
@@ -30,11 +31,11 @@ const MAX_FOLLOWED: usize = 256;
 /// consumer that stopped taking rows costs no more memory, and the faults count as lost.
 const MAX_WAITING: usize = 1 << 20;
 
-/// How often the faults thread drains the region at least, whatever the period: a fault
-/// is resolved by its process's maps, read while it lives, and a command that lived
-/// 0.4 s of a 5 s period was gone before the first drain (all of its faults "unmapped
-/// by then").
-const DRAIN_EVERY: Duration = Duration::from_millis(100);
+/// How often the faults thread drains the region at least, whatever the period: as often
+/// as the module drains its records to it. A fault is resolved by its process's maps,
+/// read while it lives, and a command that lived 0.4 s of a 5 s period was gone before
+/// the first drain (all of its faults "unmapped by then").
+const DRAIN_EVERY: Duration = Duration::from_millis(abi::FAULTS_DRAIN_MS as u64);
 
 /// A fault resolved to its mapping, waiting for its period's table.
 struct Resolved {

@@ -261,6 +261,13 @@ impl Backend for Procfs {
                 report.unflushed.minor, report.unflushed.major
             ));
         }
+        if report.late > 0 {
+            notes.push(format!(
+                "the fleet's sampler thread came late {} times, held up by its other targets: \
+                 those periods' counts are in the next row",
+                report.late
+            ));
+        }
         for unread in &report.unread {
             notes.push(format!(
                 "process {} exited and its parent reaped it before its last counts could be \
