@@ -58,6 +58,13 @@ impl InOrder {
     }
 }
 
+/// Whether a period's table is its profile's last.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Ending {
+    No,
+    Last,
+}
+
 /// Where the records come from.
 pub enum FaultSource {
     /// The profile's own events.
@@ -154,13 +161,19 @@ impl Attributor {
 
     /// Takes what the rings hold now, all of it the period under way's.
     pub fn drain(&mut self) {
-        self.drain_until(u64::MAX);
+        self.drain_until(u64::MAX, Ending::No);
     }
 
     /// The table of the period ending at `end_ns` (its sample's timestamp), with each
-    /// process's own faults.
-    pub fn finish(&mut self, end_ns: u64, processes: Vec<ProcessFaults>) -> PeriodTable {
-        self.drain_until(end_ns);
+    /// process's own faults. `ending`: the profile's last, for which a fleet's target
+    /// waits (bounded) for the fleet's rings to be drained past `end_ns`.
+    pub fn finish(
+        &mut self,
+        end_ns: u64,
+        processes: Vec<ProcessFaults>,
+        ending: Ending,
+    ) -> PeriodTable {
+        self.drain_until(end_ns, ending);
         self.count_code();
         let table = std::mem::take(&mut self.current).finish(
             end_ns,
@@ -191,7 +204,7 @@ impl Attributor {
     /// drain began if the record was not in its ring yet.
     /// A fleet's target takes its records from the fleet's rings as [`TargetFaults`]
     /// drains them, up to when that drain began.
-    fn drain_until(&mut self, end_ns: u64) {
+    fn drain_until(&mut self, end_ns: u64, ending: Ending) {
         let Attributor {
             events,
             waiting,
@@ -215,7 +228,10 @@ impl Attributor {
                 events.drain(each);
                 began
             }
-            FaultSource::Fleet(target) => target.drain(end_ns, each),
+            FaultSource::Fleet(target) => match ending {
+                Ending::No => target.drain(each),
+                Ending::Last => target.drain_last(end_ns, each),
+            },
         };
         let horizon = drain_began.min(end_ns);
         if mappings_lost {
@@ -445,7 +461,7 @@ mod tests {
         attributor.apply(timed(20, fault_in(pid, 20)));
         attributor.forget_mappings();
         attributor.apply(timed(30, fault_in(pid, 30)));
-        let table = attributor.finish(u64::MAX, Vec::new());
+        let table = attributor.finish(u64::MAX, Vec::new(), Ending::No);
         let kept =
             |code: &Code| matches!(code, Code::User { mapping, .. } if mapping.name == "/kept");
         let counts: Vec<(bool, u64)> = (table.code.iter())

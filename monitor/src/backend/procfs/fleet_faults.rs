@@ -7,9 +7,13 @@
 //! profile's own events' records: the same tables, the same series.
 //!
 //! One thread owns the events and the routing: it drains the rings when one is half
-//! full, every [`DRAIN_EVERY`], or when a target's sampler asks, and puts each record in
-//! its target's queue. Each drain routes, in time order across the CPUs' rings, the
-//! records stamped before it began; the later ones wait for the next.
+//! full, every [`DRAIN_EVERY`], or when a target's last table asks, and puts each record
+//! in its target's queue. Each drain routes, in time order across the CPUs' rings, the
+//! records stamped before it began; the later ones wait for the next. A target's period
+//! takes what the last drain routed, never waiting for one (the pool's one thread passes
+//! every target): its table lags the rings by up to [`DRAIN_EVERY`], the rest is the
+//! next period's. Only a target's last table waits, a bounded while, for a drain begun
+//! after its end; the targets ending together wait for one.
 //!
 //! A fault goes to the deepest target whose tree holds its cgroup (a cgroup v2 id is its
 //! directory's inode number). Each target's tree is read once when it starts, from its
@@ -63,11 +67,12 @@ const ALL_WAITING_BYTES: usize = if cfg!(test) {
 } else {
     64 << 20
 };
-/// How often the rings are drained when no ring is half full and no target asks.
-const DRAIN_EVERY: Duration = Duration::from_secs(1);
-/// How long a target's sampler (the pool's one thread, every target's) waits for the
-/// drain it asked for: past it, the records after the last drain wait for its next
-/// period, none lost.
+/// How often the rings are drained when no ring is half full and no target ends: a
+/// period's table lags the rings by up to this.
+const DRAIN_EVERY: Duration = Duration::from_millis(100);
+/// How long a target's last table waits for a drain begun after the target's end (one
+/// wait serves every target ending by then): past it, the records after the last drain
+/// are not in it.
 const DRAIN_WAIT: Duration = Duration::from_millis(200);
 /// How often the fleet's losses are said, at most.
 const SAY_LOSSES_EVERY: Duration = Duration::from_secs(60);
@@ -278,6 +283,34 @@ impl FleetFaults {
     }
 }
 
+impl FleetFaults {
+    /// A fleet with no events, for the pool's tests: its drain thread drains nothing,
+    /// at once whenever woken; the answer counts the wakes.
+    #[cfg(test)]
+    pub(crate) fn without_events() -> (FleetFaults, Arc<std::sync::atomic::AtomicU64>) {
+        let (wake, woken) = UnixStream::pair().unwrap();
+        wake.set_nonblocking(true).unwrap();
+        let shared = Arc::new(Shared::new(1, true, wake));
+        let wakes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (weak, counted) = (Arc::downgrade(&shared), Arc::clone(&wakes));
+        thread::spawn(move || {
+            let mut byte = [0; 1];
+            // Ends once the fleet is dropped: its end of the socket closed.
+            while matches!((&woken).read(&mut byte), Ok(1)) {
+                counted.fetch_add(1, Ordering::Relaxed);
+                let Some(shared) = weak.upgrade() else {
+                    return;
+                };
+                shared.publish(Drained {
+                    at: monotonic_ns(),
+                    stopped: false,
+                });
+            }
+        });
+        (FleetFaults(shared), wakes)
+    }
+}
+
 impl Shared {
     fn new(minor_sampling: u64, kernel_faults: bool, wake: UnixStream) -> Shared {
         Shared {
@@ -327,12 +360,24 @@ impl TargetFaults {
         self.shared.kernel_faults
     }
 
-    /// Hands this target's records to `each`, after a drain that began after `end_ns`
-    /// where one comes soon enough; when the last drain began: every record stamped
-    /// before it has been handed over.
-    pub fn drain(&self, end_ns: u64, mut each: impl FnMut(Stream, Record)) -> u64 {
-        // Read before the queue: what it holds then is all that was stamped before.
+    /// Hands this target's records routed so far to `each`, without waiting; when the
+    /// last drain began: every record stamped before it has been handed over.
+    pub fn drain(&self, each: impl FnMut(Stream, Record)) -> u64 {
+        let drained_at = lock(&self.shared.drained).at;
+        self.hand_over(drained_at, each)
+    }
+
+    /// As [`TargetFaults::drain`], for the target's last table: first waits, at most
+    /// [`DRAIN_WAIT`], for a drain that began after `end_ns` (one that began after
+    /// another target's end serves this one too).
+    pub fn drain_last(&self, end_ns: u64, each: impl FnMut(Stream, Record)) -> u64 {
         let drained_at = self.shared.drained_after(end_ns);
+        self.hand_over(drained_at, each)
+    }
+
+    /// `drained_at` read before the queue: what the queue holds then is all that was
+    /// stamped before (and maybe later ones, which wait in the attributor).
+    fn hand_over(&self, drained_at: u64, mut each: impl FnMut(Stream, Record)) -> u64 {
         let records = lock(&self.queue).take();
         for (stream, record) in records {
             each(stream, record);
@@ -1046,7 +1091,7 @@ fn cgroup_of(text: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attribution::FileId;
+    use crate::attribution::{FileId, PeriodTable};
     use crate::backend::procfs::perf::Mmap;
     use nix::fcntl::{open, OFlag};
     use nix::sys::stat::Mode;
@@ -1480,6 +1525,66 @@ mod tests {
             asked.elapsed() < DRAIN_WAIT,
             "a stopped drain is not waited for"
         );
+    }
+
+    #[test]
+    fn a_targets_periods_take_what_was_drained_without_waiting_and_its_last_all_to_its_end() {
+        use super::super::attribute::{Attributor, Ending, FaultSource};
+        let (wake, woken) = UnixStream::pair().unwrap();
+        wake.set_nonblocking(true).unwrap();
+        let shared = Arc::new(Shared::new(1, true, wake));
+        let queue = Arc::new(Mutex::new(Waiting::new(&shared.all_waiting)));
+        let target = TargetFaults {
+            shared: Arc::clone(&shared),
+            id: 1,
+            queue: Arc::clone(&queue),
+        };
+        let mut attributor = Attributor::new(FaultSource::Fleet(target));
+        let pid = std::process::id();
+        let route = |times: &[u64]| {
+            for &t in times {
+                lock(&queue).push(MAJOR, fault_at(pid, 1, t));
+            }
+        };
+        let majors = |table: PeriodTable| table.recorded().major;
+        // Drained up to 20: the fault at 25 is the next period's, though before its end.
+        route(&[5, 15, 25]);
+        shared.publish(Drained {
+            at: 20,
+            stopped: false,
+        });
+        let asked = Instant::now();
+        assert_eq!(majors(attributor.finish(30, Vec::new(), Ending::No)), 2);
+        // Drained up to 40, the period ends at 32: 35 waits.
+        route(&[35]);
+        shared.publish(Drained {
+            at: 40,
+            stopped: false,
+        });
+        assert_eq!(majors(attributor.finish(32, Vec::new(), Ending::No)), 1);
+        assert!(asked.elapsed() < DRAIN_WAIT, "a period waited");
+        woken.set_nonblocking(true).unwrap();
+        assert!(
+            (&woken).read(&mut [0; 8]).is_err(),
+            "a period asked to drain"
+        );
+        woken.set_nonblocking(false).unwrap();
+        // The last table waits for a drain past its end, which routes 45 (and 70, after
+        // the end: none of its).
+        let drainer = Arc::clone(&shared);
+        let queue_of_drain = Arc::clone(&queue);
+        let drain = thread::spawn(move || {
+            (&woken).read_exact(&mut [0; 1]).unwrap();
+            for t in [45, 70] {
+                lock(&queue_of_drain).push(MAJOR, fault_at(pid, 1, t));
+            }
+            drainer.publish(Drained {
+                at: 80,
+                stopped: false,
+            });
+        });
+        assert_eq!(majors(attributor.finish(50, Vec::new(), Ending::Last)), 2);
+        drain.join().unwrap();
     }
 
     #[test]

@@ -39,7 +39,7 @@ use shared_layout::abi::{self, Sample};
 use shared_layout::producer::{Finish, Producer};
 use shared_layout::{Area, ProtocolError};
 
-use super::attribute::Attributor;
+use super::attribute::{Attributor, Ending};
 use super::cap::CpuCap;
 use super::members::Members;
 use super::memory::Memory;
@@ -233,6 +233,7 @@ impl Sampler {
             events: rx,
             on_end: Box::new(on_end),
             report: report_tx,
+            stopping: None,
             ending: None,
         })?;
         Ok(Sampler {
@@ -477,14 +478,21 @@ impl Counts {
     /// Records the last sample (whatever the processes did since the previous one): if
     /// the ring cannot take it, it stays pending in the `producer`.
     fn record_last(&mut self, producer: &mut Producer) -> Result<(), SamplerError> {
+        self.stamp_last();
         let mut last = self.pending;
-        if last.time_ns == 0 {
-            last.time_ns = abi::monotonic_ns();
-        }
         self.cap.flush(&mut last);
-        self.publish(last.time_ns);
+        self.publish(last.time_ns, Ending::Last);
         producer.record(last)?;
         Ok(())
+    }
+
+    /// The last sample's time, now unless its last poll set it: stamped before a pool
+    /// records its ending targets' last samples, so that the first one's wait for the
+    /// fleet's drain serves all.
+    fn stamp_last(&mut self) {
+        if self.pending.time_ns == 0 {
+            self.pending.time_ns = abi::monotonic_ns();
+        }
     }
 
     /// Reads every process and the cgroup's members; the timestamp the counts belong to.
@@ -506,13 +514,13 @@ impl Counts {
     }
 
     /// Gives the consumer the table of the period ending at `end_ns`, before its sample.
-    fn publish(&mut self, end_ns: u64) {
+    fn publish(&mut self, end_ns: u64, ending: Ending) {
         let processes = self.who.take();
         let changed = self.who.changed();
         let table = match self.attributor.as_mut() {
             Some(attributor) => {
                 attributor.read_maps(&changed);
-                attributor.finish(end_ns, processes)
+                attributor.finish(end_ns, processes, ending)
             }
             None => PeriodTable {
                 end_ns,
@@ -525,7 +533,7 @@ impl Counts {
 
     /// Writes what was counted as the sample at `time_ns`, its CPU time capped.
     fn record(&mut self, producer: &mut Producer, time_ns: u64) -> Result<(), ProtocolError> {
-        self.publish(time_ns);
+        self.publish(time_ns, Ending::No);
         self.pending.time_ns = time_ns;
         self.cap
             .apply(&mut self.pending, std::mem::take(&mut self.threads));
@@ -679,6 +687,9 @@ struct Pooled {
     events: Receiver<Event>,
     on_end: Box<dyn FnOnce() + Send>,
     report: mpsc::SyncSender<Result<SamplerReport, SamplerError>>,
+    /// Over, its last sample not yet recorded: how it went. The round's passes done,
+    /// its last sample is recorded ([`Pooled::conclude`]).
+    stopping: Option<Result<(), SamplerError>>,
     /// Over, its last sample recorded: how it went, and until when a last sample the
     /// ring could not take is tried again at each pass.
     ending: Option<(Result<(), SamplerError>, Instant)>,
@@ -761,12 +772,9 @@ impl Pooled {
     fn pass(&mut self, sounded: bool, inbox: &PoolInbox) -> bool {
         let grid = inbox.grid;
         if self.ending.is_none() {
-            let Some(outcome) = self.step(sounded, inbox) else {
-                return false;
-            };
-            // Recorded whatever the outcome, as a sampler of its own records it.
-            let recorded = self.counts.record_last(&mut self.producer);
-            self.ending = Some((outcome.and(recorded), Instant::now() + FINISH_TIMEOUT));
+            // Its last sample once every target's pass is done: see `pool_round`.
+            self.stopping = self.step(sounded, inbox);
+            return false;
         } else if Instant::now() >= self.next {
             // Its last sample, again: the consumer may have freed a slot since.
             if let Err(e) = self.producer.retry_pending() {
@@ -779,6 +787,17 @@ impl Pooled {
             return false;
         };
         self.producer.pending().is_none() || Instant::now() >= *deadline
+    }
+
+    /// Records the last sample of a session its pass ended, whatever the outcome, as a
+    /// sampler of its own records it; true once its report is to be sent.
+    fn conclude(&mut self) -> bool {
+        let Some(outcome) = self.stopping.take() else {
+            return false;
+        };
+        let recorded = self.counts.record_last(&mut self.producer);
+        self.ending = Some((outcome.and(recorded), Instant::now() + FINISH_TIMEOUT));
+        self.producer.pending().is_none()
     }
 
     /// Its events and its pass when due; `Some` with how the session went once it is over.
@@ -907,6 +926,10 @@ fn run_pool(inbox: &PoolInbox) {
         }
     }
     targets.append(&mut inbox.joining());
+    // Stamped first: one wait for a fleet's drain past them all, not one a target.
+    for target in &mut targets {
+        target.counts.stamp_last();
+    }
     for mut target in targets {
         let _ = panic::catch_unwind(AssertUnwindSafe(|| {
             if target.ending.is_none() {
@@ -932,6 +955,23 @@ fn pool_round(inbox: &PoolInbox, targets: &mut Vec<Pooled>, sounded: bool) -> bo
             Err(_) => ended.push((i, false)),
         }
     }
+    // The sessions the passes ended record their last samples after every pass, all
+    // stamped first: the first last table's wait for a fleet's drain begun after it
+    // serves them all, one wait a round, not one an ending target.
+    for target in targets.iter_mut().filter(|t| t.stopping.is_some()) {
+        target.counts.stamp_last();
+    }
+    for (i, target) in targets.iter_mut().enumerate() {
+        if target.stopping.is_none() {
+            continue;
+        }
+        match panic::catch_unwind(AssertUnwindSafe(|| target.conclude())) {
+            Ok(false) => {}
+            Ok(true) => ended.push((i, true)),
+            Err(_) => ended.push((i, false)),
+        }
+    }
+    ended.sort_unstable_by_key(|&(i, _)| i);
     for (i, clean) in ended.into_iter().rev() {
         let target = targets.remove(i);
         match clean {
@@ -1380,6 +1420,10 @@ mod tests {
 
     /// This process's own cgroup: a real one any user may read, sampled without root.
     fn own_cgroup() -> Members {
+        Members::new(own_cgroup_open())
+    }
+
+    fn own_cgroup_open() -> Arc<Cgroup> {
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
         let path = (own.lines())
             .find_map(|line| line.strip_prefix("0::"))
@@ -1389,7 +1433,7 @@ mod tests {
             .next()
             .expect("a cgroup2 mount");
         let dir = mount.join(path.trim_start_matches('/'));
-        Members::new(Arc::new(Cgroup::open(&dir).unwrap()))
+        Arc::new(Cgroup::open(&dir).unwrap())
     }
 
     /// A pooled target on this process's cgroup, into a strict ring of `slots`; its
@@ -1527,6 +1571,77 @@ mod tests {
         let mut tables = Vec::new();
         feed.take_until(u64::MAX, &mut tables);
         tables.len()
+    }
+
+    #[test]
+    fn a_fleets_pooled_targets_wait_for_no_drain_in_their_passes_and_once_at_their_end() {
+        use crate::backend::procfs::attribute::FaultSource;
+        use crate::backend::procfs::fleet_faults::FleetFaults;
+        let _alone = one_pool_test_at_a_time();
+        let (fleet, wakes) = FleetFaults::without_events();
+        let period = Duration::from_millis(20);
+        let pool = SamplerPool::new().unwrap();
+        let cgroup = own_cgroup_open();
+        const TARGETS: u64 = 40;
+        let targets: Vec<(Arc<Feed>, Sampler)> = (0..TARGETS)
+            .map(|_| {
+                let area = Area::create_memfd(64, Mode::Strict, period).unwrap();
+                let faults = fleet.target(&cgroup).unwrap();
+                let attribution = SamplerAttribution {
+                    attributor: Some(Attributor::new(FaultSource::Fleet(faults))),
+                    ..SamplerAttribution::off("a test")
+                };
+                let feed = Arc::clone(&attribution.feed);
+                let sampler = Sampler::pooled(
+                    &pool,
+                    Arc::new(area),
+                    Members::new(Arc::clone(&cgroup)),
+                    period,
+                    attribution,
+                    || {},
+                )
+                .unwrap();
+                (feed, sampler)
+            })
+            .collect();
+        // Each target's start wakes the drain thread once.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while wakes.load(Ordering::Relaxed) < TARGETS {
+            assert!(Instant::now() < deadline, "the targets' starts not told");
+            thread::sleep(Duration::from_millis(5));
+        }
+        let started = wakes.load(Ordering::Relaxed);
+        // Three passes each, however loaded the machine.
+        let mut passes = vec![0; targets.len()];
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while passes.iter().any(|&p| p < 3) {
+            assert!(Instant::now() < deadline, "passes in 20 s: {passes:?}");
+            thread::sleep(period);
+            for (passed, (feed, _)) in passes.iter_mut().zip(&targets) {
+                *passed += tables(feed);
+            }
+        }
+        // A pass asks the drain thread for nothing: it takes what was drained.
+        assert_eq!(
+            wakes.load(Ordering::Relaxed),
+            started,
+            "a pass woke the drain thread (to wait for it)"
+        );
+        // Every target ends: their last tables wait for a drain past their ends a few
+        // times at most (the stops taken over a round or two), not once each.
+        for (_, sampler) in &targets {
+            sampler.events().send(Event::Stop);
+        }
+        for (_, sampler) in targets {
+            joined_within_10_s(sampler);
+        }
+        // Each target's end wakes it once more, its events given back.
+        let waits = wakes.load(Ordering::Relaxed) - started - TARGETS;
+        assert!(
+            waits <= 3,
+            "{waits} waits for the drain at {TARGETS} targets' ends"
+        );
+        drop(pool);
     }
 
     #[test]
