@@ -629,11 +629,30 @@ impl CgroupMount {
     }
 }
 
-/// The cgroups of every target's tree, by id, kept current by inotify.
+/// The cgroups of every target's tree, by id, kept current by inotify: a cgroup made is
+/// told by `IN_CREATE` on its parent, one removed by `IN_DELETE` on its parent (cgroupfs,
+/// kernfs, sends no `IN_DELETE_SELF` nor `IN_IGNORED` at a rmdir, and keeps the watch of
+/// a removed directory until it is removed explicitly).
 struct Trees {
     inotify: Inotify,
     nodes: HashMap<u64, Node>,
     by_watch: HashMap<WatchDescriptor, u64>,
+    /// Each cgroup's id by the target whose tree it was found in and its path there: a
+    /// removal is told by name.
+    by_path: HashMap<(TargetId, PathBuf), u64>,
+    /// Cgroups removed, kept until the drain numbered here: faults stamped before their
+    /// removal may be routed by the next drain.
+    tombstones: Vec<(u64, u64)>,
+    /// The drains so far ([`Trees::update`] is called once a drain).
+    drains: u64,
+    /// Cgroups followed without a watch (inotify refused one, or [`Trees::watch_cap`]
+    /// was reached): watched again at later drains, their new children unseen meanwhile.
+    unwatched: HashSet<u64>,
+    /// The most watches held: below the system's limit, which the monitor's user shares
+    /// with its other inotify users.
+    watch_cap: usize,
+    /// Watches refused so far, said the first time.
+    watches_refused: u64,
     /// Each target's cgroup, open: its tree's paths are from it.
     roots: HashMap<TargetId, OwnedFd>,
     /// How many cgroups were found under each target.
@@ -662,6 +681,12 @@ impl Trees {
             inotify,
             nodes: HashMap::new(),
             by_watch: HashMap::new(),
+            by_path: HashMap::new(),
+            tombstones: Vec::new(),
+            drains: 0,
+            unwatched: HashSet::new(),
+            watch_cap: watch_cap(),
+            watches_refused: 0,
             roots: HashMap::new(),
             found: HashMap::new(),
             cut: HashSet::new(),
@@ -732,17 +757,67 @@ impl Trees {
             .collect();
         let mut nested = Vec::new();
         for id in gone {
-            let Some(node) = self.nodes.remove(&id) else {
+            let Some(node) = self.unlink(id) else {
                 continue;
             };
             nested.extend(node.target.filter(|t| *t != target));
-            if let Some(watch) = node.watch {
-                self.by_watch.remove(&watch);
-                let _ = self.inotify.rm_watch(watch);
-            }
         }
         self.found.insert(target, 0);
         nested
+    }
+
+    /// Forgets cgroup `id`, its watch removed (kernfs would keep it).
+    fn unlink(&mut self, id: u64) -> Option<Node> {
+        let node = self.nodes.remove(&id)?;
+        let key = (node.found_under, node.path.clone());
+        if self.by_path.get(&key) == Some(&id) {
+            self.by_path.remove(&key);
+        }
+        self.unwatched.remove(&id);
+        if let Some(watch) = node.watch {
+            self.by_watch.remove(&watch);
+            let _ = self.inotify.rm_watch(watch);
+        }
+        Some(node)
+    }
+
+    /// Forgets the cgroups removed two drains ago or more: every fault stamped in one was
+    /// stamped before its removal was read, hence before the last drain began.
+    fn bury(&mut self) {
+        let drains = self.drains;
+        let (due, kept): (Vec<_>, Vec<_>) =
+            (self.tombstones.drain(..)).partition(|&(_, at)| at <= drains);
+        self.tombstones = kept;
+        for (id, _) in due {
+            if let Some(node) = self.unlink(id) {
+                if let Some(count) = self.found.get_mut(&node.found_under) {
+                    *count = count.saturating_sub(1);
+                }
+            }
+        }
+    }
+
+    /// Watches again the cgroups inotify refused, and reads what was made below them
+    /// meanwhile.
+    fn watch_again(&mut self) {
+        let ids: Vec<u64> = self.unwatched.iter().copied().collect();
+        for id in ids {
+            let Some(node) = self.nodes.get(&id) else {
+                self.unwatched.remove(&id);
+                continue;
+            };
+            let (target, path) = (node.found_under, node.path.clone());
+            let Some(watch) = self.watch(target, &path) else {
+                // Refused again (or the cap reached): the others would be too.
+                return;
+            };
+            self.unwatched.remove(&id);
+            self.by_watch.insert(watch, id);
+            if let Some(node) = self.nodes.get_mut(&id) {
+                node.watch = Some(watch);
+            }
+            self.read_below(target, id);
+        }
     }
 
     fn read_again(&mut self, target: TargetId) {
@@ -765,11 +840,29 @@ impl Trees {
         Some(Path::new(&format!("/proc/self/fd/{}", dir.as_raw_fd())).join(path))
     }
 
+    /// A watch on the directory at `path` of target `target`'s tree; none where it was
+    /// refused (counted, said once) or would pass [`Trees::watch_cap`].
     fn watch(&mut self, target: TargetId, path: &Path) -> Option<WatchDescriptor> {
         let at = self.at(target, path)?;
-        let flags =
-            AddWatchFlags::IN_CREATE | AddWatchFlags::IN_ONLYDIR | AddWatchFlags::IN_DELETE_SELF;
-        self.inotify.add_watch(&at, flags).ok()
+        let flags = AddWatchFlags::IN_CREATE | AddWatchFlags::IN_DELETE | AddWatchFlags::IN_ONLYDIR;
+        let refused = match self.by_watch.len() < self.watch_cap {
+            true => match self.inotify.add_watch(&at, flags) {
+                Ok(watch) => return Some(watch),
+                // Removed meanwhile: nothing to watch.
+                Err(Errno::ENOENT | Errno::ENOTDIR) => return None,
+                Err(e) => e.desc(),
+            },
+            false => "the monitor's cap",
+        };
+        self.watches_refused += 1;
+        if self.watches_refused == 1 {
+            say(&format!(
+                "fleet attribution: watching a target's cgroup for new ones was refused                  ({refused}; {} watches held, at most {}): cgroups made below it are not                  followed until a later drain watches it (raise fs.inotify.max_user_watches)",
+                self.by_watch.len(),
+                self.watch_cap
+            ));
+        }
+        None
     }
 
     fn insert(
@@ -780,9 +873,15 @@ impl Trees {
         path: PathBuf,
         watch: Option<WatchDescriptor>,
     ) {
-        if let Some(watch) = watch {
-            self.by_watch.insert(watch, cgroup_id);
+        match watch {
+            Some(watch) => {
+                self.by_watch.insert(watch, cgroup_id);
+            }
+            None => {
+                self.unwatched.insert(cgroup_id);
+            }
         }
+        self.by_path.insert((found_under, path.clone()), cgroup_id);
         *self.found.entry(found_under).or_default() += 1;
         let node = Node {
             parent,
@@ -843,8 +942,12 @@ impl Trees {
         }
     }
 
-    /// Takes in the cgroups made and removed in the targets' trees since the last call.
+    /// Takes in the cgroups made and removed in the targets' trees since the last call:
+    /// once a drain, before its records are routed.
     fn update(&mut self) {
+        self.drains += 1;
+        self.bury();
+        self.watch_again();
         loop {
             let events = match self.inotify.read_events() {
                 Ok(events) if !events.is_empty() => events,
@@ -863,12 +966,12 @@ impl Trees {
                 let Some(&id) = self.by_watch.get(&event.wd) else {
                     continue;
                 };
-                if event.mask.contains(AddWatchFlags::IN_DELETE_SELF) {
+                if event.mask.contains(AddWatchFlags::IN_IGNORED) {
+                    // The watch is gone (another file system's rmdir): its node stays
+                    // until its parent tells its removal.
                     self.by_watch.remove(&event.wd);
-                    if let Some(node) = self.nodes.remove(&id) {
-                        if let Some(count) = self.found.get_mut(&node.found_under) {
-                            *count = count.saturating_sub(1);
-                        }
+                    if let Some(node) = self.nodes.get_mut(&id) {
+                        node.watch = None;
                     }
                     continue;
                 }
@@ -879,6 +982,13 @@ impl Trees {
                     continue;
                 };
                 let (target, path) = (parent.found_under, parent.path.join(name));
+                if event.mask.contains(AddWatchFlags::IN_DELETE) {
+                    if let Some(&child) = self.by_path.get(&(target, path)) {
+                        // Its last faults may be routed by the next drain.
+                        self.tombstones.push((child, self.drains + 2));
+                    }
+                    continue;
+                }
                 let Some(meta) = (self.at(target, &path)).and_then(|at| fs::metadata(at).ok())
                 else {
                     continue;
@@ -892,6 +1002,17 @@ impl Trees {
             }
         }
     }
+}
+
+/// The most inotify watches the monitor holds: half the system's limit for its user
+/// (`fs.inotify.max_user_watches`, shared with the user's other inotify users), 8,192's
+/// half where it cannot be read.
+fn watch_cap() -> usize {
+    let limit = fs::read_to_string("/proc/sys/fs/inotify/max_user_watches")
+        .ok()
+        .and_then(|text| text.trim().parse::<usize>().ok())
+        .unwrap_or(8_192);
+    limit / 2
 }
 
 struct Target {
@@ -1250,10 +1371,100 @@ mod tests {
         let records = vec![(MAJOR, fault(22, tree.id("a/deep/er")))];
         routing.route_before(u64::MAX, records);
         assert_eq!(pids(taken(&a)), [22]);
-        // Removed: forgotten.
+        // Removed: its faults still routed by the next drain, then forgotten.
         fs::remove_dir(tree.0.join("a/new")).unwrap();
         routing.route_before(u64::MAX, Vec::new());
+        let records = vec![(MAJOR, fault(23, tree.id("a/deep/er")))];
+        routing.route_before(u64::MAX, records);
+        assert_eq!(pids(taken(&a)), [23]);
+        routing.route_before(u64::MAX, Vec::new());
         assert_eq!(routing.trees.nodes.len(), followed + 2);
+    }
+
+    /// The inotify watches the kernel holds for `inotify`: its fdinfo's lines.
+    fn watches_held(inotify: &Inotify) -> usize {
+        let info = fs::read_to_string(format!("/proc/self/fdinfo/{}", inotify.as_fd().as_raw_fd()));
+        info.unwrap()
+            .lines()
+            .filter(|l| l.starts_with("inotify wd:"))
+            .count()
+    }
+
+    #[test]
+    fn a_targets_children_made_and_removed_thousands_of_times_on_cgroupfs_are_all_followed() {
+        let Some(top) = crate::system::cgroup::test_cgroup_path("fleet-churn") else {
+            return;
+        };
+        fs::create_dir(&top).unwrap();
+        let mount = crate::system::cgroup::cgroup2_mounts()
+            .into_iter()
+            .next()
+            .unwrap();
+        let mut routing =
+            Routing::new(Some(CgroupMount::at(mount).unwrap()), Trees::new().unwrap());
+        let fd = open(
+            &top,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap();
+        let queue = Arc::new(Mutex::new(Waiting::new(&Arc::default())));
+        let id = fs::metadata(&top).unwrap().ino();
+        routing.add(NewTarget {
+            id,
+            dir: fd,
+            cgroup_id: id,
+            added_at: 0,
+            queue: Arc::clone(&queue),
+        });
+        // cgroupfs tells a rmdir to the parent's watch alone: each child is forgotten, its
+        // watch removed, and the tree's room is back.
+        let child = top.join("child");
+        for i in 0..5_000 {
+            fs::create_dir(&child).unwrap();
+            let records = vec![(MAJOR, fault(90, fs::metadata(&child).unwrap().ino()))];
+            routing.route_before(u64::MAX, records);
+            fs::remove_dir(&child).unwrap();
+            routing.route_before(u64::MAX, Vec::new());
+            assert_eq!(pids(taken(&queue)), [90], "child {i}");
+        }
+        for _ in 0..2 {
+            routing.route_before(u64::MAX, Vec::new());
+        }
+        let trees = &routing.trees;
+        assert_eq!(trees.found[&id], 1, "the target's cgroup alone");
+        assert_eq!(
+            (trees.nodes.len(), trees.by_watch.len(), trees.by_path.len()),
+            (1, 1, 1)
+        );
+        assert_eq!(watches_held(&trees.inotify), 1);
+        assert_eq!(trees.unfollowed, 0);
+        routing.remove(id);
+        fs::remove_dir(&top).unwrap();
+    }
+
+    #[test]
+    fn a_watch_refused_is_counted_and_tried_again_and_what_was_made_meanwhile_is_read() {
+        let tree = Tree::new("refused", &["a/b", "a/c"]);
+        let mut routing = tree.routing();
+        // Room for a's watch alone: b's and c's are refused.
+        routing.trees.watch_cap = 1;
+        let (_, a) = tree.add(&mut routing, "a");
+        assert_eq!(routing.trees.watches_refused, 2);
+        assert_eq!(routing.trees.unwatched.len(), 2);
+        fs::create_dir(tree.0.join("a/b/new")).unwrap();
+        // Still refused: the cgroup made below an unwatched one is not followed yet.
+        routing.route_before(u64::MAX, vec![(MAJOR, fault(95, tree.id("a/b/new")))]);
+        assert!(taken(&a).is_empty());
+        assert!(routing.trees.watches_refused > 2);
+        // Room again: watched at the next drain, and what was made meanwhile read.
+        routing.trees.watch_cap = 10;
+        routing.route_before(u64::MAX, vec![(MAJOR, fault(96, tree.id("a/b/new")))]);
+        assert_eq!(pids(taken(&a)), [96]);
+        assert!(routing.trees.unwatched.is_empty());
+        fs::create_dir(tree.0.join("a/c/later")).unwrap();
+        routing.route_before(u64::MAX, vec![(MAJOR, fault(97, tree.id("a/c/later")))]);
+        assert_eq!(pids(taken(&a)), [97]);
     }
 
     #[test]
