@@ -696,9 +696,14 @@ impl Trees {
 
     /// The deepest target whose tree holds cgroup `cgroup_id`.
     fn owner(&self, cgroup_id: u64) -> Option<TargetId> {
+        self.owner_where(cgroup_id, |_| true)
+    }
+
+    /// The deepest target whose tree holds cgroup `cgroup_id` and that `takes`.
+    fn owner_where(&self, cgroup_id: u64, takes: impl Fn(TargetId) -> bool) -> Option<TargetId> {
         let mut node = self.nodes.get(&cgroup_id)?;
         loop {
-            if let Some(target) = node.target {
+            if let Some(target) = node.target.filter(|&t| takes(t)) {
                 return Some(target);
             }
             node = self.nodes.get(&node.parent?)?;
@@ -1098,10 +1103,15 @@ impl Routing {
                 time_ns,
                 ..
             } => {
-                // Wherever it was, it is where its fault was taken.
-                let target = self.trees.owner(cgroup);
-                self.pids.insert(pid, target);
-                target.filter(|id| (self.targets.get(id)).is_some_and(|t| time_ns >= t.added_at))
+                // Wherever it was, it is where its fault was taken: in the deepest target
+                // started by then (one nested in it that started later leaves it the
+                // enclosing one's).
+                let targets = &self.targets;
+                let started =
+                    |id: TargetId| targets.get(&id).is_some_and(|t| time_ns >= t.added_at);
+                let target = self.trees.owner_where(cgroup, started);
+                self.pids.insert(pid, self.trees.owner(cgroup));
+                target
             }
             Record::Mmap(ref mmap) => self.pid_target(mmap.pid),
             Record::Exec { pid, .. } => {
@@ -1523,6 +1533,19 @@ mod tests {
         routing.route(MAJOR, fault(33, tree.id("outer/inner/child")));
         routing.route(MAJOR, fault(34, tree.id("outer/other")));
         assert_eq!(pids(taken(&inner)), [33]);
+    }
+
+    #[test]
+    fn a_fault_from_before_a_nested_target_started_is_the_enclosing_targets() {
+        let tree = Tree::new("nested-later", &["outer/inner"]);
+        let mut routing = tree.routing();
+        let (_, outer) = tree.add_at(&mut routing, "outer", 10);
+        let (_, inner) = tree.add_at(&mut routing, "outer/inner", 100);
+        routing.route(MAJOR, fault_at(41, tree.id("outer/inner"), 5));
+        routing.route(MAJOR, fault_at(42, tree.id("outer/inner"), 50));
+        routing.route(MAJOR, fault_at(43, tree.id("outer/inner"), 100));
+        assert_eq!(pids(taken(&outer)), [42], "before either: no one's");
+        assert_eq!(pids(taken(&inner)), [43]);
     }
 
     #[test]
