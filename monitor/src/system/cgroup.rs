@@ -64,7 +64,7 @@ pub fn cgroup2_mounts() -> Vec<PathBuf> {
         .filter_map(|line| {
             let (before, after) = line.split_once(" - ")?;
             (after.split_whitespace().next()? == "cgroup2")
-                .then(|| before.split_whitespace().nth(4).map(PathBuf::from))?
+                .then(|| before.split_whitespace().nth(4).map(mountinfo_path))?
         })
         .collect()
 }
@@ -83,8 +83,31 @@ fn cgroup2_root_mount_in(mountinfo: &str) -> Option<PathBuf> {
         let mut fields = before.split_whitespace().skip(3);
         let (root, mount_point) = (fields.next()?, fields.next()?);
         (after.split_whitespace().next()? == "cgroup2" && root == "/")
-            .then(|| PathBuf::from(mount_point))
+            .then(|| mountinfo_path(mount_point))
     })
+}
+
+/// A path as mountinfo writes it: a space, tab, newline or backslash as `\` and three
+/// octal digits.
+fn mountinfo_path(field: &str) -> PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    let bytes = field.as_bytes();
+    let mut path = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes.get(i + 1..i + 4).filter(|_| bytes[i] == b'\\');
+        match octal.and_then(|o| u8::from_str_radix(std::str::from_utf8(o).ok()?, 8).ok()) {
+            Some(byte) => {
+                path.push(byte);
+                i += 4;
+            }
+            None => {
+                path.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(std::ffi::OsString::from_vec(path))
 }
 
 impl Cgroup {
@@ -362,6 +385,10 @@ mod tests {
                     31 24 0:26 / /host/cgroup rw - cgroup2 cgroup2 rw\n";
         assert_eq!(cgroup2_root_mount_in(info), Some("/host/cgroup".into()));
         assert_eq!(cgroup2_root_mount_in(info.lines().next().unwrap()), None);
+        // mountinfo writes a space in a path as \040 (and a backslash as \134).
+        let escaped = "31 24 0:26 / /host\\040cg\\134x rw - cgroup2 cgroup2 rw\n";
+        assert_eq!(cgroup2_root_mount_in(escaped), Some("/host cg\\x".into()));
+        assert_eq!(mountinfo_path("/a\\9b\\0"), PathBuf::from("/a\\9b\\0"));
         assert_eq!(
             cgroup2_root_mount_in("32 24 0:27 / /proc rw - proc proc rw\n"),
             None

@@ -89,6 +89,9 @@ pub enum FleetFaultsError {
     PerfEventOnV1,
     #[error("reading {0}")]
     Unreadable(&'static str, #[source] io::Error),
+    /// Where `/proc/PID/cgroup`'s paths are looked up.
+    #[error("reading the cgroup2 mount {0}")]
+    MountUnreadable(PathBuf, #[source] io::Error),
     /// Events on every process name the tasks outside the monitor's pid namespace pid 0:
     /// their records could not be told apart.
     #[error("the monitor is in a pid namespace of its own: the events' pids are not the system's")]
@@ -116,6 +119,11 @@ impl FleetFaultsError {
                     .to_owned()
             }
             FleetFaultsError::Unreadable(..) => "run the monitor with /proc mounted".to_owned(),
+            FleetFaultsError::MountUnreadable(..) => {
+                "let the monitor's user read the cgroup2 mount (in a container, mount the \
+                 host's cgroup2 file system)"
+                    .to_owned()
+            }
             FleetFaultsError::PidNamespace => {
                 "run the monitor in the host's pid namespace (hostPID: true)".to_owned()
             }
@@ -209,10 +217,11 @@ impl FleetFaults {
             return Err(FleetFaultsError::PidNamespace);
         }
         let mount = match in_initial_cgroup_namespace() {
-            true => Some(
-                CgroupMount::at(cgroup2_root_mount().ok_or(FleetFaultsError::NoRootMount)?)
-                    .map_err(|e| FleetFaultsError::Unreadable("the cgroup2 mount", e))?,
-            ),
+            true => {
+                let path = cgroup2_root_mount().ok_or(FleetFaultsError::NoRootMount)?;
+                let mount = CgroupMount::at(path.clone());
+                Some(mount.map_err(|e| FleetFaultsError::MountUnreadable(path, e))?)
+            }
             // Its processes' paths would be from its own root: another namespace's
             // processes' lead out of it ('..'), and those of one moved in are wrong.
             false => {
