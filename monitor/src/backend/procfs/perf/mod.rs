@@ -259,11 +259,14 @@ impl FaultEvents {
             (self.others).extend([events.major, events.minor, events.mappings]);
             return Ok(());
         }
+        // The mappings' ring first, where the locked-memory limit leaves the later ones
+        // less: a mapping record lost makes tables start again, a fault lost is one.
+        let mappings = map_ring(events.mappings, self.ring_pages, self.cgroup_in_samples)?;
         self.rings.push(CpuRings {
             cpu,
             major: map_ring(events.major, self.ring_pages, self.cgroup_in_samples)?,
             minor: map_ring(events.minor, self.ring_pages, self.cgroup_in_samples)?,
-            mappings: map_ring(events.mappings, self.ring_pages, self.cgroup_in_samples)?,
+            mappings,
         });
         Ok(())
     }
