@@ -31,7 +31,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::fs;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Component, Path, PathBuf};
@@ -74,6 +74,11 @@ const DRAIN_EVERY: Duration = Duration::from_millis(100);
 /// wait serves every target ending by then): past it, the records after the last drain
 /// are not in it.
 const DRAIN_WAIT: Duration = Duration::from_millis(200);
+/// How much earlier than a drain began the records it routes are stamped: a record is
+/// stamped before it is written, and an interrupt (a vCPU's steal time, tens of ms) may
+/// come between; a record stamped before but written after its drain read its ring
+/// would be applied after later ones.
+const LATE_WRITE_MARGIN: u64 = 5_000_000;
 /// How often the fleet's losses are said, at most.
 const SAY_LOSSES_EVERY: Duration = Duration::from_secs(60);
 
@@ -172,8 +177,8 @@ struct NewTarget {
 
 #[derive(Clone, Copy, Default)]
 struct Drained {
-    /// When the last drain began (`CLOCK_MONOTONIC`, ns): every record stamped before it
-    /// is in its target's queue.
+    /// [`LATE_WRITE_MARGIN`] before the last drain began (`CLOCK_MONOTONIC`, ns): every
+    /// record stamped up to it is in its target's queue.
     at: u64,
     /// The drain thread is gone (it panicked): no more drains.
     stopped: bool,
@@ -339,18 +344,24 @@ impl Shared {
         let _ = (&self.wake).write(&[1]);
     }
 
-    /// When the last drain began, once one began after `end_ns` or [`DRAIN_WAIT`] passed.
+    /// What the last drain routed up to, once that is `end_ns` or later, or
+    /// [`DRAIN_WAIT`] passed.
     fn drained_after(&self, end_ns: u64) -> u64 {
         // A drain that begins now has all there is (`end_ns` may be "everything").
         let end_ns = end_ns.min(monotonic_ns());
-        let drained = lock(&self.drained);
-        if drained.at >= end_ns || drained.stopped {
-            return drained.at;
+        let deadline = Instant::now() + DRAIN_WAIT;
+        let mut drained = lock(&self.drained);
+        // Each drain routes up to LATE_WRITE_MARGIN before it began: asked again until
+        // one reaches `end_ns`.
+        while drained.at < end_ns && !drained.stopped {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                break;
+            };
+            self.wake();
+            drained = (self.drained_changed.wait_timeout(drained, left))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
-        self.wake();
-        let (drained, _) = (self.drained_changed)
-            .wait_timeout_while(drained, DRAIN_WAIT, |d| d.at < end_ns && !d.stopped)
-            .unwrap_or_else(PoisonError::into_inner);
         drained.at
     }
 
@@ -417,13 +428,39 @@ impl Drainer {
     fn run(mut self, shared: Weak<Shared>) {
         let _said = StoppedSaid(shared.clone());
         let timeout = PollTimeout::try_from(DRAIN_EVERY).unwrap_or(PollTimeout::MAX);
+        // Rings whose descriptor poll says is broken, by position: drained, not polled (it
+        // would say so at once, forever).
+        let mut hung_up: Vec<usize> = Vec::new();
+        let mut poll_failure_said = false;
         loop {
-            let mut fds: Vec<PollFd> = (self.events.poll_fds())
+            let polled: Vec<(usize, BorrowedFd)> = (self.events.poll_fds().enumerate())
+                .filter(|(i, _)| !hung_up.contains(i))
+                .collect();
+            let mut fds: Vec<PollFd> = (polled.iter().map(|&(_, fd)| fd))
                 .chain([self.woken.as_fd()])
                 .map(|fd| PollFd::new(fd, PollFlags::POLLIN))
                 .collect();
-            // An error (EINTR) is one more drain.
-            let _ = poll(&mut fds, timeout);
+            let broken = PollFlags::POLLERR | PollFlags::POLLHUP | PollFlags::POLLNVAL;
+            match poll(&mut fds, timeout) {
+                Ok(_) => hung_up.extend(
+                    (polled.iter().zip(&fds))
+                        .filter(|(_, fd)| fd.revents().is_some_and(|r| r.intersects(broken)))
+                        .map(|(&(i, _), _)| i),
+                ),
+                Err(Errno::EINTR) => {}
+                // Not a spin: the drains go on at their cadence.
+                Err(e) => {
+                    if !std::mem::replace(&mut poll_failure_said, true) {
+                        say(&format!(
+                            "fleet attribution: waiting on the fault rings failed ({}): they \
+                             are drained every {} ms",
+                            e.desc(),
+                            DRAIN_EVERY.as_millis()
+                        ));
+                    }
+                    thread::sleep(DRAIN_EVERY);
+                }
+            }
             drop(fds);
             let mut wakes = [0; 64];
             while matches!((&self.woken).read(&mut wakes), Ok(n) if n > 0) {}
@@ -445,9 +482,10 @@ impl Drainer {
             let mut records = std::mem::take(&mut self.held);
             self.events
                 .drain(|stream, record| records.push((stream, record)));
-            self.held = self.routing.route_before(began, records);
+            let horizon = began.saturating_sub(LATE_WRITE_MARGIN);
+            self.held = self.routing.route_until(horizon, records);
             shared.publish(Drained {
-                at: began,
+                at: horizon,
                 stopped: false,
             });
             self.routing.loss.say_now_and_then();
@@ -649,11 +687,11 @@ struct Trees {
     /// Each cgroup's id by the target whose tree it was found in and its path there: a
     /// removal is told by name.
     by_path: HashMap<(TargetId, PathBuf), u64>,
-    /// Cgroups removed, kept until the drain numbered here: faults stamped before their
-    /// removal may be routed by the next drain.
+    /// Cgroups removed, with when their removal was read: kept until a drain routed
+    /// every record up to then (every fault in one is stamped before its removal).
     tombstones: Vec<(u64, u64)>,
-    /// The drains so far ([`Trees::update`] is called once a drain).
-    drains: u64,
+    /// Up to when the records were routed, at the last drain.
+    routed_to: u64,
     /// Cgroups followed without a watch (inotify refused one, or [`Trees::watch_cap`]
     /// was reached): watched again at later drains, their new children unseen meanwhile.
     unwatched: HashSet<u64>,
@@ -692,7 +730,7 @@ impl Trees {
             by_watch: HashMap::new(),
             by_path: HashMap::new(),
             tombstones: Vec::new(),
-            drains: 0,
+            routed_to: 0,
             unwatched: HashSet::new(),
             watch_cap: watch_cap(),
             watches_refused: 0,
@@ -795,12 +833,12 @@ impl Trees {
         Some(node)
     }
 
-    /// Forgets the cgroups removed two drains ago or more: every fault stamped in one was
-    /// stamped before its removal was read, hence before the last drain began.
+    /// Forgets the removed cgroups whose every fault was routed: their removal was read
+    /// before the horizon of the last drain.
     fn bury(&mut self) {
-        let drains = self.drains;
+        let routed_to = self.routed_to;
         let (due, kept): (Vec<_>, Vec<_>) =
-            (self.tombstones.drain(..)).partition(|&(_, at)| at <= drains);
+            (self.tombstones.drain(..)).partition(|&(_, read_at)| read_at <= routed_to);
         self.tombstones = kept;
         for (id, _) in due {
             if let Some(node) = self.unlink(id) {
@@ -957,11 +995,15 @@ impl Trees {
     }
 
     /// Takes in the cgroups made and removed in the targets' trees since the last call:
-    /// once a drain, before its records are routed.
-    fn update(&mut self) {
-        self.drains += 1;
+    /// once a drain, before its records, stamped up to `horizon`, are routed.
+    fn update(&mut self, horizon: u64) {
         self.bury();
         self.watch_again();
+        self.read_events();
+        self.routed_to = horizon;
+    }
+
+    fn read_events(&mut self) {
         loop {
             let events = match self.inotify.read_events() {
                 Ok(events) if !events.is_empty() => events,
@@ -998,8 +1040,8 @@ impl Trees {
                 let (target, path) = (parent.found_under, parent.path.join(name));
                 if event.mask.contains(AddWatchFlags::IN_DELETE) {
                     if let Some(&child) = self.by_path.get(&(target, path)) {
-                        // Its last faults may be routed by the next drain.
-                        self.tombstones.push((child, self.drains + 2));
+                        // Its last faults may be routed by the next drains.
+                        self.tombstones.push((child, monotonic_ns()));
                     }
                     continue;
                 }
@@ -1073,15 +1115,16 @@ impl Routing {
         self.pids.0.retain(|_, target| *target != Some(id));
     }
 
-    /// Routes, in time order, the records stamped before `began` (when the drain began)
-    /// and the losses; answers the rest, for the next drain. The trees are updated
-    /// first: a cgroup made before a fault in it is told before.
-    fn route_before(
+    /// Routes, in time order, the records stamped up to `horizon` (a little before the
+    /// drain began: [`LATE_WRITE_MARGIN`]) and the losses; answers the rest, for the next
+    /// drain. The trees are updated first: a cgroup made before a fault in it is told
+    /// before.
+    fn route_until(
         &mut self,
-        began: u64,
+        horizon: u64,
         records: Vec<(Stream, Record)>,
     ) -> Vec<(Stream, Record)> {
-        self.trees.update();
+        self.trees.update(horizon);
         self.loss.cgroups_unfollowed = self.trees.unfollowed;
         let (mut timed, losses): (Vec<_>, Vec<_>) =
             (records.into_iter()).partition(|(_, record)| record.time_ns().is_some());
@@ -1090,7 +1133,8 @@ impl Routing {
         }
         // Stable: each ring's records stay in their order.
         timed.sort_by_key(|(_, record)| record.time_ns());
-        let later = timed.partition_point(|(_, record)| record.time_ns() < Some(began));
+        // One rule with the attributor's: up to the horizon, inclusive.
+        let later = timed.partition_point(|(_, record)| record.time_ns() <= Some(horizon));
         let held = timed.split_off(later);
         for (stream, record) in timed {
             self.route(stream, record);
@@ -1383,20 +1427,20 @@ mod tests {
         assert_eq!(routing.trees.nodes.len(), followed);
         // Told before the drain's records are routed.
         let records = vec![(MAJOR, fault(21, tree.id("a/new")))];
-        assert!(routing.route_before(u64::MAX, records).is_empty());
+        assert!(routing.route_until(u64::MAX, records).is_empty());
         assert_eq!(pids(taken(&a)), [21]);
         // Made, with a child, before its parent's creation is read: both followed.
         fs::create_dir_all(tree.0.join("a/deep/er")).unwrap();
         let records = vec![(MAJOR, fault(22, tree.id("a/deep/er")))];
-        routing.route_before(u64::MAX, records);
+        routing.route_until(u64::MAX, records);
         assert_eq!(pids(taken(&a)), [22]);
-        // Removed: its faults still routed by the next drain, then forgotten.
+        // Removed: its faults stamped before routed by the drain that reads its removal,
+        // then forgotten.
+        let removed = tree.id("a/new");
         fs::remove_dir(tree.0.join("a/new")).unwrap();
-        routing.route_before(u64::MAX, Vec::new());
-        let records = vec![(MAJOR, fault(23, tree.id("a/deep/er")))];
-        routing.route_before(u64::MAX, records);
+        routing.route_until(u64::MAX, vec![(MAJOR, fault(23, removed))]);
         assert_eq!(pids(taken(&a)), [23]);
-        routing.route_before(u64::MAX, Vec::new());
+        routing.route_until(u64::MAX, Vec::new());
         assert_eq!(routing.trees.nodes.len(), followed + 2);
     }
 
@@ -1442,13 +1486,13 @@ mod tests {
         for i in 0..5_000 {
             fs::create_dir(&child).unwrap();
             let records = vec![(MAJOR, fault(90, fs::metadata(&child).unwrap().ino()))];
-            routing.route_before(u64::MAX, records);
+            routing.route_until(u64::MAX, records);
             fs::remove_dir(&child).unwrap();
-            routing.route_before(u64::MAX, Vec::new());
+            routing.route_until(u64::MAX, Vec::new());
             assert_eq!(pids(taken(&queue)), [90], "child {i}");
         }
         for _ in 0..2 {
-            routing.route_before(u64::MAX, Vec::new());
+            routing.route_until(u64::MAX, Vec::new());
         }
         let trees = &routing.trees;
         assert_eq!(trees.found[&id], 1, "the target's cgroup alone");
@@ -1473,16 +1517,16 @@ mod tests {
         assert_eq!(routing.trees.unwatched.len(), 2);
         fs::create_dir(tree.0.join("a/b/new")).unwrap();
         // Still refused: the cgroup made below an unwatched one is not followed yet.
-        routing.route_before(u64::MAX, vec![(MAJOR, fault(95, tree.id("a/b/new")))]);
+        routing.route_until(u64::MAX, vec![(MAJOR, fault(95, tree.id("a/b/new")))]);
         assert!(taken(&a).is_empty());
         assert!(routing.trees.watches_refused > 2);
         // Room again: watched at the next drain, and what was made meanwhile read.
         routing.trees.watch_cap = 10;
-        routing.route_before(u64::MAX, vec![(MAJOR, fault(96, tree.id("a/b/new")))]);
+        routing.route_until(u64::MAX, vec![(MAJOR, fault(96, tree.id("a/b/new")))]);
         assert_eq!(pids(taken(&a)), [96]);
         assert!(routing.trees.unwatched.is_empty());
         fs::create_dir(tree.0.join("a/c/later")).unwrap();
-        routing.route_before(u64::MAX, vec![(MAJOR, fault(97, tree.id("a/c/later")))]);
+        routing.route_until(u64::MAX, vec![(MAJOR, fault(97, tree.id("a/c/later")))]);
         assert_eq!(pids(taken(&a)), [97]);
     }
 
@@ -1493,7 +1537,7 @@ mod tests {
         let (_, a) = tree.add(&mut routing, "a");
         fs::remove_dir(tree.0.join("a")).unwrap();
         fs::create_dir_all(tree.0.join("a/child")).unwrap();
-        routing.route_before(u64::MAX, vec![(MAJOR, fault(23, tree.id("a/child")))]);
+        routing.route_until(u64::MAX, vec![(MAJOR, fault(23, tree.id("a/child")))]);
         assert!(taken(&a).is_empty());
     }
 
@@ -1592,7 +1636,7 @@ mod tests {
             (MAJOR, fault_at(50, tree.id("a"), 3)),
             (MAJOR, fault_at(51, tree.id("a"), 20)),
         ];
-        let held = routing.route_before(10, records);
+        let held = routing.route_until(10, records);
         assert_eq!(pids(taken(&a)), [50]);
         assert_eq!(
             routing.pids.get(50),
@@ -1600,7 +1644,7 @@ mod tests {
             "an exited pid's target is forgotten"
         );
         assert_eq!(pids(held.clone()), [51]);
-        routing.route_before(30, held);
+        routing.route_until(30, held);
         assert_eq!(pids(taken(&a)), [51]);
     }
 
@@ -1827,6 +1871,23 @@ mod tests {
             });
         });
         assert_eq!(majors(attributor.finish(50, Vec::new(), Ending::Last)), 2);
+        drain.join().unwrap();
+    }
+
+    #[test]
+    fn a_last_table_asks_again_for_a_drain_until_one_routed_past_its_end() {
+        let (wake, woken) = UnixStream::pair().unwrap();
+        wake.set_nonblocking(true).unwrap();
+        let shared = Arc::new(Shared::new(1, true, wake));
+        let drainer = Arc::clone(&shared);
+        // The first drain woken began too soon after the end to route up to it.
+        let drain = thread::spawn(move || {
+            for at in [5, 20] {
+                (&woken).read_exact(&mut [0; 1]).unwrap();
+                drainer.publish(Drained { at, stopped: false });
+            }
+        });
+        assert_eq!(shared.drained_after(10), 20);
         drain.join().unwrap();
     }
 
