@@ -601,13 +601,21 @@ struct FleetLoss {
     mappings: u64,
     /// Cgroups of targets' trees past [`TREE_DIRS`]: their faults are dropped.
     cgroups_unfollowed: u64,
-    said: (u64, u64, u64),
+    /// Cgroups made in targets' trees and removed before a drain read their creation:
+    /// their faults are dropped.
+    cgroups_vanished: u64,
+    said: (u64, u64, u64, u64),
     said_at: Option<Instant>,
 }
 
 impl FleetLoss {
     fn say_now_and_then(&mut self) {
-        let now = (self.faults, self.mappings, self.cgroups_unfollowed);
+        let now = (
+            self.faults,
+            self.mappings,
+            self.cgroups_unfollowed,
+            self.cgroups_vanished,
+        );
         let due = self
             .said_at
             .is_none_or(|at| at.elapsed() >= SAY_LOSSES_EVERY);
@@ -618,8 +626,9 @@ impl FleetLoss {
             "fleet attribution: {} fault records and {} mapping records lost from the rings \
              (full: faults or mappings faster than they are drained, by any process), {} \
              cgroups of targets not followed (more than {TREE_DIRS} in one target's tree), \
-             since the monitor started",
-            now.0, now.1, now.2
+             {} cgroups of targets made and removed between two drains (their faults not \
+             attributed), since the monitor started",
+            now.0, now.1, now.2, now.3
         ));
         self.said = now;
         self.said_at = Some(Instant::now());
@@ -707,6 +716,8 @@ struct Trees {
     /// The targets whose tree went past [`TREE_DIRS`] (said once each).
     cut: HashSet<TargetId>,
     unfollowed: u64,
+    /// Cgroups whose creation was told after they were removed.
+    vanished: u64,
 }
 
 struct Node {
@@ -738,6 +749,7 @@ impl Trees {
             found: HashMap::new(),
             cut: HashSet::new(),
             unfollowed: 0,
+            vanished: 0,
         })
     }
 
@@ -1047,6 +1059,9 @@ impl Trees {
                 }
                 let Some(meta) = (self.at(target, &path)).and_then(|at| fs::metadata(at).ok())
                 else {
+                    // Made and removed since the last drain: its id unknown, its faults
+                    // are no one's.
+                    self.vanished += 1;
                     continue;
                 };
                 if !meta.is_dir() || self.nodes.contains_key(&meta.ino()) || !self.room(target) {
@@ -1126,6 +1141,7 @@ impl Routing {
     ) -> Vec<(Stream, Record)> {
         self.trees.update(horizon);
         self.loss.cgroups_unfollowed = self.trees.unfollowed;
+        self.loss.cgroups_vanished = self.trees.vanished;
         let (mut timed, losses): (Vec<_>, Vec<_>) =
             (records.into_iter()).partition(|(_, record)| record.time_ns().is_some());
         for (stream, record) in losses {
@@ -1434,6 +1450,11 @@ mod tests {
         let records = vec![(MAJOR, fault(22, tree.id("a/deep/er")))];
         routing.route_until(u64::MAX, records);
         assert_eq!(pids(taken(&a)), [22]);
+        // Made and removed between two drains: counted.
+        fs::create_dir(tree.0.join("a/brief")).unwrap();
+        fs::remove_dir(tree.0.join("a/brief")).unwrap();
+        routing.route_until(u64::MAX, Vec::new());
+        assert_eq!(routing.trees.vanished, 1);
         // Removed: its faults stamped before routed by the drain that reads its removal,
         // then forgotten.
         let removed = tree.id("a/new");
