@@ -782,11 +782,22 @@ impl Trees {
             return;
         }
         let watch = self.watch(target, Path::new(""));
-        self.insert(cgroup_id, None, target, PathBuf::new(), watch);
+        let parent = self.followed_parent(target);
+        self.insert(cgroup_id, parent, target, PathBuf::new(), watch);
         self.nodes
             .entry(cgroup_id)
             .and_modify(|n| n.target = Some(target));
         self.read_below(target, cgroup_id);
+    }
+
+    /// The parent of target `target`'s cgroup where it is followed (the target is nested
+    /// in another's tree, read again after it): its end gives that tree back.
+    fn followed_parent(&self, target: TargetId) -> Option<u64> {
+        let dev = nix::sys::stat::fstat(self.roots.get(&target)?.as_fd())
+            .ok()?
+            .st_dev;
+        let parent = fs::metadata(self.at(target, Path::new(".."))?).ok()?;
+        (parent.dev() == dev && self.nodes.contains_key(&parent.ino())).then(|| parent.ino())
     }
 
     /// Stops following target `target`'s tree. Its cgroup, read as part of another
@@ -1607,6 +1618,20 @@ mod tests {
         routing.route(MAJOR, fault(33, tree.id("outer/inner/child")));
         routing.route(MAJOR, fault(34, tree.id("outer/other")));
         assert_eq!(pids(taken(&inner)), [33]);
+    }
+
+    #[test]
+    fn a_nested_targets_tree_read_again_is_given_back_to_the_enclosing_one_at_its_end() {
+        let tree = Tree::new("nested-again", &["outer/inner/child"]);
+        let mut routing = tree.routing();
+        // The inner one first: its cgroup is of its own tree, not found in the outer's.
+        let (inner_id, _) = tree.add(&mut routing, "outer/inner");
+        let (_, outer) = tree.add(&mut routing, "outer");
+        // As after an inotify queue overflow.
+        routing.trees.read_again(inner_id);
+        routing.remove(inner_id);
+        routing.route(MAJOR, fault(35, tree.id("outer/inner/child")));
+        assert_eq!(pids(taken(&outer)), [35]);
     }
 
     #[test]
