@@ -27,7 +27,7 @@
 //! not in; flooding the rings, they can make records be lost (counted, said), not
 //! misattributed.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::fs;
 use std::io::{self, Read, Write};
@@ -637,26 +637,52 @@ impl FleetLoss {
 
 /// Process `pid`'s target, by pid, bounded: a pid is forgotten at its exit.
 #[derive(Default)]
-struct Pids(HashMap<u32, Option<TargetId>>);
+struct Pids {
+    targets: HashMap<u32, Option<TargetId>>,
+    /// The pids in the order they were first remembered (some forgotten since): the
+    /// oldest are forgotten first.
+    order: VecDeque<u32>,
+}
 
 impl Pids {
     fn get(&self, pid: u32) -> Option<Option<TargetId>> {
-        self.0.get(&pid).copied()
+        self.targets.get(&pid).copied()
     }
 
     fn insert(&mut self, pid: u32, target: Option<TargetId>) {
-        if self.0.len() >= PIDS_REMEMBERED && !self.0.contains_key(&pid) {
+        if self.targets.insert(pid, target).is_some() {
+            return;
+        }
+        self.order.push_back(pid);
+        if self.targets.len() > PIDS_REMEMBERED {
             // Those in no target first: the cheapest to find again, and the most.
-            self.0.retain(|_, target| target.is_some());
-            if self.0.len() >= PIDS_REMEMBERED * 3 / 4 {
-                let forgotten: Vec<u32> =
-                    (self.0.keys().copied()).take(PIDS_REMEMBERED / 4).collect();
-                for pid in forgotten {
-                    self.0.remove(&pid);
-                }
+            self.targets.retain(|_, target| target.is_some());
+            while self.targets.len() > PIDS_REMEMBERED * 3 / 4 {
+                // `pid`, the newest, is last: never reached while others are left.
+                let Some(oldest) = self.order.pop_front() else {
+                    break;
+                };
+                self.targets.remove(&oldest);
             }
         }
-        self.0.insert(pid, target);
+        // The forgotten ones' places let go of, now and then.
+        if self.order.len() > 2 * PIDS_REMEMBERED {
+            let targets = &self.targets;
+            self.order.retain(|pid| targets.contains_key(pid));
+        }
+    }
+
+    fn remove(&mut self, pid: u32) -> Option<Option<TargetId>> {
+        self.targets.remove(&pid)
+    }
+
+    fn retain(&mut self, keep: impl FnMut(&u32, &mut Option<TargetId>) -> bool) {
+        self.targets.retain(keep);
+    }
+
+    fn clear(&mut self) {
+        self.targets.clear();
+        self.order.clear();
     }
 }
 
@@ -1132,13 +1158,13 @@ impl Routing {
         };
         self.targets.insert(new.id, target);
         // A process seen in no target may be in this one.
-        self.pids.0.retain(|_, target| target.is_some());
+        self.pids.retain(|_, target| target.is_some());
     }
 
     fn remove(&mut self, id: TargetId) {
         self.targets.remove(&id);
         self.trees.remove(id);
-        self.pids.0.retain(|_, target| *target != Some(id));
+        self.pids.retain(|_, target| *target != Some(id));
     }
 
     /// Routes, in time order, the records stamped up to `horizon` (a little before the
@@ -1210,14 +1236,14 @@ impl Routing {
                 target
             }
             // Gone: no /proc to look in.
-            Record::Exit { pid, tid, .. } if pid == tid => self.pids.0.remove(&pid).flatten(),
+            Record::Exit { pid, tid, .. } if pid == tid => self.pids.remove(pid).flatten(),
             Record::Lost(_) | Record::Overflowed if stream == Stream::Mappings => {
                 self.loss.mappings += match record {
                     Record::Lost(n) => n,
                     _ => 1,
                 };
                 // A fork or exit may be among those lost: a pid's target is found anew.
-                self.pids.0.clear();
+                self.pids.clear();
                 // Whose mappings were lost is unknown: every target's tables start again.
                 for target in self.targets.values() {
                     lock(&target.queue).push(stream, Record::Overflowed);
@@ -1945,8 +1971,17 @@ mod tests {
         for pid in 0..(PIDS_REMEMBERED as u32 + 10) {
             remembered.insert(pid, Some(1));
         }
-        assert!(remembered.0.len() <= PIDS_REMEMBERED);
+        assert!(remembered.targets.len() <= PIDS_REMEMBERED);
         assert_eq!(remembered.get(PIDS_REMEMBERED as u32 + 9), Some(Some(1)));
+        // The oldest forgotten first, a target's or not.
+        assert_eq!(remembered.get(0), None);
+        assert_eq!(remembered.get(PIDS_REMEMBERED as u32), Some(Some(1)));
+        // Pids come and go: what orders them stays bounded.
+        for pid in 100_000..100_000 + 3 * PIDS_REMEMBERED as u32 {
+            remembered.insert(pid, Some(1));
+            remembered.remove(pid);
+        }
+        assert!(remembered.order.len() <= 2 * PIDS_REMEMBERED + 1);
         let all = Arc::default();
         let mut waiting = Waiting::new(&all);
         let room = WAITING_BYTES / bytes_of(&fault(1, 1));
