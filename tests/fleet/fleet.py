@@ -1256,7 +1256,8 @@ class Fleet:
 
     def test_a_fleets_targets_export_each_mapping_and_program_as_their_workloads_announced(self):
         """--cgroups-under with attribution: two targets, one's work in a descendant
-        cgroup, each sweeping a file of its own with every page evicted (its major faults
+        cgroup made after the monitor read its target's tree (told by inotify on
+        cgroupfs), each sweeping a file of its own with every page evicted (its major faults
         announced, exact), and a work outside every target sweeping a third. Each target's
         mapping and program series in Prometheus and VictoriaMetrics hold its own work's
         announced faults and nothing of the others'."""
@@ -1264,7 +1265,7 @@ class Fleet:
         top = os.path.join(mount, f"pfprof-fleet-attribution-{os.getpid()}")
         dirs = {"a": os.path.join(top, "a", "worker"), "b": os.path.join(top, "b")}
         names = {n: "/" + os.path.relpath(os.path.join(top, n), mount) for n in "ab"}
-        for d in dirs.values():
+        for d in [os.path.join(top, "a"), dirs["b"]]:
             os.makedirs(d)
 
         def cleanup():
@@ -1287,6 +1288,9 @@ class Fleet:
         wait_until("the monitor to profile a and b",
                    lambda: (all(f"monitor: profiling {names[n]}\n" in said for n in "ab"), said))
         wait_until("the monitor to be scraped up", lambda: prometheus.one('up{host="local"}') == 1)
+        # a's tree read when it started: its worker cgroup, made now, is followed from its
+        # parent's IN_CREATE.
+        os.makedirs(dirs["a"])
 
         def work(n):
             return [self.work, "16", "R", "2000", "3", "--sleep-ms", "200", "--evict", "--file", paths[n]]
