@@ -1088,10 +1088,19 @@ impl Trees {
                 };
                 let (target, path) = (parent.found_under, parent.path.join(name));
                 if event.mask.contains(AddWatchFlags::IN_DELETE) {
-                    if let Some(&child) = self.by_path.get(&(target, path)) {
-                        // Its last faults may be routed by the next drains.
-                        self.tombstones.push((child, monotonic_ns()));
+                    let Some(&child) = self.by_path.get(&(target, path.clone())) else {
+                        continue;
+                    };
+                    let now = (self.at(target, &path)).and_then(|at| fs::metadata(at).ok());
+                    if now.is_some_and(|meta| meta.ino() == child) {
+                        // The path still holds the cgroup known there: the one removed was
+                        // made and removed at that path since (its creation found this
+                        // one), its id unknown, its faults no one's.
+                        self.vanished += 1;
+                        continue;
                     }
+                    // Its last faults may be routed by the next drains.
+                    self.tombstones.push((child, monotonic_ns()));
                     continue;
                 }
                 let Some(meta) = (self.at(target, &path)).and_then(|at| fs::metadata(at).ok())
@@ -1586,6 +1595,35 @@ mod tests {
         fs::create_dir(tree.0.join("a/c/later")).unwrap();
         routing.route_until(u64::MAX, vec![(MAJOR, fault(97, tree.id("a/c/later")))]);
         assert_eq!(pids(taken(&a)), [97]);
+    }
+
+    #[test]
+    fn a_cgroup_removed_and_made_again_under_one_name_between_two_drains_stays_followed() {
+        let tree = Tree::new("reused", &["a/x"]);
+        let mut routing = tree.routing();
+        let (_, a) = tree.add(&mut routing, "a");
+        let first = tree.id("a/x");
+        // Restarted twice before the drain reads the events: the last one stays. Each
+        // removed one held open, so that its inode number is not the next one's, as a
+        // cgroup's id never is.
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            held.push(fs::File::open(tree.0.join("a/x")).unwrap());
+            fs::remove_dir(tree.0.join("a/x")).unwrap();
+            fs::create_dir(tree.0.join("a/x")).unwrap();
+        }
+        let last = tree.id("a/x");
+        assert_ne!(first, last);
+        routing.route_until(u64::MAX, vec![(MAJOR, fault(30, first))]);
+        assert_eq!(pids(taken(&a)), [30]);
+        // The first is forgotten at the next drain; the last is still the target's.
+        routing.route_until(u64::MAX, vec![(MAJOR, fault(31, last))]);
+        routing.route_until(u64::MAX, vec![(MAJOR, fault(32, last))]);
+        assert_eq!(pids(taken(&a)), [31, 32]);
+        assert!(!routing.trees.nodes.contains_key(&first));
+        assert!(routing.trees.nodes[&last].watch.is_some());
+        // The middle one, never known, is counted.
+        assert_eq!(routing.trees.vanished, 1);
     }
 
     #[test]
