@@ -908,7 +908,14 @@ impl Trees {
                 continue;
             };
             let (target, path) = (node.found_under, node.path.clone());
+            let refused = self.watches_refused;
             let Some(watch) = self.watch(target, &path) else {
+                if self.watches_refused == refused {
+                    // Removed while unwatched, its removal not told: forgotten, with what
+                    // was read below it, at the next drain.
+                    self.tombstone_below(target, &path);
+                    continue;
+                }
                 // Refused again (or the cap reached): the others would be too.
                 return;
             };
@@ -918,6 +925,19 @@ impl Trees {
                 node.watch = Some(watch);
             }
             self.read_below(target, id);
+        }
+    }
+
+    /// Tombstones the cgroup at `path` of target `target`'s tree and those read below it.
+    fn tombstone_below(&mut self, target: TargetId, path: &Path) {
+        let gone: Vec<u64> = (self.nodes.iter())
+            .filter(|(_, n)| n.found_under == target && n.path.starts_with(path))
+            .map(|(&id, _)| id)
+            .collect();
+        let now = monotonic_ns();
+        for id in gone {
+            self.unwatched.remove(&id);
+            self.tombstones.push((id, now));
         }
     }
 
@@ -1595,6 +1615,35 @@ mod tests {
         fs::create_dir(tree.0.join("a/c/later")).unwrap();
         routing.route_until(u64::MAX, vec![(MAJOR, fault(97, tree.id("a/c/later")))]);
         assert_eq!(pids(taken(&a)), [97]);
+    }
+
+    #[test]
+    fn a_cgroup_removed_while_unwatched_is_forgotten_and_keeps_no_other_from_being_watched() {
+        let stale: Vec<String> = (0..16).map(|i| format!("a/p/d{i}")).collect();
+        let mut dirs: Vec<&str> = stale.iter().map(String::as_str).collect();
+        dirs.push("a/s");
+        let tree = Tree::new("stale", &dirs);
+        let mut routing = tree.routing();
+        // Room for a's watch alone: the others are refused.
+        routing.trees.watch_cap = 1;
+        let (_, a) = tree.add(&mut routing, "a");
+        assert_eq!(routing.trees.unwatched.len(), 18);
+        // Removed below an unwatched cgroup: not told.
+        for dir in &stale {
+            fs::remove_dir(tree.0.join(dir)).unwrap();
+        }
+        // Room again: the removed ones are let go and every other one is watched.
+        routing.trees.watch_cap = 100;
+        routing.route_until(u64::MAX, Vec::new());
+        assert!(routing.trees.unwatched.is_empty());
+        assert!(routing.trees.nodes[&tree.id("a/s")].watch.is_some());
+        assert!(routing.trees.nodes[&tree.id("a/p")].watch.is_some());
+        fs::create_dir(tree.0.join("a/s/new")).unwrap();
+        routing.route_until(u64::MAX, vec![(MAJOR, fault(40, tree.id("a/s/new")))]);
+        assert_eq!(pids(taken(&a)), [40]);
+        // Forgotten: a, p, s and new are what the tree holds.
+        assert_eq!(routing.trees.nodes.len(), 4);
+        assert_eq!(routing.trees.found[&tree.id("a")], 4);
     }
 
     #[test]
