@@ -977,10 +977,10 @@ impl Trees {
         };
         self.watches_refused += 1;
         if self.watches_refused == 1 {
-            say(&format!(
-                "fleet attribution: watching a target's cgroup for new ones was refused                  ({refused}; {} watches held, at most {}): cgroups made below it are not                  followed until a later drain watches it (raise fs.inotify.max_user_watches)",
+            say(&refused_message(
+                refused,
                 self.by_watch.len(),
-                self.watch_cap
+                self.watch_cap,
             ));
         }
         None
@@ -1139,6 +1139,16 @@ impl Trees {
             }
         }
     }
+}
+
+/// What is said when a watch is first refused, for `refused`, with `held` watches held
+/// and at most `cap`.
+fn refused_message(refused: &str, held: usize, cap: usize) -> String {
+    format!(
+        "fleet attribution: watching a target's cgroup for new ones was refused ({refused}; \
+         {held} watches held, at most {cap}): cgroups made below it are not followed until a \
+         later drain watches it (raise fs.inotify.max_user_watches)"
+    )
 }
 
 /// The most inotify watches the monitor holds: half the system's limit for its user
@@ -1673,6 +1683,13 @@ mod tests {
         assert!(routing.trees.nodes[&last].watch.is_some());
         // The middle one, never known, is counted.
         assert_eq!(routing.trees.vanished, 1);
+    }
+
+    #[test]
+    fn the_watch_refused_message_is_one_line_of_single_spaces() {
+        let message = refused_message("the monitor's cap", 4_096, 4_096);
+        assert!(!message.contains("  ") && !message.contains('\n'));
+        assert!(message.contains("refused (the monitor's cap; 4096 watches held, at most 4096)"));
     }
 
     #[test]
