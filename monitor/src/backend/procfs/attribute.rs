@@ -13,6 +13,7 @@
 
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
+use std::time::Instant;
 
 use shared_layout::abi::monotonic_ns;
 
@@ -62,7 +63,9 @@ impl InOrder {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Ending {
     No,
-    Last,
+    /// The last: a fleet's target waits until `Instant` at most for a drain of the
+    /// fleet's rings past its end (one deadline for the targets ending together).
+    Last(Instant),
 }
 
 /// Where the records come from.
@@ -159,6 +162,15 @@ impl Attributor {
             .extend(positions.iter().filter_map(|&p| polled.get(p).copied()));
     }
 
+    /// A fleet's target: waits, until `until` at most, for the fleet's rings drained
+    /// past `end_ns`, the latest end of the targets ending together (their last tables
+    /// then wait no more).
+    pub fn wait_drained_past(&self, end_ns: u64, until: Instant) {
+        if let FaultSource::Fleet(target) = &self.events {
+            target.wait_drained_past(end_ns, until);
+        }
+    }
+
     /// Takes what the rings hold now, all of it the period under way's.
     pub fn drain(&mut self) {
         self.drain_until(u64::MAX, Ending::No);
@@ -230,7 +242,9 @@ impl Attributor {
             }
             FaultSource::Fleet(target) => match ending {
                 Ending::No => target.drain(each),
-                Ending::Last => target.drain_last(end_ns, each),
+                // Whether or not a drain went past its end, the last table takes all it
+                // has up to it: what is left of the profile after is nobody's.
+                Ending::Last(until) => target.drain_last(end_ns, until, each).0.max(end_ns),
             },
         };
         let horizon = drain_began.min(end_ns);

@@ -35,7 +35,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Component, Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -70,10 +70,10 @@ const ALL_WAITING_BYTES: usize = if cfg!(test) {
 /// How often the rings are drained when no ring is half full and no target ends: a
 /// period's table lags the rings by up to this.
 const DRAIN_EVERY: Duration = Duration::from_millis(100);
-/// How long a target's last table waits for a drain begun after the target's end (one
-/// wait serves every target ending by then): past it, the records after the last drain
-/// are not in it.
-const DRAIN_WAIT: Duration = Duration::from_millis(200);
+/// How long the last tables of the targets ending together wait for a drain begun after
+/// their end (one deadline for them all): past it, each is made of the records in hand,
+/// those not drained yet are not in it (counted, said).
+pub const DRAIN_WAIT: Duration = Duration::from_millis(200);
 /// How much earlier than a drain began the records it routes are stamped: a record is
 /// stamped before it is written, and an interrupt (a vCPU's steal time, tens of ms) may
 /// come between; a record stamped before but written after its drain read its ring
@@ -157,6 +157,8 @@ struct Shared {
     next_id: Mutex<TargetId>,
     /// The bytes waiting in every target's queue.
     all_waiting: Arc<AtomicUsize>,
+    /// Last tables made without a drain past their end: [`DRAIN_WAIT`] passed.
+    cut_short: AtomicU64,
 }
 
 #[derive(Default)]
@@ -182,6 +184,9 @@ struct Drained {
     at: u64,
     /// The drain thread is gone (it panicked): no more drains.
     stopped: bool,
+    /// A last table's wait for a drain past its end timed out since this drain: the
+    /// drain thread is held up, later ones take what is in hand at once until it is not.
+    waited_in_vain: bool,
 }
 
 type Queue = Mutex<Waiting>;
@@ -299,9 +304,12 @@ impl FleetFaults {
 
 impl FleetFaults {
     /// A fleet with no events, for the pool's tests: its drain thread drains nothing,
-    /// at once whenever woken; the answer counts the wakes.
+    /// at once whenever woken, as the real one stamps its drains; or, `held_up`, never
+    /// (a drain thread stuck in the kernel). The answer counts the wakes.
     #[cfg(test)]
-    pub(crate) fn without_events() -> (FleetFaults, Arc<std::sync::atomic::AtomicU64>) {
+    pub(crate) fn without_events(
+        held_up: bool,
+    ) -> (FleetFaults, Arc<std::sync::atomic::AtomicU64>) {
         let (wake, woken) = UnixStream::pair().unwrap();
         wake.set_nonblocking(true).unwrap();
         let shared = Arc::new(Shared::new(1, true, wake));
@@ -312,16 +320,28 @@ impl FleetFaults {
             // Ends once the fleet is dropped: its end of the socket closed.
             while matches!((&woken).read(&mut byte), Ok(1)) {
                 counted.fetch_add(1, Ordering::Relaxed);
+                let began = monotonic_ns();
                 let Some(shared) = weak.upgrade() else {
                     return;
                 };
-                shared.publish(Drained {
-                    at: monotonic_ns(),
-                    stopped: false,
-                });
+                if !held_up {
+                    shared.publish(Drained {
+                        at: began.saturating_sub(LATE_WRITE_MARGIN),
+                        stopped: false,
+                        waited_in_vain: false,
+                    });
+                }
             }
         });
         (FleetFaults(shared), wakes)
+    }
+}
+
+impl FleetFaults {
+    /// Last tables made without a drain past their end, so far.
+    #[cfg(test)]
+    pub(crate) fn cut_short(&self) -> u64 {
+        self.0.cut_short.load(Ordering::Relaxed)
     }
 }
 
@@ -336,6 +356,7 @@ impl Shared {
             drained_changed: Condvar::new(),
             next_id: Mutex::default(),
             all_waiting: Arc::default(),
+            cut_short: AtomicU64::new(0),
         }
     }
 
@@ -344,25 +365,48 @@ impl Shared {
         let _ = (&self.wake).write(&[1]);
     }
 
-    /// What the last drain routed up to, once that is `end_ns` or later, or
-    /// [`DRAIN_WAIT`] passed.
-    fn drained_after(&self, end_ns: u64) -> u64 {
+    /// What the last drain routed up to, and whether that is `end_ns` or later: waits
+    /// for such a drain until `until` (a drain thread held up past an earlier wait's end
+    /// is not waited for again until it drains again).
+    fn drained_after(&self, end_ns: u64, until: Instant) -> (u64, bool) {
+        let (at, complete) = self.wait_drained(end_ns, until);
+        if !complete {
+            self.cut_short.fetch_add(1, Ordering::Relaxed);
+        }
+        (at, complete)
+    }
+
+    /// As [`Shared::drained_after`], not counting a last table cut short.
+    fn wait_drained(&self, end_ns: u64, until: Instant) -> (u64, bool) {
         // A drain that begins now has all there is (`end_ns` may be "everything").
         let end_ns = end_ns.min(monotonic_ns());
-        let deadline = Instant::now() + DRAIN_WAIT;
+        // Each drain routes up to LATE_WRITE_MARGIN before it began: one begun earlier
+        // than `end_ns` + LATE_WRITE_MARGIN would not do, and asking for one would make
+        // the drain thread drain again and again until then.
+        let first_enough = end_ns.saturating_add(LATE_WRITE_MARGIN);
         let mut drained = lock(&self.drained);
-        // Each drain routes up to LATE_WRITE_MARGIN before it began: asked again until
-        // one reaches `end_ns`.
-        while drained.at < end_ns && !drained.stopped {
-            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+        let mut asked = false;
+        while drained.at < end_ns && !drained.stopped && !drained.waited_in_vain {
+            let Some(left) = until.checked_duration_since(Instant::now()) else {
+                drained.waited_in_vain = true;
                 break;
             };
-            self.wake();
-            drained = (self.drained_changed.wait_timeout(drained, left))
+            let early = first_enough.saturating_sub(monotonic_ns());
+            let wait = match early {
+                0 => {
+                    if !std::mem::replace(&mut asked, true) {
+                        // Once: the drain it starts begins after this write.
+                        self.wake();
+                    }
+                    left
+                }
+                early => left.min(Duration::from_nanos(early)),
+            };
+            drained = (self.drained_changed.wait_timeout(drained, wait))
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
-        drained.at
+        (drained.at, drained.at >= end_ns)
     }
 
     fn publish(&self, drained: Drained) {
@@ -387,12 +431,24 @@ impl TargetFaults {
         self.hand_over(drained_at, each)
     }
 
-    /// As [`TargetFaults::drain`], for the target's last table: first waits, at most
-    /// [`DRAIN_WAIT`], for a drain that began after `end_ns` (one that began after
-    /// another target's end serves this one too).
-    pub fn drain_last(&self, end_ns: u64, each: impl FnMut(Stream, Record)) -> u64 {
-        let drained_at = self.shared.drained_after(end_ns);
-        self.hand_over(drained_at, each)
+    /// As [`TargetFaults::drain`], for the target's last table: first waits, until
+    /// `until`, for a drain that began after `end_ns` (one that began after another
+    /// target's end serves this one too). Answers whether one did: if not, the records
+    /// stamped up to `end_ns` not drained yet are not handed over (counted, said).
+    pub fn drain_last(
+        &self,
+        end_ns: u64,
+        until: Instant,
+        each: impl FnMut(Stream, Record),
+    ) -> (u64, bool) {
+        let (drained_at, complete) = self.shared.drained_after(end_ns, until);
+        (self.hand_over(drained_at, each), complete)
+    }
+
+    /// Waits, until `until` at most, for a drain past `end_ns`: the latest end of the
+    /// targets ending together, waited for once before their last tables.
+    pub fn wait_drained_past(&self, end_ns: u64, until: Instant) {
+        self.shared.wait_drained(end_ns, until);
     }
 
     /// `drained_at` read before the queue: what the queue holds then is all that was
@@ -487,6 +543,7 @@ impl Drainer {
             shared.publish(Drained {
                 at: horizon,
                 stopped: false,
+                waited_in_vain: false,
             });
             self.routing.loss.say_now_and_then();
         }
@@ -505,7 +562,11 @@ impl Drop for StoppedSaid {
         say("the fleet's fault events are no longer drained (their thread failed): faults are not attributed to mappings from now");
         if let Some(shared) = self.0.upgrade() {
             let at = lock(&shared.drained).at;
-            shared.publish(Drained { at, stopped: true });
+            shared.publish(Drained {
+                at,
+                stopped: true,
+                waited_in_vain: false,
+            });
         }
     }
 }
@@ -1953,37 +2014,52 @@ mod tests {
     }
 
     #[test]
-    fn a_sampler_waits_for_the_drain_it_asks_for_a_bounded_while() {
+    fn a_sampler_waits_for_the_drain_it_asks_for_until_its_deadline_and_not_again_in_vain() {
         let (wake, woken) = UnixStream::pair().unwrap();
         wake.set_nonblocking(true).unwrap();
         let shared = Arc::new(Shared::new(1, true, wake));
-        // No drain comes: the last one's time, after DRAIN_WAIT.
+        let drained = |at, stopped| Drained {
+            at,
+            stopped,
+            waited_in_vain: false,
+        };
+        // No drain comes: the last one's time, after the deadline, cut short.
         let asked = Instant::now();
-        assert_eq!(shared.drained_after(10), 0);
+        assert_eq!(shared.drained_after(10, asked + DRAIN_WAIT), (0, false));
         assert!(asked.elapsed() >= DRAIN_WAIT);
         assert!(
             (&woken).read(&mut [0; 8]).unwrap() > 0,
             "the drain thread is woken"
         );
-        // One comes: at once.
+        // The drain thread is held up: the next last tables do not wait for it again,
+        // whatever their deadline.
+        let asked = Instant::now();
+        assert_eq!(
+            shared.drained_after(10, asked + 10 * DRAIN_WAIT),
+            (0, false)
+        );
+        assert!(asked.elapsed() < DRAIN_WAIT, "waited again in vain");
+        assert_eq!(shared.cut_short.load(Ordering::Relaxed), 2);
+        // It drains again (not far enough): then one comes, on being asked.
+        shared.publish(drained(5, false));
         let drainer = Arc::clone(&shared);
         let drain = thread::spawn(move || {
             (&woken).read_exact(&mut [0; 1]).unwrap();
-            drainer.publish(Drained {
-                at: 20,
-                stopped: false,
-            });
+            drainer.publish(drained(20, false));
         });
-        assert_eq!(shared.drained_after(10), 20);
+        assert_eq!(
+            shared.drained_after(10, Instant::now() + 10 * DRAIN_WAIT),
+            (20, true)
+        );
         drain.join().unwrap();
         // Already past: no wait, no wake.
-        assert_eq!(shared.drained_after(15), 20);
-        shared.publish(Drained {
-            at: 20,
-            stopped: true,
-        });
+        assert_eq!(shared.drained_after(15, Instant::now()), (20, true));
+        shared.publish(drained(20, true));
         let asked = Instant::now();
-        assert_eq!(shared.drained_after(30), 20);
+        assert_eq!(
+            shared.drained_after(30, asked + 10 * DRAIN_WAIT),
+            (20, false)
+        );
         assert!(
             asked.elapsed() < DRAIN_WAIT,
             "a stopped drain is not waited for"
@@ -2015,6 +2091,7 @@ mod tests {
         shared.publish(Drained {
             at: 20,
             stopped: false,
+            waited_in_vain: false,
         });
         let asked = Instant::now();
         assert_eq!(majors(attributor.finish(30, Vec::new(), Ending::No)), 2);
@@ -2023,6 +2100,7 @@ mod tests {
         shared.publish(Drained {
             at: 40,
             stopped: false,
+            waited_in_vain: false,
         });
         assert_eq!(majors(attributor.finish(32, Vec::new(), Ending::No)), 1);
         assert!(asked.elapsed() < DRAIN_WAIT, "a period waited");
@@ -2044,27 +2122,73 @@ mod tests {
             drainer.publish(Drained {
                 at: 80,
                 stopped: false,
+                waited_in_vain: false,
             });
         });
-        assert_eq!(majors(attributor.finish(50, Vec::new(), Ending::Last)), 2);
+        let until = Instant::now() + 10 * DRAIN_WAIT;
+        assert_eq!(
+            majors(attributor.finish(50, Vec::new(), Ending::Last(until))),
+            2
+        );
         drain.join().unwrap();
     }
 
     #[test]
-    fn a_last_table_asks_again_for_a_drain_until_one_routed_past_its_end() {
+    fn a_last_table_cut_short_takes_all_it_has_up_to_its_end_and_is_counted() {
+        use super::super::attribute::{Attributor, Ending, FaultSource};
+        let (wake, _woken) = UnixStream::pair().unwrap();
+        wake.set_nonblocking(true).unwrap();
+        let shared = Arc::new(Shared::new(1, true, wake));
+        let queue = Arc::new(Mutex::new(Waiting::new(&shared.all_waiting)));
+        let target = TargetFaults {
+            shared: Arc::clone(&shared),
+            id: 1,
+            queue: Arc::clone(&queue),
+        };
+        let mut attributor = Attributor::new(FaultSource::Fleet(target));
+        let pid = std::process::id();
+        // Drained up to 20, then held up: the faults at 25 and 45 are in hand, 70 is
+        // after the end.
+        for t in [5, 25, 45, 70] {
+            lock(&queue).push(MAJOR, fault_at(pid, 1, t));
+        }
+        shared.publish(Drained {
+            at: 20,
+            stopped: false,
+            waited_in_vain: false,
+        });
+        let table = attributor.finish(50, Vec::new(), Ending::Last(Instant::now()));
+        assert_eq!(table.recorded().major, 3);
+        assert_eq!(shared.cut_short.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_last_table_asks_once_for_a_drain_when_one_begun_then_routes_past_its_end() {
         let (wake, woken) = UnixStream::pair().unwrap();
         wake.set_nonblocking(true).unwrap();
         let shared = Arc::new(Shared::new(1, true, wake));
         let drainer = Arc::clone(&shared);
-        // The first drain woken began too soon after the end to route up to it.
+        // As the drain thread stamps its drains: when it began, less the margin.
         let drain = thread::spawn(move || {
-            for at in [5, 20] {
-                (&woken).read_exact(&mut [0; 1]).unwrap();
-                drainer.publish(Drained { at, stopped: false });
-            }
+            (&woken).read_exact(&mut [0; 1]).unwrap();
+            let began = monotonic_ns();
+            drainer.publish(Drained {
+                at: began - LATE_WRITE_MARGIN,
+                stopped: false,
+                waited_in_vain: false,
+            });
+            woken.set_nonblocking(true).unwrap();
+            let asked_again = (&woken).read(&mut [0; 8]).is_ok();
+            (began, asked_again)
         });
-        assert_eq!(shared.drained_after(10), 20);
-        drain.join().unwrap();
+        let end = monotonic_ns();
+        let (at, complete) = shared.drained_after(end, Instant::now() + 10 * DRAIN_WAIT);
+        let (began, asked_again) = drain.join().unwrap();
+        assert!(complete && at >= end);
+        // Not asked before a drain begun then could route past its end: one asked
+        // earlier would not, and the drain thread would drain again and again.
+        assert!(began >= end + LATE_WRITE_MARGIN);
+        assert!(!asked_again, "asked for more than one drain");
     }
 
     #[test]

@@ -41,6 +41,7 @@ use shared_layout::{Area, ProtocolError};
 
 use super::attribute::{Attributor, Ending};
 use super::cap::CpuCap;
+use super::fleet_faults::DRAIN_WAIT;
 use super::members::Members;
 use super::memory::Memory;
 use super::process::Process;
@@ -413,7 +414,7 @@ fn run(
     let mut counts = Counts::new(processes, cgroup, attribution);
     // Whatever happens, the session must end canceled, or the consumer waits forever.
     let outcome = sample_until_the_end(&mut counts, &mut producer, period, events, bell);
-    let recorded = counts.record_last(&mut producer);
+    let recorded = counts.record_last(&mut producer, Instant::now() + DRAIN_WAIT);
     let finished = producer.finish(Instant::now() + FINISH_TIMEOUT);
     report(counts, outcome.and(recorded), finished, 0)
 }
@@ -476,23 +477,25 @@ impl Counts {
     }
 
     /// Records the last sample (whatever the processes did since the previous one): if
-    /// the ring cannot take it, it stays pending in the `producer`.
-    fn record_last(&mut self, producer: &mut Producer) -> Result<(), SamplerError> {
+    /// the ring cannot take it, it stays pending in the `producer`. A fleet's target's
+    /// last table waits until `until` at most for the fleet's rings drained past it.
+    fn record_last(&mut self, producer: &mut Producer, until: Instant) -> Result<(), SamplerError> {
         self.stamp_last();
         let mut last = self.pending;
         self.cap.flush(&mut last);
-        self.publish(last.time_ns, Ending::Last);
+        self.publish(last.time_ns, Ending::Last(until));
         producer.record(last)?;
         Ok(())
     }
 
     /// The last sample's time, now unless its last poll set it: stamped before a pool
-    /// records its ending targets' last samples, so that the first one's wait for the
-    /// fleet's drain serves all.
-    fn stamp_last(&mut self) {
+    /// records its ending targets' last samples, so that one wait for the fleet's drain
+    /// serves all (see [`wait_for_the_last_tables`]).
+    fn stamp_last(&mut self) -> u64 {
         if self.pending.time_ns == 0 {
             self.pending.time_ns = abi::monotonic_ns();
         }
+        self.pending.time_ns
     }
 
     /// Reads every process and the cgroup's members; the timestamp the counts belong to.
@@ -790,12 +793,13 @@ impl Pooled {
     }
 
     /// Records the last sample of a session its pass ended, whatever the outcome, as a
-    /// sampler of its own records it; true once its report is to be sent.
-    fn conclude(&mut self) -> bool {
+    /// sampler of its own records it (its last table waiting until `until` at most);
+    /// true once its report is to be sent.
+    fn conclude(&mut self, until: Instant) -> bool {
         let Some(outcome) = self.stopping.take() else {
             return false;
         };
-        let recorded = self.counts.record_last(&mut self.producer);
+        let recorded = self.counts.record_last(&mut self.producer, until);
         self.ending = Some((outcome.and(recorded), Instant::now() + FINISH_TIMEOUT));
         self.producer.pending().is_none()
     }
@@ -926,19 +930,36 @@ fn run_pool(inbox: &PoolInbox) {
         }
     }
     targets.append(&mut inbox.joining());
-    // Stamped first: one wait for a fleet's drain past them all, not one a target.
-    for target in &mut targets {
-        target.counts.stamp_last();
-    }
+    let until = wait_for_the_last_tables(targets.iter_mut());
     for mut target in targets {
         let _ = panic::catch_unwind(AssertUnwindSafe(|| {
             if target.ending.is_none() {
-                let recorded = target.counts.record_last(&mut target.producer);
+                let recorded = target.counts.record_last(&mut target.producer, until);
                 target.ending = Some((recorded, Instant::now()));
             }
             target.end();
         }));
     }
+}
+
+/// Stamps the last samples of the targets ending together and waits once, until the
+/// deadline it answers at most, for a fleet's drain past the latest: their last tables
+/// then wait no more (one wait a round, not one an ending target).
+fn wait_for_the_last_tables<'a>(ending: impl Iterator<Item = &'a mut Pooled>) -> Instant {
+    let mut latest: Option<(u64, &Pooled)> = None;
+    for target in ending {
+        let end_ns = target.counts.stamp_last();
+        if target.counts.attributor.is_some() && latest.is_none_or(|(l, _)| end_ns > l) {
+            latest = Some((end_ns, target));
+        }
+    }
+    let until = Instant::now() + DRAIN_WAIT;
+    if let Some((end_ns, target)) = latest {
+        if let Some(attributor) = &target.counts.attributor {
+            attributor.wait_drained_past(end_ns, until);
+        }
+    }
+    until
 }
 
 /// One round of the pool's thread: the joiners taken in, every target's events and due
@@ -955,17 +976,13 @@ fn pool_round(inbox: &PoolInbox, targets: &mut Vec<Pooled>, sounded: bool) -> bo
             Err(_) => ended.push((i, false)),
         }
     }
-    // The sessions the passes ended record their last samples after every pass, all
-    // stamped first: the first last table's wait for a fleet's drain begun after it
-    // serves them all, one wait a round, not one an ending target.
-    for target in targets.iter_mut().filter(|t| t.stopping.is_some()) {
-        target.counts.stamp_last();
-    }
+    // The sessions the passes ended record their last samples after every pass.
+    let until = wait_for_the_last_tables(targets.iter_mut().filter(|t| t.stopping.is_some()));
     for (i, target) in targets.iter_mut().enumerate() {
         if target.stopping.is_none() {
             continue;
         }
-        match panic::catch_unwind(AssertUnwindSafe(|| target.conclude())) {
+        match panic::catch_unwind(AssertUnwindSafe(|| target.conclude(until))) {
             Ok(false) => {}
             Ok(true) => ended.push((i, true)),
             Err(_) => ended.push((i, false)),
@@ -1578,11 +1595,15 @@ mod tests {
         use crate::backend::procfs::attribute::FaultSource;
         use crate::backend::procfs::fleet_faults::FleetFaults;
         let _alone = one_pool_test_at_a_time();
-        let (fleet, wakes) = FleetFaults::without_events();
+        let (fleet, wakes) = FleetFaults::without_events(false);
         let period = Duration::from_millis(20);
         let pool = SamplerPool::new().unwrap();
         let cgroup = own_cgroup_open();
         const TARGETS: u64 = 40;
+        // The first target's end holds the pool thread until every stop is sent: the
+        // others all end in the next round.
+        let (open_gate, gate) = mpsc::channel::<()>();
+        let mut gate = Some(gate);
         let targets: Vec<(Arc<Feed>, Sampler)> = (0..TARGETS)
             .map(|_| {
                 let area = Area::create_memfd(64, Mode::Strict, period).unwrap();
@@ -1592,15 +1613,16 @@ mod tests {
                     ..SamplerAttribution::off("a test")
                 };
                 let feed = Arc::clone(&attribution.feed);
-                let sampler = Sampler::pooled(
-                    &pool,
-                    Arc::new(area),
-                    Members::new(Arc::clone(&cgroup)),
-                    period,
-                    attribution,
-                    || {},
-                )
-                .unwrap();
+                let gate = gate.take();
+                let on_end = move || {
+                    if let Some(gate) = gate {
+                        let _ = gate.recv();
+                    }
+                };
+                let members = Members::new(Arc::clone(&cgroup));
+                let sampler =
+                    Sampler::pooled(&pool, Arc::new(area), members, period, attribution, on_end)
+                        .unwrap();
                 (feed, sampler)
             })
             .collect();
@@ -1627,21 +1649,72 @@ mod tests {
             started,
             "a pass woke the drain thread (to wait for it)"
         );
-        // Every target ends: their last tables wait for a drain past their ends a few
-        // times at most (the stops taken over a round or two), not once each.
+        // Every target ends, in two rounds: their last tables wait for a drain past
+        // their ends once a round, not once each.
         for (_, sampler) in &targets {
             sampler.events().send(Event::Stop);
         }
+        drop(open_gate);
         for (_, sampler) in targets {
             joined_within_10_s(sampler);
         }
         // Each target's end wakes it once more, its events given back.
         let waits = wakes.load(Ordering::Relaxed) - started - TARGETS;
         assert!(
-            waits <= 3,
+            waits <= 2,
             "{waits} waits for the drain at {TARGETS} targets' ends"
         );
         drop(pool);
+    }
+
+    #[test]
+    fn a_held_up_drain_thread_costs_the_targets_ending_together_one_wait_not_one_each() {
+        use crate::backend::procfs::attribute::FaultSource;
+        use crate::backend::procfs::fleet_faults::{FleetFaults, DRAIN_WAIT};
+        let _alone = one_pool_test_at_a_time();
+        let (fleet, _) = FleetFaults::without_events(true);
+        let period = Duration::from_millis(20);
+        let pool = SamplerPool::new().unwrap();
+        let cgroup = own_cgroup_open();
+        // One wait each would be 12 s for these, and as long again for those the
+        // pool's end ends.
+        const TARGETS: usize = 60;
+        let sampler = || {
+            let area = Area::create_memfd(64, Mode::Strict, period).unwrap();
+            let attribution = SamplerAttribution {
+                attributor: Some(Attributor::new(FaultSource::Fleet(
+                    fleet.target(&cgroup).unwrap(),
+                ))),
+                ..SamplerAttribution::off("a test")
+            };
+            let members = Members::new(Arc::clone(&cgroup));
+            Sampler::pooled(&pool, Arc::new(area), members, period, attribution, || {}).unwrap()
+        };
+        let stopped: Vec<Sampler> = (0..TARGETS).map(|_| sampler()).collect();
+        let left: Vec<Sampler> = (0..TARGETS).map(|_| sampler()).collect();
+        thread::sleep(3 * period);
+        let asked = Instant::now();
+        for sampler in &stopped {
+            sampler.events().send(Event::Stop);
+        }
+        for sampler in stopped {
+            joined_within_10_s(sampler);
+        }
+        let ending = asked.elapsed();
+        let asked = Instant::now();
+        drop(pool);
+        for sampler in left {
+            joined_within_10_s(sampler);
+        }
+        let shutdown = asked.elapsed();
+        // Each waited for at most the first one's deadline, whatever the rounds.
+        let bound = 10 * DRAIN_WAIT;
+        assert!(ending < bound, "{TARGETS} targets ended in {ending:?}");
+        assert!(
+            shutdown < bound,
+            "{TARGETS} targets' shutdown in {shutdown:?}"
+        );
+        assert_eq!(fleet.cut_short(), 2 * TARGETS as u64);
     }
 
     #[test]
