@@ -100,7 +100,7 @@ pub fn run(mut request: FleetRequest) -> Result<u8, ProfileError> {
     let mount = (cgroup2_mounts().into_iter().next()).unwrap_or_else(|| "/sys/fs/cgroup".into());
     let roots = discover::roots(&request.selectors, &mount)?;
     let signals = Signals::install()?;
-    let faults = open_faults(&mut request.template);
+    let faults = open_faults(&mut request.template, request.max_targets);
     let linger = request.template.export.linger;
     let hub = Arc::new(Hub::new(linger));
     let template = &request.template;
@@ -397,10 +397,11 @@ fn with_names(derived: &mut Vec<(&'static str, String)>, names: &mut KubeNames) 
 }
 
 /// The events every target's faults are attributed from, unless `--no-attribution`;
-/// where they cannot be opened, no target's are attributed, said once here.
-fn open_faults(template: &mut Request) -> Option<FleetFaults> {
+/// where they cannot be opened, no target's are attributed, said once here. At most
+/// `max_targets` at once.
+fn open_faults(template: &mut Request, max_targets: usize) -> Option<FleetFaults> {
     let minor_sampling = template.attribution?;
-    match FleetFaults::open(minor_sampling) {
+    match FleetFaults::open(minor_sampling, max_targets) {
         Ok(faults) => Some(faults),
         Err(e) => {
             say(&format!(

@@ -214,8 +214,9 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl FleetFaults {
     /// Opens the events on every online CPU, one minor fault recorded in
-    /// `minor_sampling`, and starts the thread that drains their rings.
-    pub fn open(minor_sampling: u64) -> Result<FleetFaults, FleetFaultsError> {
+    /// `minor_sampling`, and starts the thread that drains their rings; `max_targets`,
+    /// the most targets at once, share the inotify watches that follow their trees.
+    pub fn open(minor_sampling: u64, max_targets: usize) -> Result<FleetFaults, FleetFaultsError> {
         let own = fs::read_to_string("/proc/self/cgroup")
             .map_err(|e| FleetFaultsError::Unreadable("/proc/self/cgroup", e))?;
         if perf_event_on_v1(&own) {
@@ -244,7 +245,7 @@ impl FleetFaults {
                 None
             }
         };
-        let trees = Trees::new()?;
+        let trees = Trees::new(max_targets)?;
         let mut events = FaultEvents::new(minor_sampling)?;
         events.attach(Watched::EveryProcess)?;
         let (wake, woken) = UnixStream::pair().map_err(FleetFaultsError::Start)?;
@@ -545,6 +546,7 @@ impl Drainer {
                 stopped: false,
                 waited_in_vain: false,
             });
+            self.routing.loss.cut_short = shared.cut_short.load(Ordering::Relaxed);
             self.routing.loss.say_now_and_then();
         }
     }
@@ -665,7 +667,13 @@ struct FleetLoss {
     /// Cgroups made in targets' trees and removed before a drain read their creation:
     /// their faults are dropped.
     cgroups_vanished: u64,
-    said: (u64, u64, u64, u64),
+    /// Last tables made without a drain past their end: the records not drained by
+    /// then are not in them.
+    cut_short: u64,
+    /// Cgroups followed without a watch now, and the targets they are in: cgroups made
+    /// below them are not followed meanwhile.
+    unwatched: (usize, usize),
+    said: (u64, u64, u64, u64, u64, (usize, usize)),
     said_at: Option<Instant>,
 }
 
@@ -676,6 +684,8 @@ impl FleetLoss {
             self.mappings,
             self.cgroups_unfollowed,
             self.cgroups_vanished,
+            self.cut_short,
+            self.unwatched,
         );
         let due = self
             .said_at
@@ -688,8 +698,17 @@ impl FleetLoss {
              (full: faults or mappings faster than they are drained, by any process), {} \
              cgroups of targets not followed (more than {TREE_DIRS} in one target's tree), \
              {} cgroups of targets made and removed between two drains (their faults not \
-             attributed), since the monitor started",
-            now.0, now.1, now.2, now.3
+             attributed), {} last tables of targets cut short (no drain past their end within \
+             {} ms), since the monitor started; {} cgroups of {} targets unwatched now (those \
+             made below them not followed)",
+            now.0,
+            now.1,
+            now.2,
+            now.3,
+            now.4,
+            DRAIN_WAIT.as_millis(),
+            now.5 .0,
+            now.5 .1
         ));
         self.said = now;
         self.said_at = Some(Instant::now());
@@ -788,14 +807,24 @@ struct Trees {
     tombstones: Vec<(u64, u64)>,
     /// Up to when the records were routed, at the last drain.
     routed_to: u64,
-    /// Cgroups followed without a watch (inotify refused one, or [`Trees::watch_cap`]
-    /// was reached): watched again at later drains, their new children unseen meanwhile.
-    unwatched: HashSet<u64>,
+    /// Cgroups followed without a watch, by the target whose tree they were found in
+    /// (inotify refused one, or the target's share or [`Trees::watch_cap`] was reached):
+    /// watched again at later drains, their new children unseen meanwhile.
+    unwatched: HashMap<TargetId, HashSet<u64>>,
     /// The most watches held: below the system's limit, which the monitor's user shares
     /// with its other inotify users.
     watch_cap: usize,
-    /// Watches refused so far, said the first time.
+    /// The most watches held for one target's tree: the cap shared by the most targets
+    /// there can be, so that one target's tree cannot take another's (its own cgroup
+    /// first, then shallower before deeper).
+    watch_share: usize,
+    /// Watches held for each target's tree.
+    held: HashMap<TargetId, usize>,
+    /// Watches refused so far.
     watches_refused: u64,
+    /// The targets whose refusal was said: each said once, and once more when every
+    /// cgroup of its tree is watched again.
+    refusals_said: HashMap<TargetId, Blind>,
     /// Each target's cgroup, open: its tree's paths are from it.
     roots: HashMap<TargetId, OwnedFd>,
     /// How many cgroups were found under each target.
@@ -805,6 +834,34 @@ struct Trees {
     unfollowed: u64,
     /// Cgroups whose creation was told after they were removed.
     vanished: u64,
+}
+
+/// Whether a target's tree was said to be followed blind.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Blind {
+    Said,
+    SaidWatchedAgain,
+}
+
+/// What became of a watch asked for.
+enum Watch {
+    Held(WatchDescriptor),
+    /// The directory was removed meanwhile.
+    Gone,
+    /// Refused: `all`, for every target (the cap, or inotify's limit), not only for
+    /// this one's share.
+    Refused {
+        all: bool,
+    },
+}
+
+impl Watch {
+    fn held(self) -> Option<WatchDescriptor> {
+        match self {
+            Watch::Held(watch) => Some(watch),
+            Watch::Gone | Watch::Refused { .. } => None,
+        }
+    }
 }
 
 struct Node {
@@ -819,7 +876,8 @@ struct Node {
 }
 
 impl Trees {
-    fn new() -> Result<Trees, FleetFaultsError> {
+    /// `max_targets`: the most targets there can be, sharing the watches.
+    fn new(max_targets: usize) -> Result<Trees, FleetFaultsError> {
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
             .map_err(FleetFaultsError::Inotify)?;
         Ok(Trees {
@@ -829,9 +887,12 @@ impl Trees {
             by_path: HashMap::new(),
             tombstones: Vec::new(),
             routed_to: 0,
-            unwatched: HashSet::new(),
+            unwatched: HashMap::new(),
             watch_cap: watch_cap(),
+            watch_share: (watch_cap() / max_targets.max(1)).max(1),
+            held: HashMap::new(),
             watches_refused: 0,
+            refusals_said: HashMap::new(),
             roots: HashMap::new(),
             found: HashMap::new(),
             cut: HashSet::new(),
@@ -868,7 +929,7 @@ impl Trees {
             node.target = Some(target);
             return;
         }
-        let watch = self.watch(target, Path::new(""));
+        let watch = self.watch(target, Path::new("")).held();
         let parent = self.followed_parent(target);
         self.insert(cgroup_id, parent, target, PathBuf::new(), watch);
         self.nodes
@@ -904,6 +965,9 @@ impl Trees {
         self.roots.remove(&target);
         self.found.remove(&target);
         self.cut.remove(&target);
+        self.unwatched.remove(&target);
+        self.held.remove(&target);
+        self.refusals_said.remove(&target);
         again.retain(|t| *t != target);
         for other in again {
             self.read_again(other);
@@ -935,10 +999,11 @@ impl Trees {
         if self.by_path.get(&key) == Some(&id) {
             self.by_path.remove(&key);
         }
-        self.unwatched.remove(&id);
+        self.forget_unwatched(node.found_under, id);
         if let Some(watch) = node.watch {
             self.by_watch.remove(&watch);
             let _ = self.inotify.rm_watch(watch);
+            self.let_go(node.found_under);
         }
         Some(node)
     }
@@ -959,34 +1024,99 @@ impl Trees {
         }
     }
 
-    /// Watches again the cgroups inotify refused, and reads what was made below them
-    /// meanwhile.
+    /// Watches again the cgroups whose watch was refused, shallower first, and reads
+    /// what was made below them meanwhile; says which targets' trees are all watched
+    /// again. A target at its share is passed over without a try.
     fn watch_again(&mut self) {
-        let ids: Vec<u64> = self.unwatched.iter().copied().collect();
-        for id in ids {
-            let Some(node) = self.nodes.get(&id) else {
-                self.unwatched.remove(&id);
+        let targets: Vec<TargetId> = (self.unwatched.iter())
+            .filter(|(_, ids)| !ids.is_empty())
+            .map(|(&target, _)| target)
+            .collect();
+        for target in targets {
+            if self.held.get(&target).copied().unwrap_or(0) >= self.watch_share {
                 continue;
-            };
-            let (target, path) = (node.found_under, node.path.clone());
-            let refused = self.watches_refused;
-            let Some(watch) = self.watch(target, &path) else {
-                if self.watches_refused == refused {
-                    // Removed while unwatched, its removal not told: forgotten, with what
-                    // was read below it, at the next drain.
-                    self.tombstone_below(target, &path);
+            }
+            let nodes = &self.nodes;
+            let mut ids: Vec<(usize, u64)> = (self.unwatched.get(&target).into_iter())
+                .flatten()
+                .filter_map(|&id| Some((nodes.get(&id)?.path.components().count(), id)))
+                .collect();
+            ids.sort_unstable();
+            for (_, id) in ids {
+                // Tombstoned below a removed one meanwhile.
+                if !(self.unwatched.get(&target)).is_some_and(|ids| ids.contains(&id)) {
                     continue;
                 }
-                // Refused again (or the cap reached): the others would be too.
-                return;
-            };
-            self.unwatched.remove(&id);
-            self.by_watch.insert(watch, id);
-            if let Some(node) = self.nodes.get_mut(&id) {
-                node.watch = Some(watch);
+                let Some(path) = self.nodes.get(&id).map(|n| n.path.clone()) else {
+                    continue;
+                };
+                match self.watch(target, &path) {
+                    Watch::Held(watch) => {
+                        self.forget_unwatched(target, id);
+                        self.by_watch.insert(watch, id);
+                        if let Some(node) = self.nodes.get_mut(&id) {
+                            node.watch = Some(watch);
+                        }
+                        self.read_below(target, id);
+                    }
+                    // Removed while unwatched, its removal not told: forgotten, with what
+                    // was read below it, at the next drain.
+                    Watch::Gone => self.tombstone_below(target, &path),
+                    Watch::Refused { all: false } => break,
+                    // Refused again: the others would be too.
+                    Watch::Refused { all: true } => return,
+                }
             }
-            self.read_below(target, id);
         }
+        self.say_watched_again();
+    }
+
+    /// Says, once each, which targets said to be followed blind are watched again.
+    fn say_watched_again(&mut self) {
+        let again: Vec<TargetId> = (self.refusals_said.iter())
+            .filter(|&(target, &blind)| {
+                blind == Blind::Said
+                    && (self.unwatched.get(target)).is_none_or(|ids| ids.is_empty())
+            })
+            .map(|(&target, _)| target)
+            .collect();
+        for target in again {
+            self.refusals_said.insert(target, Blind::SaidWatchedAgain);
+            say(&format!(
+                "fleet attribution: {}'s tree is watched again: the cgroups made in it are \
+                 followed",
+                self.tree_name(target)
+            ));
+        }
+    }
+
+    /// Target `target`'s cgroup, as its open directory's path says it.
+    fn tree_name(&self, target: TargetId) -> String {
+        (self.at(target, Path::new("")))
+            .and_then(|at| fs::read_link(at).ok())
+            .map_or_else(
+                || "a target's cgroup".to_owned(),
+                |path| path.display().to_string(),
+            )
+    }
+
+    fn forget_unwatched(&mut self, target: TargetId, id: u64) {
+        if let Some(ids) = self.unwatched.get_mut(&target) {
+            ids.remove(&id);
+        }
+    }
+
+    /// A watch of target `target`'s tree is gone.
+    fn let_go(&mut self, target: TargetId) {
+        if let Some(held) = self.held.get_mut(&target) {
+            *held = held.saturating_sub(1);
+        }
+    }
+
+    /// The cgroups followed without a watch now, and the targets they are in.
+    fn unwatched_now(&self) -> (usize, usize) {
+        let blind = self.unwatched.values().filter(|ids| !ids.is_empty());
+        (blind.clone().map(HashSet::len).sum(), blind.count())
     }
 
     /// Tombstones the cgroup at `path` of target `target`'s tree and those read below it.
@@ -997,7 +1127,7 @@ impl Trees {
             .collect();
         let now = monotonic_ns();
         for id in gone {
-            self.unwatched.remove(&id);
+            self.forget_unwatched(target, id);
             self.tombstones.push((id, now));
         }
     }
@@ -1022,29 +1152,40 @@ impl Trees {
         Some(Path::new(&format!("/proc/self/fd/{}", dir.as_raw_fd())).join(path))
     }
 
-    /// A watch on the directory at `path` of target `target`'s tree; none where it was
-    /// refused (counted, said once) or would pass [`Trees::watch_cap`].
-    fn watch(&mut self, target: TargetId, path: &Path) -> Option<WatchDescriptor> {
-        let at = self.at(target, path)?;
+    /// A watch on the directory at `path` of target `target`'s tree, unless refused
+    /// (counted, said once for the target): by inotify, past [`Trees::watch_cap`], or
+    /// past the target's share.
+    fn watch(&mut self, target: TargetId, path: &Path) -> Watch {
+        let Some(at) = self.at(target, path) else {
+            return Watch::Gone;
+        };
         let flags = AddWatchFlags::IN_CREATE | AddWatchFlags::IN_DELETE | AddWatchFlags::IN_ONLYDIR;
-        let refused = match self.by_watch.len() < self.watch_cap {
-            true => match self.inotify.add_watch(&at, flags) {
-                Ok(watch) => return Some(watch),
-                // Removed meanwhile: nothing to watch.
-                Err(Errno::ENOENT | Errno::ENOTDIR) => return None,
-                Err(e) => e.desc(),
-            },
-            false => "the monitor's cap",
+        let held = self.held.get(&target).copied().unwrap_or(0);
+        let (refused, all) = if held >= self.watch_share {
+            (format!("its share, {} watches", self.watch_share), false)
+        } else if self.by_watch.len() >= self.watch_cap {
+            ("the monitor's cap".to_owned(), true)
+        } else {
+            match self.inotify.add_watch(&at, flags) {
+                Ok(watch) => {
+                    *self.held.entry(target).or_default() += 1;
+                    return Watch::Held(watch);
+                }
+                Err(Errno::ENOENT | Errno::ENOTDIR) => return Watch::Gone,
+                Err(e) => (e.desc().to_owned(), true),
+            }
         };
         self.watches_refused += 1;
-        if self.watches_refused == 1 {
+        if let std::collections::hash_map::Entry::Vacant(blind) = self.refusals_said.entry(target) {
+            blind.insert(Blind::Said);
             say(&refused_message(
-                refused,
+                &self.tree_name(target),
+                &refused,
                 self.by_watch.len(),
                 self.watch_cap,
             ));
         }
-        None
+        Watch::Refused { all }
     }
 
     fn insert(
@@ -1060,7 +1201,10 @@ impl Trees {
                 self.by_watch.insert(watch, cgroup_id);
             }
             None => {
-                self.unwatched.insert(cgroup_id);
+                self.unwatched
+                    .entry(found_under)
+                    .or_default()
+                    .insert(cgroup_id);
             }
         }
         self.by_path.insert((found_under, path.clone()), cgroup_id);
@@ -1093,8 +1237,9 @@ impl Trees {
     /// Follows the cgroups below `cgroup_id` (of target `target`'s tree), each watched
     /// before it is read: one made meanwhile is read, told, or both.
     fn read_below(&mut self, target: TargetId, cgroup_id: u64) {
-        let mut to_read = vec![cgroup_id];
-        while let Some(id) = to_read.pop() {
+        // Shallower first: a target's share of watches goes to them before deeper ones.
+        let mut to_read = VecDeque::from([cgroup_id]);
+        while let Some(id) = to_read.pop_front() {
             let Some(path) = self.nodes.get(&id).map(|n| n.path.clone()) else {
                 continue;
             };
@@ -1117,9 +1262,9 @@ impl Trees {
                     return;
                 }
                 let child_path = path.join(entry.file_name());
-                let watch = self.watch(target, &child_path);
+                let watch = self.watch(target, &child_path).held();
                 self.insert(child, Some(id), target, child_path, watch);
-                to_read.push(child);
+                to_read.push_back(child);
             }
         }
     }
@@ -1158,6 +1303,8 @@ impl Trees {
                     self.by_watch.remove(&event.wd);
                     if let Some(node) = self.nodes.get_mut(&id) {
                         node.watch = None;
+                        let target = node.found_under;
+                        self.let_go(target);
                     }
                     continue;
                 }
@@ -1194,7 +1341,7 @@ impl Trees {
                 if !meta.is_dir() || self.nodes.contains_key(&meta.ino()) || !self.room(target) {
                     continue;
                 }
-                let watch = self.watch(target, &path);
+                let watch = self.watch(target, &path).held();
                 self.insert(meta.ino(), Some(id), target, path, watch);
                 self.read_below(target, meta.ino());
             }
@@ -1202,13 +1349,14 @@ impl Trees {
     }
 }
 
-/// What is said when a watch is first refused, for `refused`, with `held` watches held
-/// and at most `cap`.
-fn refused_message(refused: &str, held: usize, cap: usize) -> String {
+/// What is said when a watch of cgroup `tree`'s tree is first refused, for `refused`,
+/// with `held` watches held and at most `cap`.
+fn refused_message(tree: &str, refused: &str, held: usize, cap: usize) -> String {
     format!(
-        "fleet attribution: watching a target's cgroup for new ones was refused ({refused}; \
-         {held} watches held, at most {cap}): cgroups made below it are not followed until a \
-         later drain watches it (raise fs.inotify.max_user_watches)"
+        "fleet attribution: watching {tree}'s tree for new cgroups was refused ({refused}; \
+         {held} watches held, at most {cap}): cgroups made below its unwatched ones are not \
+         followed until a later drain watches them (raise fs.inotify.max_user_watches, or \
+         lower --max-targets: each target has the monitor's watches over --max-targets)"
     )
 }
 
@@ -1279,6 +1427,7 @@ impl Routing {
         self.trees.update(horizon);
         self.loss.cgroups_unfollowed = self.trees.unfollowed;
         self.loss.cgroups_vanished = self.trees.vanished;
+        self.loss.unwatched = self.trees.unwatched_now();
         let (mut timed, losses): (Vec<_>, Vec<_>) =
             (records.into_iter()).partition(|(_, record)| record.time_ns().is_some());
         for (stream, record) in losses {
@@ -1489,7 +1638,7 @@ mod tests {
         fn routing(&self) -> Routing {
             Routing::new(
                 Some(CgroupMount::at(self.0.clone()).unwrap()),
-                Trees::new().unwrap(),
+                Trees::new(1).unwrap(),
             )
         }
 
@@ -1621,8 +1770,10 @@ mod tests {
             .into_iter()
             .next()
             .unwrap();
-        let mut routing =
-            Routing::new(Some(CgroupMount::at(mount).unwrap()), Trees::new().unwrap());
+        let mut routing = Routing::new(
+            Some(CgroupMount::at(mount).unwrap()),
+            Trees::new(1).unwrap(),
+        );
         let fd = open(
             &top,
             OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
@@ -1672,7 +1823,7 @@ mod tests {
         routing.trees.watch_cap = 1;
         let (_, a) = tree.add(&mut routing, "a");
         assert_eq!(routing.trees.watches_refused, 2);
-        assert_eq!(routing.trees.unwatched.len(), 2);
+        assert_eq!(routing.trees.unwatched_now().0, 2);
         fs::create_dir(tree.0.join("a/b/new")).unwrap();
         // Still refused: the cgroup made below an unwatched one is not followed yet.
         routing.route_until(u64::MAX, vec![(MAJOR, fault(95, tree.id("a/b/new")))]);
@@ -1682,7 +1833,7 @@ mod tests {
         routing.trees.watch_cap = 10;
         routing.route_until(u64::MAX, vec![(MAJOR, fault(96, tree.id("a/b/new")))]);
         assert_eq!(pids(taken(&a)), [96]);
-        assert!(routing.trees.unwatched.is_empty());
+        assert!((routing.trees.unwatched_now().0 == 0));
         fs::create_dir(tree.0.join("a/c/later")).unwrap();
         routing.route_until(u64::MAX, vec![(MAJOR, fault(97, tree.id("a/c/later")))]);
         assert_eq!(pids(taken(&a)), [97]);
@@ -1698,7 +1849,7 @@ mod tests {
         // Room for a's watch alone: the others are refused.
         routing.trees.watch_cap = 1;
         let (_, a) = tree.add(&mut routing, "a");
-        assert_eq!(routing.trees.unwatched.len(), 18);
+        assert_eq!(routing.trees.unwatched_now().0, 18);
         // Removed below an unwatched cgroup: not told.
         for dir in &stale {
             fs::remove_dir(tree.0.join(dir)).unwrap();
@@ -1706,7 +1857,7 @@ mod tests {
         // Room again: the removed ones are let go and every other one is watched.
         routing.trees.watch_cap = 100;
         routing.route_until(u64::MAX, Vec::new());
-        assert!(routing.trees.unwatched.is_empty());
+        assert!((routing.trees.unwatched_now().0 == 0));
         assert!(routing.trees.nodes[&tree.id("a/s")].watch.is_some());
         assert!(routing.trees.nodes[&tree.id("a/p")].watch.is_some());
         fs::create_dir(tree.0.join("a/s/new")).unwrap();
@@ -1747,10 +1898,75 @@ mod tests {
     }
 
     #[test]
+    fn a_targets_tree_takes_its_share_of_watches_shallower_first_and_leaves_the_others_theirs() {
+        let tree = Tree::new(
+            "shares",
+            &["big/a/deep", "big/b", "big/c", "big/d", "small/x"],
+        );
+        let mut routing = tree.routing();
+        // Six watches for the monitor, three for one target: without shares the first
+        // target's tree would take all but one.
+        routing.trees.watch_cap = 6;
+        routing.trees.watch_share = 3;
+        let (_, big) = tree.add(&mut routing, "big");
+        let watched =
+            |routing: &Routing, dir: &str| routing.trees.nodes[&tree.id(dir)].watch.is_some();
+        assert!(watched(&routing, "big"));
+        assert!(
+            !watched(&routing, "big/a/deep"),
+            "a deeper one before a shallower one"
+        );
+        let first_level = ["big/a", "big/b", "big/c", "big/d"];
+        let held: Vec<&str> = (first_level.iter().copied())
+            .filter(|dir| watched(&routing, dir))
+            .collect();
+        assert_eq!(held.len(), 2);
+        assert_eq!(routing.trees.unwatched_now(), (3, 1));
+        // A target started later has its share: a cgroup made in its tree is followed.
+        let (_, small) = tree.add(&mut routing, "small");
+        assert!(watched(&routing, "small") && watched(&routing, "small/x"));
+        fs::create_dir(tree.0.join("small/x/new")).unwrap();
+        routing.route_until(u64::MAX, vec![(MAJOR, fault(50, tree.id("small/x/new")))]);
+        assert_eq!(pids(taken(&small)), [50]);
+        // One of the first's watched ones removed (not the one with a child): its watch
+        // goes to another of its first level, not to the deeper one.
+        let removed = held.iter().copied().find(|dir| *dir != "big/a").unwrap();
+        fs::remove_dir(tree.0.join(removed)).unwrap();
+        routing.route_until(u64::MAX, Vec::new());
+        routing.route_until(u64::MAX, Vec::new());
+        assert_eq!(routing.trees.unwatched_now(), (2, 1));
+        assert!(!watched(&routing, "big/a/deep"));
+        assert_eq!(
+            (first_level.iter().copied())
+                .filter(|dir| *dir != removed && watched(&routing, dir))
+                .count(),
+            2
+        );
+        routing.route_until(u64::MAX, vec![(MAJOR, fault(51, tree.id("big")))]);
+        assert_eq!(pids(taken(&big)), [51]);
+    }
+
+    #[test]
+    fn a_targets_share_of_watches_goes_to_each_level_before_the_next() {
+        let tree = Tree::new("levels", &["t/a/x/y", "t/b/z/w"]);
+        let mut routing = tree.routing();
+        routing.trees.watch_share = 5;
+        tree.add(&mut routing, "t");
+        let watched = |dir: &str| routing.trees.nodes[&tree.id(dir)].watch.is_some();
+        assert!(["t", "t/a", "t/b", "t/a/x", "t/b/z"]
+            .iter()
+            .all(|dir| watched(dir)));
+        assert!(!watched("t/a/x/y") && !watched("t/b/z/w"));
+    }
+
+    #[test]
     fn the_watch_refused_message_is_one_line_of_single_spaces() {
-        let message = refused_message("the monitor's cap", 4_096, 4_096);
+        let message = refused_message("/sys/fs/cgroup/a", "the monitor's cap", 4_096, 4_096);
         assert!(!message.contains("  ") && !message.contains('\n'));
-        assert!(message.contains("refused (the monitor's cap; 4096 watches held, at most 4096)"));
+        assert!(message.contains(
+            "/sys/fs/cgroup/a's tree for new cgroups was refused (the monitor's cap; 4096 watches \
+             held, at most 4096)"
+        ));
     }
 
     #[test]
