@@ -105,8 +105,8 @@ pub struct SamplerReport {
     /// Processes whose last counts could not be read.
     pub unread: Vec<Unread>,
     /// Periods whose pass came too late, its deadline passed before the pass before it was
-    /// done (a round of a fleet thread's passes longer than a period): their counts are in the next
-    /// sample.
+    /// done (a round of a fleet thread's passes longer than a period): their counts are in
+    /// the next sample.
     pub late: u64,
 }
 
