@@ -5,7 +5,7 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use monitor::pressure::watch::{PressurePool, PressureWatch};
+use monitor::pressure::watch::{PressurePool, PressureWatch, WATCHER_THREAD};
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 
 /// The process's threads named `pfprof-pressure`.
@@ -14,7 +14,7 @@ fn watcher_threads() -> usize {
     (tasks.flatten())
         .filter(|task| {
             let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-            comm.trim() == "pfprof-pressure"
+            comm.trim() == WATCHER_THREAD
         })
         .count()
 }

@@ -43,6 +43,8 @@ const TRIGGER: &str = "some 50000 500000";
 /// Unprivileged users may only use windows of whole 2 s (Linux 6.5 on; before, they may
 /// set no trigger at all): 150 ms in 2 s, checked by the kernel every 2 s.
 const TRIGGER_UNPRIVILEGED: &str = "some 150000 2000000";
+/// The name of a pressure pool's watcher thread.
+pub const WATCHER_THREAD: &str = "pfprof-pressure";
 /// How long the stall must stand still before the watcher goes back to sleep.
 pub const QUIET: Duration = Duration::from_secs(1);
 /// How long the watcher waits on its bell alone when its triggers cannot be waited on,
@@ -520,7 +522,7 @@ impl Watchers {
             let inbox = Arc::clone(&self.inbox);
             *thread = Some(
                 thread::Builder::new()
-                    .name("pfprof-pressure".into())
+                    .name(WATCHER_THREAD.into())
                     .spawn(move || watch_all(&inbox))?,
             );
         }
@@ -940,16 +942,9 @@ mod tests {
         );
     }
 
-    /// The monitor's threads named `pfprof-pressure`: no other test in this process
-    /// starts one.
+    /// The pressure pools' watcher threads: no other test in this process starts one.
     fn watcher_threads() -> usize {
-        let tasks = std::fs::read_dir("/proc/self/task").unwrap();
-        (tasks.flatten())
-            .filter(|task| {
-                let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-                comm.trim() == "pfprof-pressure"
-            })
-            .count()
+        crate::system::threads_named(WATCHER_THREAD).len()
     }
 
     /// Waits up to 10 s for `done`.

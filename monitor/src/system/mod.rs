@@ -11,6 +11,19 @@ pub mod peak;
 pub mod procstat;
 pub mod terminal;
 
+/// This process's threads named `name` (their `comm`): their /proc/self/task directories.
+#[cfg(test)]
+pub(crate) fn threads_named(name: &str) -> Vec<std::path::PathBuf> {
+    let tasks = std::fs::read_dir("/proc/self/task").unwrap();
+    (tasks.flatten())
+        .map(|task| task.path())
+        .filter(|task| {
+            let comm = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+            comm.trim() == name
+        })
+        .collect()
+}
+
 /// The size of a page, bytes (4 KiB where the system will not say).
 pub fn page_size() -> usize {
     nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)

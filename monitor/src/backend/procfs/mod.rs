@@ -263,8 +263,8 @@ impl Backend for Procfs {
         }
         if report.late > 0 {
             notes.push(format!(
-                "the fleet's sampler thread came late {} times, held up by its other targets: \
-                 those periods' counts are in the next row",
+                "the fleet's sampler thread came late {} times, a round of passes longer than a \
+                 period: those periods' counts are in the next row",
                 report.late
             ));
         }

@@ -106,8 +106,8 @@ pub struct SamplerReport {
     /// Processes whose last counts could not be read.
     pub unread: Vec<Unread>,
     /// Periods whose pass came too late, its deadline passed before the pass before it was
-    /// done (a fleet's thread held up by its other targets): their counts are in the next
-    /// sample.
+    /// done (a round of a fleet thread's passes longer than a period): their counts are in
+    /// the next sample.
     pub late: u64,
 }
 
@@ -650,6 +650,9 @@ fn sample_until_the_end(
     }
 }
 
+/// The name of a sampler pool's thread.
+const POOL_THREAD: &str = "pfprof-samplers";
+
 /// One thread that samples many cgroups (a fleet's targets), each with its own counts and
 /// ring, on deadlines of its own: a thousand targets wake one thread when their passes
 /// are due, not a thousand. The last handle's drop ends the sessions left and the thread.
@@ -733,7 +736,7 @@ impl SamplerPool {
             let inbox = Arc::clone(&self.inbox);
             *handle = Some(
                 thread::Builder::new()
-                    .name("pfprof-samplers".into())
+                    .name(POOL_THREAD.into())
                     .spawn(move || run_pool(&inbox))?,
             );
         }
@@ -1409,14 +1412,7 @@ mod tests {
     /// The threads named as the pool's (no other test in this process starts one): their
     /// /proc/self/task directories.
     fn pool_threads() -> Vec<PathBuf> {
-        let tasks = std::fs::read_dir("/proc/self/task").unwrap();
-        (tasks.flatten())
-            .map(|task| task.path())
-            .filter(|task| {
-                let comm = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
-                comm.trim() == "pfprof-samplers"
-            })
-            .collect()
+        crate::system::threads_named(POOL_THREAD)
     }
 
     /// How often a thread went to sleep.
