@@ -353,6 +353,20 @@ pub(crate) fn test_cgroup_path(test: &str) -> Option<PathBuf> {
     Some(mount.join(format!("pfprof-test-{test}-{}", std::process::id())))
 }
 
+/// This process's own cgroup: a real one any user may read.
+#[cfg(test)]
+pub(crate) fn own_cgroup_for_test() -> Cgroup {
+    let own = fs::read_to_string("/proc/self/cgroup").unwrap();
+    let path = (own.lines())
+        .find_map(|line| line.strip_prefix("0::"))
+        .expect("a cgroup v2 line");
+    let mount = cgroup2_mounts()
+        .into_iter()
+        .next()
+        .expect("a cgroup2 mount");
+    Cgroup::open(&mount.join(path.trim_start_matches('/'))).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

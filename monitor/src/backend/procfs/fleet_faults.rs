@@ -272,10 +272,11 @@ impl FleetFaults {
     }
 
     /// Routes the faults of `cgroup` and its descendants (but those of a deeper target)
-    /// to a new target, from now until the answer is dropped.
+    /// to a new target, from now until the answer is dropped; refused once the drain
+    /// thread is gone (nothing would take the target in).
     pub fn target(&self, cgroup: &Cgroup) -> io::Result<TargetFaults> {
         let cgroup_id = nix::sys::stat::fstat(cgroup.fd())
-            .map_err(io::Error::from)?
+            .map_err(|e| io::Error::other(format!("reading the cgroup's id: {}", e.desc())))?
             .st_ino;
         let dir = cgroup.fd().try_clone()?;
         let queue = Arc::new(Mutex::new(Waiting::new(&self.0.all_waiting)));
@@ -286,6 +287,12 @@ impl FleetFaults {
         };
         // Stamped with the lock held: a drain that began later takes it before routing.
         let mut changes = lock(&self.0.changes);
+        // Read with the changes held: a drain thread failing later lets go of this one.
+        if lock(&self.0.drained).stopped {
+            return Err(io::Error::other(
+                "the fleet's fault events are no longer drained (their thread failed)",
+            ));
+        }
         changes.started.push(NewTarget {
             id,
             dir,
@@ -339,6 +346,17 @@ impl FleetFaults {
 }
 
 impl FleetFaults {
+    /// Ends the drain thread's watch as its panic would.
+    #[cfg(test)]
+    fn fail_drain_thread(&self) {
+        let said = StoppedSaid(Arc::downgrade(&self.0));
+        let failed = thread::spawn(move || {
+            let _said = said;
+            panic!("a drain thread's failure, for a test");
+        });
+        assert!(failed.join().is_err());
+    }
+
     /// Last tables made without a drain past their end, so far.
     #[cfg(test)]
     pub(crate) fn cut_short(&self) -> u64 {
@@ -465,7 +483,13 @@ impl TargetFaults {
 
 impl Drop for TargetFaults {
     fn drop(&mut self) {
-        lock(&self.shared.changes).ended.push(self.id);
+        let mut changes = lock(&self.shared.changes);
+        // No drain thread to take it (the changes' lock held, as it lets go of them).
+        if lock(&self.shared.drained).stopped {
+            return;
+        }
+        changes.ended.push(self.id);
+        drop(changes);
         self.shared.wake();
     }
 }
@@ -569,6 +593,9 @@ impl Drop for StoppedSaid {
                 stopped: true,
                 waited_in_vain: false,
             });
+            // The targets not taken in hold their cgroup's directory open; none comes
+            // after this (see `FleetFaults::target`).
+            *lock(&shared.changes) = Changes::default();
         }
     }
 }
@@ -2347,6 +2374,20 @@ mod tests {
             2
         );
         drain.join().unwrap();
+    }
+
+    #[test]
+    fn a_fleet_whose_drain_thread_failed_lets_go_of_its_targets_and_takes_no_more() {
+        let (fleet, _) = FleetFaults::without_events(true);
+        let cgroup = crate::system::cgroup::own_cgroup_for_test();
+        let before = fleet.target(&cgroup).unwrap();
+        fleet.fail_drain_thread();
+        // The target it never took in lets go of its cgroup's directory.
+        assert!(lock(&fleet.0.changes).started.is_empty());
+        let refused = fleet.target(&cgroup).map(|_| ()).unwrap_err();
+        assert!(refused.to_string().contains("no longer drained"));
+        drop(before);
+        assert!(lock(&fleet.0.changes).ended.is_empty());
     }
 
     #[test]

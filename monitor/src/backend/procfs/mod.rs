@@ -308,9 +308,7 @@ fn open_events(selection: &Selection, minor_sampling: u64) -> Result<FaultEvents
 fn fleet_target(fleet: &FleetFaults, selection: &Selection) -> Result<FaultSource, String> {
     let cgroup = (selection.cgroup.as_deref())
         .ok_or_else(|| "a fleet's target is a cgroup: no cgroup selected".to_owned())?;
-    let target = fleet
-        .target(cgroup)
-        .map_err(|e| format!("reading the cgroup's id: {e}"))?;
+    let target = fleet.target(cgroup).map_err(|e| e.to_string())?;
     Ok(FaultSource::Fleet(target))
 }
 

@@ -1181,7 +1181,7 @@ fn set_memory(sample: &mut Sample, memory: Memory) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::system::cgroup::{cgroup2_mounts, test_cgroup_path, Cgroup};
+    use crate::system::cgroup::{test_cgroup_path, Cgroup};
     use shared_layout::strict::{StrictConsumer, Take};
     use shared_layout::wait::FutexWaiter;
     use shared_layout::Mode;
@@ -1437,16 +1437,7 @@ mod tests {
     }
 
     fn own_cgroup_open() -> Arc<Cgroup> {
-        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
-        let path = (own.lines())
-            .find_map(|line| line.strip_prefix("0::"))
-            .expect("a cgroup v2 line");
-        let mount = cgroup2_mounts()
-            .into_iter()
-            .next()
-            .expect("a cgroup2 mount");
-        let dir = mount.join(path.trim_start_matches('/'));
-        Arc::new(Cgroup::open(&dir).unwrap())
+        Arc::new(crate::system::cgroup::own_cgroup_for_test())
     }
 
     /// A pooled target on this process's cgroup, into a strict ring of `slots`; its
