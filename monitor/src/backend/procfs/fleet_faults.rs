@@ -745,46 +745,59 @@ impl FleetLoss {
 /// Process `pid`'s target, by pid, bounded: a pid is forgotten at its exit.
 #[derive(Default)]
 struct Pids {
-    targets: HashMap<u32, Option<TargetId>>,
-    /// The pids in the order they were first remembered (some forgotten since): the
+    /// Each pid's target, and when it was remembered (a count of insertions).
+    targets: HashMap<u32, (Option<TargetId>, u64)>,
+    /// The pids in the order they were remembered, with when (some forgotten or
+    /// remembered again since: an entry whose time is not its pid's is passed over): the
     /// oldest are forgotten first.
-    order: VecDeque<u32>,
+    order: VecDeque<(u32, u64)>,
+    inserted: u64,
 }
 
 impl Pids {
     fn get(&self, pid: u32) -> Option<Option<TargetId>> {
-        self.targets.get(&pid).copied()
+        self.targets.get(&pid).map(|&(target, _)| target)
     }
 
     fn insert(&mut self, pid: u32, target: Option<TargetId>) {
-        if self.targets.insert(pid, target).is_some() {
+        if let Some(known) = self.targets.get_mut(&pid) {
+            known.0 = target;
             return;
         }
-        self.order.push_back(pid);
+        self.inserted += 1;
+        self.targets.insert(pid, (target, self.inserted));
+        self.order.push_back((pid, self.inserted));
         if self.targets.len() > PIDS_REMEMBERED {
             // Those in no target first: the cheapest to find again, and the most.
-            self.targets.retain(|_, target| target.is_some());
+            self.targets.retain(|_, (target, _)| target.is_some());
             while self.targets.len() > PIDS_REMEMBERED * 3 / 4 {
                 // `pid`, the newest, is last: never reached while others are left.
-                let Some(oldest) = self.order.pop_front() else {
+                let Some((oldest, at)) = self.order.pop_front() else {
                     break;
                 };
-                self.targets.remove(&oldest);
+                if self
+                    .targets
+                    .get(&oldest)
+                    .is_some_and(|&(_, known)| known == at)
+                {
+                    self.targets.remove(&oldest);
+                }
             }
         }
         // The forgotten ones' places let go of, now and then.
         if self.order.len() > 2 * PIDS_REMEMBERED {
             let targets = &self.targets;
-            self.order.retain(|pid| targets.contains_key(pid));
+            self.order
+                .retain(|(pid, at)| targets.get(pid).is_some_and(|&(_, known)| known == *at));
         }
     }
 
     fn remove(&mut self, pid: u32) -> Option<Option<TargetId>> {
-        self.targets.remove(&pid)
+        self.targets.remove(&pid).map(|(target, _)| target)
     }
 
-    fn retain(&mut self, keep: impl FnMut(&u32, &mut Option<TargetId>) -> bool) {
-        self.targets.retain(keep);
+    fn retain(&mut self, mut keep: impl FnMut(&u32, &mut Option<TargetId>) -> bool) {
+        self.targets.retain(|pid, (target, _)| keep(pid, target));
     }
 
     fn clear(&mut self) {
@@ -2467,6 +2480,18 @@ mod tests {
             remembered.remove(pid);
         }
         assert!(remembered.order.len() <= 2 * PIDS_REMEMBERED + 1);
+        // A pid forgotten at its exit and reused is as new as its second coming: not
+        // forgotten first for its first.
+        let mut remembered = Pids::default();
+        remembered.insert(0, Some(1));
+        remembered.remove(0);
+        for pid in 1..PIDS_REMEMBERED as u32 {
+            remembered.insert(pid, Some(1));
+        }
+        remembered.insert(0, Some(2));
+        remembered.insert(PIDS_REMEMBERED as u32, Some(1));
+        assert_eq!(remembered.get(0), Some(Some(2)));
+        assert_eq!(remembered.get(1), None);
         let all = Arc::default();
         let mut waiting = Waiting::new(&all);
         let room = WAITING_BYTES / bytes_of(&fault(1, 1));
