@@ -79,6 +79,11 @@ pub const DRAIN_WAIT: Duration = Duration::from_millis(200);
 /// come between; a record stamped before but written after its drain read its ring
 /// would be applied after later ones.
 const LATE_WRITE_MARGIN: u64 = 5_000_000;
+/// The most time a drain spends on the targets' trees' changes (the events inotify
+/// queued, and the trees read again after its queue overflowed), but one tree read
+/// again: the rest waits for the next drain, so that a flood of cgroups made and removed
+/// cannot keep the drain thread from the rings.
+const TREES_BUDGET: Duration = Duration::from_millis(20);
 /// How often the fleet's losses are said, at most.
 const SAY_LOSSES_EVERY: Duration = Duration::from_secs(60);
 
@@ -570,7 +575,7 @@ impl Drainer {
                 stopped: false,
                 waited_in_vain: false,
             });
-            self.routing.loss.cut_short = shared.cut_short.load(Ordering::Relaxed);
+            self.routing.loss.now.cut_short = shared.cut_short.load(Ordering::Relaxed);
             self.routing.loss.say_now_and_then();
         }
     }
@@ -683,10 +688,18 @@ fn ring_index(stream: Stream) -> usize {
     }
 }
 
-/// The records the fleet's rings lost: every target's, whose they were unknown; said
-/// now and then, counted once, not in each target's `[lost]`.
+/// What the fleet's attribution missed: every target's, whose it was unknown; said now
+/// and then, counted once, not in each target's `[lost]`.
 #[derive(Default)]
 struct FleetLoss {
+    now: Losses,
+    said: Losses,
+    said_at: Option<Instant>,
+}
+
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+struct Losses {
+    /// Records lost from the rings.
     faults: u64,
     mappings: u64,
     /// Cgroups of targets' trees past [`TREE_DIRS`]: their faults are dropped.
@@ -697,48 +710,93 @@ struct FleetLoss {
     /// Last tables made without a drain past their end: the records not drained by
     /// then are not in them.
     cut_short: u64,
+    /// Times inotify's queue overflowed: every tree read again, a few a drain.
+    overflows: u64,
+    /// Drains that left some of the trees' changes for the next.
+    trees_behind: u64,
     /// Cgroups followed without a watch now, and the targets they are in: cgroups made
     /// below them are not followed meanwhile.
     unwatched: (usize, usize),
-    said: (u64, u64, u64, u64, u64, (usize, usize)),
-    said_at: Option<Instant>,
 }
 
 impl FleetLoss {
     fn say_now_and_then(&mut self) {
-        let now = (
-            self.faults,
-            self.mappings,
-            self.cgroups_unfollowed,
-            self.cgroups_vanished,
-            self.cut_short,
-            self.unwatched,
-        );
         let due = self
             .said_at
             .is_none_or(|at| at.elapsed() >= SAY_LOSSES_EVERY);
-        if now == self.said || !due {
+        if self.now == self.said || !due {
             return;
         }
         say(&format!(
-            "fleet attribution: {} fault records and {} mapping records lost from the rings \
-             (full: faults or mappings faster than they are drained, by any process), {} \
-             cgroups of targets not followed (more than {TREE_DIRS} in one target's tree), \
-             {} cgroups of targets made and removed between two drains (their faults not \
-             attributed), {} last tables of targets cut short (no drain past their end within \
-             {} ms), since the monitor started; {} cgroups of {} targets unwatched now (those \
-             made below them not followed)",
-            now.0,
-            now.1,
-            now.2,
-            now.3,
-            now.4,
-            DRAIN_WAIT.as_millis(),
-            now.5 .0,
-            now.5 .1
+            "fleet attribution: {}",
+            self.now.clauses().join("; ")
         ));
-        self.said = now;
+        self.said = self.now;
         self.said_at = Some(Instant::now());
+    }
+}
+
+impl Losses {
+    /// What is said of them: those there are since the monitor started, and the cgroups
+    /// unwatched now.
+    fn clauses(&self) -> Vec<String> {
+        let mut clauses = Vec::new();
+        if self.faults + self.mappings > 0 {
+            clauses.push(format!(
+                "{} fault records and {} mapping records lost from the rings (full: faults \
+                 or mappings faster than they are drained, by any process)",
+                self.faults, self.mappings
+            ));
+        }
+        let counts = [
+            (
+                self.cgroups_unfollowed,
+                format!(
+                    "cgroups of targets not followed (more than {TREE_DIRS} in one target's tree)"
+                ),
+            ),
+            (
+                self.cgroups_vanished,
+                "cgroups of targets made and removed between two drains (their faults not \
+                 attributed)"
+                    .to_owned(),
+            ),
+            (
+                self.cut_short,
+                format!(
+                    "last tables of targets cut short (no drain past their end within {} ms)",
+                    DRAIN_WAIT.as_millis()
+                ),
+            ),
+            (
+                self.overflows,
+                "overflows of inotify's queue (every target's tree read again, a few a \
+                 drain)"
+                    .to_owned(),
+            ),
+            (
+                self.trees_behind,
+                format!(
+                    "drains that left cgroups' changes for the next (more than {} ms of them: \
+                     the faults in cgroups made meanwhile not attributed)",
+                    TREES_BUDGET.as_millis()
+                ),
+            ),
+        ];
+        for (count, what) in counts {
+            if count > 0 {
+                clauses.push(format!("{count} {what}"));
+            }
+        }
+        if !clauses.is_empty() {
+            let last = clauses.len() - 1;
+            clauses[last].push_str(", since the monitor started");
+        }
+        clauses.push(format!(
+            "{} cgroups of {} targets unwatched now (those made below them not followed)",
+            self.unwatched.0, self.unwatched.1
+        ));
+        clauses
     }
 }
 
@@ -874,6 +932,13 @@ struct Trees {
     unfollowed: u64,
     /// Cgroups whose creation was told after they were removed.
     vanished: u64,
+    /// Targets whose tree is to be read again (inotify's queue overflowed: some of its
+    /// changes were not told), oldest first.
+    stale: VecDeque<TargetId>,
+    /// Times inotify's queue overflowed.
+    overflows: u64,
+    /// Drains that left some of the trees' changes for the next one ([`TREES_BUDGET`]).
+    behind: u64,
 }
 
 /// Whether a target's tree was said to be followed blind.
@@ -938,6 +1003,9 @@ impl Trees {
             cut: HashSet::new(),
             unfollowed: 0,
             vanished: 0,
+            stale: VecDeque::new(),
+            overflows: 0,
+            behind: 0,
         })
     }
 
@@ -1008,6 +1076,7 @@ impl Trees {
         self.unwatched.remove(&target);
         self.held.remove(&target);
         self.refusals_said.remove(&target);
+        self.stale.retain(|t| *t != target);
         again.retain(|t| *t != target);
         for other in again {
             self.read_again(other);
@@ -1312,26 +1381,56 @@ impl Trees {
     /// Takes in the cgroups made and removed in the targets' trees since the last call:
     /// once a drain, before its records, stamped up to `horizon`, are routed.
     fn update(&mut self, horizon: u64) {
+        let until = Instant::now() + TREES_BUDGET;
         self.bury();
         self.watch_again();
-        self.read_events();
+        let told = self.read_events(until);
+        let read = self.read_stale(until);
+        if !(told && read) {
+            self.behind += 1;
+        }
         self.routed_to = horizon;
     }
 
-    fn read_events(&mut self) {
+    /// Some changes were not told (inotify's queue overflowed): every tree is to be read
+    /// again, a few a drain.
+    fn overflowed(&mut self) {
+        self.overflows += 1;
+        let stale: HashSet<TargetId> = self.stale.iter().copied().collect();
+        let targets: Vec<TargetId> = (self.roots.keys().copied())
+            .filter(|t| !stale.contains(t))
+            .collect();
+        self.stale.extend(targets);
+    }
+
+    /// Reads again the trees whose changes inotify could not tell, oldest first, until
+    /// `until` (one at least); whether none is left.
+    fn read_stale(&mut self, until: Instant) -> bool {
+        let mut first = true;
+        while let Some(&target) = self.stale.front() {
+            if !std::mem::take(&mut first) && Instant::now() >= until {
+                return false;
+            }
+            self.stale.pop_front();
+            self.read_again(target);
+        }
+        true
+    }
+
+    /// Takes in what inotify told, until `until`; whether all of it was.
+    fn read_events(&mut self, until: Instant) -> bool {
         loop {
+            if Instant::now() >= until {
+                return false;
+            }
             let events = match self.inotify.read_events() {
                 Ok(events) if !events.is_empty() => events,
                 // EAGAIN: none left.
-                _ => return,
+                _ => return true,
             };
             for event in events {
                 if event.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
-                    // Some were not told: every tree is read again.
-                    let targets: Vec<TargetId> = self.roots.keys().copied().collect();
-                    for target in targets {
-                        self.read_again(target);
-                    }
+                    self.overflowed();
                     continue;
                 }
                 let Some(&id) = self.by_watch.get(&event.wd) else {
@@ -1465,9 +1564,11 @@ impl Routing {
         records: Vec<(Stream, Record)>,
     ) -> Vec<(Stream, Record)> {
         self.trees.update(horizon);
-        self.loss.cgroups_unfollowed = self.trees.unfollowed;
-        self.loss.cgroups_vanished = self.trees.vanished;
-        self.loss.unwatched = self.trees.unwatched_now();
+        self.loss.now.cgroups_unfollowed = self.trees.unfollowed;
+        self.loss.now.cgroups_vanished = self.trees.vanished;
+        self.loss.now.unwatched = self.trees.unwatched_now();
+        self.loss.now.overflows = self.trees.overflows;
+        self.loss.now.trees_behind = self.trees.behind;
         let (mut timed, losses): (Vec<_>, Vec<_>) =
             (records.into_iter()).partition(|(_, record)| record.time_ns().is_some());
         for (stream, record) in losses {
@@ -1527,7 +1628,7 @@ impl Routing {
             // Gone: no /proc to look in.
             Record::Exit { pid, tid, .. } if pid == tid => self.pids.remove(pid).flatten(),
             Record::Lost(_) | Record::Overflowed if stream == Stream::Mappings => {
-                self.loss.mappings += match record {
+                self.loss.now.mappings += match record {
                     Record::Lost(n) => n,
                     _ => 1,
                 };
@@ -1541,7 +1642,7 @@ impl Routing {
             }
             // Whose faults is unknown: the fleet's loss, not each target's.
             Record::Lost(n) => {
-                self.loss.faults += n;
+                self.loss.now.faults += n;
                 return;
             }
             Record::Overflowed => return,
@@ -2000,6 +2101,49 @@ mod tests {
     }
 
     #[test]
+    fn after_an_overflow_every_tree_is_read_again_a_few_a_drain_one_at_least() {
+        let tree = Tree::new("overflow", &["a/x", "b/y", "c/z"]);
+        let mut routing = tree.routing();
+        for dir in ["a", "b", "c"] {
+            tree.add(&mut routing, dir);
+        }
+        let trees = &mut routing.trees;
+        trees.overflowed();
+        trees.overflowed();
+        assert_eq!((trees.stale.len(), trees.overflows), (3, 2));
+        // Out of time: one all the same, the others left for the next drains.
+        assert!(!trees.read_stale(Instant::now()));
+        assert_eq!(trees.stale.len(), 2);
+        assert!(trees.read_stale(Instant::now() + Duration::from_secs(60)));
+        assert!(trees.stale.is_empty());
+        // Each read again as it was: its cgroups still followed.
+        assert_eq!(trees.nodes.len(), 6);
+        assert!(trees.owner(tree.id("b/y")).is_some());
+    }
+
+    #[test]
+    fn the_fleets_loss_line_says_what_was_missed_in_single_spaces() {
+        let nothing = Losses::default().clauses().join("; ");
+        assert_eq!(
+            nothing,
+            "0 cgroups of 0 targets unwatched now (those made below them not followed)"
+        );
+        let some = Losses {
+            faults: 3,
+            cut_short: 2,
+            trees_behind: 1,
+            unwatched: (7, 1),
+            ..Losses::default()
+        };
+        let line = some.clauses().join("; ");
+        assert!(!line.contains("  ") && !line.contains('\n'), "{line}");
+        assert!(line.starts_with("3 fault records and 0 mapping records lost"));
+        assert!(line.contains("; 2 last tables of targets cut short (no drain past their end within 200 ms); 1 drains"));
+        assert!(line.contains("not attributed), since the monitor started; 7 cgroups of 1 targets"));
+        assert!(!line.contains("overflows") && !line.contains("made and removed"));
+    }
+
+    #[test]
     fn the_watch_refused_message_is_one_line_of_single_spaces() {
         let message = refused_message("/sys/fs/cgroup/a", "the monitor's cap", 4_096, 4_096);
         assert!(!message.contains("  ") && !message.contains('\n'));
@@ -2175,13 +2319,13 @@ mod tests {
         routing.route(MAJOR, fault(70, tree.id("a")));
         taken(&a);
         routing.route(MAJOR, Record::Lost(5));
-        assert_eq!(routing.loss.faults, 5);
+        assert_eq!(routing.loss.now.faults, 5);
         assert!(
             taken(&a).is_empty() && taken(&b).is_empty(),
             "not each target's lost"
         );
         routing.route(Stream::Mappings, Record::Lost(2));
-        assert_eq!(routing.loss.mappings, 2);
+        assert_eq!(routing.loss.now.mappings, 2);
         for queue in [&a, &b] {
             assert!(matches!(
                 taken(queue)[..],
