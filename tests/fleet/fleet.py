@@ -1288,8 +1288,11 @@ class Fleet:
         wait_until("the monitor to profile a and b",
                    lambda: (all(f"monitor: profiling {names[n]}\n" in said for n in "ab"), said))
         wait_until("the monitor to be scraped up", lambda: prometheus.one('up{host="local"}') == 1)
-        # a's tree read when it started: its worker cgroup, made now, is followed from its
-        # parent's IN_CREATE.
+        # a's tree read when it started (its values scraped: drains have passed since): its
+        # worker cgroup, made now, is followed from its parent's IN_CREATE, not found by
+        # reading the tree.
+        a_periods = f'pfprof_period_faults_count{{host="local",target="{names["a"]}",system_paging_fault_type="minor"}}'
+        wait_until("a's first period to be scraped", lambda: (prometheus.one(a_periods) is not None, said))
         os.makedirs(dirs["a"])
 
         def work(n):
