@@ -75,9 +75,10 @@ const DRAIN_EVERY: Duration = Duration::from_millis(100);
 /// those not drained yet are not in it (counted, said).
 pub const DRAIN_WAIT: Duration = Duration::from_millis(200);
 /// How much earlier than a drain began the records it routes are stamped: a record is
-/// stamped before it is written, and an interrupt (a vCPU's steal time, tens of ms) may
-/// come between; a record stamped before but written after its drain read its ring
-/// would be applied after later ones.
+/// stamped before it is written, and an interrupt may come between; a record stamped
+/// before but written after its drain read its ring would be applied after later ones.
+/// A vCPU's steal time can pass it (tens of ms): such a record is then applied in a
+/// later period of its target, or not at all when that period was the last.
 const LATE_WRITE_MARGIN: u64 = 5_000_000;
 /// The most time a drain spends on the targets' trees' changes (the events inotify
 /// queued, and the trees read again after its queue overflowed), but one tree read
