@@ -43,10 +43,12 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+use nix::time::{clock_gettime, ClockId};
 use shared_layout::abi::monotonic_ns;
 
 use super::perf::{FaultEvents, Kind, PerfError, Record, Stream, Watched};
 use crate::system::cgroup::{cgroup2_root_mount, Cgroup};
+use crate::system::procstat;
 
 /// The most pids remembered: past it, those in no target are forgotten first, then
 /// others (found again in `/proc`). A storm of short-lived processes costs look-ups, not
@@ -1610,19 +1612,22 @@ impl Routing {
                 self.pids.insert(pid, self.trees.owner(cgroup));
                 target
             }
-            Record::Mmap(ref mmap) => self.pid_target(mmap.pid),
-            Record::Exec { pid, .. } => {
+            Record::Mmap(ref mmap) => self.pid_target(mmap.pid, mmap.time_ns),
+            Record::Exec { pid, time_ns } => {
                 // Where a service starts: forked outside its cgroup, moved in, exec'd. One
-                // gone already (its /proc unreadable) stays where it was known to be.
-                let target = match self.proc_target(pid) {
+                // gone already (its /proc unreadable, or its pid another's) stays where it
+                // was known to be.
+                let target = match self.proc_target(pid, time_ns) {
                     Some(found) => found,
                     None => self.pids.get(pid).flatten(),
                 };
                 self.pids.insert(pid, target);
                 target
             }
-            Record::Fork { pid, ppid, .. } if pid != ppid => {
-                let target = self.pid_target(ppid);
+            Record::Fork {
+                pid, ppid, time_ns, ..
+            } if pid != ppid => {
+                let target = self.pid_target(ppid, time_ns);
                 self.pids.insert(pid, target);
                 target
             }
@@ -1657,23 +1662,43 @@ impl Routing {
 
     /// The target of process `pid`: remembered, or its cgroup's as `/proc/PID/cgroup`
     /// names it.
-    fn pid_target(&mut self, pid: u32) -> Option<TargetId> {
+    fn pid_target(&mut self, pid: u32, time_ns: u64) -> Option<TargetId> {
         if let Some(known) = self.pids.get(pid) {
             return known;
         }
-        let target = self.proc_target(pid).flatten();
+        let target = self.proc_target(pid, time_ns).flatten();
         self.pids.insert(pid, target);
         target
     }
 
-    /// Process `pid`'s target as `/proc/PID/cgroup` says it now: `None` where it cannot
-    /// be read (the process is gone).
-    fn proc_target(&self, pid: u32) -> Option<Option<TargetId>> {
+    /// The target of process `pid` of a record stamped `time_ns`, as `/proc/PID/cgroup`
+    /// says it now: `None` where it cannot be read (the process is gone), or where the
+    /// process at that pid now started after the record (its pid was reused: another
+    /// user's process's mappings must not reach a target's tables by it).
+    fn proc_target(&self, pid: u32, time_ns: u64) -> Option<Option<TargetId>> {
         let mount = self.mount.as_ref()?;
+        if started_after(pid, time_ns) {
+            return None;
+        }
         let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
         let path = cgroup_of(&text)?;
         Some(mount.id_of(path).and_then(|id| self.trees.owner(id)))
     }
+}
+
+/// Whether the process at `pid` now, if any, started after `time_ns` (`CLOCK_MONOTONIC`),
+/// a tick's rounding aside: a record of that time was another process's.
+fn started_after(pid: u32, time_ns: u64) -> bool {
+    let Ok(stat) = procstat::read(pid) else {
+        return false;
+    };
+    let tick = procstat::ticks_to_ns();
+    // Start times are ticks of CLOCK_BOOTTIME, which goes on through a suspend.
+    let boot = clock_gettime(ClockId::CLOCK_BOOTTIME).map_or(0, |t| {
+        t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+    });
+    let suspended = boot.saturating_sub(monotonic_ns());
+    stat.start.saturating_mul(tick) > time_ns.saturating_add(suspended).saturating_add(tick)
 }
 
 /// Whether `/proc/PID/cgroup` (its text) puts the perf_event controller on a v1
@@ -2353,14 +2378,26 @@ mod tests {
         // Seen outside every target first (the fork of a service manager).
         routing.pids.insert(pid, None);
         routing.route(Stream::Mappings, mmap(pid));
-        let exec = Record::Exec { pid, time_ns: 2 };
+        // An exec before this process started was another's, whose pid this one took
+        // since: it is not found where this one is.
+        routing.route(Stream::Mappings, Record::Exec { pid, time_ns: 2 });
+        routing.route(Stream::Mappings, mmap(pid));
+        assert!(taken(&target).is_empty());
+        let exec = Record::Exec {
+            pid,
+            time_ns: monotonic_ns(),
+        };
         routing.route(Stream::Mappings, exec);
         routing.route(Stream::Mappings, mmap(pid));
         assert_eq!(taken(&target).len(), 2);
         // In a cgroup namespace of its own, the monitor does not go by /proc's paths.
         routing.mount = None;
         routing.pids.insert(pid, None);
-        routing.route(Stream::Mappings, Record::Exec { pid, time_ns: 3 });
+        let exec = Record::Exec {
+            pid,
+            time_ns: monotonic_ns(),
+        };
+        routing.route(Stream::Mappings, exec);
         routing.route(Stream::Mappings, mmap(pid));
         assert!(taken(&target).is_empty());
     }
