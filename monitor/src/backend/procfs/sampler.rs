@@ -933,7 +933,8 @@ fn run_pool(inbox: &PoolInbox) {
         }
     }
     targets.append(&mut inbox.joining());
-    let until = wait_for_the_last_tables(targets.iter_mut());
+    // Those ending already made their last table.
+    let until = wait_for_the_last_tables(targets.iter_mut().filter(|t| t.ending.is_none()));
     for mut target in targets {
         let _ = panic::catch_unwind(AssertUnwindSafe(|| {
             if target.ending.is_none() {
@@ -1587,10 +1588,11 @@ mod tests {
         let pool = SamplerPool::new().unwrap();
         let cgroup = own_cgroup_open();
         const TARGETS: u64 = 40;
-        // The first target's end holds the pool thread until every stop is sent: the
-        // others all end in the next round.
+        // The first target's end, alone in its round, holds the pool thread until every
+        // other stop is sent: the others all end in the next round.
         let (open_gate, gate) = mpsc::channel::<()>();
-        let mut gate = Some(gate);
+        let (entered, entered_rx) = mpsc::channel::<()>();
+        let mut gate = Some((gate, entered));
         let targets: Vec<(Arc<Feed>, Sampler)> = (0..TARGETS)
             .map(|_| {
                 let area = Area::create_memfd(64, Mode::Strict, period).unwrap();
@@ -1602,7 +1604,8 @@ mod tests {
                 let feed = Arc::clone(&attribution.feed);
                 let gate = gate.take();
                 let on_end = move || {
-                    if let Some(gate) = gate {
+                    if let Some((gate, entered)) = gate {
+                        let _ = entered.send(());
                         let _ = gate.recv();
                     }
                 };
@@ -1638,7 +1641,9 @@ mod tests {
         );
         // Every target ends, in two rounds: their last tables wait for a drain past
         // their ends once a round, not once each.
-        for (_, sampler) in &targets {
+        targets[0].1.events().send(Event::Stop);
+        (entered_rx.recv_timeout(Duration::from_secs(10))).expect("the first target's end");
+        for (_, sampler) in &targets[1..] {
             sampler.events().send(Event::Stop);
         }
         drop(open_gate);
@@ -1646,6 +1651,11 @@ mod tests {
             joined_within_10_s(sampler);
         }
         // Each target's end wakes it once more, its events given back.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while wakes.load(Ordering::Relaxed) < started + TARGETS {
+            assert!(Instant::now() < deadline, "the targets' ends not told");
+            thread::sleep(Duration::from_millis(5));
+        }
         let waits = wakes.load(Ordering::Relaxed) - started - TARGETS;
         assert!(
             waits <= 2,
