@@ -1670,7 +1670,7 @@ mod tests {
         use crate::backend::procfs::fleet_faults::{FleetFaults, DRAIN_WAIT};
         let _alone = one_pool_test_at_a_time();
         let (fleet, _) = FleetFaults::without_events(true);
-        let period = Duration::from_millis(20);
+        let period = Duration::from_millis(50);
         let pool = SamplerPool::new().unwrap();
         let cgroup = own_cgroup_open();
         // One wait each would be 12 s for these, and as long again for those the
