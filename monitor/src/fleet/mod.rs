@@ -288,6 +288,10 @@ impl Fleet {
             self.reap();
             thread::sleep(Duration::from_millis(20));
         }
+        // Their last tables made: what the drain thread may never say (held up).
+        if let Some(faults) = &self.faults {
+            faults.say_at_end();
+        }
     }
 }
 

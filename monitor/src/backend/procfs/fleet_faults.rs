@@ -167,7 +167,8 @@ struct Shared {
     all_waiting: Arc<AtomicUsize>,
     /// Last tables made without a drain past their end: [`DRAIN_WAIT`] passed.
     cut_short: AtomicU64,
-    /// How many of them the drain thread said: the others are said at the end.
+    /// How many of them the drain thread said: the others are said at the monitor's end
+    /// ([`FleetFaults::say_at_end`]).
     cut_short_said: AtomicU64,
 }
 
@@ -356,6 +357,22 @@ impl FleetFaults {
 }
 
 impl FleetFaults {
+    /// Says, at the monitor's end once every target's last table is made, the last
+    /// tables cut short that the drain thread did not say (held up, it may never).
+    pub fn say_at_end(&self) {
+        let cut_short = self.0.cut_short.load(Ordering::Relaxed);
+        if cut_short > self.0.cut_short_said.load(Ordering::Relaxed) {
+            say(&format!(
+                "fleet attribution: {cut_short} last tables of targets cut short since the \
+                 monitor started (no drain of the fault events past their end within {} ms: \
+                 their thread held up or stopped)",
+                DRAIN_WAIT.as_millis()
+            ));
+        }
+    }
+}
+
+impl FleetFaults {
     /// Ends the drain thread's watch as its panic would.
     #[cfg(test)]
     fn fail_drain_thread(&self) {
@@ -443,22 +460,6 @@ impl Shared {
     fn publish(&self, drained: Drained) {
         *lock(&self.drained) = drained;
         self.drained_changed.notify_all();
-    }
-}
-
-impl Drop for Shared {
-    /// At the monitor's end (the fleet and every target gone): the last tables cut short
-    /// since the drain thread last said its losses (held up, it may never have).
-    fn drop(&mut self) {
-        let cut_short = *self.cut_short.get_mut();
-        if cut_short > *self.cut_short_said.get_mut() {
-            say(&format!(
-                "fleet attribution: {cut_short} last tables of targets cut short since the \
-                 monitor started (no drain of the fault events past their end within {} ms: \
-                 their thread held up or stopped)",
-                DRAIN_WAIT.as_millis()
-            ));
-        }
     }
 }
 
@@ -582,11 +583,13 @@ impl Drainer {
                 let mut changes = lock(&shared.changes);
                 (std::mem::take(&mut *changes), monotonic_ns())
             };
-            for target in changes.started {
-                self.routing.add(target);
-            }
+            // The ended first: at --max-targets, a target started in place of one ended
+            // is not one too many (its watches' share).
             for id in changes.ended {
                 self.routing.remove(id);
+            }
+            for target in changes.started {
+                self.routing.add(target);
             }
             let mut records = std::mem::take(&mut self.held);
             self.events
@@ -984,6 +987,14 @@ struct Trees {
     behind: u64,
 }
 
+/// What a tree read again does with its cgroups removed whose last faults may still be
+/// routed.
+#[derive(Clone, Copy)]
+enum Removed {
+    Kept,
+    Forgotten,
+}
+
 /// Whether a target's tree was said to be followed blind.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Blind {
@@ -1083,14 +1094,14 @@ impl Trees {
     fn follow(&mut self, target: TargetId, cgroup_id: u64) {
         if let Some(node) = self.nodes.get_mut(&cgroup_id) {
             node.target = Some(target);
-            let (outer, path, parent) = (node.found_under, node.path.clone(), node.parent);
+            let (outer, parent) = (node.found_under, node.parent);
             // Its own, or another target's cgroup too: left as it is.
-            if outer == target || path.as_os_str().is_empty() {
+            if outer == target || node.path.as_os_str().is_empty() {
                 return;
             }
             // Read as part of an enclosing target's tree: its own from now, its cgroups
             // watched on its own share (given back to the enclosing one at its end).
-            self.unlink_below(outer, &path);
+            self.unlink_below(outer, cgroup_id);
             let watch = self.watch(target, Path::new("")).held();
             self.insert(cgroup_id, parent, target, PathBuf::new(), watch);
             self.nodes
@@ -1120,18 +1131,18 @@ impl Trees {
 
     /// Stops following target `target`'s tree. Its cgroup, read as part of another
     /// target's tree, is that one's again; the targets nested in it, read as part of it,
-    /// and the target it is nested in, which left its tree to it, are read again.
+    /// are read again; the tree it took from the target it is nested in is read below
+    /// its parent there (that tree alone, not the enclosing one's whole).
     fn remove(&mut self, target: TargetId) {
         let root = (self.nodes.iter_mut()).find(|(_, n)| n.target == Some(target));
-        let mut again = Vec::new();
+        let mut parent = None;
         if let Some((_, node)) = root {
             node.target = None;
             if node.found_under == target {
-                again.extend(node.parent);
+                parent = node.parent;
             }
         }
-        let mut again: Vec<TargetId> = again.into_iter().filter_map(|p| self.owner(p)).collect();
-        again.extend(self.forget_found_under(target));
+        let mut again = self.forget_found_under(target, Removed::Forgotten);
         if self.roots.remove(&target).is_some() {
             // Its watches all let go of: its share is unfilled.
             self.unfilled = self.unfilled.saturating_sub(self.watch_share);
@@ -1143,16 +1154,25 @@ impl Trees {
         self.refusals_said.remove(&target);
         self.stale.retain(|t| *t != target);
         again.retain(|t| *t != target);
+        let outer = parent.and_then(|p| Some((self.nodes.get(&p)?.found_under, p)));
+        if let Some((outer, parent)) = outer {
+            self.read_below(outer, parent);
+        }
         for other in again {
             self.read_again(other);
         }
     }
 
-    /// Forgets what target `target`'s tree was read to hold: the targets whose cgroup was
-    /// among it.
-    fn forget_found_under(&mut self, target: TargetId) -> Vec<TargetId> {
+    /// Forgets what target `target`'s tree was read to hold (`removed`: but the cgroups
+    /// removed whose last faults may still be routed, kept until they are buried): the
+    /// targets whose cgroup was among it.
+    fn forget_found_under(&mut self, target: TargetId, removed: Removed) -> Vec<TargetId> {
+        let buried_later: HashSet<u64> = match removed {
+            Removed::Kept => self.tombstones.iter().map(|&(id, _)| id).collect(),
+            Removed::Forgotten => HashSet::new(),
+        };
         let gone: Vec<u64> = (self.nodes.iter())
-            .filter(|(_, n)| n.found_under == target)
+            .filter(|(id, n)| n.found_under == target && !buried_later.contains(id))
             .map(|(&id, _)| id)
             .collect();
         let mut nested = Vec::new();
@@ -1162,7 +1182,10 @@ impl Trees {
             };
             nested.extend(node.target.filter(|t| *t != target));
         }
-        self.found.insert(target, 0);
+        let kept = (self.nodes.values())
+            .filter(|n| n.found_under == target)
+            .count();
+        self.found.insert(target, kept);
         nested
     }
 
@@ -1233,6 +1256,7 @@ impl Trees {
     /// watched, and whether a refusal was for every target.
     fn watch_each(&mut self, target: TargetId, ids: Vec<(usize, u64)>) -> (Vec<u64>, bool) {
         let mut watched = Vec::new();
+        let mut children = None;
         for (_, id) in ids {
             // Tombstoned below a removed one meanwhile.
             if !(self.unwatched.get(&target)).is_some_and(|ids| ids.contains(&id)) {
@@ -1249,7 +1273,7 @@ impl Trees {
                         // creation): not this one's watch.
                         let _ = self.inotify.rm_watch(watch);
                         self.let_go(target);
-                        self.tombstone_below(target, &path);
+                        self.tombstone_below(target, id, &mut children);
                         continue;
                     }
                     self.forget_unwatched(target, id);
@@ -1261,7 +1285,7 @@ impl Trees {
                 }
                 // Removed while unwatched, its removal not told: forgotten, with what
                 // was read below it, at the next drain.
-                Watch::Gone => self.tombstone_below(target, &path),
+                Watch::Gone => self.tombstone_below(target, id, &mut children),
                 Watch::Refused { all } => return (watched, all),
             }
         }
@@ -1341,14 +1365,10 @@ impl Trees {
         }
     }
 
-    /// Forgets the cgroups at `path` and below of target `outer`'s tree, their watches
-    /// let go of.
-    fn unlink_below(&mut self, outer: TargetId, path: &Path) {
-        let below: Vec<u64> = (self.nodes.iter())
-            .filter(|(_, n)| n.found_under == outer && n.path.starts_with(path))
-            .map(|(&id, _)| id)
-            .collect();
-        for id in below {
+    /// Forgets cgroup `id` of target `outer`'s tree and those read below it, their
+    /// watches let go of.
+    fn unlink_below(&mut self, outer: TargetId, id: u64) {
+        for id in self.subtree(outer, id, &mut None) {
             if self.unlink(id).is_some() {
                 if let Some(count) = self.found.get_mut(&outer) {
                     *count = count.saturating_sub(1);
@@ -1363,17 +1383,46 @@ impl Trees {
         (blind.clone().map(HashSet::len).sum(), blind.count())
     }
 
-    /// Tombstones the cgroup at `path` of target `target`'s tree and those read below it.
-    fn tombstone_below(&mut self, target: TargetId, path: &Path) {
-        let gone: Vec<u64> = (self.nodes.iter())
-            .filter(|(_, n)| n.found_under == target && n.path.starts_with(path))
-            .map(|(&id, _)| id)
-            .collect();
+    /// Tombstones cgroup `id` of target `target`'s tree and those read below it (their
+    /// removals not told: it was not watched). `children`: the tree's, by parent, built
+    /// by the first call that needs it and kept by the caller for the next.
+    fn tombstone_below(
+        &mut self,
+        target: TargetId,
+        id: u64,
+        children: &mut Option<HashMap<u64, Vec<u64>>>,
+    ) {
         let now = monotonic_ns();
-        for id in gone {
+        for id in self.subtree(target, id, children) {
             self.forget_unwatched(target, id);
             self.tombstones.push((id, now));
         }
+    }
+
+    /// Cgroup `id` and those read below it in target `target`'s tree, by their parents
+    /// (not by their paths: a cgroup made again at one's path is not below it).
+    fn subtree(
+        &self,
+        target: TargetId,
+        id: u64,
+        children: &mut Option<HashMap<u64, Vec<u64>>>,
+    ) -> Vec<u64> {
+        let children = children.get_or_insert_with(|| {
+            let mut children: HashMap<u64, Vec<u64>> = HashMap::new();
+            for (&child, node) in &self.nodes {
+                if let Some(parent) = node.parent.filter(|_| node.found_under == target) {
+                    children.entry(parent).or_default().push(child);
+                }
+            }
+            children
+        });
+        let mut all = vec![id];
+        let mut next = 0;
+        while let Some(&at) = all.get(next) {
+            all.extend(children.get(&at).into_iter().flatten());
+            next += 1;
+        }
+        all
     }
 
     fn read_again(&mut self, target: TargetId) {
@@ -1383,7 +1432,7 @@ impl Trees {
         let Ok(cgroup_id) = nix::sys::stat::fstat(dir.as_fd()).map(|s| s.st_ino) else {
             return;
         };
-        let nested = self.forget_found_under(target);
+        let nested = self.forget_found_under(target, Removed::Kept);
         self.follow(target, cgroup_id);
         for other in nested {
             self.read_again(other);
@@ -1618,8 +1667,12 @@ impl Trees {
                         self.vanished += 1;
                         continue;
                     }
-                    // Its last faults may be routed by the next drains.
-                    self.tombstones.push((child, monotonic_ns()));
+                    // Its last faults may be routed by the next drains. Unwatched, the
+                    // removals of those below it were not told.
+                    match self.nodes.get(&child).is_some_and(|n| n.watch.is_some()) {
+                        true => self.tombstones.push((child, monotonic_ns())),
+                        false => self.tombstone_below(target, child, &mut None),
+                    }
                     continue;
                 }
                 let Some(meta) = (self.at(target, &path)).and_then(|at| fs::metadata(at).ok())
@@ -2419,6 +2472,60 @@ mod tests {
         fs::create_dir(tree.0.join("a/x/y")).unwrap();
         routing.route_until(u64::MAX, vec![(MAJOR, fault(61, tree.id("a/x/y")))]);
         assert_eq!(pids(taken(&a)), [61]);
+    }
+
+    #[test]
+    fn a_cgroup_made_again_at_an_unwatched_ones_path_is_followed_whatever_the_drains_order() {
+        let tree = Tree::new("remade-later", &["a/x"]);
+        let mut routing = tree.routing();
+        // a's watch alone: x unwatched.
+        routing.trees.watch_cap = 1;
+        routing.trees.watch_share = 1;
+        let (_, a) = tree.add(&mut routing, "a");
+        let _held = fs::File::open(tree.0.join("a/x")).unwrap();
+        fs::remove_dir(tree.0.join("a/x")).unwrap();
+        fs::create_dir(tree.0.join("a/x")).unwrap();
+        let new = tree.id("a/x");
+        // Drains as the drain thread makes them: each routes up to a little before it
+        // began, so a removal read in one is buried two later.
+        let drain = |routing: &mut Routing, records| {
+            routing.route_until(monotonic_ns() - LATE_WRITE_MARGIN, records)
+        };
+        drain(&mut routing, Vec::new());
+        // Room again only now, the old one not buried yet.
+        routing.trees.watch_cap = 10;
+        routing.trees.watch_share = 10;
+        for _ in 0..3 {
+            drain(&mut routing, Vec::new());
+        }
+        assert!(routing.trees.nodes[&new].watch.is_some());
+        fs::create_dir(tree.0.join("a/x/y")).unwrap();
+        drain(&mut routing, Vec::new());
+        drain(
+            &mut routing,
+            vec![(MAJOR, fault_at(62, tree.id("a/x/y"), 1))],
+        );
+        assert_eq!(pids(taken(&a)), [62]);
+    }
+
+    #[test]
+    fn a_tree_read_again_keeps_its_removed_cgroups_until_their_last_faults_are_routed() {
+        let tree = Tree::new("kept", &["a/x"]);
+        let mut routing = tree.routing();
+        let (a_id, a) = tree.add(&mut routing, "a");
+        let x = tree.id("a/x");
+        let _held = fs::File::open(tree.0.join("a/x")).unwrap();
+        fs::remove_dir(tree.0.join("a/x")).unwrap();
+        let horizon = monotonic_ns() - LATE_WRITE_MARGIN;
+        // Its removal read; its last fault, stamped before, not routed yet.
+        routing.route_until(horizon, Vec::new());
+        routing.trees.read_again(a_id);
+        routing.route_until(u64::MAX, vec![(MAJOR, fault_at(63, x, 1))]);
+        assert_eq!(pids(taken(&a)), [63]);
+        // Buried once routed past its removal.
+        routing.route_until(u64::MAX, Vec::new());
+        assert!(!routing.trees.nodes.contains_key(&x));
+        assert_eq!(routing.trees.found[&a_id], 1);
     }
 
     #[test]
