@@ -583,14 +583,7 @@ impl Drainer {
                 let mut changes = lock(&shared.changes);
                 (std::mem::take(&mut *changes), monotonic_ns())
             };
-            // The ended first: at --max-targets, a target started in place of one ended
-            // is not one too many (its watches' share).
-            for id in changes.ended {
-                self.routing.remove(id);
-            }
-            for target in changes.started {
-                self.routing.add(target);
-            }
+            self.routing.apply(changes);
             let mut records = std::mem::take(&mut self.held);
             self.events
                 .drain(|stream, record| records.push((stream, record)));
@@ -1074,12 +1067,14 @@ impl Trees {
     /// The deepest target whose tree holds cgroup `cgroup_id` and that `takes`.
     fn owner_where(&self, cgroup_id: u64, takes: impl Fn(TargetId) -> bool) -> Option<TargetId> {
         let mut node = self.nodes.get(&cgroup_id)?;
-        loop {
+        // No deeper than every cgroup followed: parents that came round would not end.
+        for _ in 0..=self.nodes.len() {
             if let Some(target) = node.target.filter(|&t| takes(t)) {
                 return Some(target);
             }
             node = self.nodes.get(&node.parent?)?;
         }
+        None
     }
 
     /// Follows target `target`'s tree, from its cgroup `dir`: one in another target's
@@ -1368,7 +1363,12 @@ impl Trees {
     /// Forgets cgroup `id` of target `outer`'s tree and those read below it, their
     /// watches let go of.
     fn unlink_below(&mut self, outer: TargetId, id: u64) {
+        // Those removed are kept until buried: their last faults may still be routed.
+        let buried_later: HashSet<u64> = self.tombstones.iter().map(|&(id, _)| id).collect();
         for id in self.subtree(outer, id, &mut None) {
+            if buried_later.contains(&id) {
+                continue;
+            }
             if self.unlink(id).is_some() {
                 if let Some(count) = self.found.get_mut(&outer) {
                     *count = count.saturating_sub(1);
@@ -1417,9 +1417,12 @@ impl Trees {
             children
         });
         let mut all = vec![id];
+        let mut seen = HashSet::from([id]);
         let mut next = 0;
         while let Some(&at) = all.get(next) {
-            all.extend(children.get(&at).into_iter().flatten());
+            // Each once, however the parents came to be.
+            let new = (children.get(&at).into_iter().flatten()).filter(|&&c| seen.insert(c));
+            all.extend(new.collect::<Vec<_>>());
             next += 1;
         }
         all
@@ -1553,9 +1556,14 @@ impl Trees {
             let Some(path) = self.nodes.get(&id).map(|n| n.path.clone()) else {
                 continue;
             };
-            let Some(entries) = (self.at(target, &path)).and_then(|at| fs::read_dir(at).ok())
-            else {
-                // Removed meanwhile.
+            let Some(at) = self.at(target, &path) else {
+                continue;
+            };
+            // Removed meanwhile, or made again at its path: not its children.
+            if fs::metadata(&at).map(|meta| meta.ino()).ok() != Some(id) {
+                continue;
+            }
+            let Ok(entries) = fs::read_dir(at) else {
                 continue;
             };
             for entry in entries.flatten() {
@@ -1620,6 +1628,9 @@ impl Trees {
 
     /// Takes in what inotify told, until `until`; whether all of it was.
     fn read_events(&mut self, until: Instant) -> bool {
+        // Each tree's cgroups by parent, built at the first removal of an unwatched one
+        // and kept until a cgroup is followed: a burst of removals builds it once.
+        let mut children: HashMap<TargetId, Option<HashMap<u64, Vec<u64>>>> = HashMap::new();
         loop {
             if Instant::now() >= until {
                 return false;
@@ -1671,7 +1682,10 @@ impl Trees {
                     // removals of those below it were not told.
                     match self.nodes.get(&child).is_some_and(|n| n.watch.is_some()) {
                         true => self.tombstones.push((child, monotonic_ns())),
-                        false => self.tombstone_below(target, child, &mut None),
+                        false => {
+                            let children = children.entry(target).or_default();
+                            self.tombstone_below(target, child, children);
+                        }
                     }
                     continue;
                 }
@@ -1688,6 +1702,7 @@ impl Trees {
                 let watch = self.watch(target, &path).held();
                 self.insert(meta.ino(), Some(id), target, path, watch);
                 self.read_below(target, meta.ino());
+                children.remove(&target);
             }
         }
     }
@@ -1742,6 +1757,21 @@ struct Routing {
 }
 
 impl Routing {
+    /// Takes in the targets started and lets go of those ended since the last drain:
+    /// the ended first (at --max-targets, one started in place of one ended is not one
+    /// too many for the watches' shares), and one started and ended meanwhile never.
+    fn apply(&mut self, changes: Changes) {
+        let Changes { started, ended } = changes;
+        for &id in &ended {
+            self.remove(id);
+        }
+        for target in started {
+            if !ended.contains(&target.id) {
+                self.add(target);
+            }
+        }
+    }
+
     fn new(mount: Option<CgroupMount>, trees: Trees) -> Routing {
         Routing {
             mount,
@@ -2526,6 +2556,53 @@ mod tests {
         routing.route_until(u64::MAX, Vec::new());
         assert!(!routing.trees.nodes.contains_key(&x));
         assert_eq!(routing.trees.found[&a_id], 1);
+    }
+
+    #[test]
+    fn a_target_started_and_ended_between_two_drains_is_never_taken_in() {
+        let tree = Tree::new("brief", &["a", "b"]);
+        let mut routing = tree.routing();
+        let (b, _) = tree.add(&mut routing, "b");
+        let new = |dir: &str| NewTarget {
+            id: tree.id(dir),
+            dir: open(
+                &tree.0.join(dir),
+                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+            .unwrap(),
+            cgroup_id: tree.id(dir),
+            added_at: 0,
+            queue: Arc::new(Mutex::new(Waiting::new(&Arc::default()))),
+        };
+        let reserved = routing.trees.reserved();
+        routing.apply(Changes {
+            started: vec![new("a")],
+            ended: vec![tree.id("a"), b],
+        });
+        assert!(routing.targets.is_empty());
+        assert!(routing.trees.roots.is_empty() && routing.trees.nodes.is_empty());
+        assert!(routing.trees.by_watch.is_empty());
+        // Both shares back among those to come.
+        assert!(routing.trees.reserved() > reserved);
+    }
+
+    #[test]
+    fn a_cgroup_made_again_at_a_known_ones_path_is_not_read_as_its_children() {
+        let tree = Tree::new("not-its", &["a/x/c"]);
+        let mut routing = tree.routing();
+        let (a_id, _) = tree.add(&mut routing, "a");
+        let old = tree.id("a/x");
+        let _held = fs::File::open(tree.0.join("a/x")).unwrap();
+        fs::remove_dir(tree.0.join("a/x/c")).unwrap();
+        fs::remove_dir(tree.0.join("a/x")).unwrap();
+        fs::create_dir_all(tree.0.join("a/x/d")).unwrap();
+        routing.trees.read_below(a_id, old);
+        let d = tree.id("a/x/d");
+        assert!(
+            !routing.trees.nodes.contains_key(&d),
+            "read below the old one"
+        );
     }
 
     #[test]

@@ -1657,8 +1657,10 @@ mod tests {
             thread::sleep(Duration::from_millis(5));
         }
         let waits = wakes.load(Ordering::Relaxed) - started - TARGETS;
+        // One a round at most (a drain asked by the first round's end may serve the
+        // second), and one at least: the first's.
         assert!(
-            waits <= 2,
+            (1..=2).contains(&waits),
             "{waits} waits for the drain at {TARGETS} targets' ends"
         );
         drop(pool);
@@ -1713,7 +1715,7 @@ mod tests {
             thread::sleep(Duration::from_millis(5));
         }
         let waits = wakes.load(Ordering::Relaxed) - told;
-        assert!(waits <= 1, "{waits} waits for a held-up drain thread");
+        assert_eq!(waits, 1, "waits for a held-up drain thread");
         assert_eq!(fleet.cut_short(), 2 * TARGETS as u64);
     }
 
