@@ -2940,9 +2940,15 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_targets_periods_take_what_was_drained_without_waiting_and_its_last_all_to_its_end() {
-        use super::super::attribute::{Attributor, Ending, FaultSource};
+    /// A fleet's target's attributor over a queue the test fills, the state the test
+    /// publishes its drains in, and the drain thread's end of the wake socket.
+    fn attributed_target() -> (
+        Arc<Shared>,
+        Arc<Queue>,
+        super::super::attribute::Attributor,
+        UnixStream,
+    ) {
+        use super::super::attribute::{Attributor, FaultSource};
         let (wake, woken) = UnixStream::pair().unwrap();
         wake.set_nonblocking(true).unwrap();
         let shared = Arc::new(Shared::new(1, true, wake));
@@ -2952,7 +2958,18 @@ mod tests {
             id: 1,
             queue: Arc::clone(&queue),
         };
-        let mut attributor = Attributor::new(FaultSource::Fleet(target));
+        (
+            shared,
+            queue,
+            Attributor::new(FaultSource::Fleet(target)),
+            woken,
+        )
+    }
+
+    #[test]
+    fn a_targets_periods_take_what_was_drained_without_waiting_and_its_last_all_to_its_end() {
+        use super::super::attribute::Ending;
+        let (shared, queue, mut attributor, woken) = attributed_target();
         let pid = std::process::id();
         let route = |times: &[u64]| {
             for &t in times {
@@ -3021,17 +3038,8 @@ mod tests {
 
     #[test]
     fn a_last_table_cut_short_takes_all_it_has_up_to_its_end_and_is_counted() {
-        use super::super::attribute::{Attributor, Ending, FaultSource};
-        let (wake, _woken) = UnixStream::pair().unwrap();
-        wake.set_nonblocking(true).unwrap();
-        let shared = Arc::new(Shared::new(1, true, wake));
-        let queue = Arc::new(Mutex::new(Waiting::new(&shared.all_waiting)));
-        let target = TargetFaults {
-            shared: Arc::clone(&shared),
-            id: 1,
-            queue: Arc::clone(&queue),
-        };
-        let mut attributor = Attributor::new(FaultSource::Fleet(target));
+        use super::super::attribute::Ending;
+        let (shared, queue, mut attributor, _woken) = attributed_target();
         let pid = std::process::id();
         // Drained up to 20, then held up: the faults at 25 and 45 are in hand, 70 is
         // after the end.
