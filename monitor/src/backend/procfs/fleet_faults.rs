@@ -1363,10 +1363,12 @@ impl Trees {
     /// Forgets cgroup `id` of target `outer`'s tree and those read below it, their
     /// watches let go of.
     fn unlink_below(&mut self, outer: TargetId, id: u64) {
-        // Those removed are kept until buried: their last faults may still be routed.
+        // Those removed below it are kept until buried: their last faults may still be
+        // routed. It goes whatever: its node is the nested target's now.
         let buried_later: HashSet<u64> = self.tombstones.iter().map(|&(id, _)| id).collect();
-        for id in self.subtree(outer, id, &mut None) {
-            if buried_later.contains(&id) {
+        let below = self.subtree(outer, id, &mut None);
+        for (i, id) in below.into_iter().enumerate() {
+            if i > 0 && buried_later.contains(&id) {
                 continue;
             }
             if self.unlink(id).is_some() {
@@ -2598,11 +2600,48 @@ mod tests {
         fs::remove_dir(tree.0.join("a/x")).unwrap();
         fs::create_dir_all(tree.0.join("a/x/d")).unwrap();
         routing.trees.read_below(a_id, old);
-        let d = tree.id("a/x/d");
-        assert!(
-            !routing.trees.nodes.contains_key(&d),
-            "read below the old one"
-        );
+        let found = |path: &str| {
+            routing
+                .trees
+                .by_path
+                .contains_key(&(a_id, PathBuf::from(path)))
+        };
+        assert!(found("x/c"), "the old one was read with the tree");
+        assert!(!found("x/d"), "read below the old one");
+    }
+
+    #[test]
+    fn a_nested_target_started_on_a_removed_cgroup_leaves_no_watch_of_the_enclosing_ones() {
+        let tree = Tree::new("nested-removed", &["o/n/k"]);
+        let mut routing = tree.routing();
+        let (o, _) = tree.add(&mut routing, "o");
+        let n = tree.id("o/n");
+        let fd = open(
+            &tree.0.join("o/n"),
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap();
+        let _kept = fs::File::open(tree.0.join("o/n/k")).unwrap();
+        fs::remove_dir(tree.0.join("o/n/k")).unwrap();
+        fs::remove_dir(tree.0.join("o/n")).unwrap();
+        // Their removals read, not buried yet, when a target on n starts and ends.
+        routing.route_until(monotonic_ns() - LATE_WRITE_MARGIN, Vec::new());
+        routing.add(NewTarget {
+            id: 99,
+            dir: fd,
+            cgroup_id: n,
+            added_at: 0,
+            queue: Arc::new(Mutex::new(Waiting::new(&Arc::default()))),
+        });
+        routing.remove(99);
+        for _ in 0..3 {
+            routing.route_until(u64::MAX, Vec::new());
+        }
+        // Every watch of the removed ones let go of: o's own alone.
+        assert_eq!(routing.trees.nodes.len(), 1);
+        assert_eq!(routing.trees.by_watch.len(), 1);
+        assert_eq!(routing.trees.held[&o], 1);
     }
 
     #[test]
