@@ -5,7 +5,9 @@
 # over them. After every target is profiled and WARMUP seconds more, the monitor's
 # utime + stime over MEASURE seconds (a share of one CPU), its resident memory and
 # threads, the share of that CPU (from the threads' schedstat, which counts the short
-# runs that ticks miss) of the targets' consumers, of the sampler thread and of the rest,
+# runs that ticks miss) of the targets' consumers, of the sampler thread, of the fleet's
+# fault events' drain thread (none with --no-attribution, or where events do not open)
+# and of the rest,
 # and the time of a scrape of /metrics (the median of 5) and its size. Then the
 # floor: what the least work a target needs a period takes over the same cgroups
 # (benches/fleet_floor.c, built with cc: five rounds a second apart), at one round a
@@ -14,7 +16,7 @@
 #   benches/fleet_scale.sh [N...]        (default: 100 1000; root: it makes cgroups)
 #
 # Prints one Markdown table row per N. Uses $MONITOR, else target/release/monitor (built
-# if missing).
+# if missing), given $MONITOR_FLAGS too (e.g. MONITOR_FLAGS=--no-attribution).
 set -euo pipefail
 
 WARMUP=${WARMUP:-10}
@@ -57,16 +59,19 @@ trap cleanup EXIT
 
 # utime + stime of process $1, in clock ticks (fields 14 and 15, after the comm).
 cpu_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'; }
-# The ns process $1's threads ran (schedstat), summed by role: "consumers sampler rest".
+# The ns process $1's threads ran (schedstat), summed by role: "consumers sampler
+# faults rest".
 by_role() {
     for task in /proc/"$1"/task/*; do
         printf '%s %s\n' "$(cat "$task/comm")" "$(cut -d' ' -f1 "$task/schedstat")"
     done 2> /dev/null | awk '$1 == "pfprof-target" { c += $2; next }
-        $1 == "pfprof-samplers" { s += $2; next } { r += $2 }
-        END { printf "%d %d %d\n", c, s, r }'
+        $1 == "pfprof-samplers" { s += $2; next }
+        $1 == "pfprof-fleet-fa" { f += $2; next } { r += $2 }
+        END { printf "%d %d %d %d\n", c, s, f, r }'
 }
+read -r -a monitor_flags <<<"${MONITOR_FLAGS:-}"
 
-echo "| N | CPU, share of one | per target | resident | per target | threads | consumers / sampler / rest | scrape | /metrics | floor |"
+echo "| N | CPU, share of one | per target | resident | per target | threads | consumers / sampler / faults / rest | scrape | /metrics | floor |"
 echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for n in "${counts[@]}"; do
     top="$mount/pfprof-scale-$$"
@@ -79,7 +84,7 @@ for n in "${counts[@]}"; do
     done
     log=$(mktemp)
     "$monitor" --cgroups-under "$top" --max-targets "$n" --period 1s \
-        --prometheus 127.0.0.1:0 --quiet 2> "$log" &
+        --prometheus 127.0.0.1:0 --quiet "${monitor_flags[@]}" 2> "$log" &
     monitor_pid=$!
     address=
     for _ in $(seq 600); do
@@ -119,9 +124,9 @@ PY
         -v rb="$roles_before" -v ra="$roles_after" 'BEGIN {
         cpu = d / t / m * 100
         split(rb, x, " "); split(ra, y, " ")
-        for (i = 1; i <= 3; i++) share[i] = (y[i] - x[i]) / 1e9 / m * 100
-        printf "| %d | %.2f%% | %.4f%% | %.1f MiB | %.0f KiB | %d | %.2f / %.2f / %.2f%% | %.0f ms | %.0f KiB | %s |\n",
-            n, cpu, cpu / n, rss / 1024, rss / n, th, share[1], share[2], share[3], s * 1000, b / 1024, f
+        for (i = 1; i <= 4; i++) share[i] = (y[i] - x[i]) / 1e9 / m * 100
+        printf "| %d | %.2f%% | %.4f%% | %.1f MiB | %.0f KiB | %d | %.2f / %.2f / %.2f / %.2f%% | %.0f ms | %.0f KiB | %s |\n",
+            n, cpu, cpu / n, rss / 1024, rss / n, th, share[1], share[2], share[3], share[4], s * 1000, b / 1024, f
     }'
     rm -f "$log"
     cleanup

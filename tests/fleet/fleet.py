@@ -1099,14 +1099,36 @@ class Fleet:
 
     # --- one monitor per host: every cgroup under a path -----------------------------
 
-    def start_service(self, cgroup, work):
+    def fleet_monitor(self, argv):
+        """A fleet monitor run as `argv`, and the lines it says as it says them:
+        (process, said, the thread that reads them)."""
+        monitor = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.defer(lambda: monitor.poll() is None and (monitor.kill(), monitor.wait()))
+        said = []
+        reader = threading.Thread(target=lambda: said.extend(iter(monitor.stderr.readline, "")), daemon=True)
+        reader.start()
+        return monitor, said, reader
+
+    def stop_fleet_monitor(self, monitor, said, reader):
+        """SIGTERM, and its exit within PATIENCE, with status 0; all it said."""
+        monitor.send_signal(signal.SIGTERM)
+        try:
+            code = monitor.wait(timeout=PATIENCE)
+        except subprocess.TimeoutExpired:
+            raise Failure(f"the fleet monitor did not end within {PATIENCE:.0f} s of its SIGTERM:\n{''.join(said)}")
+        reader.join(timeout=10)
+        err = "".join(said)
+        check(code == 0, f"the fleet monitor exited with {code}:\n{err}")
+        return err
+
+    def start_service(self, cgroup, work, stderr=subprocess.DEVNULL):
         """A service's main process, started in `cgroup` as a service manager starts one:
         a shell blocked on a pipe, moved in, left there until the monitor's passes have
         seen it (what it did before is not the target's), then let go to exec `work`.
         Returns (process, its /proc counts when moved in)."""
         r, w = os.pipe()
         process = subprocess.Popen(["sh", "-c", f"read x; exec {shlex.join(work)}"], stdin=r,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                   stdout=subprocess.DEVNULL, stderr=stderr, text=True)
         os.close(r)
         self.defer(lambda: process.poll() is None and (process.kill(), process.wait()))
         time.sleep(0.3)
@@ -1156,15 +1178,11 @@ class Fleet:
         # The linger keeps a's values while its cgroup is gone, and c out meanwhile.
         vm = VictoriaMetrics(self.vm_root)
         self.defer(vm.close)
-        monitor = subprocess.Popen([self.monitor, "--cgroups-under", top, "--max-targets", "2", "--interval", "250ms",
-                                    "--prometheus", f"127.0.0.1:{port}", "--textfile", textfiles,
-                                    "--otlp", f"{vm.url}/opentelemetry/v1/metrics", "--linger", "10s"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        monitor, said, reader = self.fleet_monitor(
+            [self.monitor, "--cgroups-under", top, "--max-targets", "2", "--interval", "250ms",
+             "--prometheus", f"127.0.0.1:{port}", "--textfile", textfiles,
+             "--otlp", f"{vm.url}/opentelemetry/v1/metrics", "--linger", "10s"])
         textfile = os.path.join(textfiles, f"pfprof-fleet-{monitor.pid}.prom")
-        self.defer(lambda: monitor.poll() is None and (monitor.kill(), monitor.wait()))
-        said = []
-        reader = threading.Thread(target=lambda: said.extend(iter(monitor.stderr.readline, "")), daemon=True)
-        reader.start()
 
         def lines(text):
             return [line for line in list(said) if text in line]
@@ -1228,20 +1246,105 @@ class Fleet:
         check("error while linting" not in r.stderr and "text format parsing error" not in (r.stdout + r.stderr),
               f"promtool cannot parse the textfile:\n{r.stdout}{r.stderr}\n{text}")
 
-        monitor.send_signal(signal.SIGTERM)
-        try:
-            code = monitor.wait(timeout=PATIENCE)
-        except subprocess.TimeoutExpired:
-            raise Failure(f"the fleet monitor did not end within {PATIENCE:.0f} s of its SIGTERM:\n{''.join(said)}")
-        reader.join(timeout=10)
-        err = "".join(said)
-        check(code == 0, f"the fleet monitor exited with {code}:\n{err}")
+        err = self.stop_fleet_monitor(monitor, said, reader)
         check("the last ones with the final values" in err, f"the final values were not scraped:\n{err}")
         check(len(lines(left_out)) == 1, f"c's leaving out was said more than once:\n{err}")
         check(not lines(f"profiling {names['c']}"), f"c was profiled beyond --max-targets:\n{err}")
         check(os.listdir(textfiles) == [], f"left behind: {os.listdir(textfiles)}")
         check("textfile:" in err and "removed at the end" in err, err)
         check(re.search(r"otlp: \d+ pushes to \S+ delivered, the last with the final values", err), err)
+
+    def test_a_fleets_targets_export_each_mapping_and_program_as_their_workloads_announced(self):
+        """--cgroups-under with attribution: two targets, one's work in a descendant
+        cgroup made after the monitor read its target's tree (told by inotify on
+        cgroupfs), each sweeping a file of its own with every page evicted (its major faults
+        announced, exact), and a work outside every target sweeping a third. Each target's
+        mapping and program series in Prometheus and VictoriaMetrics hold its own work's
+        announced faults and nothing of the others'."""
+        mount = cgroup2_mount()
+        top = os.path.join(mount, f"pfprof-fleet-attribution-{os.getpid()}")
+        dirs = {"a": os.path.join(top, "a", "worker"), "b": os.path.join(top, "b")}
+        names = {n: "/" + os.path.relpath(os.path.join(top, n), mount) for n in "ab"}
+        for d in [os.path.join(top, "a"), dirs["b"]]:
+            os.makedirs(d)
+
+        def cleanup():
+            for d in [dirs["a"], os.path.join(top, "a"), dirs["b"], top]:
+                if os.path.isdir(d):
+                    os.rmdir(d)
+        self.defer(cleanup)
+        # On the repository's disk: a tmpfs keeps its pages, and --evict needs them gone.
+        files = tempfile.mkdtemp(prefix="fleet-attribution-", dir=os.path.join(REPO, "target"))
+        self.defer(lambda: shutil.rmtree(files, ignore_errors=True))
+        paths = {n: os.path.join(files, f"{n}.dat") for n in ("a", "b", "outside")}
+        port = free_port()
+        prometheus = Prometheus([("local", f"127.0.0.1:{port}")])
+        self.defer(prometheus.close)
+        vm = VictoriaMetrics(self.vm_root)
+        self.defer(vm.close)
+        monitor, said, reader = self.fleet_monitor(
+            [self.monitor, "--cgroups-under", top, "--interval", "250ms", "--prometheus", f"127.0.0.1:{port}",
+             "--otlp", f"{vm.url}/opentelemetry/v1/metrics", "--linger", "10s"])
+        wait_until("the monitor to profile a and b",
+                   lambda: (all(f"monitor: profiling {names[n]}\n" in said for n in "ab"), said))
+        wait_until("the monitor to be scraped up", lambda: prometheus.one('up{host="local"}') == 1)
+        # a's tree read when it started (its values scraped: drains have passed since): its
+        # worker cgroup, made now, is followed from its parent's IN_CREATE, not found by
+        # reading the tree.
+        a_periods = f'pfprof_period_faults_count{{host="local",target="{names["a"]}",system_paging_fault_type="minor"}}'
+        wait_until("a's first period to be scraped", lambda: (prometheus.one(a_periods) is not None, said))
+        os.makedirs(dirs["a"])
+
+        def work(n):
+            return [self.work, "16", "R", "2000", "3", "--sleep-ms", "200", "--evict", "--file", paths[n]]
+        # Each target's work started as a service manager starts one: moved in, then exec'd.
+        services = {n: self.start_service(dirs[n], work(n), stderr=subprocess.PIPE) for n in "ab"}
+        outside = subprocess.run(work("outside"), capture_output=True, text=True)
+        check(outside.returncode == 0, f"the work outside exited with {outside.returncode}:\n{outside.stderr}")
+        announced, majors = {}, {}
+        for n, service in services.items():
+            majors[n] = self.finish_service(service)[1]
+            err = service[0].stderr.read()
+            m = re.search(rf"work mapping: pid \d+ file {re.escape(paths[n])} \S+: \d+ pages, (\d+) minor faults, "
+                          rf"(\d+) major faults", err)
+            check(m, f"{n}'s work announced no file mapping:\n{err}")
+            check("found the page cached" not in err, f"{n}'s evictions failed: the answer is not known\n{err}")
+            announced[n] = int(m.group(2))
+            check(announced[n] >= 4096, f"too few major faults to tell anything: {n} {announced[n]}")
+
+        def got(n):
+            selector = f'host="local",target="{names[n]}",system_paging_fault_type="major"'
+            by_mapping = prometheus.query(f"last_over_time(pfprof_mapping_faults_total{{{selector}}}[5m])")
+            by_program = prometheus.query(f"last_over_time(pfprof_program_faults_total{{{selector}}}[5m])")
+            mapped = {dict(k)["mapping"]: v for k, v in by_mapping.items()}
+            programs = {dict(k)["program"]: v for k, v in by_program.items()}
+            return {"the file's": mapped.get(paths[n]), "others' files": [p for p in paths.values() if p in mapped and p != paths[n]],
+                    "all by mapping": sum(mapped.values()), "all by program": sum(programs.values()),
+                    "work's": programs.get("work"), "lost": mapped.get("[lost]")}
+        for n in "ab":
+            # Every major fault of the target's one process recorded, under one mapping and
+            # one program; the file's as its work announced; work took them all (the shell
+            # before its exec took none from the page cache it found warm). Its [lost] is its
+            # own queue's overflow alone, none here: a loss from the fleet's shared rings
+            # (another process's flood) is the fleet's, said on the monitor's stderr.
+            want = {"the file's": announced[n], "others' files": [], "all by mapping": majors[n],
+                    "all by program": majors[n], "work's": majors[n], "lost": 0}
+            final_values_stored(lambda n=n: got(n), want, f"{n}'s major faults by mapping and by program")
+        # The same series over OTLP.
+        for n in "ab":
+            vm_selector = f'target="{names[n]}",service_name="pfprof",system_paging_fault_type="major"'
+            for expr, want in {
+                f'last_over_time(pfprof_mapping_faults_total{{{vm_selector},mapping="{paths[n]}"}}[10m])': announced[n],
+                f"sum(last_over_time(pfprof_mapping_faults_total{{{vm_selector}}}[10m]))": majors[n],
+                f'last_over_time(pfprof_program_faults_total{{{vm_selector},program="work"}}[10m])': majors[n],
+                f'count(last_over_time(pfprof_mapping_faults_total{{{vm_selector},mapping=~"{files}/.*"}}[10m]))': 1,
+            }.items():
+                def latest(expr=expr, want=want):
+                    got = vm.one(expr)
+                    return got == want, got
+                wait_until(f"VictoriaMetrics to answer {expr} == {want}", latest, timeout=30)
+        err = self.stop_fleet_monitor(monitor, said, reader)
+        check("not attributed" not in err, f"the fleet's faults were not attributed:\n{err}")
 
     def test_kubernetes_containers_are_named_from_the_nodes_log_layout_each_in_one_series(self):
         """Below a kubelet-shaped kubepods cgroup, with the monitor's /var/log a node's

@@ -15,6 +15,7 @@ use shared_layout::wait::Waiter;
 use shared_layout::{Area, Mode};
 
 use crate::attribution::Feed;
+use crate::backend::procfs::fleet_faults::FleetFaults;
 use crate::backend::procfs::sampler::SamplerPool;
 use crate::system::cgroup::Cgroup;
 use crate::system::procstat::ProcessCounters;
@@ -58,6 +59,9 @@ pub struct Selection {
     /// A fleet's: the procfs backend samples a cgroup on this one thread with the other
     /// targets', not on a thread of its own.
     pub sampler_pool: Option<SamplerPool>,
+    /// A fleet's: the procfs backend attributes the cgroup's faults from the fleet's
+    /// events, shared by its targets, not from events of its own.
+    pub fleet_faults: Option<FleetFaults>,
 }
 
 impl Default for Selection {
@@ -70,6 +74,7 @@ impl Default for Selection {
             attribution: Some(crate::attribution::DEFAULT_MINOR_SAMPLING),
             ring_pages: shared_layout::abi::BUFFER_PAGES_DEFAULT.into(),
             sampler_pool: None,
+            fleet_faults: None,
         }
     }
 }

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use shared_layout::abi;
 
+use crate::backend::procfs::fleet_faults::FleetFaults;
 use crate::backend::procfs::sampler::SamplerPool;
 use crate::backend::procfs::Procfs;
 use crate::command::signals::Signals;
@@ -88,15 +89,18 @@ struct Fleet {
     pressure: PressurePool,
     /// Every target's procfs passes, on one thread.
     samplers: SamplerPool,
+    /// Every target's faults, attributed from one set of events.
+    faults: Option<FleetFaults>,
     /// The sampler thread's late passes already said, and when they were last said.
     late_said: (u64, Option<Instant>),
 }
 
 /// Profiles every target the selectors name until SIGINT, SIGTERM or SIGHUP.
-pub fn run(request: FleetRequest) -> Result<u8, ProfileError> {
+pub fn run(mut request: FleetRequest) -> Result<u8, ProfileError> {
     let mount = (cgroup2_mounts().into_iter().next()).unwrap_or_else(|| "/sys/fs/cgroup".into());
     let roots = discover::roots(&request.selectors, &mount)?;
     let signals = Signals::install()?;
+    let faults = open_faults(&mut request.template, request.max_targets);
     let linger = request.template.export.linger;
     let hub = Arc::new(Hub::new(linger));
     let template = &request.template;
@@ -110,6 +114,7 @@ pub fn run(request: FleetRequest) -> Result<u8, ProfileError> {
         pressure: PressurePool::new(system_fresh_for(template))
             .map_err(SystemError::doing("starting the memory pressure watcher"))?,
         samplers: SamplerPool::new().map_err(SystemError::doing("starting the sampler"))?,
+        faults,
         late_said: (0, None),
     };
     while signals.received_count() == 0 {
@@ -154,7 +159,7 @@ impl Fleet {
                 left_out.insert(found.name);
                 continue;
             }
-            let pools = (&self.pressure, &self.samplers);
+            let pools = (&self.pressure, &self.samplers, self.faults.as_ref());
             match start_target(&found, hub, &request.template, &mut self.names, pools) {
                 Ok((profiling, awaited)) => {
                     say(&format!("profiling {}", found.name));
@@ -283,6 +288,10 @@ impl Fleet {
             self.reap();
             thread::sleep(Duration::from_millis(20));
         }
+        // Their last tables made: what the drain thread may never say (held up).
+        if let Some(faults) = &self.faults {
+            faults.say_at_end();
+        }
     }
 }
 
@@ -329,7 +338,7 @@ fn start_target(
     hub: &Arc<Hub>,
     template: &Request,
     names: &mut KubeNames,
-    (pressure, samplers): (&PressurePool, &SamplerPool),
+    (pressure, samplers, faults): (&PressurePool, &SamplerPool, Option<&FleetFaults>),
 ) -> Result<(Profiling, Option<Awaited>), ProfileError> {
     let mut derived = match classify(&found.name) {
         Some(KubeCgroup::Container(labels)) => labels,
@@ -349,6 +358,7 @@ fn start_target(
             ring_pages: TARGET_RING_PAGES,
             pressure: pressure.clone(),
             samplers: samplers.clone(),
+            faults: faults.cloned(),
         }),
         ..template.clone()
     };
@@ -388,6 +398,24 @@ fn with_names(derived: &mut Vec<(&'static str, String)>, names: &mut KubeNames) 
         container_id,
         since: now,
     })
+}
+
+/// The events every target's faults are attributed from, unless `--no-attribution`;
+/// where they cannot be opened, no target's are attributed, said once here. At most
+/// `max_targets` at once.
+fn open_faults(template: &mut Request, max_targets: usize) -> Option<FleetFaults> {
+    let minor_sampling = template.attribution?;
+    match FleetFaults::open(minor_sampling, max_targets) {
+        Ok(faults) => Some(faults),
+        Err(e) => {
+            say(&format!(
+                "faults are not attributed to mappings: {e}; {}",
+                e.advice()
+            ));
+            template.attribution = None;
+            None
+        }
+    }
 }
 
 /// Waits `interval`, or less when a signal comes.

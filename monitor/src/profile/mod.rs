@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use shared_layout::{abi, Area, Mode};
 
+use crate::backend::procfs::fleet_faults::FleetFaults;
 use crate::backend::procfs::sampler::SamplerPool;
 use crate::backend::{Backend, Selection};
 use crate::command::child::{self, Held, Running};
@@ -78,8 +79,9 @@ pub struct Request {
 /// What a supervisor running many profiles gives each: the hub it exports through, the
 /// labels the supervisor derived of its target, the signals it stops it with, a ring
 /// of `ring_pages` (many profiles, each drained every interval, need small ones), and the
-/// pressure pool every profile's pressure watch is in, and the sampler pool that samples
-/// every profile's cgroup.
+/// pressure pool every profile's pressure watch is in, the sampler pool that samples
+/// every profile's cgroup, and the fleet's fault events every profile's faults are
+/// attributed from, where they could be opened.
 #[derive(Clone)]
 pub struct Supervised {
     pub hub: Arc<Hub>,
@@ -88,6 +90,7 @@ pub struct Supervised {
     pub ring_pages: u64,
     pub pressure: PressurePool,
     pub samplers: SamplerPool,
+    pub faults: Option<FleetFaults>,
 }
 
 impl std::fmt::Debug for Supervised {
@@ -170,6 +173,7 @@ fn open<B: Backend>(request: &Request) -> Result<(Sinks, Opened<B>), ProfileErro
         ring_pages: (request.supervised.as_ref())
             .map_or(abi::BUFFER_PAGES_DEFAULT.into(), |s| s.ring_pages),
         sampler_pool: (request.supervised.as_ref()).map(|s| s.samplers.clone()),
+        fleet_faults: (request.supervised.as_ref()).and_then(|s| s.faults.clone()),
     };
     let mut backend = B::open(&selection, request.period_ms)?;
     let labels = Labels {

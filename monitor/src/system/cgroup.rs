@@ -64,9 +64,50 @@ pub fn cgroup2_mounts() -> Vec<PathBuf> {
         .filter_map(|line| {
             let (before, after) = line.split_once(" - ")?;
             (after.split_whitespace().next()? == "cgroup2")
-                .then(|| before.split_whitespace().nth(4).map(PathBuf::from))?
+                .then(|| before.split_whitespace().nth(4).map(mountinfo_path))?
         })
         .collect()
+}
+
+/// The mount point of a cgroup2 file system mounted at its (namespace's) root, where the
+/// paths of `/proc/PID/cgroup` are: one mounting a cgroup below it (a bind mount, a
+/// container's view of its own cgroup) would put them elsewhere.
+pub fn cgroup2_root_mount() -> Option<PathBuf> {
+    cgroup2_root_mount_in(&fs::read_to_string("/proc/self/mountinfo").ok()?)
+}
+
+/// [`cgroup2_root_mount`], from `mountinfo`'s text.
+fn cgroup2_root_mount_in(mountinfo: &str) -> Option<PathBuf> {
+    mountinfo.lines().find_map(|line| {
+        let (before, after) = line.split_once(" - ")?;
+        let mut fields = before.split_whitespace().skip(3);
+        let (root, mount_point) = (fields.next()?, fields.next()?);
+        (after.split_whitespace().next()? == "cgroup2" && root == "/")
+            .then(|| mountinfo_path(mount_point))
+    })
+}
+
+/// A path as mountinfo writes it: a space, tab, newline or backslash as `\` and three
+/// octal digits.
+fn mountinfo_path(field: &str) -> PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    let bytes = field.as_bytes();
+    let mut path = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes.get(i + 1..i + 4).filter(|_| bytes[i] == b'\\');
+        match octal.and_then(|o| u8::from_str_radix(std::str::from_utf8(o).ok()?, 8).ok()) {
+            Some(byte) => {
+                path.push(byte);
+                i += 4;
+            }
+            None => {
+                path.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(std::ffi::OsString::from_vec(path))
 }
 
 impl Cgroup {
@@ -312,6 +353,20 @@ pub(crate) fn test_cgroup_path(test: &str) -> Option<PathBuf> {
     Some(mount.join(format!("pfprof-test-{test}-{}", std::process::id())))
 }
 
+/// This process's own cgroup: a real one any user may read.
+#[cfg(test)]
+pub(crate) fn own_cgroup_for_test() -> Cgroup {
+    let own = fs::read_to_string("/proc/self/cgroup").unwrap();
+    let path = (own.lines())
+        .find_map(|line| line.strip_prefix("0::"))
+        .expect("a cgroup v2 line");
+    let mount = cgroup2_mounts()
+        .into_iter()
+        .next()
+        .expect("a cgroup2 mount");
+    Cgroup::open(&mount.join(path.trim_start_matches('/'))).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -336,6 +391,22 @@ mod tests {
             assert!(!below(name, path), "{name}");
         }
         assert_eq!(unified_path("4:memory:/x\n"), None);
+    }
+
+    #[test]
+    fn the_cgroup2_mount_at_its_root_is_chosen_not_one_of_a_cgroup_below() {
+        let info = "30 24 0:26 /kubepods.slice/pod1 /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n\
+                    31 24 0:26 / /host/cgroup rw - cgroup2 cgroup2 rw\n";
+        assert_eq!(cgroup2_root_mount_in(info), Some("/host/cgroup".into()));
+        assert_eq!(cgroup2_root_mount_in(info.lines().next().unwrap()), None);
+        // mountinfo writes a space in a path as \040 (and a backslash as \134).
+        let escaped = "31 24 0:26 / /host\\040cg\\134x rw - cgroup2 cgroup2 rw\n";
+        assert_eq!(cgroup2_root_mount_in(escaped), Some("/host cg\\x".into()));
+        assert_eq!(mountinfo_path("/a\\9b\\0"), PathBuf::from("/a\\9b\\0"));
+        assert_eq!(
+            cgroup2_root_mount_in("32 24 0:27 / /proc rw - proc proc rw\n"),
+            None
+        );
     }
 
     #[test]

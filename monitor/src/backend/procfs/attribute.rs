@@ -13,9 +13,11 @@
 
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
+use std::time::Instant;
 
 use shared_layout::abi::monotonic_ns;
 
+use super::fleet_faults::TargetFaults;
 use super::maps::MapsCache;
 use super::perf::{FaultEvents, Kind, Record, Stream};
 use super::recorded::Recorded;
@@ -57,9 +59,47 @@ impl InOrder {
     }
 }
 
+/// Whether a period's table is its profile's last.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Ending {
+    No,
+    /// The last: a fleet's target waits until `Instant` at most for a drain of the
+    /// fleet's rings past its end (one deadline for the targets ending together).
+    Last(Instant),
+}
+
+/// Where the records come from.
+pub enum FaultSource {
+    /// The profile's own events.
+    Own(FaultEvents),
+    /// A fleet's events, shared by its targets: this target's records.
+    Fleet(TargetFaults),
+}
+
+impl FaultSource {
+    pub fn minor_sampling(&self) -> u64 {
+        match self {
+            FaultSource::Own(events) => events.minor_sampling(),
+            FaultSource::Fleet(target) => target.minor_sampling(),
+        }
+    }
+
+    pub fn kernel_faults(&self) -> bool {
+        match self {
+            FaultSource::Own(events) => events.kernel_faults(),
+            FaultSource::Fleet(target) => target.kernel_faults(),
+        }
+    }
+
+    /// No event is open: every thread was gone before its events could be.
+    pub fn is_empty(&self) -> bool {
+        matches!(self, FaultSource::Own(events) if events.is_empty())
+    }
+}
+
 /// The fault events and the table of the period under way.
 pub struct Attributor {
-    events: FaultEvents,
+    events: FaultSource,
     maps: MapsCache,
     recorded: Recorded,
     /// Records drained but not applied: stamped after the period's end, or after the
@@ -79,7 +119,7 @@ pub struct Attributor {
 }
 
 impl Attributor {
-    pub fn new(events: FaultEvents) -> Attributor {
+    pub fn new(events: FaultSource) -> Attributor {
         Attributor {
             events,
             maps: MapsCache::default(),
@@ -92,9 +132,18 @@ impl Attributor {
         }
     }
 
-    /// The descriptors that wake the sampler when a ring is half full.
+    /// Whether it has rings of its own for the sampler to poll: not a fleet's target's.
+    pub fn polls_rings(&self) -> bool {
+        matches!(self.events, FaultSource::Own(_))
+    }
+
+    /// The descriptors that wake the sampler when a ring is half full (none for a
+    /// fleet's target: the fleet's own thread drains its rings).
     pub fn poll_fds(&self) -> Vec<BorrowedFd<'_>> {
-        (self.events.poll_fds().enumerate())
+        let FaultSource::Own(events) = &self.events else {
+            return Vec::new();
+        };
+        (events.poll_fds().enumerate())
             .filter(|(i, _)| !self.hung_up.contains(i))
             .map(|(_, fd)| fd)
             .collect()
@@ -103,22 +152,40 @@ impl Attributor {
     /// The descriptors at these positions of [`Attributor::poll_fds`]'s answer hung up:
     /// they are not polled again.
     pub fn hang_up(&mut self, positions: &[usize]) {
-        let polled: Vec<usize> = (0..self.events.poll_fds().count())
+        let FaultSource::Own(events) = &self.events else {
+            return;
+        };
+        let polled: Vec<usize> = (0..events.poll_fds().count())
             .filter(|i| !self.hung_up.contains(i))
             .collect();
         self.hung_up
             .extend(positions.iter().filter_map(|&p| polled.get(p).copied()));
     }
 
+    /// A fleet's target: waits, until `until` at most, for the fleet's rings drained
+    /// past `end_ns`, the latest end of the targets ending together (their last tables
+    /// then wait no more).
+    pub fn wait_drained_past(&self, end_ns: u64, until: Instant) {
+        if let FaultSource::Fleet(target) = &self.events {
+            target.wait_drained_past(end_ns, until);
+        }
+    }
+
     /// Takes what the rings hold now, all of it the period under way's.
     pub fn drain(&mut self) {
-        self.drain_until(u64::MAX);
+        self.drain_until(u64::MAX, Ending::No);
     }
 
     /// The table of the period ending at `end_ns` (its sample's timestamp), with each
-    /// process's own faults.
-    pub fn finish(&mut self, end_ns: u64, processes: Vec<ProcessFaults>) -> PeriodTable {
-        self.drain_until(end_ns);
+    /// process's own faults. `ending`: the profile's last, for which a fleet's target
+    /// waits (bounded) for the fleet's rings to be drained past `end_ns`.
+    pub fn finish(
+        &mut self,
+        end_ns: u64,
+        processes: Vec<ProcessFaults>,
+        ending: Ending,
+    ) -> PeriodTable {
+        self.drain_until(end_ns, ending);
         self.count_code();
         let table = std::mem::take(&mut self.current).finish(
             end_ns,
@@ -147,8 +214,9 @@ impl Attributor {
     /// go, preemption off, once stamped); and whatever a record's consequence (a fault
     /// in a region just mapped), it is stamped after the record's end, hence after the
     /// drain began if the record was not in its ring yet.
-    fn drain_until(&mut self, end_ns: u64) {
-        let horizon = monotonic_ns().min(end_ns);
+    /// A fleet's target takes its records from the fleet's rings as [`TargetFaults`]
+    /// drains them, up to when that drain began.
+    fn drain_until(&mut self, end_ns: u64, ending: Ending) {
         let Attributor {
             events,
             waiting,
@@ -156,7 +224,7 @@ impl Attributor {
             ..
         } = self;
         let mut mappings_lost = false;
-        events.drain(|stream, record| match (stream, record.time_ns(), record) {
+        let each = |stream, record: Record| match (stream, record.time_ns(), record) {
             (Stream::Mappings, _, Record::Lost(_) | Record::Overflowed) => mappings_lost = true,
             (stream, Some(time_ns), record) => waiting.push(Timed {
                 time_ns,
@@ -165,7 +233,21 @@ impl Attributor {
             }),
             (Stream::Faults(kind), None, Record::Lost(n)) => *lost += one(kind, n),
             _ => {}
-        });
+        };
+        let drain_began = match events {
+            FaultSource::Own(events) => {
+                let began = monotonic_ns();
+                events.drain(each);
+                began
+            }
+            FaultSource::Fleet(target) => match ending {
+                Ending::No => target.drain(each),
+                // Whether or not a drain went past its end, the last table takes all it
+                // has up to it: what is left of the profile after is nobody's.
+                Ending::Last(until) => target.drain_last(end_ns, until, each).0.max(end_ns),
+            },
+        };
+        let horizon = drain_began.min(end_ns);
         if mappings_lost {
             self.forget_mappings();
         }
@@ -325,6 +407,7 @@ mod tests {
             tid: pid,
             time_ns,
             addr: 0x1800,
+            cgroup: 0,
         }
     }
 
@@ -385,14 +468,14 @@ mod tests {
 
     #[test]
     fn a_run_at_one_instruction_is_resolved_anew_once_a_mapping_record_was_lost() {
-        let mut attributor = Attributor::new(FaultEvents::new(1).unwrap());
+        let mut attributor = Attributor::new(FaultSource::Own(FaultEvents::new(1).unwrap()));
         // This process: its /proc maps are readable, and hold nothing at 0x1000.
         let pid = std::process::id();
         attributor.apply(timed(10, mmap_in(pid, 10, "/kept")));
         attributor.apply(timed(20, fault_in(pid, 20)));
         attributor.forget_mappings();
         attributor.apply(timed(30, fault_in(pid, 30)));
-        let table = attributor.finish(u64::MAX, Vec::new());
+        let table = attributor.finish(u64::MAX, Vec::new(), Ending::No);
         let kept =
             |code: &Code| matches!(code, Code::User { mapping, .. } if mapping.name == "/kept");
         let counts: Vec<(bool, u64)> = (table.code.iter())

@@ -11,6 +11,7 @@
 
 mod attribute;
 mod cap;
+pub mod fleet_faults;
 pub mod maps;
 pub mod members;
 pub mod memory;
@@ -33,7 +34,8 @@ use crate::attribution::{Attribution, Feed};
 use crate::system::cgroup::Cgroup;
 use crate::system::error::SystemError;
 use crate::system::procstat::{self, Probe, ProcessCounters, Stat};
-use attribute::Attributor;
+use attribute::{Attributor, FaultSource};
+use fleet_faults::FleetFaults;
 use members::Members;
 use perf::{FaultEvents, PerfError, Watched};
 use process::Process;
@@ -54,7 +56,7 @@ pub struct Procfs {
     /// `--cgroup`, whose members the sampler counts.
     cgroup: Option<Arc<Cgroup>>,
     /// The fault events until `produce` hands them to the sampler; why there are none.
-    fault_events: Result<FaultEvents, String>,
+    fault_events: Result<FaultSource, String>,
     /// Where the sampler puts each period's table, once it runs.
     feed: Option<Arc<Feed>>,
     /// When the profile began, in clock ticks after boot (before the command's fork).
@@ -84,9 +86,13 @@ impl Backend for Procfs {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let period_ms = period_ms.unwrap_or(abi::PERIOD_MS_DEFAULT);
-        let fault_events = match selection.attribution {
-            Some(minor_sampling) => open_events(selection, minor_sampling).map_err(|e| off(&e)),
-            None => Err("turned off (--no-attribution)".to_owned()),
+        let fault_events = match (selection.attribution, &selection.fleet_faults) {
+            // A fleet's target: its share of the fleet's events, none of its own.
+            (Some(_), Some(fleet)) => fleet_target(fleet, selection),
+            (Some(minor_sampling), None) => open_events(selection, minor_sampling)
+                .map(FaultSource::Own)
+                .map_err(|e| off(&e)),
+            (None, _) => Err("turned off (--no-attribution)".to_owned()),
         };
         Ok(Procfs {
             period: Duration::from_millis(period_ms.into()),
@@ -114,7 +120,7 @@ impl Backend for Procfs {
         // Its counters are attached in `produce`, counted from zero: it is our child. Its
         // fault events count from its exec, and follow what it starts.
         self.adopted_ns = Some(shared_layout::abi::monotonic_ns());
-        if let Ok(events) = &mut self.fault_events {
+        if let Ok(FaultSource::Own(events)) = &mut self.fault_events {
             let target = Watched::Task {
                 tid: pid,
                 from_exec: true,
@@ -172,8 +178,8 @@ impl Backend for Procfs {
         self.feed = Some(feed);
         // A fleet's target (a cgroup alone, no fault events) is sampled on the pool's
         // thread; what has processes or events to wait on, on a thread of its own.
-        let pooled = (self.sampler_pool.as_ref())
-            .filter(|_| processes.is_empty() && attribution.attributor.is_none());
+        let polls_rings = (attribution.attributor.as_ref()).is_some_and(Attributor::polls_rings);
+        let pooled = (self.sampler_pool.as_ref()).filter(|_| processes.is_empty() && !polls_rings);
         let sampler = match (pooled, members) {
             (Some(pool), Some(members)) => {
                 let area = Arc::clone(area);
@@ -296,6 +302,14 @@ fn open_events(selection: &Selection, minor_sampling: u64) -> Result<FaultEvents
         events.attach(Watched::Cgroup(cgroup.fd().as_fd()))?;
     }
     Ok(events)
+}
+
+/// The cgroup's share of the fleet's events.
+fn fleet_target(fleet: &FleetFaults, selection: &Selection) -> Result<FaultSource, String> {
+    let cgroup = (selection.cgroup.as_deref())
+        .ok_or_else(|| "a fleet's target is a cgroup: no cgroup selected".to_owned())?;
+    let target = fleet.target(cgroup).map_err(|e| e.to_string())?;
+    Ok(FaultSource::Fleet(target))
 }
 
 /// Why faults are not attributed, and what would allow it, as the summary says it.

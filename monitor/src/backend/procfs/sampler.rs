@@ -39,8 +39,9 @@ use shared_layout::abi::{self, Sample};
 use shared_layout::producer::{Finish, Producer};
 use shared_layout::{Area, ProtocolError};
 
-use super::attribute::Attributor;
+use super::attribute::{Attributor, Ending};
 use super::cap::CpuCap;
+use super::fleet_faults::DRAIN_WAIT;
 use super::members::Members;
 use super::memory::Memory;
 use super::process::Process;
@@ -233,6 +234,7 @@ impl Sampler {
             events: rx,
             on_end: Box::new(on_end),
             report: report_tx,
+            stopping: None,
             ending: None,
         })?;
         Ok(Sampler {
@@ -412,7 +414,7 @@ fn run(
     let mut counts = Counts::new(processes, cgroup, attribution);
     // Whatever happens, the session must end canceled, or the consumer waits forever.
     let outcome = sample_until_the_end(&mut counts, &mut producer, period, events, bell);
-    let recorded = counts.record_last(&mut producer);
+    let recorded = counts.record_last(&mut producer, Instant::now() + DRAIN_WAIT);
     let finished = producer.finish(Instant::now() + FINISH_TIMEOUT);
     report(counts, outcome.and(recorded), finished, 0)
 }
@@ -475,16 +477,25 @@ impl Counts {
     }
 
     /// Records the last sample (whatever the processes did since the previous one): if
-    /// the ring cannot take it, it stays pending in the `producer`.
-    fn record_last(&mut self, producer: &mut Producer) -> Result<(), SamplerError> {
+    /// the ring cannot take it, it stays pending in the `producer`. A fleet's target's
+    /// last table waits until `until` at most for the fleet's rings drained past it.
+    fn record_last(&mut self, producer: &mut Producer, until: Instant) -> Result<(), SamplerError> {
+        self.stamp_last();
         let mut last = self.pending;
-        if last.time_ns == 0 {
-            last.time_ns = abi::monotonic_ns();
-        }
         self.cap.flush(&mut last);
-        self.publish(last.time_ns);
+        self.publish(last.time_ns, Ending::Last(until));
         producer.record(last)?;
         Ok(())
+    }
+
+    /// The last sample's time, now unless its last poll set it: stamped before a pool
+    /// records its ending targets' last samples, so that one wait for the fleet's drain
+    /// serves all (see [`wait_for_the_last_tables`]).
+    fn stamp_last(&mut self) -> u64 {
+        if self.pending.time_ns == 0 {
+            self.pending.time_ns = abi::monotonic_ns();
+        }
+        self.pending.time_ns
     }
 
     /// Reads every process and the cgroup's members; the timestamp the counts belong to.
@@ -506,13 +517,13 @@ impl Counts {
     }
 
     /// Gives the consumer the table of the period ending at `end_ns`, before its sample.
-    fn publish(&mut self, end_ns: u64) {
+    fn publish(&mut self, end_ns: u64, ending: Ending) {
         let processes = self.who.take();
         let changed = self.who.changed();
         let table = match self.attributor.as_mut() {
             Some(attributor) => {
                 attributor.read_maps(&changed);
-                attributor.finish(end_ns, processes)
+                attributor.finish(end_ns, processes, ending)
             }
             None => PeriodTable {
                 end_ns,
@@ -525,7 +536,7 @@ impl Counts {
 
     /// Writes what was counted as the sample at `time_ns`, its CPU time capped.
     fn record(&mut self, producer: &mut Producer, time_ns: u64) -> Result<(), ProtocolError> {
-        self.publish(time_ns);
+        self.publish(time_ns, Ending::No);
         self.pending.time_ns = time_ns;
         self.cap
             .apply(&mut self.pending, std::mem::take(&mut self.threads));
@@ -682,6 +693,9 @@ struct Pooled {
     events: Receiver<Event>,
     on_end: Box<dyn FnOnce() + Send>,
     report: mpsc::SyncSender<Result<SamplerReport, SamplerError>>,
+    /// Over, its last sample not yet recorded: how it went. The round's passes done,
+    /// its last sample is recorded ([`Pooled::conclude`]).
+    stopping: Option<Result<(), SamplerError>>,
     /// Over, its last sample recorded: how it went, and until when a last sample the
     /// ring could not take is tried again at each pass.
     ending: Option<(Result<(), SamplerError>, Instant)>,
@@ -764,12 +778,9 @@ impl Pooled {
     fn pass(&mut self, sounded: bool, inbox: &PoolInbox) -> bool {
         let grid = inbox.grid;
         if self.ending.is_none() {
-            let Some(outcome) = self.step(sounded, inbox) else {
-                return false;
-            };
-            // Recorded whatever the outcome, as a sampler of its own records it.
-            let recorded = self.counts.record_last(&mut self.producer);
-            self.ending = Some((outcome.and(recorded), Instant::now() + FINISH_TIMEOUT));
+            // Its last sample once every target's pass is done: see `pool_round`.
+            self.stopping = self.step(sounded, inbox);
+            return false;
         } else if Instant::now() >= self.next {
             // Its last sample, again: the consumer may have freed a slot since.
             if let Err(e) = self.producer.retry_pending() {
@@ -782,6 +793,18 @@ impl Pooled {
             return false;
         };
         self.producer.pending().is_none() || Instant::now() >= *deadline
+    }
+
+    /// Records the last sample of a session its pass ended, whatever the outcome, as a
+    /// sampler of its own records it (its last table waiting until `until` at most);
+    /// true once its report is to be sent.
+    fn conclude(&mut self, until: Instant) -> bool {
+        let Some(outcome) = self.stopping.take() else {
+            return false;
+        };
+        let recorded = self.counts.record_last(&mut self.producer, until);
+        self.ending = Some((outcome.and(recorded), Instant::now() + FINISH_TIMEOUT));
+        self.producer.pending().is_none()
     }
 
     /// Its events and its pass when due; `Some` with how the session went once it is over.
@@ -910,15 +933,37 @@ fn run_pool(inbox: &PoolInbox) {
         }
     }
     targets.append(&mut inbox.joining());
+    // Those ending already made their last table.
+    let until = wait_for_the_last_tables(targets.iter_mut().filter(|t| t.ending.is_none()));
     for mut target in targets {
         let _ = panic::catch_unwind(AssertUnwindSafe(|| {
             if target.ending.is_none() {
-                let recorded = target.counts.record_last(&mut target.producer);
+                let recorded = target.counts.record_last(&mut target.producer, until);
                 target.ending = Some((recorded, Instant::now()));
             }
             target.end();
         }));
     }
+}
+
+/// Stamps the last samples of the targets ending together and waits once, until the
+/// deadline it answers at most, for a fleet's drain past the latest: their last tables
+/// then wait no more (one wait a round, not one an ending target).
+fn wait_for_the_last_tables<'a>(ending: impl Iterator<Item = &'a mut Pooled>) -> Instant {
+    let mut latest: Option<(u64, &Pooled)> = None;
+    for target in ending {
+        let end_ns = target.counts.stamp_last();
+        if target.counts.attributor.is_some() && latest.is_none_or(|(l, _)| end_ns > l) {
+            latest = Some((end_ns, target));
+        }
+    }
+    let until = Instant::now() + DRAIN_WAIT;
+    if let Some((end_ns, target)) = latest {
+        if let Some(attributor) = &target.counts.attributor {
+            attributor.wait_drained_past(end_ns, until);
+        }
+    }
+    until
 }
 
 /// One round of the pool's thread: the joiners taken in, every target's events and due
@@ -935,6 +980,19 @@ fn pool_round(inbox: &PoolInbox, targets: &mut Vec<Pooled>, sounded: bool) -> bo
             Err(_) => ended.push((i, false)),
         }
     }
+    // The sessions the passes ended record their last samples after every pass.
+    let until = wait_for_the_last_tables(targets.iter_mut().filter(|t| t.stopping.is_some()));
+    for (i, target) in targets.iter_mut().enumerate() {
+        if target.stopping.is_none() {
+            continue;
+        }
+        match panic::catch_unwind(AssertUnwindSafe(|| target.conclude(until))) {
+            Ok(false) => {}
+            Ok(true) => ended.push((i, true)),
+            Err(_) => ended.push((i, false)),
+        }
+    }
+    ended.sort_unstable_by_key(|&(i, _)| i);
     for (i, clean) in ended.into_iter().rev() {
         let target = targets.remove(i);
         match clean {
@@ -1124,7 +1182,7 @@ fn set_memory(sample: &mut Sample, memory: Memory) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::system::cgroup::{cgroup2_mounts, test_cgroup_path, Cgroup};
+    use crate::system::cgroup::{test_cgroup_path, Cgroup};
     use shared_layout::strict::{StrictConsumer, Take};
     use shared_layout::wait::FutexWaiter;
     use shared_layout::Mode;
@@ -1376,16 +1434,11 @@ mod tests {
 
     /// This process's own cgroup: a real one any user may read, sampled without root.
     fn own_cgroup() -> Members {
-        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
-        let path = (own.lines())
-            .find_map(|line| line.strip_prefix("0::"))
-            .expect("a cgroup v2 line");
-        let mount = cgroup2_mounts()
-            .into_iter()
-            .next()
-            .expect("a cgroup2 mount");
-        let dir = mount.join(path.trim_start_matches('/'));
-        Members::new(Arc::new(Cgroup::open(&dir).unwrap()))
+        Members::new(own_cgroup_open())
+    }
+
+    fn own_cgroup_open() -> Arc<Cgroup> {
+        Arc::new(crate::system::cgroup::own_cgroup_for_test())
     }
 
     /// A pooled target on this process's cgroup, into a strict ring of `slots`; its
@@ -1523,6 +1576,147 @@ mod tests {
         let mut tables = Vec::new();
         feed.take_until(u64::MAX, &mut tables);
         tables.len()
+    }
+
+    #[test]
+    fn a_fleets_pooled_targets_wait_for_no_drain_in_their_passes_and_once_at_their_end() {
+        use crate::backend::procfs::attribute::FaultSource;
+        use crate::backend::procfs::fleet_faults::FleetFaults;
+        let _alone = one_pool_test_at_a_time();
+        let (fleet, wakes) = FleetFaults::without_events(false);
+        let period = Duration::from_millis(20);
+        let pool = SamplerPool::new().unwrap();
+        let cgroup = own_cgroup_open();
+        const TARGETS: u64 = 40;
+        // The first target's end, alone in its round, holds the pool thread until every
+        // other stop is sent: the others all end in the next round.
+        let (open_gate, gate) = mpsc::channel::<()>();
+        let (entered, entered_rx) = mpsc::channel::<()>();
+        let mut gate = Some((gate, entered));
+        let targets: Vec<(Arc<Feed>, Sampler)> = (0..TARGETS)
+            .map(|_| {
+                let area = Area::create_memfd(64, Mode::Strict, period).unwrap();
+                let faults = fleet.target(&cgroup).unwrap();
+                let attribution = SamplerAttribution {
+                    attributor: Some(Attributor::new(FaultSource::Fleet(faults))),
+                    ..SamplerAttribution::off("a test")
+                };
+                let feed = Arc::clone(&attribution.feed);
+                let gate = gate.take();
+                let on_end = move || {
+                    if let Some((gate, entered)) = gate {
+                        let _ = entered.send(());
+                        let _ = gate.recv();
+                    }
+                };
+                let members = Members::new(Arc::clone(&cgroup));
+                let sampler =
+                    Sampler::pooled(&pool, Arc::new(area), members, period, attribution, on_end)
+                        .unwrap();
+                (feed, sampler)
+            })
+            .collect();
+        // Each target's start wakes the drain thread once.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while wakes.load(Ordering::Relaxed) < TARGETS {
+            assert!(Instant::now() < deadline, "the targets' starts not told");
+            thread::sleep(Duration::from_millis(5));
+        }
+        let started = wakes.load(Ordering::Relaxed);
+        // Three passes each, however loaded the machine.
+        let mut passes = vec![0; targets.len()];
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while passes.iter().any(|&p| p < 3) {
+            assert!(Instant::now() < deadline, "passes in 20 s: {passes:?}");
+            thread::sleep(period);
+            for (passed, (feed, _)) in passes.iter_mut().zip(&targets) {
+                *passed += tables(feed);
+            }
+        }
+        // A pass asks the drain thread for nothing: it takes what was drained.
+        assert_eq!(
+            wakes.load(Ordering::Relaxed),
+            started,
+            "a pass woke the drain thread (to wait for it)"
+        );
+        // Every target ends, in two rounds: their last tables wait for a drain past
+        // their ends once a round, not once each.
+        targets[0].1.events().send(Event::Stop);
+        (entered_rx.recv_timeout(Duration::from_secs(10))).expect("the first target's end");
+        for (_, sampler) in &targets[1..] {
+            sampler.events().send(Event::Stop);
+        }
+        drop(open_gate);
+        for (_, sampler) in targets {
+            joined_within_10_s(sampler);
+        }
+        // Each target's end wakes it once more, its events given back.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while wakes.load(Ordering::Relaxed) < started + TARGETS {
+            assert!(Instant::now() < deadline, "the targets' ends not told");
+            thread::sleep(Duration::from_millis(5));
+        }
+        let waits = wakes.load(Ordering::Relaxed) - started - TARGETS;
+        // One a round at most (a drain asked by the first round's end may serve the
+        // second), and one at least: the first's.
+        assert!(
+            (1..=2).contains(&waits),
+            "{waits} waits for the drain at {TARGETS} targets' ends"
+        );
+        drop(pool);
+    }
+
+    #[test]
+    fn a_held_up_drain_thread_costs_the_targets_ending_together_one_wait_not_one_each() {
+        use crate::backend::procfs::attribute::FaultSource;
+        use crate::backend::procfs::fleet_faults::FleetFaults;
+        let _alone = one_pool_test_at_a_time();
+        let (fleet, wakes) = FleetFaults::without_events(true);
+        let period = Duration::from_millis(50);
+        let pool = SamplerPool::new().unwrap();
+        let cgroup = own_cgroup_open();
+        // One wait each would be 12 s for these (each asking for a drain), and as long
+        // again for those the pool's end ends.
+        const TARGETS: usize = 60;
+        let sampler = || {
+            let area = Area::create_memfd(64, Mode::Strict, period).unwrap();
+            let attribution = SamplerAttribution {
+                attributor: Some(Attributor::new(FaultSource::Fleet(
+                    fleet.target(&cgroup).unwrap(),
+                ))),
+                ..SamplerAttribution::off("a test")
+            };
+            let members = Members::new(Arc::clone(&cgroup));
+            Sampler::pooled(&pool, Arc::new(area), members, period, attribution, || {}).unwrap()
+        };
+        let stopped: Vec<Sampler> = (0..TARGETS).map(|_| sampler()).collect();
+        let left: Vec<Sampler> = (0..TARGETS).map(|_| sampler()).collect();
+        thread::sleep(3 * period);
+        for sampler in &stopped {
+            sampler.events().send(Event::Stop);
+        }
+        for sampler in stopped {
+            joined_within_10_s(sampler);
+        }
+        drop(pool);
+        for sampler in left {
+            joined_within_10_s(sampler);
+        }
+        // Each target's start and end wake the drain thread once; a wait that asks for a
+        // drain, once: the first, whatever the rounds and the shutdown, the drain thread
+        // then known to be held up.
+        let told = 4 * TARGETS as u64;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while wakes.load(Ordering::Relaxed) < told {
+            assert!(
+                Instant::now() < deadline,
+                "the targets' starts and ends not told"
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+        let waits = wakes.load(Ordering::Relaxed) - told;
+        assert_eq!(waits, 1, "waits for a held-up drain thread");
+        assert_eq!(fleet.cut_short(), 2 * TARGETS as u64);
     }
 
     #[test]

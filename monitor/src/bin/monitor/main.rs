@@ -82,12 +82,6 @@ fn refuse_for_fleet(options: &Options, run: bool) {
             "--cgroups-under and --unit run until SIGTERM, each target until its cgroup is \
              removed: --duration and --count end one profile (--cgroup)",
         )
-    } else if options.minor_sampling.is_some() {
-        Some(
-            "--cgroups-under and --unit do not attribute faults to mappings (that would \
-             take 2 perf events per CPU per target): --minor-sampling is for one target \
-             (--cgroup)",
-        )
     } else if options.output.is_some() || options.plot.is_some() || options.summary.is_some() {
         Some(
             "--cgroups-under and --unit export each target: --output, --plot and \
@@ -123,10 +117,8 @@ fn fleet(options: Options, run: bool) -> ExitCode {
             cgroup: None,
             period_ms: options.period.or(options.period_ms),
             inherit: !options.no_inherit,
-            // A target's where-the-faults-were would go nowhere (no output, no summary),
-            // and each target's events are 2 per CPU: 256 targets on 64 CPUs are 32,768
-            // file descriptors, and each counts every fault of its cgroup.
-            attribution: None,
+            // From one set of events for every target (fleet_faults.rs).
+            attribution: attribution(options.no_attribution, options.minor_sampling),
             export: options.export,
             summary: SummaryRequest {
                 file: None,
@@ -200,11 +192,7 @@ fn run(options: Options, command: Option<Vec<OsString>>) -> Result<u8, ProfileEr
         duration: options.duration,
         count: options.count,
         inherit: !options.no_inherit,
-        attribution: (!options.no_attribution).then_some(
-            options
-                .minor_sampling
-                .unwrap_or(monitor::attribution::DEFAULT_MINOR_SAMPLING),
-        ),
+        attribution: attribution(options.no_attribution, options.minor_sampling),
         export: options.export,
         supervised: None,
     };
@@ -212,6 +200,12 @@ fn run(options: Options, command: Option<Vec<OsString>>) -> Result<u8, ProfileEr
         BackendChoice::Kernel => profile::profile::<Kernel>(request),
         _ => profile::profile::<Procfs>(request),
     }
+}
+
+/// Faults attributed, one minor fault in this many recorded, unless `--no-attribution`.
+fn attribution(no_attribution: bool, minor_sampling: Option<u64>) -> Option<u64> {
+    (!no_attribution)
+        .then_some(minor_sampling.unwrap_or(monitor::attribution::DEFAULT_MINOR_SAMPLING))
 }
 
 /// The running kernel's release, as the commands of the advice name it.

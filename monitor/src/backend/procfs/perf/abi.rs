@@ -46,6 +46,9 @@ pub const PERF_SAMPLE_IP: u64 = 1 << 0;
 pub const PERF_SAMPLE_TID: u64 = 1 << 1;
 pub const PERF_SAMPLE_TIME: u64 = 1 << 2;
 pub const PERF_SAMPLE_ADDR: u64 = 1 << 3;
+/// The id of the cgroup (v2) the faulting task was in (Linux 5.7): a fleet's events,
+/// on every process, say which target each fault is of.
+pub const PERF_SAMPLE_CGROUP: u64 = 1 << 21;
 
 /// The bits of [`PerfEventAttr::flags`], in the order of the header's bit fields.
 pub mod flags {
@@ -223,6 +226,7 @@ mod tests {
             ("tid", "PERF_SAMPLE_TID".into(), PERF_SAMPLE_TID),
             ("time", "PERF_SAMPLE_TIME".into(), PERF_SAMPLE_TIME),
             ("addr", "PERF_SAMPLE_ADDR".into(), PERF_SAMPLE_ADDR),
+            ("cgroup", "PERF_SAMPLE_CGROUP".into(), PERF_SAMPLE_CGROUP),
             (
                 "cgroup flag",
                 "PERF_FLAG_PID_CGROUP".into(),

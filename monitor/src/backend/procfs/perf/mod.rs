@@ -34,6 +34,11 @@ pub use ring::{Mmap, Record};
 /// 50 ms period of 32,000 major faults a second on one CPU. Smaller where the locked-memory limit
 /// (`kernel.perf_event_mlock_kb`, 516 KiB a CPU for each user) refuses it.
 const RING_PAGES: [usize; 3] = [16, 4, 1];
+/// The same for events on every process (a fleet's), whose rings take the whole system's
+/// records: 256 KiB each, 768 KiB a CPU at most (48 MiB locked on 64 CPUs), smaller where
+/// refused. A flood of faults or mappings by any process can still fill them between
+/// drains: the records lost are counted, never misattributed.
+const EVERY_PROCESS_RING_PAGES: [usize; 4] = [64, 16, 4, 1];
 
 /// What the events are opened on: a task or a cgroup (a profile's target, what the user
 /// selected, is [`crate::backend::Selection`]).
@@ -44,6 +49,9 @@ pub enum Watched<'a> {
     Task { tid: u32, from_exec: bool },
     /// Every process in a cgroup (v2 directory, open) and its descendant cgroups.
     Cgroup(BorrowedFd<'a>),
+    /// Every process on the system, each fault's record with its cgroup's id: a fleet's
+    /// events, shared by its targets ([`crate::backend::procfs::fleet_faults`]).
+    EveryProcess,
 }
 
 /// Which fault event.
@@ -75,9 +83,13 @@ pub enum PerfError {
     Refused {
         errno: Errno,
         paranoid: Option<i32>,
-        /// The target was a cgroup: events on whole CPUs.
+        /// The target was a cgroup or every process: events on whole CPUs.
         cgroup: bool,
     },
+    #[error(
+        "this kernel refused events on every process with each fault's cgroup (PERF_SAMPLE_CGROUP: Linux 5.7, with CONFIG_CGROUP_PERF)"
+    )]
+    NoCgroupSamples,
     #[error("this kernel has no software perf events ({0})")]
     Unsupported(Errno),
     #[error("{wanted} perf events (threads x CPUs x 2) would take more descriptors than the {limit} allowed (ulimit -n)")]
@@ -101,9 +113,9 @@ impl PerfError {
     pub fn advice(&self) -> String {
         match self {
             PerfError::Refused { cgroup: true, .. } => {
-                "a cgroup's events watch whole CPUs, which only kernel.perf_event_paranoid <= 0 \
-                 or CAP_PERFMON allows: `sysctl kernel.perf_event_paranoid=0`, or give the \
-                 monitor CAP_PERFMON"
+                "a cgroup's events, and a fleet's, watch whole CPUs, which only \
+                 kernel.perf_event_paranoid <= 0 or CAP_PERFMON allows: \
+                 `sysctl kernel.perf_event_paranoid=0`, or give the monitor CAP_PERFMON"
                     .to_owned()
             }
             PerfError::Refused {
@@ -123,6 +135,9 @@ impl PerfError {
             }
             PerfError::TooMany { .. } => {
                 "raise the descriptor limit (ulimit -n), or profile fewer threads".to_owned()
+            }
+            PerfError::NoCgroupSamples => {
+                "a kernel of 5.7 or later built with CONFIG_CGROUP_PERF".to_owned()
             }
             PerfError::Map(_) => {
                 "raise kernel.perf_event_mlock_kb or the locked-memory limit (ulimit -l)".to_owned()
@@ -161,6 +176,10 @@ pub struct FaultEvents {
     fd_budget: usize,
     /// An event was opened: `kernel_faults` is settled.
     opened_any: bool,
+    /// The sizes a ring is mapped with, the first the locked-memory limit allows.
+    ring_pages: &'static [usize],
+    /// The samples say their cgroup (events on every process).
+    cgroup_in_samples: bool,
 }
 
 impl FaultEvents {
@@ -179,6 +198,8 @@ impl FaultEvents {
             kernel_faults: true,
             fd_budget: descriptor_budget(),
             opened_any: false,
+            ring_pages: &RING_PAGES,
+            cgroup_in_samples: false,
         })
     }
 
@@ -199,6 +220,10 @@ impl FaultEvents {
                 wanted,
                 limit: self.fd_budget,
             });
+        }
+        if matches!(target, Watched::EveryProcess) {
+            self.ring_pages = &EVERY_PROCESS_RING_PAGES;
+            self.cgroup_in_samples = true;
         }
         let cpus = self.cpus.clone();
         let mut opened = Vec::with_capacity(cpus.len());
@@ -234,11 +259,14 @@ impl FaultEvents {
             (self.others).extend([events.major, events.minor, events.mappings]);
             return Ok(());
         }
+        // The mappings' ring first, where the locked-memory limit leaves the later ones
+        // less: a mapping record lost makes tables start again, a fault lost is one.
+        let mappings = map_ring(events.mappings, self.ring_pages, self.cgroup_in_samples)?;
         self.rings.push(CpuRings {
             cpu,
-            major: map_ring(events.major)?,
-            minor: map_ring(events.minor)?,
-            mappings: map_ring(events.mappings)?,
+            major: map_ring(events.major, self.ring_pages, self.cgroup_in_samples)?,
+            minor: map_ring(events.minor, self.ring_pages, self.cgroup_in_samples)?,
+            mappings,
         });
         Ok(())
     }
@@ -257,8 +285,11 @@ impl FaultEvents {
                     return Err(PerfError::Refused {
                         errno,
                         paranoid: paranoid(),
-                        cgroup: matches!(target, Watched::Cgroup(_)),
+                        cgroup: matches!(target, Watched::Cgroup(_) | Watched::EveryProcess),
                     })
+                }
+                Err(Errno::EINVAL) if matches!(target, Watched::EveryProcess) => {
+                    return Err(PerfError::NoCgroupSamples)
                 }
                 Err(errno @ (Errno::ENOENT | Errno::ENOSYS | Errno::EOPNOTSUPP)) => {
                     return Err(PerfError::Unsupported(errno))
@@ -309,16 +340,21 @@ impl FaultEvents {
                 event_flags |= flags::DISABLED | flags::ENABLE_ON_EXEC;
             }
         }
+        // IP: the code that faulted, named by the consumer (attribution/symbols.rs).
+        let mut sample_type = abi::PERF_SAMPLE_IP
+            | abi::PERF_SAMPLE_TID
+            | abi::PERF_SAMPLE_TIME
+            | abi::PERF_SAMPLE_ADDR;
+        if matches!(target, Watched::EveryProcess) {
+            // Whose fault it is: the target whose cgroup holds this one.
+            sample_type |= abi::PERF_SAMPLE_CGROUP;
+        }
         PerfEventAttr {
             type_: abi::PERF_TYPE_SOFTWARE,
             size: abi::PERF_ATTR_SIZE_VER5,
             config,
             sample_period,
-            // IP: the code that faulted, named by the consumer (attribution/symbols.rs).
-            sample_type: abi::PERF_SAMPLE_IP
-                | abi::PERF_SAMPLE_TID
-                | abi::PERF_SAMPLE_TIME
-                | abi::PERF_SAMPLE_ADDR,
+            sample_type,
             flags: event_flags,
             // With WATERMARK, 0: poll wakes once half the ring is written, whatever
             // size it is mapped with.
@@ -357,10 +393,14 @@ impl FaultEvents {
 }
 
 /// Maps the ring of a new event, smaller where the locked-memory limit refuses.
-fn map_ring(fd: OwnedFd) -> Result<Ring, PerfError> {
+fn map_ring(fd: OwnedFd, ring_pages: &[usize], cgroup_in_samples: bool) -> Result<Ring, PerfError> {
     let mut last = None;
-    for pages in RING_PAGES {
-        match Ring::map(fd.try_clone().map_err(PerfError::Map)?, pages) {
+    for &pages in ring_pages {
+        match Ring::map(
+            fd.try_clone().map_err(PerfError::Map)?,
+            pages,
+            cgroup_in_samples,
+        ) {
             Ok(ring) => return Ok(ring),
             Err(e) if e.raw_os_error() == Some(libc::EPERM) => last = Some(e),
             Err(e) => return Err(PerfError::Map(e)),
@@ -389,6 +429,7 @@ fn perf_event_open(attr: &PerfEventAttr, target: Watched, cpu: u32) -> Result<Ow
     let (pid, mut open_flags) = match target {
         Watched::Task { tid, .. } => (tid as libc::c_int, 0),
         Watched::Cgroup(fd) => (fd.as_raw_fd(), abi::PERF_FLAG_PID_CGROUP),
+        Watched::EveryProcess => (-1, 0),
     };
     open_flags |= abi::PERF_FLAG_FD_CLOEXEC;
     // SAFETY: the kernel reads `attr.size` bytes of a live, initialized

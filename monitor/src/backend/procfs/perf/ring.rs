@@ -21,13 +21,15 @@ use crate::attribution::FileId;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
     /// A fault: the process and thread that took it, when, the address, and the
-    /// instruction's (a kernel address for a fault taken in a system call).
+    /// instruction's (a kernel address for a fault taken in a system call); the id of
+    /// the cgroup the thread was in, where the events ask for it (0 where not).
     Sample {
         ip: u64,
         pid: u32,
         tid: u32,
         time_ns: u64,
         addr: u64,
+        cgroup: u64,
     },
     /// The kernel could not write this many records: its buffer was full.
     Lost(u64),
@@ -85,12 +87,15 @@ pub struct Ring {
     data_size: usize,
     /// One record, copied out of the ring (it may wrap around its end).
     record: Vec<u8>,
+    /// Its samples end with their cgroup's id (`PERF_SAMPLE_CGROUP`): one without is
+    /// not read.
+    cgroup_in_samples: bool,
 }
 
 impl Ring {
     /// Maps the ring of event `fd`: a control page and `data_pages` (a power of two) of
-    /// records.
-    pub fn map(fd: OwnedFd, data_pages: usize) -> io::Result<Ring> {
+    /// records; `cgroup_in_samples`: its events ask for their samples' cgroup.
+    pub fn map(fd: OwnedFd, data_pages: usize, cgroup_in_samples: bool) -> io::Result<Ring> {
         let page_size = crate::system::page_size();
         let map = MmapOptions::new()
             .len((1 + data_pages) * page_size)
@@ -101,6 +106,7 @@ impl Ring {
             page_size,
             data_size: data_pages * page_size,
             record: Vec::with_capacity(64),
+            cgroup_in_samples,
         })
     }
 
@@ -142,7 +148,8 @@ impl Ring {
                 break;
             }
             self.copy_out(tail, size);
-            if let Some(record) = parse(kind, misc, &self.record[HEADER_SIZE..]) {
+            let body = &self.record[HEADER_SIZE..];
+            if let Some(record) = parse(kind, misc, body, self.cgroup_in_samples) {
                 each(record);
             }
             tail = tail.wrapping_add(size as u64);
@@ -170,8 +177,9 @@ impl Ring {
     }
 }
 
-/// A record's body, after its header (`misc`: the header's flags).
-fn parse(kind: u32, misc: u16, body: &[u8]) -> Option<Record> {
+/// A record's body, after its header (`misc`: the header's flags; `cgroup_in_samples`:
+/// a sample ends with its cgroup's id).
+fn parse(kind: u32, misc: u16, body: &[u8], cgroup_in_samples: bool) -> Option<Record> {
     let u64_at = |at: usize| Some(u64::from_ne_bytes(body.get(at..at + 8)?.try_into().ok()?));
     let u32_at = |at: usize| Some(u32::from_ne_bytes(body.get(at..at + 4)?.try_into().ok()?));
     // Every record but a sample ends with the sample's id fields (`sample_id_all`).
@@ -179,13 +187,17 @@ fn parse(kind: u32, misc: u16, body: &[u8]) -> Option<Record> {
     let stamped = || u64_at(fields_end? + SAMPLE_ID_TIME);
     match kind {
         // sample_type IP | TID | TIME | ADDR, in the kernel's order: ip, pid, tid, time,
-        // addr.
+        // addr; then the cgroup's id where CGROUP is asked for too (a fleet's events).
         PERF_RECORD_SAMPLE => Some(Record::Sample {
             ip: u64_at(0)?,
             pid: u32_at(8)?,
             tid: u32_at(12)?,
             time_ns: u64_at(16)?,
             addr: u64_at(24)?,
+            cgroup: match cgroup_in_samples {
+                true => u64_at(32)?,
+                false => 0,
+            },
         }),
         // id, lost.
         PERF_RECORD_LOST => Some(Record::Lost(u64_at(8)?)),
@@ -243,18 +255,29 @@ mod tests {
         body.extend_from_slice(&1234u64.to_ne_bytes());
         body.extend_from_slice(&0x7f00_0000_1000u64.to_ne_bytes());
         assert_eq!(
-            parse(PERF_RECORD_SAMPLE, 0, &body),
+            parse(PERF_RECORD_SAMPLE, 0, &body, false),
             Some(Record::Sample {
                 ip: 0x5555_0000_2345,
                 pid: 7,
                 tid: 8,
                 time_ns: 1234,
-                addr: 0x7f00_0000_1000
+                addr: 0x7f00_0000_1000,
+                cgroup: 0,
             })
         );
-        assert_eq!(parse(PERF_RECORD_SAMPLE, 0, &body[..28]), None);
+        assert_eq!(parse(PERF_RECORD_SAMPLE, 0, &body[..28], false), None);
+        // Asked for, a cgroup's id is read, not taken as 0 where it is missing.
+        assert_eq!(parse(PERF_RECORD_SAMPLE, 0, &body, true), None);
+        body.extend_from_slice(&9876u64.to_ne_bytes());
+        assert!(matches!(
+            parse(PERF_RECORD_SAMPLE, 0, &body, true),
+            Some(Record::Sample { cgroup: 9876, .. })
+        ));
         let lost: Vec<u8> = [1u64, 42].iter().flat_map(|v| v.to_ne_bytes()).collect();
-        assert_eq!(parse(PERF_RECORD_LOST, 0, &lost), Some(Record::Lost(42)));
-        assert_eq!(parse(5, 0, &lost), None);
+        assert_eq!(
+            parse(PERF_RECORD_LOST, 0, &lost, false),
+            Some(Record::Lost(42))
+        );
+        assert_eq!(parse(5, 0, &lost, false), None);
     }
 }
