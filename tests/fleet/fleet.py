@@ -1316,8 +1316,13 @@ class Fleet:
             selector = f'host="local",target="{names[n]}",system_paging_fault_type="major"'
             by_mapping = prometheus.query(f"last_over_time(pfprof_mapping_faults_total{{{selector}}}[5m])")
             by_program = prometheus.query(f"last_over_time(pfprof_program_faults_total{{{selector}}}[5m])")
-            mapped = {dict(k)["mapping"]: v for k, v in by_mapping.items()}
-            programs = {dict(k)["program"]: v for k, v in by_program.items()}
+            # A mapping's series is one a program (two programs' libc are two series):
+            # summed by mapping, none left out.
+            mapped, programs = {}, {}
+            for labels, v in by_mapping.items():
+                mapped[dict(labels)["mapping"]] = mapped.get(dict(labels)["mapping"], 0) + v
+            for labels, v in by_program.items():
+                programs[dict(labels)["program"]] = programs.get(dict(labels)["program"], 0) + v
             return {"the file's": mapped.get(paths[n]), "others' files": [p for p in paths.values() if p in mapped and p != paths[n]],
                     "all by mapping": sum(mapped.values()), "all by program": sum(programs.values()),
                     "work's": programs.get("work"), "lost": mapped.get("[lost]")}
