@@ -1578,15 +1578,46 @@ mod tests {
         tables.len()
     }
 
+    /// A pooled target on this process's cgroup, its faults `fleet`'s, into a strict
+    /// ring; the feed its tables go to, and its `on_end`.
+    fn pooled_fleet_target(
+        pool: &SamplerPool,
+        fleet: &crate::backend::procfs::fleet_faults::FleetFaults,
+        period: Duration,
+        on_end: impl FnOnce() + Send + 'static,
+    ) -> (Arc<Feed>, Sampler) {
+        use crate::backend::procfs::attribute::FaultSource;
+        let area = Area::create_memfd(64, Mode::Strict, period).unwrap();
+        let cgroup = own_cgroup_open();
+        let attribution = SamplerAttribution {
+            attributor: Some(Attributor::new(FaultSource::Fleet(
+                fleet.target(&cgroup).unwrap(),
+            ))),
+            ..SamplerAttribution::off("a test")
+        };
+        let feed = Arc::clone(&attribution.feed);
+        let members = Members::new(cgroup);
+        let sampler =
+            Sampler::pooled(pool, Arc::new(area), members, period, attribution, on_end).unwrap();
+        (feed, sampler)
+    }
+
+    /// Waits, 10 s at most, until the drain thread was woken `told` times.
+    fn woken_at_least(wakes: &AtomicU64, told: u64, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while wakes.load(Ordering::Relaxed) < told {
+            assert!(Instant::now() < deadline, "{what} not told");
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     #[test]
     fn a_fleets_pooled_targets_wait_for_no_drain_in_their_passes_and_once_at_their_end() {
-        use crate::backend::procfs::attribute::FaultSource;
         use crate::backend::procfs::fleet_faults::FleetFaults;
         let _alone = one_pool_test_at_a_time();
         let (fleet, wakes) = FleetFaults::without_events(false);
         let period = Duration::from_millis(20);
         let pool = SamplerPool::new().unwrap();
-        let cgroup = own_cgroup_open();
         const TARGETS: u64 = 40;
         // The first target's end, alone in its round, holds the pool thread until every
         // other stop is sent: the others all end in the next round.
@@ -1595,13 +1626,6 @@ mod tests {
         let mut gate = Some((gate, entered));
         let targets: Vec<(Arc<Feed>, Sampler)> = (0..TARGETS)
             .map(|_| {
-                let area = Area::create_memfd(64, Mode::Strict, period).unwrap();
-                let faults = fleet.target(&cgroup).unwrap();
-                let attribution = SamplerAttribution {
-                    attributor: Some(Attributor::new(FaultSource::Fleet(faults))),
-                    ..SamplerAttribution::off("a test")
-                };
-                let feed = Arc::clone(&attribution.feed);
                 let gate = gate.take();
                 let on_end = move || {
                     if let Some((gate, entered)) = gate {
@@ -1609,19 +1633,11 @@ mod tests {
                         let _ = gate.recv();
                     }
                 };
-                let members = Members::new(Arc::clone(&cgroup));
-                let sampler =
-                    Sampler::pooled(&pool, Arc::new(area), members, period, attribution, on_end)
-                        .unwrap();
-                (feed, sampler)
+                pooled_fleet_target(&pool, &fleet, period, on_end)
             })
             .collect();
         // Each target's start wakes the drain thread once.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while wakes.load(Ordering::Relaxed) < TARGETS {
-            assert!(Instant::now() < deadline, "the targets' starts not told");
-            thread::sleep(Duration::from_millis(5));
-        }
+        woken_at_least(&wakes, TARGETS, "the targets' starts");
         let started = wakes.load(Ordering::Relaxed);
         // Three passes each, however loaded the machine.
         let mut passes = vec![0; targets.len()];
@@ -1651,11 +1667,7 @@ mod tests {
             joined_within_10_s(sampler);
         }
         // Each target's end wakes it once more, its events given back.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while wakes.load(Ordering::Relaxed) < started + TARGETS {
-            assert!(Instant::now() < deadline, "the targets' ends not told");
-            thread::sleep(Duration::from_millis(5));
-        }
+        woken_at_least(&wakes, started + TARGETS, "the targets' ends");
         let waits = wakes.load(Ordering::Relaxed) - started - TARGETS;
         // One a round at most (a drain asked by the first round's end may serve the
         // second), and one at least: the first's.
@@ -1668,27 +1680,15 @@ mod tests {
 
     #[test]
     fn a_held_up_drain_thread_costs_the_targets_ending_together_one_wait_not_one_each() {
-        use crate::backend::procfs::attribute::FaultSource;
         use crate::backend::procfs::fleet_faults::FleetFaults;
         let _alone = one_pool_test_at_a_time();
         let (fleet, wakes) = FleetFaults::without_events(true);
         let period = Duration::from_millis(50);
         let pool = SamplerPool::new().unwrap();
-        let cgroup = own_cgroup_open();
         // One wait each would be 12 s for these (each asking for a drain), and as long
         // again for those the pool's end ends.
         const TARGETS: usize = 60;
-        let sampler = || {
-            let area = Area::create_memfd(64, Mode::Strict, period).unwrap();
-            let attribution = SamplerAttribution {
-                attributor: Some(Attributor::new(FaultSource::Fleet(
-                    fleet.target(&cgroup).unwrap(),
-                ))),
-                ..SamplerAttribution::off("a test")
-            };
-            let members = Members::new(Arc::clone(&cgroup));
-            Sampler::pooled(&pool, Arc::new(area), members, period, attribution, || {}).unwrap()
-        };
+        let sampler = || pooled_fleet_target(&pool, &fleet, period, || {}).1;
         let stopped: Vec<Sampler> = (0..TARGETS).map(|_| sampler()).collect();
         let left: Vec<Sampler> = (0..TARGETS).map(|_| sampler()).collect();
         thread::sleep(3 * period);
@@ -1706,14 +1706,7 @@ mod tests {
         // drain, once: the first, whatever the rounds and the shutdown, the drain thread
         // then known to be held up.
         let told = 4 * TARGETS as u64;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while wakes.load(Ordering::Relaxed) < told {
-            assert!(
-                Instant::now() < deadline,
-                "the targets' starts and ends not told"
-            );
-            thread::sleep(Duration::from_millis(5));
-        }
+        woken_at_least(&wakes, told, "the targets' starts and ends");
         let waits = wakes.load(Ordering::Relaxed) - told;
         assert_eq!(waits, 1, "waits for a held-up drain thread");
         assert_eq!(fleet.cut_short(), 2 * TARGETS as u64);
