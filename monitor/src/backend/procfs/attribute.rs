@@ -244,7 +244,10 @@ impl Attributor {
                 Ending::No => target.drain(each),
                 // Whether or not a drain went past its end, the last table takes all it
                 // has up to it: what is left of the profile after is nobody's.
-                Ending::Last(until) => target.drain_last(end_ns, until, each).0.max(end_ns),
+                Ending::Last(until) => {
+                    target.drain_last(end_ns, until, each);
+                    end_ns
+                }
             },
         };
         let horizon = drain_began.min(end_ns);

@@ -475,22 +475,21 @@ impl TargetFaults {
     /// Hands this target's records routed so far to `each`, without waiting; when the
     /// last drain began: every record stamped before it has been handed over.
     pub fn drain(&self, each: impl FnMut(Stream, Record)) -> u64 {
+        // Read before the queue: what the queue holds then is all that was stamped
+        // before (and maybe later ones, which wait in the attributor).
         let drained_at = lock(&self.shared.drained).at;
-        self.hand_over(drained_at, each)
+        self.hand_over(each);
+        drained_at
     }
 
-    /// As [`TargetFaults::drain`], for the target's last table: first waits, until
-    /// `until`, for a drain that began after `end_ns` (one that began after another
-    /// target's end serves this one too). Answers whether one did: if not, the records
-    /// stamped up to `end_ns` not drained yet are not handed over (counted, said).
-    pub fn drain_last(
-        &self,
-        end_ns: u64,
-        until: Instant,
-        each: impl FnMut(Stream, Record),
-    ) -> (u64, bool) {
-        let (drained_at, complete) = self.shared.drained_after(end_ns, until);
-        (self.hand_over(drained_at, each), complete)
+    /// As [`TargetFaults::drain`], for the target's last table, all of it up to
+    /// `end_ns`: first waits, until `until`, for a drain that began after `end_ns` (one
+    /// that began after another target's end serves this one too). Where none did, the
+    /// records stamped up to `end_ns` not drained yet are not handed over (counted as
+    /// cut short, said).
+    pub fn drain_last(&self, end_ns: u64, until: Instant, each: impl FnMut(Stream, Record)) {
+        self.shared.drained_after(end_ns, until);
+        self.hand_over(each);
     }
 
     /// Waits, until `until` at most, for a drain past `end_ns`: the latest end of the
@@ -499,14 +498,11 @@ impl TargetFaults {
         self.shared.wait_drained(end_ns, until);
     }
 
-    /// `drained_at` read before the queue: what the queue holds then is all that was
-    /// stamped before (and maybe later ones, which wait in the attributor).
-    fn hand_over(&self, drained_at: u64, mut each: impl FnMut(Stream, Record)) -> u64 {
+    fn hand_over(&self, mut each: impl FnMut(Stream, Record)) {
         let records = lock(&self.queue).take();
         for (stream, record) in records {
             each(stream, record);
         }
-        drained_at
     }
 }
 
