@@ -43,7 +43,6 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
-use nix::time::{clock_gettime, ClockId};
 use shared_layout::abi::monotonic_ns;
 
 use super::perf::{FaultEvents, Kind, PerfError, Record, Stream, Watched};
@@ -1944,10 +1943,9 @@ fn started_after(pid: u32, time_ns: u64) -> bool {
         return false;
     };
     let tick = procstat::ticks_to_ns();
-    // Start times are ticks of CLOCK_BOOTTIME, which goes on through a suspend.
-    let boot = clock_gettime(ClockId::CLOCK_BOOTTIME).map_or(0, |t| {
-        t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
-    });
+    // Start times are ticks of CLOCK_BOOTTIME, which goes on through a suspend (read
+    // here to a tick, within the tick allowed).
+    let boot = procstat::boot_ticks().saturating_mul(tick);
     let suspended = boot.saturating_sub(monotonic_ns());
     stat.start.saturating_mul(tick) > time_ns.saturating_add(suspended).saturating_add(tick)
 }
